@@ -1,0 +1,45 @@
+"""Command line: ``python -m gpulab info | runs | record [CHAPTER ...]``."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpulab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="describe this machine's GPU (or why there is none) and software")
+    sub.add_parser("runs", help="list the recorded runs in labdata/runs/")
+    record = sub.add_parser("record", help="run chapters' benchmarks on the GPU and write labdata/runs/")
+    record.add_argument("chapters", nargs="*", help="chapter names (default: all)")
+    record.add_argument("--repeats", type=int, default=100, help="timed repeats per region")
+    record.add_argument("--quick", action="store_true", help="fewer sizes (a smoke test; not for committing)")
+    record.add_argument("--out", default=None, help="write under this folder instead of labdata/runs")
+    args = parser.parse_args(argv)
+
+    from . import device, runs
+    from .workloads import CHAPTERS, workload
+
+    if args.command == "info":
+        for key, value in device.describe().items():
+            print(f"{key:>18}: {value}")
+        return 0
+    if args.command == "runs":
+        print(runs.available_runs().to_string(index=False))
+        return 0
+
+    device.require_gpu("python -m gpulab record")
+    from pathlib import Path
+    chapters = args.chapters or list(CHAPTERS)
+    for chapter in chapters:
+        module = workload(chapter)
+        start = time.perf_counter()
+        rows = module.benchmark_all(repeats=args.repeats, quick=args.quick)
+        path = runs.save_run(chapter, rows, root=Path(args.out) if args.out else None)
+        print(f"{chapter}: {len(rows)} rows in {time.perf_counter() - start:.0f} s -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""Compile a kernel file and launch its kernels on the GPU or the CPU backend.
+
+One interface for both, following CuPy's own: ``load_module(path)`` gives a
+module whose ``get_function(name)`` returns ``fn(grid, block, args, shared_mem=0)``.
+Before a launch reaches either backend, its arguments are checked against the
+kernel's signature (count, array vs scalar, dtype) and scalars are converted to
+the exact C type, so a mistake is an error that names the parameter instead of
+a kernel that silently reads garbage.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import paths
+from .device import default_backend, require_gpu
+from .errors import KernelArgumentError, KernelCompileError, KernelLaunchError
+from .signature import KernelSignature, Param, parse_kernels
+
+#: CUDA's limits on launch shapes (the same on every GPU since compute capability 3.0).
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+# --------------------------------------------------------------------------- backends
+class Backend:
+    """Where arrays live and kernels run: ``gpu`` (CuPy) or ``cpu`` (NumPy)."""
+
+    def __init__(self, name: str):
+        if name not in ("gpu", "cpu"):
+            raise ValueError(f"backend must be 'gpu' or 'cpu', got {name!r}")
+        if name == "gpu":
+            require_gpu("the 'gpu' backend")
+        self.name = name
+
+    @property
+    def xp(self):
+        """The array module: cupy on the GPU, numpy on the CPU."""
+        if self.name == "gpu":
+            import cupy
+            return cupy
+        return np
+
+    def to_device(self, array) -> Any:
+        """A copy of ``array`` in the backend's memory (a no-op copy on the CPU)."""
+        if self.name == "gpu":
+            import cupy
+            return cupy.asarray(array)
+        return np.array(array, copy=True, order="C")
+
+    def to_host(self, array) -> np.ndarray:
+        if self.name == "gpu":
+            import cupy
+            return cupy.asnumpy(array)
+        return np.asarray(array)
+
+    def poisoned(self, shape, dtype=np.float32):
+        """An output array filled with NaN (or the dtype's max for integers), so
+        elements a kernel forgets to write fail the reference check."""
+        dtype = np.dtype(dtype)
+        fill = np.nan if dtype.kind in "fc" else np.iinfo(dtype).max
+        return self.xp.full(shape, fill, dtype=dtype)
+
+    def synchronize(self) -> None:
+        if self.name == "gpu":
+            import cupy
+            cupy.cuda.get_current_stream().synchronize()
+
+    def is_array(self, value) -> bool:
+        if self.name == "gpu":
+            import cupy
+            return isinstance(value, cupy.ndarray)
+        return isinstance(value, np.ndarray)
+
+    def __repr__(self) -> str:
+        return f"Backend({self.name!r})"
+
+
+def get_backend(backend: str | Backend | None = None) -> Backend:
+    """``None`` picks the GPU when one is usable, else the CPU backend."""
+    if isinstance(backend, Backend):
+        return backend
+    return Backend(backend or default_backend())
+
+
+# --------------------------------------------------------------------------- launches
+def _dim3(value, what: str) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)):
+        dims = (int(value),)
+    else:
+        try:
+            dims = tuple(int(v) for v in value)
+        except TypeError:
+            raise KernelArgumentError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}") from None
+    if not 1 <= len(dims) <= 3:
+        raise KernelArgumentError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+    if any(d < 1 for d in dims):
+        raise KernelArgumentError(f"{what} dimensions must all be at least 1, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+def check_launch(grid, block, shared_mem: int, shared_limit: int = DEFAULT_SHARED_LIMIT):
+    """Normalise and check a launch configuration; return (grid3, block3)."""
+    grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")
+    threads = block3[0] * block3[1] * block3[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise KernelArgumentError(
+            f"block {block3} has {threads} threads; a block holds at most {MAX_THREADS_PER_BLOCK}")
+    for axis, size, limit in zip("xyz", block3, MAX_BLOCK_DIM):
+        if size > limit:
+            raise KernelArgumentError(f"block.{axis} = {size} exceeds CUDA's limit of {limit}")
+    for axis, size, limit in zip("xyz", grid3, MAX_GRID_DIM):
+        if size > limit:
+            raise KernelArgumentError(f"grid.{axis} = {size} exceeds CUDA's limit of {limit}")
+    if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+        raise KernelArgumentError(f"shared_mem must be a non-negative int of bytes, got {shared_mem!r}")
+    if shared_mem > shared_limit:
+        raise KernelArgumentError(
+            f"shared_mem = {shared_mem} bytes exceeds the {shared_limit}-byte limit for dynamic "
+            "shared memory (raise it with Kernel.allow_shared_memory on the GPU)")
+    return grid3, block3
+
+
+def _convert_scalar(param: Param, value, kernel: str):
+    if isinstance(value, (np.ndarray,)) or hasattr(value, "__cuda_array_interface__"):
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter {param.describe()} got an array of shape "
+            f"{getattr(value, 'shape', '?')}; pass a single number")
+    if param.lanes > 1:
+        raise KernelArgumentError(f"kernel '{kernel}': vector-typed value parameter {param.describe()} "
+                                  "cannot be passed from Python; pass its components as scalars")
+    dtype = param.dtype
+    if dtype.kind in "iu":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise KernelArgumentError(
+                f"kernel '{kernel}': parameter {param.describe()} got {type(value).__name__} {value!r}")
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise KernelArgumentError(
+                f"kernel '{kernel}': parameter {param.describe()} got {value}, outside "
+                f"[{info.min}, {info.max}]")
+        return dtype.type(value)
+    if dtype.kind == "b":
+        return np.bool_(value)
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter {param.describe()} got {type(value).__name__} {value!r}")
+    return dtype.type(value)
+
+
+def _check_array(param: Param, value, backend: Backend, kernel: str):
+    if not backend.is_array(value):
+        where = "a NumPy array (host memory)" if isinstance(value, np.ndarray) else type(value).__name__
+        expected = "a CuPy array in GPU memory (use backend.to_device)" if backend.name == "gpu" \
+            else "a NumPy array"
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter {param.describe()} got {where}; the {backend.name} "
+            f"backend needs {expected}")
+    if value.dtype != param.dtype:
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter {param.describe()} got a {value.dtype} array of shape "
+            f"{value.shape}")
+    if not value.flags.c_contiguous:
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter '{param.name}' got a non-contiguous array (strides "
+            f"{value.strides}); kernels index flat memory, pass xp.ascontiguousarray(...)")
+    if param.lanes > 1 and value.size % param.lanes:
+        raise KernelArgumentError(
+            f"kernel '{kernel}': parameter {param.describe()} is read as {param.ctype}, so its "
+            f"size must be a multiple of {param.lanes}; got {value.size} elements")
+    return value
+
+
+class Kernel:
+    """A compiled kernel: call it as ``kernel(grid, block, args, shared_mem=0)``."""
+
+    def __init__(self, module: "Module", signature: KernelSignature, raw):
+        self.module = module
+        self.signature = signature
+        self.name = signature.name
+        self.raw = raw           # the backend's own callable (cupy.RawKernel on the GPU)
+        self.shared_limit = DEFAULT_SHARED_LIMIT
+
+    def convert_args(self, args: Sequence) -> tuple:
+        """Check ``args`` against the signature; return them as the backend needs them."""
+        params = self.signature.params
+        if not isinstance(args, (tuple, list)):
+            raise KernelArgumentError(f"kernel '{self.name}': args must be a tuple, got {type(args).__name__}")
+        if len(args) != len(params):
+            listed = ", ".join(p.declaration for p in params)
+            raise KernelArgumentError(
+                f"kernel '{self.name}' takes {len(params)} arguments ({listed}); got {len(args)}")
+        return tuple(
+            _check_array(p, a, self.module.backend, self.name) if p.is_pointer
+            else _convert_scalar(p, a, self.name)
+            for p, a in zip(params, args))
+
+    def __call__(self, grid, block, args: Sequence, shared_mem: int = 0) -> None:
+        grid3, block3 = check_launch(grid, block, shared_mem, self.shared_limit)
+        converted = self.convert_args(args)
+        if self.module.backend.name == "gpu":
+            try:
+                self.raw(grid3, block3, converted, shared_mem=int(shared_mem))
+            except Exception as exc:  # CUDA errors from the launch itself
+                raise KernelLaunchError(f"kernel '{self.name}' from {self.module.path} failed to "
+                                        f"launch with grid {grid3}, block {block3}: {exc}") from exc
+        else:
+            self.raw(grid3, block3, converted, shared_mem=int(shared_mem))
+
+    def bind(self, grid, block, args: Sequence, shared_mem: int = 0):
+        """Check the launch once and return a no-argument function that repeats
+        it: what the timers call, so argument checks stay out of the timed region."""
+        grid3, block3 = check_launch(grid, block, shared_mem, self.shared_limit)
+        converted = self.convert_args(args)
+        raw, shared = self.raw, int(shared_mem)
+
+        def launch():
+            raw(grid3, block3, converted, shared_mem=shared)
+        launch.__name__ = f"launch_{self.name}"
+        return launch
+
+    def allow_shared_memory(self, nbytes: int) -> None:
+        """Opt in to more than 48 KiB of dynamic shared memory (GPU: sets the
+        function attribute, as CUDA requires)."""
+        if self.module.backend.name == "gpu":
+            self.raw.max_dynamic_shared_size_bytes = int(nbytes)
+        self.shared_limit = int(nbytes)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} from {self.module.path} on {self.module.backend.name}>"
+
+
+class Module:
+    """A compiled kernel file; ``get_function`` gives its kernels by name."""
+
+    def __init__(self, path: str, source: str, backend: Backend, raw):
+        self.path = path
+        self.source = source
+        self.backend = backend
+        self.raw = raw
+        self.signatures = parse_kernels(source)
+        self._kernels: dict[str, Kernel] = {}
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.signatures)
+
+    def get_function(self, name: str) -> Kernel:
+        if name not in self._kernels:
+            if name not in self.signatures:
+                raise KernelArgumentError(
+                    f"{self.path} has no __global__ kernel named '{name}'; it defines: "
+                    f"{', '.join(self.signatures) or 'none'}")
+            self._kernels[name] = Kernel(self, self.signatures[name], self.raw.get_function(name))
+        return self._kernels[name]
+
+    def set_constant(self, name: str, values) -> None:
+        """Copy ``values`` (host array) into the ``__constant__`` symbol ``name``,
+        which must be exactly as large."""
+        host = np.ascontiguousarray(self.backend.to_host(values))
+        try:
+            symbol = self.raw.get_global(name)
+        except Exception as exc:
+            raise KernelArgumentError(f"{self.path} has no __constant__ or __device__ symbol "
+                                      f"'{name}' ({exc})") from None
+        size = symbol.mem.size if self.backend.name == "gpu" else symbol.nbytes
+        if host.nbytes != size:
+            raise KernelArgumentError(
+                f"{self.path}: symbol '{name}' holds {size} bytes; got {host.nbytes} bytes "
+                f"({host.dtype} array of shape {host.shape})")
+        if self.backend.name == "gpu":
+            symbol.copy_from_host(host.ctypes.data, host.nbytes)
+        else:
+            symbol[:] = host.view(np.uint8).ravel()
+
+    def __getattr__(self, name: str) -> Kernel:
+        # Lets notebooks write module.saxpy(...) as well as get_function("saxpy").
+        if name.startswith("_") or name not in self.__dict__.get("signatures", {}):
+            raise AttributeError(name)
+        return self.get_function(name)
+
+    def __repr__(self) -> str:
+        return f"<Module {self.path} on {self.backend.name}: {', '.join(self.signatures)}>"
+
+
+# --------------------------------------------------------------------------- compiling
+_NVRTC_ERROR = re.compile(r"^(?P<file>[^\n(]*)\((?P<line>\d+)\): (?:catastrophic )?error:?\s*(?P<msg>.*)$", re.M)
+
+
+def _compile_error(path: Path, source: str, log: str, file_re=_NVRTC_ERROR) -> KernelCompileError:
+    shown = paths.display_path(path)
+    match = file_re.search(log)
+    if not match:
+        return KernelCompileError(f"{shown} did not compile:\n{log.strip()}", path=shown, line=None, log=log)
+    line = int(match.group("line"))
+    where_file = match.group("file").strip()
+    lines = source.splitlines()
+    quoted = ""
+    # An error inside an #included header names that header (found beside the
+    # kernel or in kernels/); any other name is the compiler's temporary copy of ours.
+    header = Path(where_file).name if where_file else ""
+    included = header and header != path.name and (
+        (path.parent / header).is_file() or (paths.KERNELS / header).is_file())
+    if included:
+        shown = header
+    elif 1 <= line <= len(lines):
+        quoted = f"\n{line:5d} | {lines[line - 1]}"
+    message = f"{shown} line {line}: error: {match.group('msg').strip()}{quoted}"
+    return KernelCompileError(message, path=shown, line=line, log=log)
+
+
+def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
+    import cupy
+
+    include = ("-I" + str(paths.KERNELS), "-I" + str(path.parent))
+    opts = ("-std=c++17", "--generate-line-info") + include + tuple(options)
+    module = cupy.RawModule(code=source, options=opts)
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as exc:
+        log = getattr(exc, "get_message", lambda: str(exc))()
+        raise _compile_error(path, source, log) from None
+    return module
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_cached(path: str, source: str, backend: str, options: tuple[str, ...]):
+    real = Path(path)
+    if backend == "gpu":
+        return _compile_gpu(real, source, options)
+    from . import cpu
+    return cpu.compile_module(source, filename=paths.display_path(real),
+                              include_dirs=[str(paths.KERNELS), str(real.parent)], options=options)
+
+
+def load_module(path: str | Path, backend: str | Backend | None = None,
+                options: Sequence[str] = ()) -> Module:
+    """Compile a kernel file for ``backend`` ("gpu", "cpu", or None for the GPU
+    when one is usable) and return its :class:`Module`.
+
+    ``path`` is relative to the repository root, to ``kernels/``, or absolute.
+    A compile error raises :class:`KernelCompileError` naming the file, the line
+    and the offending source line. Compiled modules are cached per process.
+    """
+    real = paths.kernel_path(path)
+    source = real.read_text()
+    be = get_backend(backend)
+    raw = _compile_cached(str(real), source, be.name, tuple(options))
+    return Module(paths.display_path(real), source, be, raw)
+
+
+def resource_table(module: Module) -> pd.DataFrame:
+    """Registers, static shared memory, local (spilled) memory and the largest
+    block each kernel of ``module`` can launch with, as compiled for this GPU.
+
+    On the CPU backend these figures do not exist; the table says so instead of
+    inventing them (recorded runs carry the GPU's figures)."""
+    rows = []
+    for name in module.kernel_names:
+        if module.backend.name == "gpu":
+            attrs = module.get_function(name).raw.attributes
+            rows.append({"kernel": name, "registers": attrs["num_regs"],
+                         "static_shared_bytes": attrs["shared_size_bytes"],
+                         "local_bytes": attrs["local_size_bytes"],
+                         "const_bytes": attrs["const_size_bytes"],
+                         "max_threads_per_block": attrs["max_threads_per_block"]})
+        else:
+            rows.append({"kernel": name, "registers": None, "static_shared_bytes": None,
+                         "local_bytes": None, "const_bytes": None, "max_threads_per_block": None})
+    table = pd.DataFrame(rows).set_index("kernel")
+    table.attrs["backend"] = module.backend.name
+    return table
+
+
+def occupancy(kernel: Kernel, block_threads: int, shared_mem: int = 0) -> dict:
+    """Resident blocks and warps per SM for a launch shape, from the CUDA
+    occupancy calculator (GPU only)."""
+    if kernel.module.backend.name != "gpu":
+        require_gpu("occupancy")
+    import cupy
+    from cupy.cuda import driver, runtime
+
+    blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(
+        kernel.raw.kernel.ptr, int(block_threads), int(shared_mem))
+    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    max_warps = props["maxThreadsPerMultiProcessor"] // 32
+    warps = blocks * -(-block_threads // 32)
+    return {"blocks_per_sm": blocks, "warps_per_sm": warps, "occupancy": warps / max_warps}
+
+
+# --------------------------------------------------------------------------- showing source
+@dataclass
+class KernelSource:
+    """A kernel file rendered for the book: its path and text, shown as a
+    highlighted CUDA block in a notebook."""
+
+    path: str
+    text: str
+
+    def _repr_markdown_(self) -> str:
+        return f"**`{self.path}`**\n\n```cuda\n{self.text.rstrip()}\n```\n"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def show_source(path: str | Path, kernel: str | None = None) -> KernelSource:
+    """The source of a kernel file (or of one kernel in it, with the comment
+    block just above it) for display in a notebook."""
+    real = paths.kernel_path(path)
+    text = real.read_text()
+    if kernel is not None:
+        signatures = parse_kernels(text)
+        if kernel not in signatures:
+            raise KernelArgumentError(f"{paths.display_path(real)} has no kernel '{kernel}'")
+        text = _kernel_text(text, signatures[kernel].line)
+    return KernelSource(paths.display_path(real), text)
+
+
+def _kernel_text(source: str, line: int) -> str:
+    lines = source.splitlines()
+    start = line - 1
+    while start > 0 and ("__global__" not in lines[start]):
+        start -= 1
+    while start > 0 and lines[start - 1].strip().startswith(("//", "/*", "*", "extern", "__launch")):
+        start -= 1
+    depth, seen_brace, end = 0, False, start
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        seen_brace = seen_brace or "{" in lines[end]
+        if seen_brace and depth == 0:
+            break
+    return "\n".join(lines[start:end + 1])

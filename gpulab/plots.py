@@ -1,0 +1,159 @@
+"""The book's figures, in one style.
+
+Every function takes tidy timing rows (see :mod:`gpulab.timing`), a title
+phrased as the question the figure answers, and the run's caption (which GPU,
+when, which software), which is printed under the plot. Each returns the
+matplotlib Figure.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+PHASE_COLORS = {"h2d": "#4C72B0", "kernel": "#DD8452", "d2h": "#55A868", "other": "#8C8C8C"}
+VENDOR_COLOR = "#C44E52"
+STYLE = {
+    "figure.figsize": (8, 4.5), "figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 12,
+    "axes.titleweight": "bold", "font.size": 10, "legend.frameon": False,
+}
+
+
+def _figure(ax=None, size=None):
+    with plt.rc_context(STYLE):
+        if ax is not None:
+            return ax.figure, ax
+        fig, ax = plt.subplots(figsize=size or STYLE["figure.figsize"])
+        return fig, ax
+
+
+def _finish(fig, ax, title: str, caption: str | None):
+    ax.set_title(title, loc="left")
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    else:
+        fig.tight_layout()
+    return fig
+
+
+def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None,
+                   vendor: pd.DataFrame | None = None, label: str = "variant", ax=None):
+    """Time per ladder step (rows in ladder order), with the speedup over the
+    first step and over the previous one written beside each bar. ``vendor``
+    rows are drawn as dashed reference lines."""
+    fig, ax = _figure(ax, (8, 0.45 * len(rows) + 1.8))
+    rows = rows.reset_index(drop=True)
+    y = np.arange(len(rows))[::-1]
+    med = rows["median_ms"].to_numpy()
+    err = np.vstack([med - rows["q1_ms"].to_numpy(), rows["q3_ms"].to_numpy() - med])
+    ax.barh(y, med, xerr=err, color="#4C72B0", alpha=0.85, capsize=2)
+    ax.set_yticks(y, rows[label])
+    ax.set_xscale("log")
+    ax.set_xlabel("time per run (ms, median; whiskers: quartiles)")
+    for i, (yy, t) in enumerate(zip(y, med)):
+        note = f"  {t:.3g} ms   x{med[0] / t:.2f} vs first"
+        if i:
+            note += f", x{med[i - 1] / t:.2f} vs previous"
+        ax.text(t, yy, note, va="center", fontsize=8)
+    if vendor is not None:
+        for _, v in vendor.iterrows():
+            ax.axvline(v["median_ms"], color=VENDOR_COLOR, ls="--", lw=1.2)
+            ax.text(v["median_ms"], y.max() + 0.6, f" {v[label]}: {v['median_ms']:.3g} ms",
+                    color=VENDOR_COLOR, fontsize=8, va="bottom")
+    ax.set_xlim(med.min() / 2, med.max() * 30)
+    return _finish(fig, ax, title, caption)
+
+
+def time_breakdown(rows: pd.DataFrame, *, title: str, caption: str | None = None,
+                   label: str = "variant", phases=("h2d", "kernel", "d2h"), ax=None):
+    """Stacked bars: how each variant's time splits into phases."""
+    table = rows[rows["phase"].isin(phases)].pivot_table(
+        index=label, columns="phase", values="median_ms", sort=False)[list(phases)]
+    fig, ax = _figure(ax, (8, 0.5 * len(table) + 1.8))
+    left = np.zeros(len(table))
+    y = np.arange(len(table))[::-1]
+    for phase in phases:
+        ax.barh(y, table[phase], left=left, color=PHASE_COLORS.get(phase, PHASE_COLORS["other"]),
+                label=phase)
+        left += table[phase].to_numpy()
+    for yy, total in zip(y, left):
+        ax.text(total, yy, f"  {total:.3g} ms", va="center", fontsize=8)
+    ax.set_yticks(y, table.index)
+    ax.set_xlabel("time (ms, medians stacked)")
+    ax.set_xlim(0, left.max() * 1.2)
+    ax.legend(loc="lower right", ncol=len(phases))
+    return _finish(fig, ax, title, caption)
+
+
+def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: str = "size",
+            y: str = "median_ms", label: str = "variant", xlabel: str | None = None,
+            ylabel: str = "time (ms, median)", logx: bool = True, logy: bool = True, ax=None):
+    """One line per variant over ``x`` (batch size, problem size), with the
+    quartiles shaded when ``y`` is the median time."""
+    fig, ax = _figure(ax)
+    for name, group in rows.groupby(label, sort=False):
+        group = group.sort_values(x)
+        color = VENDOR_COLOR if _is_vendor(name) else None
+        line, = ax.plot(group[x], group[y], marker="o", ms=3, label=name, color=color)
+        if y == "median_ms" and "q1_ms" in group:
+            ax.fill_between(group[x], group["q1_ms"], group["q3_ms"], alpha=0.2, color=line.get_color())
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return _finish(fig, ax, title, caption)
+
+
+def heatmap(rows: pd.DataFrame, *, x: str, y: str, value: str = "median_ms", title: str,
+            caption: str | None = None, fmt: str = "{:.3g}", cmap: str = "viridis_r", ax=None):
+    """A launch-configuration sweep: ``value`` for every (x, y) pair, the best cell outlined."""
+    table = rows.pivot_table(index=y, columns=x, values=value)
+    fig, ax = _figure(ax, (1.2 * table.shape[1] + 3, 0.8 * table.shape[0] + 2))
+    image = ax.imshow(table.to_numpy(), cmap=cmap, aspect="auto")
+    ax.grid(False)
+    ax.set_xticks(range(table.shape[1]), table.columns)
+    ax.set_yticks(range(table.shape[0]), table.index)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    best = np.unravel_index(np.nanargmin(table.to_numpy()), table.shape)
+    for (i, j), v in np.ndenumerate(table.to_numpy()):
+        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=8,
+                color="white" if (i, j) != best else "black",
+                fontweight="bold" if (i, j) == best else "normal")
+    ax.add_patch(plt.Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, lw=2, ec="red"))
+    fig.colorbar(image, ax=ax, label=value)
+    return _finish(fig, ax, title, caption)
+
+
+def roofline(points: pd.DataFrame, *, peak_gflops: float, peak_gbs: float, title: str,
+             caption: str | None = None, label: str = "variant", datasheet_gflops: float | None = None,
+             datasheet_gbs: float | None = None, ax=None):
+    """Achieved GFLOP/s against arithmetic intensity, under the measured
+    ceilings (solid) and the datasheet's (dotted)."""
+    fig, ax = _figure(ax)
+    finite = points[np.isfinite(points["intensity"]) & (points["gflops"] > 0)]
+    lo = min(finite["intensity"].min() / 4 if len(finite) else 0.01, 0.01)
+    hi = max(finite["intensity"].max() * 4 if len(finite) else 100, 100)
+    xs = np.logspace(np.log10(lo), np.log10(hi), 200)
+    ax.plot(xs, np.minimum(peak_gflops, xs * peak_gbs), color="black", lw=1.5,
+            label=f"measured: {peak_gbs:,.0f} GB/s, {peak_gflops / 1e3:,.1f} TFLOP/s")
+    if datasheet_gflops and datasheet_gbs:
+        ax.plot(xs, np.minimum(datasheet_gflops, xs * datasheet_gbs), color="gray", ls=":",
+                label=f"datasheet: {datasheet_gbs:,.0f} GB/s, {datasheet_gflops / 1e3:,.1f} TFLOP/s")
+    for _, p in finite.iterrows():
+        ax.plot(p["intensity"], p["gflops"], "o", ms=6,
+                color=VENDOR_COLOR if _is_vendor(p[label]) else None, label=p[label])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of device memory)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.legend(fontsize=7.5, loc="lower right")
+    return _finish(fig, ax, title, caption)
+
+
+def _is_vendor(name) -> bool:
+    text = str(name).lower()
+    return any(k in text for k in ("cublas", "cudnn", "cupy", "vendor"))

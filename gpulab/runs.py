@@ -1,0 +1,171 @@
+"""Recorded GPU runs: what the book shows on machines without a GPU.
+
+``python -m gpulab record CHAPTER`` runs a chapter's benchmarks on the GPU and
+writes ``labdata/runs/<gpu>/<chapter>.csv`` (tidy long form, one row per
+measured region; see :data:`gpulab.timing.TIMING_COLUMNS`) and
+``<chapter>.meta.json`` (the GPU, driver, CUDA, CuPy, date, clocks). Several
+GPUs' runs sit side by side, one folder each. Every figure drawn from a run
+carries its :attr:`RecordedRun.caption`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from . import paths
+from .device import describe, gpu_available
+from .errors import RecordedRunError
+from .timing import TIMING_COLUMNS
+
+REQUIRED_META = ("gpu", "date", "driver", "cuda_runtime", "cupy")
+NUMERIC_COLUMNS = ("size", "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "repeats", "flops", "bytes")
+
+
+def gpu_slug(name: str) -> str:
+    """A folder name for a GPU: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+@dataclass
+class RecordedRun:
+    """One chapter's measurements on one GPU."""
+
+    chapter: str
+    timings: pd.DataFrame
+    meta: dict
+    live: bool = False       # measured in this process rather than loaded from labdata/
+    path: Path | None = None
+
+    @property
+    def gpu(self) -> str:
+        return self.meta["gpu"]
+
+    @property
+    def caption(self) -> str:
+        """Which GPU, when, and with which software: printed under every figure."""
+        m = self.meta
+        how = "measured live" if self.live else "recorded"
+        return (f"{m['gpu']}, {how} {m['date']}; driver {m['driver']}, CUDA {m['cuda_runtime']}, "
+                f"CuPy {m['cupy']}")
+
+    def experiment(self, name: str) -> pd.DataFrame:
+        """The rows of one experiment, or a clear error listing those present."""
+        rows = self.timings[self.timings["experiment"] == name]
+        if rows.empty:
+            raise RecordedRunError(
+                f"the {self.chapter} run on {self.gpu} has no '{name}' rows; it has: "
+                f"{', '.join(sorted(self.timings['experiment'].unique()))}. Re-record it with "
+                f"`python -m gpulab record {self.chapter}` on a GPU machine")
+        return rows.reset_index(drop=True)
+
+
+def run_dir(gpu: str, root: Path | None = None) -> Path:
+    return (root or paths.RUNS) / gpu_slug(gpu)
+
+
+def save_run(chapter: str, rows: list[dict] | pd.DataFrame, meta: dict | None = None,
+             root: Path | None = None) -> Path:
+    """Validate and write a chapter's rows and metadata; return the CSV path."""
+    meta = dict(meta or describe())
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    _validate_frame(frame, f"rows for chapter '{chapter}'")
+    _validate_meta(meta, f"metadata for chapter '{chapter}'")
+    folder = run_dir(meta["gpu"], root)
+    folder.mkdir(parents=True, exist_ok=True)
+    extra = [c for c in frame.columns if c not in TIMING_COLUMNS]
+    csv_path = folder / f"{chapter}.csv"
+    frame[TIMING_COLUMNS + extra].to_csv(csv_path, index=False, float_format="%.6g")
+    meta["chapter"] = chapter
+    (folder / f"{chapter}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return csv_path
+
+
+def available_runs(root: Path | None = None) -> pd.DataFrame:
+    """Every recorded run: one row per (gpu folder, chapter) with its date."""
+    root = root or paths.RUNS
+    rows = []
+    for meta_path in sorted(root.glob("*/*.meta.json")):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            meta = {}
+        rows.append({"folder": meta_path.parent.name, "chapter": meta_path.name[:-len(".meta.json")],
+                     "gpu": meta.get("gpu", "?"), "date": meta.get("date", "?")})
+    return pd.DataFrame(rows, columns=["folder", "chapter", "gpu", "date"])
+
+
+def load_run(chapter: str, gpu: str | None = None, root: Path | None = None) -> RecordedRun:
+    """Load a recorded run of ``chapter``. ``gpu`` (a name or folder) picks one
+    when several GPUs have run it; without it the most recent run is taken."""
+    root = root or paths.RUNS
+    runs = available_runs(root)
+    runs = runs[runs["chapter"] == chapter]
+    if gpu is not None:
+        runs = runs[(runs["folder"] == gpu_slug(gpu)) | (runs["gpu"] == gpu)]
+    if runs.empty:
+        have = available_runs(root)
+        listed = ", ".join(f"{r.chapter} on {r.gpu}" for r in have.itertuples()) or "none"
+        which = f" on '{gpu}'" if gpu else ""
+        raise RecordedRunError(
+            f"no recorded run of chapter '{chapter}'{which} under {root} (recorded runs: {listed}). "
+            f"Record one on a GPU machine with `python -m gpulab record {chapter}`")
+    folder = root / runs.sort_values("date").iloc[-1]["folder"]
+    return read_run(folder / f"{chapter}.csv")
+
+
+def read_run(csv_path: Path) -> RecordedRun:
+    """Read one run's CSV and its ``.meta.json``, checking both."""
+    csv_path = Path(csv_path)
+    chapter = csv_path.stem
+    meta_path = csv_path.with_name(f"{chapter}.meta.json")
+    for needed in (csv_path, meta_path):
+        if not needed.is_file():
+            raise RecordedRunError(f"recorded run file {needed} is missing; re-record with "
+                                   f"`python -m gpulab record {chapter}` on a GPU machine")
+    try:
+        frame = pd.read_csv(csv_path)
+    except Exception as exc:
+        raise RecordedRunError(f"{csv_path} is not a readable CSV: {exc}") from None
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RecordedRunError(f"{meta_path} is not valid JSON: {exc}") from None
+    _validate_frame(frame, str(csv_path))
+    _validate_meta(meta, str(meta_path))
+    return RecordedRun(chapter=chapter, timings=frame, meta=meta, path=csv_path)
+
+
+def live_or_recorded(chapter: str, measure, gpu: str | None = None) -> RecordedRun:
+    """Measure now when a GPU is usable (``measure()`` returns rows), else load
+    the recorded run: the one call every chapter makes before its figures."""
+    if gpu_available():
+        meta = describe()
+        return RecordedRun(chapter=chapter, timings=pd.DataFrame(measure()), meta=meta, live=True)
+    return load_run(chapter, gpu)
+
+
+def _validate_frame(frame: pd.DataFrame, where: str) -> None:
+    missing = [c for c in TIMING_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RecordedRunError(f"{where} lacks the columns {missing}; every run needs {TIMING_COLUMNS}")
+    if frame.empty:
+        raise RecordedRunError(f"{where} has no rows")
+    for column in NUMERIC_COLUMNS:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            raise RecordedRunError(f"{where}: column '{column}' must be numeric, found values like "
+                                   f"{frame[column].iloc[0]!r}")
+    if (frame["median_ms"] < 0).any() or frame["median_ms"].isna().any():
+        raise RecordedRunError(f"{where}: median_ms must be a non-negative number in every row")
+
+
+def _validate_meta(meta: dict, where: str) -> None:
+    missing = [k for k in REQUIRED_META if not meta.get(k)]
+    if missing:
+        raise RecordedRunError(f"{where} lacks {missing}; a run must say which GPU, when and with "
+                               "which software it was measured")
+    if str(meta["gpu"]).startswith("none"):
+        raise RecordedRunError(f"{where} was not measured on a GPU ({meta['gpu']})")

@@ -1,0 +1,17 @@
+"""Each chapter's workload, declared once, by chapter name.
+
+A workload module provides ``CHAPTER``, ``TITLE`` and ``benchmark_all(repeats,
+quick)`` returning tidy timing rows; ``python -m gpulab record`` runs it."""
+from __future__ import annotations
+
+import importlib
+
+CHAPTERS = {
+    "measuring": "gpulab.workloads.measuring",
+}
+
+
+def workload(chapter: str):
+    if chapter not in CHAPTERS:
+        raise KeyError(f"unknown chapter '{chapter}'; the lab's chapters are: {', '.join(CHAPTERS)}")
+    return importlib.import_module(CHAPTERS[chapter])

@@ -1,0 +1,207 @@
+"""Chapter 1's workload: SAXPY, z = a*x + y, declared once.
+
+The notebook, the tests and ``python -m gpulab record measuring`` all read
+this module: the sizes, the FLOP and byte counts, the reference, the ladder
+steps with their launch configurations, and the benchmark that the recorded
+run comes from.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .. import roofline, transfers
+from ..check import compare
+from ..kernels import Backend, Kernel, get_backend, load_module
+from ..timing import Timing, benchmark, host_timer
+
+CHAPTER = "measuring"
+TITLE = "Measuring a GPU kernel"
+BLOCK = 256
+A = np.float32(2.5)
+#: Sizes for the scaling study: 4 K to 64 M elements (256 KB to 768 MB moved).
+SIZES = [2**k for k in range(12, 27, 2)]
+#: The size the single-size experiments use: 16 M elements, 201 MB moved.
+MAIN_SIZE = 2**24
+#: Correctness sizes: 1 element, less than a block, not multiples of 256 or of 4.
+CHECK_SIZES = [1, 3, 255, 1000, 4099, 100_003]
+FLOPS_PER_ELEMENT = 2      # one multiply, one add
+BYTES_PER_ELEMENT = 12     # read x, read y, write z: 3 x 4 bytes
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a kernel file, its kernel, and how to launch it."""
+
+    file: str
+    kernel: str
+    title: str
+    elements_per_thread: int = 1
+    fixed_grid: int | None = None   # grid-stride kernels launch a fixed grid
+
+    def grid(self, n: int) -> int:
+        if self.fixed_grid is not None:
+            return self.fixed_grid
+        threads = -(-n // self.elements_per_thread)
+        return max(1, -(-threads // BLOCK))
+
+
+STEPS = [
+    Step("measuring/01_saxpy.cu", "saxpy", "one element per thread"),
+    Step("measuring/02_saxpy_float4.cu", "saxpy_float4", "float4: 16-byte accesses", 4),
+]
+#: The exercise kernel, launched on a deliberately small grid so the loop must stride.
+EXERCISE = Step("measuring/03_saxpy_grid_stride.cu", "saxpy_grid_stride",
+                "grid-stride loop (exercise)", fixed_grid=8)
+
+
+def make_inputs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x and y: float32 in [-1, 1) from a fixed seed (never zeros, which can
+    hide unwritten outputs)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, n).astype(np.float32)
+    y = rng.uniform(-1, 1, n).astype(np.float32)
+    return x, y
+
+
+def reference(a, x, y) -> np.ndarray:
+    """z = a*x + y in float64."""
+    return np.float64(a) * x.astype(np.float64) + y.astype(np.float64)
+
+
+def work(n: int) -> dict:
+    return {"flops": FLOPS_PER_ELEMENT * n, "bytes": BYTES_PER_ELEMENT * n}
+
+
+def kernel(step: Step, backend: str | Backend | None = None) -> Kernel:
+    return load_module(step.file, backend).get_function(step.kernel)
+
+
+def launcher(step: Step, fn: Kernel) -> Callable:
+    """``launch(inputs, output)`` for :mod:`gpulab.transfers`: SAXPY on device arrays."""
+    def launch(inputs, output):
+        x, y = inputs
+        fn(step.grid(output.size), BLOCK, (output.size, A, x, y, output))
+    return launch
+
+
+def run(step: Step, x: np.ndarray, y: np.ndarray, backend: str | Backend | None = None) -> np.ndarray:
+    """Run one step on host inputs with a NaN-poisoned output; return z on the host."""
+    be = get_backend(backend)
+    fn = kernel(step, be)
+    dx, dy = be.to_device(x), be.to_device(y)
+    z = be.poisoned(x.shape, np.float32)
+    fn(step.grid(x.size), BLOCK, (x.size, A, dx, dy, z))
+    return be.to_host(z)
+
+
+def check_steps(backend: str | Backend | None = None, steps=None, sizes=CHECK_SIZES,
+                seed: int = 0) -> pd.DataFrame:
+    """Every step against the reference at every check size, fresh inputs each time."""
+    rows = []
+    for step in steps or STEPS:
+        for i, n in enumerate(sizes):
+            x, y = make_inputs(n, seed + i)
+            result = compare(run(step, x, y, backend), reference(A, x, y), "fp32",
+                             name=f"{step.kernel} n={n}")
+            rows.append({"kernel": step.kernel, "n": n, "rel_error": result.rel_error,
+                         "unwritten": result.unwritten, "passed": result.passed})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ the recorded run
+def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
+    """Every experiment of chapter 1 on the GPU, as tidy rows. Each kernel is
+    checked at full size before it is timed; a failed check raises."""
+    import cupy
+
+    from ..check import check
+
+    sizes = SIZES[:3] if quick else SIZES
+    rows: list[dict] = []
+    fns = {step.kernel: kernel(step, "gpu") for step in STEPS}
+
+    # The ladder over sizes, with cuBLAS's SAXPY (in place: y += a*x) as the vendor line.
+    for n in sizes:
+        x_host, y_host = make_inputs(n)
+        x, y = cupy.asarray(x_host), cupy.asarray(y_host)
+        z = cupy.full(n, cupy.nan, dtype=cupy.float32)
+        for step in STEPS:
+            launch = fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z))
+            z.fill(cupy.nan)
+            launch()
+            check(z, reference(A, x_host, y_host), name=f"{step.kernel} n={n}")
+            rows.append(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
+        y_blas = y.copy()
+        cupy.cublas.axpy(A, x, y_blas)
+        check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}")
+        rows.append(benchmark(lambda: cupy.cublas.axpy(A, x, y_blas), repeats=repeats)
+                    .row("ladder", "cuBLAS saxpy (in place)", n, **work(n)))
+        del x, y, z, y_blas
+
+    # Host timer vs events, on one size.
+    n = MAIN_SIZE
+    x_host, y_host = make_inputs(n)
+    x, y = cupy.asarray(x_host), cupy.asarray(y_host)
+    z = cupy.empty(n, dtype=cupy.float32)
+    launch = fns["saxpy"].bind(STEPS[0].grid(n), BLOCK, (n, A, x, y, z))
+    for t in (host_timer(launch, synchronize=False, repeats=repeats),
+              host_timer(launch, synchronize=True, repeats=repeats),
+              benchmark(launch, repeats=repeats)):
+        rows.append(t.row("timers", t.method, n, **work(n)))
+
+    # The first launch: compiling (a fresh source, so no cache helps), loading, launching.
+    rows.extend(first_launch_rows(n, x, y, z))
+
+    # Where the time goes when the data starts on the host.
+    launch_host = launcher(STEPS[0], fns["saxpy"])
+    for memory in transfers.MEMORY_KINDS:
+        try:
+            rows.extend(transfers.transfer_breakdown(
+                launch_host, [x_host, y_host], (n,), np.float32, memory=memory,
+                repeats=max(5, repeats // 5), size=n))
+        except RuntimeError as exc:  # e.g. no prefetch on this platform: say so, skip the row
+            print(f"skipping {memory}: {exc}")
+    for chunks in (1, 2, 4, 8, 16):
+        rows.append(transfers.overlap_with_streams(
+            launch_host, [x_host, y_host], (n,), np.float32, chunks=chunks,
+            repeats=max(5, repeats // 5), size=n))
+    del x, y, z
+
+    rows.extend(roofline.measure_ceilings(repeats=20))
+    return rows
+
+
+def first_launch_rows(n: int, x, y, z, tries: int = 3) -> list[dict]:
+    """Compile time of a never-seen source, then its first launch (module load
+    + launch + finish), then a steady-state launch, all on the host clock."""
+    import cupy
+
+    from ..kernels import _compile_gpu
+    from ..paths import kernel_path
+
+    path = kernel_path(STEPS[0].file)
+    compile_ms, first_ms, steady_ms = [], [], []
+    for _ in range(tries):
+        source = path.read_text() + f"\n// nonce {time.time_ns()}: defeats CuPy's kernel cache\n"
+        t0 = time.perf_counter()
+        module = _compile_gpu(path, source, ())
+        compile_ms.append((time.perf_counter() - t0) * 1e3)
+        fn = module.get_function(STEPS[0].kernel)
+        args = (np.int32(n), A, x, y, z)
+        grid = (STEPS[0].grid(n), 1, 1)
+        t0 = time.perf_counter()
+        fn(grid, (BLOCK, 1, 1), args)
+        cupy.cuda.get_current_stream().synchronize()
+        first_ms.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        fn(grid, (BLOCK, 1, 1), args)
+        cupy.cuda.get_current_stream().synchronize()
+        steady_ms.append((time.perf_counter() - t0) * 1e3)
+    return [Timing(compile_ms, method="host timer").row("first_launch", "compile (NVRTC)", n, "compile"),
+            Timing(first_ms, method="host timer").row("first_launch", "first launch", n, "kernel", **work(n)),
+            Timing(steady_ms, method="host timer").row("first_launch", "second launch", n, "kernel", **work(n))]
