@@ -78,7 +78,7 @@ def describe() -> dict:
     info = {
         "gpu": None, "compute_capability": None, "sms": None, "memory_gib": None,
         "sm_clock_mhz": None, "memory_clock_mhz": None, "memory_bus_bits": None,
-        "l2_mib": None, "driver": None, "cuda_runtime": None, "cupy": None,
+        "l2_mib": None, "driver": None, "cuda_driver_api": None, "cuda_runtime": None, "cupy": None,
         "numpy": numpy.__version__, "python": platform.python_version(),
         "host": platform.node(), "cpu": platform.processor() or platform.machine(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -103,7 +103,8 @@ def describe() -> dict:
                                         props.get("memoryClockRate")),
         memory_bus_bits=int(props.get("memoryBusWidth", 0)) or None,
         l2_mib=round(props.get("l2CacheSize", 0) / 2**20, 1) or None,
-        driver=_version_string(runtime.driverGetVersion()),
+        driver=_nvidia_driver() or _version_string(runtime.driverGetVersion()),
+        cuda_driver_api=_version_string(runtime.driverGetVersion()),
         cuda_runtime=_version_string(runtime.runtimeGetVersion()),
         cupy=cupy.__version__,
     )
@@ -118,6 +119,21 @@ def _attribute_mhz(runtime, attr_name: str, device_id: int, fallback_khz) -> flo
     except Exception:
         pass
     return round(fallback_khz / 1000) if fallback_khz else None
+
+
+def _nvidia_driver() -> str | None:
+    """The driver's own version (e.g. 580.159.04), from nvidia-smi where present."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] or None
+    except Exception:
+        return None
 
 
 def _version_string(code: int) -> str:

@@ -118,6 +118,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
     """Every experiment of chapter 1 on the GPU, as tidy rows. Each kernel is
     checked at full size before it is timed; a failed check raises."""
     import cupy
+    import cupy.cublas
 
     from ..check import check
 
