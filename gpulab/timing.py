@@ -68,6 +68,27 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100)
                   host_ms=np.asarray(result.cpu_times) * 1e3)
 
 
+def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int = 5,
+                    repeats: int = 50) -> Timing:
+    """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
+    graph and replayed: the host's launch overhead (several microseconds per
+    CuPy launch) drops out, leaving the GPU's own time per call. What
+    :func:`benchmark` reports for a tiny kernel is mostly that overhead."""
+    require_gpu("timing a CUDA graph")
+    import cupy
+    from cupyx.profiler import benchmark as cupy_benchmark
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()  # compile and load outside the capture
+        stream.begin_capture()
+        for _ in range(launches):
+            fn()
+        graph = stream.end_capture()
+        result = cupy_benchmark(lambda: graph.launch(stream), (), n_warmup=warmup, n_repeat=repeats)
+    return Timing(result.gpu_times[0] * 1e3 / launches, method=f"cuda graph of {launches} launches")
+
+
 def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,
                repeats: int = 100) -> Timing:
     """Time ``fn()`` with the host's clock. Without ``synchronize`` this

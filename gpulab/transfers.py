@@ -115,7 +115,7 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                 ev[1].record(stream)
                 launch(device_inputs, output)
                 ev[2].record(stream)
-                output.get(stream=stream, out=result)
+                output.get(stream=stream, out=result, blocking=(memory == "pageable"))
                 ev[3].record(stream)
                 h2d, kernel, d2h = _elapsed(ev)
                 if i >= warmup:
@@ -188,7 +188,9 @@ def overlap_with_streams(launch: Launch, host_inputs: Sequence[np.ndarray], out_
                 for d, h in zip(device_in, pinned_in):
                     d[lo:hi].set(h[lo:hi], stream=s)
                 launch([d[lo:hi] for d in device_in], device_out[lo:hi])
-                device_out[lo:hi].get(stream=s, out=pinned_out[lo:hi])
+                # blocking=False: CuPy's get() otherwise waits for the stream, which
+                # would serialise the chunks and hide any overlap.
+                device_out[lo:hi].get(stream=s, out=pinned_out[lo:hi], blocking=False)
             main.wait_event(s.record())
         end.record(main)
         end.synchronize()

@@ -17,7 +17,7 @@ import pandas as pd
 from .. import roofline, transfers
 from ..check import compare
 from ..kernels import Backend, Kernel, get_backend, load_module
-from ..timing import Timing, benchmark, host_timer
+from ..timing import Timing, benchmark, graph_benchmark, host_timer
 
 CHAPTER = "measuring"
 TITLE = "Measuring a GPU kernel"
@@ -137,6 +137,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
             launch()
             check(z, reference(A, x_host, y_host), name=f"{step.kernel} n={n}")
             rows.append(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
+            rows.append(graph_benchmark(launch, repeats=max(10, repeats // 2))
+                        .row("graph", step.title, n, **work(n)))
         y_blas = y.copy()
         cupy.cublas.axpy(A, x, y_blas)
         check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}")
