@@ -52,6 +52,13 @@ class RecordedRun:
         return (f"{m['gpu']}, {how} {m['date']}; driver {m['driver']}, CUDA {m['cuda_runtime']}, "
                 f"CuPy {m['cupy']}")
 
+    def table(self, experiment: str, columns=("variant", "size", "phase", "median_ms", "q1_ms",
+                                              "q3_ms", "min_ms", "max_ms", "repeats")):
+        """An experiment's rows as a table captioned with the GPU and date."""
+        rows = self.experiment(experiment)
+        shown = rows[[c for c in columns if c in rows.columns]]
+        return shown.style.format(precision=4, thousands=",").hide(axis="index").set_caption(self.caption)
+
     def experiment(self, name: str) -> pd.DataFrame:
         """The rows of one experiment, or a clear error listing those present."""
         rows = self.timings[self.timings["experiment"] == name]

@@ -82,14 +82,14 @@ class KernelSignature:
 
 
 def strip_comments(source: str) -> str:
-    """Blank out comments and string literals, keeping every newline so line
-    numbers still match the original source."""
+    """Blank out comments and the contents of string and character literals,
+    keeping every newline so line numbers still match the original source."""
 
     def blank(match: re.Match) -> str:
         text = match.group(0)
         if text.startswith(("//", "/*")):
             return re.sub(r"[^\n]", " ", text)
-        return text  # string or char literal: keep
+        return text[0] + re.sub(r"[^\n]", " ", text[1:-1]) + text[-1]
 
     pattern = r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\''
     return re.sub(pattern, blank, source, flags=re.S)

@@ -1,0 +1,145 @@
+"""The launch interface both backends share: compiling, argument checks,
+launch limits, constants, errors."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab import KernelArgumentError, KernelCompileError, kernels
+
+SAXPY = "measuring/01_saxpy.cu"
+
+
+@pytest.fixture
+def saxpy(backend):
+    return gpulab.load_module(SAXPY, backend)
+
+
+def arrays(module, n=1000, dtype=np.float32):
+    be = module.backend
+    rng = np.random.default_rng(0)
+    return (be.to_device(rng.standard_normal(n).astype(dtype)),
+            be.to_device(rng.standard_normal(n).astype(dtype)),
+            be.poisoned(n, dtype))
+
+
+def test_launch_by_name_or_attribute(saxpy):
+    x, y, z = arrays(saxpy)
+    saxpy.get_function("saxpy")(4, 256, (1000, 2.0, x, y, z))
+    expected = 2.0 * saxpy.backend.to_host(x).astype(np.float64) + saxpy.backend.to_host(y)
+    gpulab.check(z, expected)
+    z2 = saxpy.backend.poisoned(1000)
+    saxpy.saxpy((4,), (256, 1, 1), (1000, np.float32(2.0), x, y, z2))
+    gpulab.check(z2, expected)
+
+
+def test_python_float_goes_in_as_float32(saxpy):
+    # CuPy alone would pass a Python float as a double and the kernel would read garbage.
+    x, y, z = arrays(saxpy)
+    args = saxpy.saxpy.convert_args((1000, 2.5, x, y, z))
+    assert args[0].dtype == np.int32 and args[1].dtype == np.float32
+
+
+@pytest.mark.parametrize("args, message", [
+    (lambda x, y, z: (1000, 2.0, x, y), "takes 5 arguments"),
+    (lambda x, y, z: (1000.0, 2.0, x, y, z), "'n'.*int32 scalar.*got float"),
+    (lambda x, y, z: (-1 + 2**40, 2.0, x, y, z), "outside"),
+    (lambda x, y, z: (1000, x, x, y, z), "'a'.*got an array"),
+    (lambda x, y, z: (1000, 2.0, x.astype(np.float64), y, z), "'x'.*float32 array.*got a float64 array"),
+    (lambda x, y, z: (1000, 2.0, 5, y, z), "'x'.*got int"),
+    (lambda x, y, z: (1000, 2.0, x[::2], y, z), "non-contiguous"),
+])
+def test_bad_arguments_name_the_parameter(saxpy, args, message):
+    x, y, z = arrays(saxpy)
+    with pytest.raises(KernelArgumentError, match=message):
+        saxpy.saxpy(4, 256, args(x, y, z))
+
+
+@pytest.mark.parametrize("grid, block, shared, message", [
+    (4, 2048, 0, "2048 threads"),
+    (4, (32, 1, 128), 0, "block.z = 128"),
+    (0, 256, 0, "at least 1"),
+    ((1, 70000), 256, 0, "grid.y = 70000"),
+    (4, 256, 64 * 1024, "exceeds the 49152-byte limit"),
+    (4, (1, 2, 3, 4), 0, "1 to 3 dimensions"),
+    ("four", 256, 0, "int or a tuple"),
+])
+def test_bad_launch_configurations(saxpy, grid, block, shared, message):
+    x, y, z = arrays(saxpy)
+    with pytest.raises(KernelArgumentError, match=message):
+        saxpy.saxpy(grid, block, (1000, 2.0, x, y, z), shared_mem=shared)
+
+
+def test_unknown_kernel_lists_the_ones_there(saxpy):
+    with pytest.raises(KernelArgumentError, match="no __global__ kernel named 'saxpi'; it defines: saxpy"):
+        saxpy.get_function("saxpi")
+
+
+def test_arrays_of_the_other_backend_are_refused(saxpy):
+    n = 10
+    if saxpy.backend.name == "gpu":
+        host = np.ones(n, np.float32)
+        with pytest.raises(KernelArgumentError, match="NumPy array.*CuPy array"):
+            saxpy.saxpy(1, 32, (n, 1.0, host, host, host))
+    else:
+        as_list = [1.0] * n
+        with pytest.raises(KernelArgumentError, match="'x'.*got list.*needs a NumPy array"):
+            saxpy.saxpy(1, 32, (n, 1.0, as_list, as_list, as_list))
+
+
+def test_compile_error_names_file_line_and_source(backend, tmp_path):
+    bad = tmp_path / "broken.cu"
+    bad.write_text('extern "C" __global__ void k(float* x)\n{\n    x[0] = not_declared * 2.0f;\n}\n')
+    with pytest.raises(KernelCompileError) as info:
+        gpulab.load_module(bad, backend)
+    err = info.value
+    assert err.line == 3
+    assert "broken.cu line 3" in str(err) and "not_declared" in str(err)
+    assert "x[0] = not_declared * 2.0f;" in str(err)
+    assert err.log
+
+
+def test_missing_kernel_file():
+    with pytest.raises(FileNotFoundError, match="kernel file 'nowhere/none.cu' not found"):
+        gpulab.load_module("nowhere/none.cu", "cpu")
+
+
+def test_constant_memory_is_filled_and_size_checked(backend, tmp_path):
+    src = tmp_path / "const.cu"
+    src.write_text('__constant__ float weights[4];\n'
+                   'extern "C" __global__ void dot4(const float* x, float* out, int n)\n{\n'
+                   '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+                   '    if (i < n) { float s = 0.0f;\n'
+                   '        for (int k = 0; k < 4; ++k) s += weights[k] * x[4 * i + k];\n'
+                   '        out[i] = s; }\n}\n')
+    module = gpulab.load_module(src, backend)
+    w = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    module.set_constant("weights", w)
+    x = np.random.default_rng(0).standard_normal(4 * 37).astype(np.float32)
+    out = module.backend.poisoned(37)
+    module.dot4(2, 32, (module.backend.to_device(x), out, 37))
+    gpulab.check(out, x.reshape(37, 4).astype(np.float64) @ w)
+    with pytest.raises(KernelArgumentError, match="holds 16 bytes; got 12 bytes"):
+        module.set_constant("weights", w[:3])
+    with pytest.raises(KernelArgumentError, match="no __constant__ or __device__ symbol 'bias'"):
+        module.set_constant("bias", w)
+
+
+def test_resource_table(saxpy):
+    table = gpulab.resource_table(saxpy)
+    assert list(table.index) == ["saxpy"]
+    if saxpy.backend.name == "gpu":
+        assert table.loc["saxpy", "registers"] > 0
+        assert table.loc["saxpy", "max_threads_per_block"] >= 256
+        occ = kernels.occupancy(saxpy.saxpy, 256)
+        assert 0 < occ["occupancy"] <= 1
+    else:
+        assert table["registers"].isna().all()
+
+
+def test_show_source_renders_the_file_or_one_kernel():
+    shown = gpulab.show_source(SAXPY)
+    assert shown.path == "kernels/measuring/01_saxpy.cu"
+    assert shown._repr_markdown_().startswith("**`kernels/measuring/01_saxpy.cu`**")
+    assert "```cuda" in shown._repr_markdown_()
+    one = gpulab.show_source(SAXPY, kernel="saxpy")
+    assert one.text.lstrip().startswith("extern") and one.text.rstrip().endswith("}")

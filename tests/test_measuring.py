@@ -1,0 +1,41 @@
+"""Chapter 1's kernels, through the same checks the book runs."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.workloads import measuring as saxpy
+
+
+@pytest.mark.parametrize("step", saxpy.STEPS + [saxpy.EXERCISE], ids=lambda s: s.kernel)
+def test_every_step_matches_the_reference(backend, step):
+    result = saxpy.check_steps(backend, steps=[step])
+    assert result["passed"].all(), result[~result["passed"]]
+    assert set(result["n"]) == set(saxpy.CHECK_SIZES)
+
+
+def test_a_kernel_that_skips_an_element_is_caught(backend, tmp_path):
+    # The check must be able to fail: drop the last element's write.
+    source = gpulab.show_source(saxpy.STEPS[0].file).text.replace("if (i < n)", "if (i < n - 1)")
+    broken = tmp_path / "01_saxpy_off_by_one.cu"
+    broken.write_text(source)
+    x, y = saxpy.make_inputs(1000)
+    be = gpulab.get_backend(backend)
+    z = be.poisoned(1000)
+    gpulab.load_module(broken, be).saxpy(4, 256, (1000, saxpy.A, be.to_device(x), be.to_device(y), z))
+    result = gpulab.compare(z, saxpy.reference(saxpy.A, x, y))
+    assert not result.passed and result.unwritten == 1
+
+
+def test_launch_shapes_cover_the_array():
+    assert saxpy.STEPS[0].grid(257) == 2
+    assert saxpy.STEPS[1].grid(4 * 256 + 1) == 2   # the leftover element needs its own thread
+    assert saxpy.EXERCISE.grid(10**9) == 8         # grid-stride: fixed grid
+    assert saxpy.work(10) == {"flops": 20, "bytes": 120}
+
+
+def test_the_recorded_run_has_every_experiment():
+    run = gpulab.load_run(saxpy.CHAPTER)
+    for experiment in ("ladder", "graph", "timers", "first_launch", "transfers", "streams", "ceilings"):
+        assert not run.experiment(experiment).empty
+    assert "H100" in run.gpu
+    assert set(run.experiment("ladder")["size"]) == set(saxpy.SIZES)

@@ -1,0 +1,121 @@
+import json
+
+import pandas as pd
+import pytest
+
+from gpulab import RecordedRunError, plots, roofline, runs
+from gpulab.timing import TIMING_COLUMNS, Timing
+
+META = {"gpu": "NVIDIA Test GPU", "date": "2026-11-23 00:00 UTC", "driver": "580.1",
+        "cuda_runtime": "13.0", "cupy": "14.2.0"}
+
+
+def rows():
+    return [Timing([1.0, 2.0, 3.0]).row("ladder", "step 1", 1024, flops=2048, bytes=12288),
+            Timing([0.5, 0.6]).row("ladder", "step 2", 1024, flops=2048, bytes=12288)]
+
+
+def test_save_and_load_round_trip(tmp_path):
+    path = runs.save_run("demo", rows(), META, root=tmp_path)
+    assert path == tmp_path / "nvidia-test-gpu" / "demo.csv"
+    run = runs.load_run("demo", root=tmp_path)
+    assert list(run.timings.columns[:len(TIMING_COLUMNS)]) == TIMING_COLUMNS
+    assert run.timings["median_ms"].tolist() == [2.0, 0.55]
+    assert "NVIDIA Test GPU" in run.caption and "2026-11-23" in run.caption and "CuPy 14.2.0" in run.caption
+    assert run.experiment("ladder").shape[0] == 2
+
+
+def test_several_gpus_side_by_side(tmp_path):
+    runs.save_run("demo", rows(), META, root=tmp_path)
+    newer = dict(META, gpu="NVIDIA Other GPU", date="2026-12-01 00:00 UTC")
+    runs.save_run("demo", rows(), newer, root=tmp_path)
+    assert set(runs.available_runs(tmp_path)["gpu"]) == {"NVIDIA Test GPU", "NVIDIA Other GPU"}
+    assert runs.load_run("demo", root=tmp_path).gpu == "NVIDIA Other GPU"  # most recent
+    assert runs.load_run("demo", gpu="NVIDIA Test GPU", root=tmp_path).gpu == "NVIDIA Test GPU"
+
+
+def test_missing_run_says_how_to_record(tmp_path):
+    with pytest.raises(RecordedRunError, match="python -m gpulab record nothing"):
+        runs.load_run("nothing", root=tmp_path)
+
+
+def test_missing_experiment_lists_present_ones(tmp_path):
+    runs.save_run("demo", rows(), META, root=tmp_path)
+    with pytest.raises(RecordedRunError, match="no 'transfers' rows; it has: ladder"):
+        runs.load_run("demo", root=tmp_path).experiment("transfers")
+
+
+def test_malformed_files_are_rejected(tmp_path):
+    path = runs.save_run("demo", rows(), META, root=tmp_path)
+    frame = pd.read_csv(path).drop(columns=["median_ms"])
+    frame.to_csv(path, index=False)
+    with pytest.raises(RecordedRunError, match="lacks the columns"):
+        runs.read_run(path)
+    runs.save_run("demo", rows(), META, root=tmp_path)
+    meta_path = path.with_name("demo.meta.json")
+    meta_path.write_text(json.dumps({"gpu": "x"}))
+    with pytest.raises(RecordedRunError, match="lacks"):
+        runs.read_run(path)
+    meta_path.write_text("{not json")
+    with pytest.raises(RecordedRunError, match="not valid JSON"):
+        runs.read_run(path)
+    meta_path.unlink()
+    with pytest.raises(RecordedRunError, match="is missing"):
+        runs.read_run(path)
+
+
+def test_a_run_without_a_gpu_is_refused(tmp_path):
+    with pytest.raises(RecordedRunError, match="not measured on a GPU"):
+        runs.save_run("demo", rows(), dict(META, gpu="none (no CuPy)"), root=tmp_path)
+
+
+def test_non_numeric_times_are_refused(tmp_path):
+    frame = pd.DataFrame(rows())
+    frame["median_ms"] = ["fast", "slow"]
+    with pytest.raises(RecordedRunError, match="must be numeric"):
+        runs.save_run("demo", frame, META, root=tmp_path)
+
+
+def test_committed_runs_are_valid():
+    table = runs.available_runs()
+    assert not table.empty, "labdata/runs/ should hold at least one recorded run"
+    for entry in table.itertuples():
+        run = runs.load_run(entry.chapter, gpu=entry.gpu)
+        assert run.timings["repeats"].min() >= 1
+
+
+def test_timing_summary_statistics():
+    t = Timing([4.0, 1.0, 3.0, 2.0, 100.0])
+    s = t.summary()
+    assert (s["median_ms"], s["min_ms"], s["max_ms"], s["repeats"]) == (3.0, 1.0, 100.0, 5)
+    assert s["q1_ms"] == 2.0 and s["q3_ms"] == 4.0
+    with pytest.raises(ValueError):
+        Timing([])
+
+
+def test_rates_and_floors():
+    frame = roofline.rates(pd.DataFrame(rows()))
+    assert frame["gflops"].iloc[0] == pytest.approx(2048 / 2e-3 / 1e9)
+    assert frame["gbs"].iloc[1] == pytest.approx(12288 / 0.55e-3 / 1e9)
+    assert frame["intensity"].iloc[0] == pytest.approx(2048 / 12288)
+    floors = roofline.floors_ms(flops=1e12, bytes_moved=1e9, peak_gflops=50e3, peak_gbs=3000)
+    assert floors["bound"] == "compute" and floors["floor_ms"] == pytest.approx(20.0)
+    assert roofline.datasheet("NVIDIA H100 80GB HBM3")["memory_gbs"] == 3350
+    assert roofline.datasheet("Some Unknown GPU") is None
+
+
+def test_every_plot_draws_with_its_caption():
+    frame = pd.DataFrame(rows())
+    caption = "NVIDIA Test GPU, recorded 2026-11-23"
+    figures = [
+        plots.speedup_ladder(frame, title="q?", caption=caption, vendor=frame.iloc[:1]),
+        plots.scaling(frame, title="q?", caption=caption),
+        plots.heatmap(frame.assign(block=[64, 128]), x="block", y="variant", title="q?", caption=caption),
+        plots.roofline(roofline.rates(frame), peak_gflops=5e4, peak_gbs=3e3, title="q?", caption=caption),
+        plots.time_breakdown(pd.DataFrame([dict(r, phase=p) for r in rows() for p in ("h2d", "kernel", "d2h")]),
+                             title="q?", caption=caption),
+    ]
+    for fig in figures:
+        texts = [t.get_text() for t in fig.texts]
+        assert caption in texts
+        assert fig.axes[0].get_title(loc="left") == "q?"

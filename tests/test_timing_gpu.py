@@ -1,0 +1,61 @@
+"""Timers against a kernel of known duration (GPU only; never wall-clock asserts in CI)."""
+import pytest
+
+import gpulab
+from gpulab import timing, transfers
+
+pytestmark = pytest.mark.skipif(not gpulab.gpu_available(), reason="needs an NVIDIA GPU")
+
+SPIN = r'''
+extern "C" __global__ void spin(long long nanoseconds)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < nanoseconds);
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def spin_2ms(tmp_path_factory):
+    path = tmp_path_factory.mktemp("k") / "spin.cu"
+    path.write_text(SPIN)
+    module = gpulab.load_module(path, "gpu")
+    return module.spin.bind(1, 1, (2_000_000,))
+
+
+def test_events_measure_the_kernel(spin_2ms):
+    t = timing.benchmark(spin_2ms, warmup=2, repeats=10)
+    assert 1.95 <= t.median_ms <= 2.5
+    assert t.summary()["repeats"] == 10
+
+
+def test_host_timer_without_sync_measures_only_the_launch(spin_2ms):
+    queued = timing.host_timer(spin_2ms, synchronize=False, warmup=1, repeats=5)
+    waited = timing.host_timer(spin_2ms, synchronize=True, warmup=1, repeats=5)
+    assert waited.median_ms >= 1.95
+    # Launches queue behind each other, so without a sync most return at once.
+    assert queued.summary()["min_ms"] < 1.0
+
+
+def test_graph_timing_is_per_launch(spin_2ms):
+    t = timing.graph_benchmark(spin_2ms, launches=3, warmup=1, repeats=3)
+    assert 1.95 <= t.median_ms <= 2.5
+
+
+def test_transfer_phases_add_up():
+    import numpy as np
+    from gpulab.workloads import measuring as saxpy
+
+    fn = saxpy.kernel(saxpy.STEPS[0], "gpu")
+    x, y = saxpy.make_inputs(1 << 20)
+    for memory in transfers.MEMORY_KINDS:
+        rows = {r["phase"]: r for r in transfers.transfer_breakdown(
+            saxpy.launcher(saxpy.STEPS[0], fn), [x, y], (1 << 20,), np.float32,
+            memory=memory, warmup=1, repeats=3)}
+        assert set(rows) == {"h2d", "kernel", "d2h", "total"}
+        assert rows["h2d"]["bytes"] == x.nbytes + y.nbytes
+        assert rows["total"]["median_ms"] >= rows["kernel"]["median_ms"] > 0
+    row = transfers.overlap_with_streams(saxpy.launcher(saxpy.STEPS[0], fn), [x, y], (1 << 20,),
+                                         np.float32, chunks=4, warmup=1, repeats=3)
+    assert row["chunks"] == 4 and row["median_ms"] > 0
