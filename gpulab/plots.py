@@ -29,7 +29,7 @@ def _figure(ax=None, size=None):
 
 
 def _finish(fig, ax, title: str, caption: str | None):
-    ax.set_title(title, loc="left")
+    ax.set_title(title, loc="left", fontweight="bold")
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))

@@ -135,7 +135,8 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                 start, prefetched, done = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event()
                 start.record(stream)
                 if memory == "managed+prefetch":
-                    for device_view, _ in pairs:
+                    # The output too: its pages sit on the host since the host last read it.
+                    for device_view in [d for d, _ in pairs] + [output]:
                         prefetch_to_device(device_view, stream)
                 prefetched.record(stream)
                 launch([d for d, _ in pairs], output)
