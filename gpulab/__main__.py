@@ -35,8 +35,9 @@ def main(argv=None) -> int:
     for chapter in chapters:
         module = workload(chapter)
         start = time.perf_counter()
-        rows = module.benchmark_all(repeats=args.repeats, quick=args.quick)
-        path = runs.save_run(chapter, rows, root=Path(args.out) if args.out else None)
+        result = module.benchmark_all(repeats=args.repeats, quick=args.quick)
+        rows, tables = result if isinstance(result, tuple) else (result, {})
+        path = runs.save_run(chapter, rows, root=Path(args.out) if args.out else None, tables=tables)
         print(f"{chapter}: {len(rows)} rows in {time.perf_counter() - start:.0f} s -> {path}")
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +39,9 @@ class RecordedRun:
     meta: dict
     live: bool = False       # measured in this process rather than loaded from labdata/
     path: Path | None = None
+    #: Side tables recorded with the run (e.g. "resources", "profile"): free-form
+    #: DataFrames saved as ``<chapter>.<name>.csv`` beside the timings.
+    tables: dict = field(default_factory=dict)
 
     @property
     def gpu(self) -> str:
@@ -75,8 +78,8 @@ def run_dir(gpu: str, root: Path | None = None) -> Path:
 
 
 def save_run(chapter: str, rows: list[dict] | pd.DataFrame, meta: dict | None = None,
-             root: Path | None = None) -> Path:
-    """Validate and write a chapter's rows and metadata; return the CSV path."""
+             root: Path | None = None, tables: dict | None = None) -> Path:
+    """Validate and write a chapter's rows, side tables and metadata; return the CSV path."""
     meta = dict(meta or describe())
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     _validate_frame(frame, f"rows for chapter '{chapter}'")
@@ -86,7 +89,12 @@ def save_run(chapter: str, rows: list[dict] | pd.DataFrame, meta: dict | None = 
     extra = [c for c in frame.columns if c not in TIMING_COLUMNS]
     csv_path = folder / f"{chapter}.csv"
     frame[TIMING_COLUMNS + extra].to_csv(csv_path, index=False, float_format="%.6g")
+    for name, table in (tables or {}).items():
+        if not re.fullmatch(r"[a-z0-9_]+", name):
+            raise ValueError(f"table names are lower-case words, got {name!r}")
+        pd.DataFrame(table).to_csv(folder / f"{chapter}.{name}.csv", index=False, float_format="%.6g")
     meta["chapter"] = chapter
+    meta["tables"] = sorted(tables or {})
     (folder / f"{chapter}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return csv_path
 
@@ -143,15 +151,25 @@ def read_run(csv_path: Path) -> RecordedRun:
         raise RecordedRunError(f"{meta_path} is not valid JSON: {exc}") from None
     _validate_frame(frame, str(csv_path))
     _validate_meta(meta, str(meta_path))
-    return RecordedRun(chapter=chapter, timings=frame, meta=meta, path=csv_path)
+    tables = {}
+    for name in meta.get("tables", []):
+        table_path = csv_path.with_name(f"{chapter}.{name}.csv")
+        if not table_path.is_file():
+            raise RecordedRunError(f"{meta_path} lists the table '{name}' but {table_path} is missing")
+        tables[name] = pd.read_csv(table_path)
+    return RecordedRun(chapter=chapter, timings=frame, meta=meta, path=csv_path, tables=tables)
 
 
 def live_or_recorded(chapter: str, measure, gpu: str | None = None) -> RecordedRun:
-    """Measure now when a GPU is usable (``measure()`` returns rows), else load
-    the recorded run: the one call every chapter makes before its figures."""
+    """Measure now when a GPU is usable, else load the recorded run: the one
+    call every chapter makes before its figures. ``measure()`` returns timing
+    rows, or a pair (rows, {table name: DataFrame})."""
     if gpu_available():
         meta = describe()
-        return RecordedRun(chapter=chapter, timings=pd.DataFrame(measure()), meta=meta, live=True)
+        result = measure()
+        rows, tables = result if isinstance(result, tuple) else (result, {})
+        return RecordedRun(chapter=chapter, timings=pd.DataFrame(rows), meta=meta, live=True,
+                           tables={k: pd.DataFrame(v) for k, v in tables.items()})
     return load_run(chapter, gpu)
 
 

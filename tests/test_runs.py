@@ -25,6 +25,18 @@ def test_save_and_load_round_trip(tmp_path):
     assert run.experiment("ladder").shape[0] == 2
 
 
+def test_side_tables_round_trip(tmp_path):
+    resources = pd.DataFrame({"kernel": ["a", "b"], "registers": [32, 64]})
+    path = runs.save_run("demo", rows(), META, root=tmp_path, tables={"resources": resources})
+    run = runs.load_run("demo", root=tmp_path)
+    assert run.tables["resources"]["registers"].tolist() == [32, 64]
+    path.with_name("demo.resources.csv").unlink()
+    with pytest.raises(RecordedRunError, match="lists the table 'resources'"):
+        runs.load_run("demo", root=tmp_path)
+    with pytest.raises(ValueError, match="lower-case words"):
+        runs.save_run("demo", rows(), META, root=tmp_path, tables={"Bad Name": resources})
+
+
 def test_several_gpus_side_by_side(tmp_path):
     runs.save_run("demo", rows(), META, root=tmp_path)
     newer = dict(META, gpu="NVIDIA Other GPU", date="2026-12-01 00:00 UTC")
