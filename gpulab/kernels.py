@@ -97,8 +97,10 @@ def _dim3(value, what: str) -> tuple[int, int, int]:
         dims = (int(value),)
     else:
         try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
             dims = tuple(int(v) for v in value)
-        except TypeError:
+        except (TypeError, ValueError):
             raise KernelArgumentError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}") from None
     if not 1 <= len(dims) <= 3:
         raise KernelArgumentError(f"{what} must have 1 to 3 dimensions, got {value!r}")

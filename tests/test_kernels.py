@@ -56,7 +56,7 @@ def test_bad_arguments_name_the_parameter(saxpy, args, message):
 
 @pytest.mark.parametrize("grid, block, shared, message", [
     (4, 2048, 0, "2048 threads"),
-    (4, (32, 1, 128), 0, "block.z = 128"),
+    (4, (1, 1, 128), 0, "block.z = 128"),
     (0, 256, 0, "at least 1"),
     ((1, 70000), 256, 0, "grid.y = 70000"),
     (4, 256, 64 * 1024, "exceeds the 49152-byte limit"),
@@ -142,4 +142,6 @@ def test_show_source_renders_the_file_or_one_kernel():
     assert shown._repr_markdown_().startswith("**`kernels/measuring/01_saxpy.cu`**")
     assert "```cuda" in shown._repr_markdown_()
     one = gpulab.show_source(SAXPY, kernel="saxpy")
-    assert one.text.lstrip().startswith("extern") and one.text.rstrip().endswith("}")
+    # One kernel: its comment block, its signature and its body, nothing after.
+    assert one.text.lstrip().startswith("//") and one.text.rstrip().endswith("}")
+    assert "__global__ void saxpy" in one.text
