@@ -21,7 +21,7 @@ import pandas as pd
 from . import paths
 from .device import default_backend, require_gpu
 from .errors import KernelArgumentError, KernelCompileError, KernelLaunchError
-from .signature import KernelSignature, Param, parse_kernels
+from .signature import KernelSignature, Param, parse_kernels, strip_comments
 
 #: CUDA's limits on launch shapes (the same on every GPU since compute capability 3.0).
 MAX_THREADS_PER_BLOCK = 1024
@@ -273,7 +273,7 @@ class Module:
         except Exception as exc:
             raise KernelArgumentError(f"{self.path} has no __constant__ or __device__ symbol "
                                       f"'{name}' ({exc})") from None
-        size = symbol.mem.size if self.backend.name == "gpu" else symbol.nbytes
+        size = self._gpu_symbol_size(name) if self.backend.name == "gpu" else symbol.nbytes
         if host.nbytes != size:
             raise KernelArgumentError(
                 f"{self.path}: symbol '{name}' holds {size} bytes; got {host.nbytes} bytes "
@@ -282,6 +282,16 @@ class Module:
             symbol.copy_from_host(host.ctypes.data, host.nbytes)
         else:
             symbol[:] = host.view(np.uint8).ravel()
+
+    def _gpu_symbol_size(self, name: str) -> int:
+        try:
+            holder = self.raw.get_global(SIZEOF_PREFIX + name)
+        except Exception:
+            raise KernelArgumentError(f"{self.path}: '{name}' is not a __constant__ symbol gpulab can "
+                                      "size; declare it as `__constant__ T name[N];`") from None
+        size = np.zeros(1, np.uint64)
+        holder.copy_to_host(size.ctypes.data, size.nbytes)
+        return int(size[0])
 
     def __getattr__(self, name: str) -> Kernel:
         # Lets notebooks write module.saxpy(...) as well as get_function("saxpy").
@@ -319,12 +329,26 @@ def _compile_error(path: Path, source: str, log: str, file_re=_NVRTC_ERROR) -> K
     return KernelCompileError(message, path=shown, line=line, log=log)
 
 
+_CONSTANT_DECL = re.compile(r"__constant__\s+[^;{}()]*?\b([A-Za-z_]\w*)\s*(?:\[[^;]*\])?\s*;")
+SIZEOF_PREFIX = "gpulab_sizeof_"
+
+
+def _with_symbol_sizes(source: str) -> str:
+    """Append, for each ``__constant__`` symbol, a device variable holding its
+    size: CuPy's ``get_global`` gives a symbol's address but not its size, and
+    ``set_constant`` must refuse a host array of the wrong size. Appended at
+    the end, so compiler messages keep the user's line numbers."""
+    names = _CONSTANT_DECL.findall(strip_comments(source))
+    lines = [f"__device__ unsigned long long {SIZEOF_PREFIX}{n} = sizeof({n});" for n in names]
+    return source + ("\n" + "\n".join(lines) + "\n" if lines else "")
+
+
 def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
     import cupy
 
     include = ("-I" + str(paths.KERNELS), "-I" + str(path.parent))
     opts = ("-std=c++17", "--generate-line-info") + include + tuple(options)
-    module = cupy.RawModule(code=source, options=opts)
+    module = cupy.RawModule(code=_with_symbol_sizes(source), options=opts)
     try:
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:

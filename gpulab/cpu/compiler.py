@@ -1,0 +1,225 @@
+"""Turn a CUDA C source into a shared object with g++, cached on disk.
+
+The source is compiled as written, with ``include/gpulab_cuda_cpu.h``
+force-included; a generated tail (after a ``#line``, so messages keep the
+user's line numbers) adds one ``extern "C"`` thunk per kernel, one accessor per
+``__constant__``/``__device__`` variable and the runtime (``runtime.cpp``).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import KernelCompileError
+from ..signature import KernelSignature, parse_kernels, strip_comments
+
+HERE = Path(__file__).resolve().parent
+INCLUDE_DIR = HERE / "include"
+RUNTIME = HERE / "runtime.cpp"
+PRELUDE = INCLUDE_DIR / "gpulab_cuda_cpu.h"
+
+# -fstack-clash-protection makes a large local array touch its stack page by
+# page, so a thread that outgrows its fiber stack hits the guard page below it
+# instead of silently writing into another thread's stack.
+FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
+         "-fvisibility=hidden", "-fstack-clash-protection", "-Wno-unknown-pragmas", "-Wno-attributes")
+# Bump when the generated code changes in a way the hashed inputs do not show.
+FORMAT_VERSION = "1"
+
+_EXTERN_SHARED = re.compile(
+    r"^([ \t]*)extern[ \t]+__shared__[ \t]+(.+?)[ \t]*\b([A-Za-z_]\w*)[ \t]*\[[ \t]*\][ \t]*;", re.M)
+_ALIGN = re.compile(r"__align__\s*\(\s*\d+\s*\)")
+_VARIABLE_HEAD = re.compile(r"\b(?:__constant__|__device__)\b")
+_DECLARED_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A compiled module on disk and what the generated tail exports."""
+
+    library: Path
+    kernels: dict[str, KernelSignature]
+    symbols: tuple[str, ...]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("GPULAB_CACHE")
+    path = Path(root) / "cpu" if root else Path.home() / ".cache" / "gpulab" / "cpu"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity() -> str:
+    try:
+        out = subprocess.run(["g++", "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise KernelCompileError(
+            f"the CPU backend needs the GNU C++ compiler g++, which is not usable here ({exc}); "
+            "install it (e.g. apt-get install g++)", path="", line=None, log=str(exc)) from exc
+    return out.splitlines()[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_sources() -> bytes:
+    files = sorted(INCLUDE_DIR.iterdir()) + [RUNTIME]
+    return b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files if f.is_file())
+
+
+def rewrite_dynamic_shared(source: str) -> str:
+    """Replace each ``extern __shared__ T name[];`` line, on the same line, by
+    a pointer to the launch's dynamic shared memory of the running block."""
+    clean = strip_comments(source)
+    pieces, last = [], 0
+    for match in _EXTERN_SHARED.finditer(clean):
+        indent, ctype, name = match.group(1), _ALIGN.sub(" ", match.group(2)).strip(), match.group(3)
+        depth = clean.count("{", 0, match.start()) - clean.count("}", 0, match.start())
+        if depth > 0:
+            text = f"{indent}{ctype}* const {name} = static_cast<{ctype}*>(gpulab::dynamic_shared());"
+        else:
+            text = f"#define {name} (static_cast<{ctype}*>(gpulab::dynamic_shared()))"
+        pieces += [source[last:match.start()], text]
+        last = match.end()
+    pieces.append(source[last:])
+    return "".join(pieces)
+
+
+def global_symbols(source: str) -> tuple[str, ...]:
+    """Names of the ``__constant__`` and ``__device__`` variables (not functions)."""
+    clean = strip_comments(source)
+    clean = re.sub(r'"(?:\\.|[^"\\])*"', '""', clean)
+    names = []
+    for match in _VARIABLE_HEAD.finditer(clean):
+        head, stop = _declaration_head(clean, match.end())
+        if stop not in (";", "="):
+            continue  # a function or a type, not a variable
+        head = _VARIABLE_HEAD.sub(" ", head)
+        if re.search(r"\b(extern|typedef|struct|class|using|template)\b", head):
+            continue
+        found = _DECLARED_NAME.search(head.strip())
+        if found and found.group(1) not in names:
+            names.append(found.group(1))
+    return tuple(names)
+
+
+def _declaration_head(text: str, start: int) -> tuple[str, str]:
+    """The declaration text from ``start`` up to the first ';', '=', '(' or '{'
+    outside array brackets, and that character ('' at the end of the text)."""
+    depth = 0
+    for pos in range(start, len(text)):
+        ch = text[pos]
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth == 0 and ch in ";=({":
+            return text[start:pos], ch
+    return text[start:], ""
+
+
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def generated_tail(kernels: dict[str, KernelSignature], symbols: tuple[str, ...]) -> str:
+    lines = ['#line 1 "<gpulab-cpu generated code>"', f"#include {_c_string(str(RUNTIME))}"]
+    for name in kernels:
+        lines.append(f'GPULAB_EXPORT void gpulab_thunk_{name}(void** args) '
+                     f'{{ gpulab::invoke_kernel({name}, args); }}')
+    for name in symbols:
+        lines.append(f'GPULAB_EXPORT void* gpulab_symbol_{name}(size_t* bytes) '
+                     f'{{ *bytes = sizeof({name}); return (void*)&{name}; }}')
+    return "\n".join(lines) + "\n"
+
+
+def _included_files(source: str, search: list[Path], seen: set[Path]) -> list[Path]:
+    """User headers the source includes, recursively (system headers are
+    covered by the compiler's identity)."""
+    found = []
+    for name in _INCLUDE.findall(strip_comments(source)):
+        for folder in search:
+            candidate = (folder / name).resolve()
+            if candidate.is_file() and candidate not in seen and INCLUDE_DIR not in candidate.parents:
+                seen.add(candidate)
+                found.append(candidate)
+                text = candidate.read_text(errors="replace")
+                found += _included_files(text, [candidate.parent, *search], seen)
+                break
+    return found
+
+
+def _compiler_options(options: tuple[str, ...]) -> list[str]:
+    """Keep the options that mean something to g++ (macros, include paths, the
+    language standard); NVRTC's code-generation options are dropped."""
+    kept = []
+    for option in options:
+        if option.startswith(("-D", "-U", "-I")):
+            kept.append(option)
+        elif re.fullmatch(r"--?std=c\+\+\d\d", option):
+            kept.append("-" + option.lstrip("-"))
+    return kept
+
+
+def build(source: str, *, filename: str, include_dirs=(), options=()) -> Built:
+    kernels = parse_kernels(source)
+    symbols = global_symbols(source)
+    user_dir = Path(filename).resolve().parent
+    search = [d for d in [user_dir, *map(Path, include_dirs)] if d.is_dir()]
+    text = (f"#line 1 {_c_string(filename)}\n" + rewrite_dynamic_shared(source)
+            + "\n" + generated_tail(kernels, symbols))
+    extra = _compiler_options(tuple(options))
+    command_flags = [*FLAGS, *extra, "-I", str(INCLUDE_DIR), *(f"-I{d}" for d in search),
+                     "-include", str(PRELUDE)]
+
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, compiler_identity(), " ".join(command_flags), text):
+        digest.update(part.encode() + b"\0")
+    digest.update(_runtime_sources())
+    for path in _included_files(source, search, set()):
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    key = digest.hexdigest()[:32]
+
+    folder = cache_dir()
+    library = folder / f"{key}.so"
+    if not library.exists():
+        _compile(text, library, command_flags, filename, source)
+    return Built(library=library, kernels=kernels, symbols=symbols)
+
+
+def _compile(text: str, library: Path, flags: list[str], filename: str, source: str) -> None:
+    folder = library.parent
+    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as tmp:
+        cpp = Path(tmp) / "module.cpp"
+        cpp.write_text(text)
+        # Relative includes must resolve against the user's folder, not the temp one.
+        user_dir = str(Path(filename).resolve().parent)
+        out = Path(tmp) / "module.so"
+        command = ["g++", *flags, "-iquote", user_dir, str(cpp), "-o", str(out)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise _compile_error(result.stderr or result.stdout, filename, source)
+        os.replace(out, library)  # atomic: a concurrent process sees all or nothing
+
+
+def _compile_error(log: str, filename: str, source: str) -> KernelCompileError:
+    errors = list(_ERROR.finditer(log))
+    if not errors:
+        return KernelCompileError(f"{filename}: g++ failed:\n{log.strip()[-3000:]}",
+                                  path=filename, line=None, log=log)
+    first = next((e for e in errors if e.group("file") == filename), errors[0])
+    path, line, message = first.group("file"), int(first.group("line")), first.group("msg")
+    if path == filename:
+        lines = source.splitlines()
+    else:
+        try:
+            lines = Path(path).read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+    quoted = f"\n{line:>5} | {lines[line - 1]}" if 0 < line <= len(lines) else ""
+    return KernelCompileError(f"{path} line {line}: error: {message}{quoted}",
+                              path=path, line=line, log=log)

@@ -1,0 +1,2 @@
+// See cuda_fp16.h beside this file.
+#include <cuda_fp16.h>

@@ -1,0 +1,893 @@
+// The CPU backend's runtime: fibers, the per-OS-thread block scheduler,
+// barriers, warp operations, bounds-checked buffers and the fault handler.
+// It is compiled into every kernel module (included at the end of the
+// generated source), so each module is one self-contained shared object.
+// libstdc++ spells some attributes __noinline__, which the CUDA header has made a macro.
+#pragma push_macro("__noinline__")
+#undef __noinline__
+// The runtime names the fields of ThreadView, which kernels see as macros.
+#pragma push_macro("threadIdx")
+#pragma push_macro("blockIdx")
+#pragma push_macro("blockDim")
+#pragma push_macro("gridDim")
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <atomic>
+#if !defined(__x86_64__) || defined(GPULAB_USE_UCONTEXT)
+#define GPULAB_UCONTEXT 1
+#include <ucontext.h>
+#endif
+#pragma pop_macro("__noinline__")
+
+#define GPULAB_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gpulab {
+
+thread_local ThreadView* current_view;
+
+namespace {
+
+constexpr size_t kStackBytes = 128 * 1024;
+constexpr size_t kCanaryMin = 256;
+constexpr unsigned char kCanary = 0xA5;
+constexpr int kMaxWorkers = 256;
+
+enum FiberState { READY, BLOCK_WAIT, WARP_WAIT, DONE, FAILED };
+enum Schedule { IN_ORDER = 0, REVERSE = 1, SHUFFLE = 2 };
+
+#ifndef GPULAB_UCONTEXT
+// Saves the callee-saved registers and the floating-point control words on
+// the current stack, stores the stack pointer in *save and continues on the
+// stack 'load' (a frame saved by this function or made by new_frame).
+extern "C" void gpulab_swap_context(void** save, void* load);
+asm(R"(
+    .text
+    .p2align 4
+    .globl gpulab_swap_context
+    .hidden gpulab_swap_context
+    .type gpulab_swap_context, @function
+gpulab_swap_context:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size gpulab_swap_context, .-gpulab_swap_context
+)");
+#endif
+
+struct Fiber {
+    ThreadView view;
+    int warp, lane;
+    FiberState state;
+    const char* wait_file;
+    int wait_line;
+    int barrier_predicate;
+    WarpOp warp_op;
+    unsigned warp_mask;
+    unsigned long long warp_value, warp_result;
+    int warp_arg, warp_width;
+    char* stack_top;
+#ifdef GPULAB_UCONTEXT
+    ucontext_t context;
+#else
+    void* sp;
+#endif
+};
+
+struct Guarded {
+    void* original;
+    size_t bytes, itemsize;
+    const char* name;
+    int writable;
+    char* map;
+    size_t map_bytes;
+    char* data;
+    char* back_guard;
+};
+
+struct Launch;
+
+struct Worker {
+    Launch* launch;
+    pthread_t thread;
+    Fiber* fibers;
+    int nthreads;
+    char* stacks;
+    size_t stacks_bytes;
+    char* dynamic_shared;
+    int* order;
+    Fiber* running;
+    int block_waiting, warp_waiting, done;
+    int barrier_result;
+    unsigned long long rng;
+    unsigned live_lanes[32];
+    unsigned existing_lanes[32];
+    sigjmp_buf fault_jump;
+    void* fault_address;
+    int fault_signal, fault_is_write;
+    char* alt_stack;
+#ifdef GPULAB_UCONTEXT
+    ucontext_t scheduler_context;
+#else
+    void* scheduler_sp;
+    unsigned long long fp_control;
+#endif
+};
+
+struct Launch {
+    void (*thunk)(void**);
+    void** args;
+    const char* kernel;
+    dim3 grid, block;
+    size_t shared_bytes;
+    int schedule;
+    unsigned long long seed;
+    long nblocks;
+    unsigned* block_order;
+    std::atomic<long> next_block;
+    std::atomic<int> failed;
+    pthread_mutex_t error_lock;
+    char* error;
+    size_t error_size;
+    Guarded* guarded;
+    int nguarded;
+    int bounds_checked;
+};
+
+thread_local Worker* current_worker;
+
+// The fault handler cannot touch thread_local storage safely on a thread that
+// never used it, so it finds its worker by thread id in this table.
+std::atomic<Worker*> worker_slots[kMaxWorkers];
+pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
+int handler_users;
+struct sigaction previous_segv, previous_bus, previous_fpe;
+
+long floor_div(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+unsigned long long splitmix(unsigned long long& state) {
+    unsigned long long z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void fail(Launch* L, const char* format, ...) {
+    pthread_mutex_lock(&L->error_lock);
+    if (!L->failed.load()) {
+        va_list ap;
+        va_start(ap, format);
+        vsnprintf(L->error, L->error_size, format, ap);
+        va_end(ap);
+        L->failed.store(1);
+    }
+    pthread_mutex_unlock(&L->error_lock);
+}
+
+void resume(Worker* w, Fiber* f) {
+    w->running = f;
+    current_view = &f->view;
+#ifdef GPULAB_UCONTEXT
+    swapcontext(&w->scheduler_context, &f->context);
+#else
+    gpulab_swap_context(&w->scheduler_sp, f->sp);
+#endif
+    w->running = nullptr;
+}
+
+void yield_to_scheduler(Worker* w, Fiber* f) {
+#ifdef GPULAB_UCONTEXT
+    swapcontext(&f->context, &w->scheduler_context);
+#else
+    gpulab_swap_context(&f->sp, w->scheduler_sp);
+#endif
+}
+
+void fiber_main() {
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    w->launch->thunk(w->launch->args);
+    f->state = DONE;
+    w->done++;
+    w->live_lanes[f->warp] &= ~(1u << f->lane);
+    yield_to_scheduler(w, f);
+    __builtin_unreachable();
+}
+
+void start_fiber(Worker* w, Fiber* f) {
+#ifdef GPULAB_UCONTEXT
+    getcontext(&f->context);
+    f->context.uc_stack.ss_sp = f->stack_top - kStackBytes;
+    f->context.uc_stack.ss_size = kStackBytes;
+    f->context.uc_link = nullptr;
+    makecontext(&f->context, fiber_main, 0);
+#else
+    unsigned long long* sp = reinterpret_cast<unsigned long long*>(f->stack_top);
+    *--sp = 0;                                              // fiber_main's return address: never used
+    *--sp = reinterpret_cast<unsigned long long>(&fiber_main);  // where the swap's 'ret' goes
+    for (int i = 0; i < 6; ++i) *--sp = 0;                  // rbp rbx r12-r15
+    *--sp = w->fp_control;
+    f->sp = sp;
+#endif
+}
+
+const char* warp_op_name(WarpOp op) {
+    switch (op) {
+        case SHFL_IDX: return "__shfl_sync";
+        case SHFL_UP: return "__shfl_up_sync";
+        case SHFL_DOWN: return "__shfl_down_sync";
+        case SHFL_XOR: return "__shfl_xor_sync";
+        case BALLOT: return "__ballot_sync";
+        case ANY: return "__any_sync";
+        case ALL: return "__all_sync";
+        case SYNCWARP: return "__syncwarp";
+        default: return "__reduce_*_sync";
+    }
+}
+
+int append(char* buffer, size_t size, int used, const char* format, ...) {
+    if (used >= (int)size) return used;
+    va_list ap;
+    va_start(ap, format);
+    int n = vsnprintf(buffer + used, size - used, format, ap);
+    va_end(ap);
+    return used + (n > 0 ? n : 0);
+}
+
+// Describes where the threads of a block that cannot go on are waiting,
+// one line per distinct (state, barrier site), in thread order.
+void report_stuck_block(Worker* w, const char* headline) {
+    Launch* L = w->launch;
+    char text[3000];
+    const ThreadView& v0 = w->fibers[0].view;
+    int used = append(text, sizeof text, 0, "kernel '%s', block (%u,%u,%u): %s\n", L->kernel,
+                      v0.blockIdx.x, v0.blockIdx.y, v0.blockIdx.z, headline);
+    static thread_local bool listed[1024];
+    for (int i = 0; i < w->nthreads; ++i) listed[i] = false;
+    int groups = 0;
+    for (int i = 0; i < w->nthreads && groups < 8; ++i) {
+        if (listed[i]) continue;
+        Fiber& a = w->fibers[i];
+        int count = 0, last = i;
+        for (int j = i; j < w->nthreads; ++j) {
+            Fiber& b = w->fibers[j];
+            bool same = b.state == a.state &&
+                        (a.state == DONE || (b.wait_line == a.wait_line && strcmp(b.wait_file, a.wait_file) == 0 &&
+                                             (a.state != WARP_WAIT || b.warp_mask == a.warp_mask)));
+            if (same) { listed[j] = true; ++count; last = j; }
+        }
+        ++groups;
+        const uint3 t = a.view.threadIdx, u = w->fibers[last].view.threadIdx;
+        used = append(text, sizeof text, used, "  %d thread%s (threadIdx (%u,%u,%u)%s", count,
+                      count == 1 ? "" : "s", t.x, t.y, t.z, count == 1 ? "" : " to ");
+        if (count > 1) used = append(text, sizeof text, used, "(%u,%u,%u)", u.x, u.y, u.z);
+        if (a.state == DONE)
+            used = append(text, sizeof text, used, ") %s exited the kernel\n", count == 1 ? "has" : "have");
+        else if (a.state == BLOCK_WAIT)
+            used = append(text, sizeof text, used, ") wait%s at __syncthreads() at %s:%d\n",
+                          count == 1 ? "s" : "", a.wait_file, a.wait_line);
+        else
+            used = append(text, sizeof text, used, ") wait%s at %s(mask 0x%08x) at %s:%d\n",
+                          count == 1 ? "s" : "", warp_op_name(a.warp_op), a.warp_mask, a.wait_file, a.wait_line);
+    }
+    append(text, sizeof text, used,
+           "Every thread of a block must reach the same __syncthreads() (and every lane named in a "
+           "warp operation's mask must call it): a barrier inside a branch or after an early return "
+           "that only some threads take hangs a GPU or gives undefined results.");
+    fail(L, "%s", text);
+}
+
+bool release_block_barrier(Worker* w) {
+    Fiber* first = &w->fibers[0];
+    int count = 0;
+    for (int i = 0; i < w->nthreads; ++i) {
+        Fiber& f = w->fibers[i];
+        if (f.wait_line != first->wait_line || strcmp(f.wait_file, first->wait_file) != 0) {
+            report_stuck_block(w, "its threads wait at different __syncthreads() calls");
+            return false;
+        }
+        count += f.barrier_predicate;
+    }
+    w->barrier_result = count;
+    for (int i = 0; i < w->nthreads; ++i) w->fibers[i].state = READY;
+    w->block_waiting = 0;
+    return true;
+}
+
+unsigned long long warp_result(const Fiber* lanes, unsigned group, int lane) {
+    const Fiber& me = lanes[lane];
+    int width = me.warp_width;
+    if (width < 1 || width > 32 || (width & (width - 1))) width = 32;
+    const int segment = lane & ~(width - 1), in_segment = lane & (width - 1);
+    int source = lane;
+    switch (me.warp_op) {
+        case SHFL_IDX: source = segment + (me.warp_arg & (width - 1)); break;
+        case SHFL_UP: source = in_segment - me.warp_arg < 0 ? lane : lane - me.warp_arg; break;
+        case SHFL_DOWN: source = in_segment + me.warp_arg >= width ? lane : lane + me.warp_arg; break;
+        case SHFL_XOR:
+            source = lane ^ me.warp_arg;
+            if (source < segment || source >= segment + width) source = lane;
+            break;
+        default: break;
+    }
+    if (me.warp_op <= SHFL_XOR)
+        return (source >= 0 && source < 32 && (group >> source & 1u)) ? lanes[source].warp_value : me.warp_value;
+    unsigned ballot = 0;
+    unsigned long long sum = 0, all_and = ~0ull, any_or = 0, any_xor = 0;
+    long long smin = LLONG_MAX, smax = LLONG_MIN;
+    unsigned long long umin_ = ~0ull, umax_ = 0;
+    for (int l = 0; l < 32; ++l) {
+        if (!(group >> l & 1u)) continue;
+        const unsigned long long v = lanes[l].warp_value;
+        const long long s = (int)(unsigned)v;
+        if (v) ballot |= 1u << l;
+        sum += v; all_and &= v; any_or |= v; any_xor ^= v;
+        if (s < smin) smin = s;
+        if (s > smax) smax = s;
+        if (v < umin_) umin_ = v;
+        if (v > umax_) umax_ = v;
+    }
+    switch (me.warp_op) {
+        case BALLOT: return ballot;
+        case ANY: return ballot != 0;
+        case ALL: return ballot == group;
+        case REDUCE_ADD: return (unsigned)sum;
+        case REDUCE_MIN: return (unsigned)(int)smin;
+        case REDUCE_MAX: return (unsigned)(int)smax;
+        case REDUCE_UMIN: return umin_;
+        case REDUCE_UMAX: return umax_;
+        case REDUCE_AND: return (unsigned)all_and;
+        case REDUCE_OR: return (unsigned)any_or;
+        case REDUCE_XOR: return (unsigned)any_xor;
+        default: return 0;
+    }
+}
+
+// Releases every group of lanes whose mask's lanes have all arrived at a
+// warp operation with that same mask.  Results are computed here, at release,
+// so a lane that runs ahead into its next shuffle cannot overwrite a value
+// another lane has yet to read.
+bool release_warps(Worker* w) {
+    bool released = false;
+    for (int i = 0; i < w->nthreads && w->warp_waiting; ++i) {
+        Fiber& f = w->fibers[i];
+        if (f.state != WARP_WAIT) continue;
+        Fiber* lanes = &w->fibers[f.warp * 32];
+        const unsigned group = f.warp_mask;
+        bool complete = true;
+        for (int l = 0; l < 32 && complete; ++l)
+            if (group >> l & 1u) complete = lanes[l].state == WARP_WAIT && lanes[l].warp_mask == group;
+        if (!complete) continue;
+        for (int l = 0; l < 32; ++l)
+            if (group >> l & 1u) lanes[l].warp_result = warp_result(lanes, group, l);
+        for (int l = 0; l < 32; ++l)
+            if (group >> l & 1u) { lanes[l].state = READY; --w->warp_waiting; }
+        released = true;
+    }
+    return released;
+}
+
+void prepare_block(Worker* w, long block) {
+    Launch* L = w->launch;
+    const uint3 b = {(unsigned)(block % L->grid.x), (unsigned)(block / L->grid.x % L->grid.y),
+                     (unsigned)(block / ((long)L->grid.x * L->grid.y))};
+    for (int i = 0; i < w->nthreads; ++i) {
+        Fiber& f = w->fibers[i];
+        f.view.blockIdx = b;
+        f.state = READY;
+        start_fiber(w, &f);
+    }
+    for (int i = 0; i < 32; ++i) w->live_lanes[i] = w->existing_lanes[i];
+    w->block_waiting = w->warp_waiting = w->done = 0;
+    unsigned long long state = L->seed ^ (0xD1B54A32D192ED03ull * (unsigned long long)(block + 1));
+    w->rng = splitmix(state);
+}
+
+bool run_block(Worker* w, long block) {
+    Launch* L = w->launch;
+    prepare_block(w, block);
+    const int n = w->nthreads;
+    for (;;) {
+        int ready = 0;
+        if (L->schedule == REVERSE) {
+            for (int i = n - 1; i >= 0; --i) if (w->fibers[i].state == READY) w->order[ready++] = i;
+        } else {
+            for (int i = 0; i < n; ++i) if (w->fibers[i].state == READY) w->order[ready++] = i;
+        }
+        if (L->schedule == SHUFFLE) {
+            for (int i = ready - 1; i > 0; --i) {
+                const int j = (int)(splitmix(w->rng) % (unsigned long long)(i + 1));
+                const int t = w->order[i]; w->order[i] = w->order[j]; w->order[j] = t;
+            }
+        }
+        for (int k = 0; k < ready; ++k) {
+            resume(w, &w->fibers[w->order[k]]);
+            if (L->failed.load(std::memory_order_relaxed)) return false;
+        }
+        if (w->warp_waiting && release_warps(w)) continue;
+        if (ready) continue;
+        if (w->done == n) return true;
+        if (w->block_waiting == n) {
+            if (!release_block_barrier(w)) return false;
+            continue;
+        }
+        report_stuck_block(w, w->warp_waiting
+            ? "its threads can never all meet: some wait at a warp operation for lanes that are elsewhere"
+            : "some of its threads wait at __syncthreads() while others have exited, so the barrier never opens");
+        return false;
+    }
+}
+
+// ------------------------------------------------------------ fault handling
+
+const Guarded* find_guarded(Launch* L, const char* address, const char** where) {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < L->nguarded; ++i) {
+        const Guarded& g = L->guarded[i];
+        if (address >= g.back_guard && address < g.back_guard + page) { *where = "past the end"; return &g; }
+        if (address >= g.map && address < g.data) { *where = "before the start"; return &g; }
+        if (address >= g.data && address < g.back_guard) { *where = "inside"; return &g; }
+    }
+    return nullptr;
+}
+
+void report_fault(Worker* w) {
+    Launch* L = w->launch;
+    Fiber* f = w->running;
+    const uint3 b = f->view.blockIdx, t = f->view.threadIdx;
+    const char* address = static_cast<const char*>(w->fault_address);
+    const char* access = w->fault_is_write == 1 ? "write" : w->fault_is_write == 0 ? "read" : "access";
+    char head[256];
+    snprintf(head, sizeof head, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u)", L->kernel,
+             b.x, b.y, b.z, t.x, t.y, t.z);
+    if (w->fault_signal == SIGFPE) {
+        fail(L, "%s: integer division by zero (or overflow) - a GPU returns an unspecified value "
+                "here without any error, so this is a bug in the kernel", head);
+        return;
+    }
+    const char* where = nullptr;
+    if (const Guarded* g = find_guarded(L, address, &where)) {
+        const long index = floor_div((long)(address - g->data), (long)g->itemsize);
+        const long elements = (long)(g->bytes / g->itemsize);
+        fail(L, "%s: out-of-bounds %s of argument '%s' at element %s[%ld], %s of the array "
+                "(it has %ld element%s, valid indices 0..%ld)", head, access, g->name, g->name, index,
+             where, elements, elements == 1 ? "" : "s", elements - 1);
+        return;
+    }
+    for (int i = 0; i < w->nthreads; ++i) {
+        const char* stack_bottom = w->fibers[i].stack_top - kStackBytes;
+        if (address < stack_bottom && address >= stack_bottom - sysconf(_SC_PAGESIZE)) {
+            fail(L, "%s: stack overflow - the thread's local variables need more than the %zu KiB of "
+                    "stack the CPU backend gives each thread", head, kStackBytes / 1024);
+            return;
+        }
+    }
+    fail(L, "%s: invalid memory %s at address %p, which is not inside any argument array "
+            "(an uninitialised, null or out-of-range pointer)%s", head, access, w->fault_address,
+         L->bounds_checked ? "" : "; run under gpulab.cpu.checking(bounds=True) to name the array and index");
+}
+
+Worker* worker_of_this_thread() {
+    const pthread_t self = pthread_self();
+    for (int i = 0; i < kMaxWorkers; ++i) {
+        Worker* w = worker_slots[i].load(std::memory_order_acquire);
+        if (w && pthread_equal(w->thread, self)) return w;
+    }
+    return nullptr;
+}
+
+void chain_signal(int sig, siginfo_t* info, void* context) {
+    const struct sigaction& previous = sig == SIGSEGV ? previous_segv : sig == SIGBUS ? previous_bus : previous_fpe;
+    if (previous.sa_flags & SA_SIGINFO) {
+        previous.sa_sigaction(sig, info, context);
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+    } else {
+        // Returning re-executes the faulting instruction, which now gets the default action.
+        signal(sig, SIG_DFL);
+    }
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+    Worker* w = worker_of_this_thread();
+    if (!w || !w->running) {
+        chain_signal(sig, info, context);
+        return;
+    }
+    w->fault_signal = sig;
+    w->fault_address = info->si_addr;
+#if defined(__x86_64__) && defined(REG_ERR)
+    w->fault_is_write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#else
+    w->fault_is_write = -1;
+#endif
+    siglongjmp(w->fault_jump, 1);
+}
+
+void install_fault_handler() {
+    pthread_mutex_lock(&handler_lock);
+    if (handler_users++ == 0) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_sigaction = on_fault;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        sigaction(SIGSEGV, &action, &previous_segv);
+        sigaction(SIGBUS, &action, &previous_bus);
+        sigaction(SIGFPE, &action, &previous_fpe);
+    }
+    pthread_mutex_unlock(&handler_lock);
+}
+
+void remove_fault_handler() {
+    pthread_mutex_lock(&handler_lock);
+    if (--handler_users == 0) {
+        sigaction(SIGSEGV, &previous_segv, nullptr);
+        sigaction(SIGBUS, &previous_bus, nullptr);
+        sigaction(SIGFPE, &previous_fpe, nullptr);
+    }
+    pthread_mutex_unlock(&handler_lock);
+}
+
+// ------------------------------------------------------------------ workers
+
+bool setup_worker(Worker* w) {
+    Launch* L = w->launch;
+    const long page = sysconf(_SC_PAGESIZE);
+    const int n = w->nthreads;
+    const size_t slot = kStackBytes + page;  // a PROT_NONE page under each stack catches overflows
+    w->stacks_bytes = slot * n;
+    void* stacks = mmap(nullptr, w->stacks_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    w->fibers = static_cast<Fiber*>(calloc(n, sizeof(Fiber)));
+    w->order = static_cast<int*>(calloc(n, sizeof(int)));
+    w->dynamic_shared = static_cast<char*>(aligned_alloc(128, (L->shared_bytes + 127) / 128 * 128 + 128));
+    if (stacks == MAP_FAILED || !w->fibers || !w->order || !w->dynamic_shared) {
+        if (stacks != MAP_FAILED) munmap(stacks, w->stacks_bytes);
+        fail(L, "kernel '%s': out of memory setting up the CPU backend's threads", L->kernel);
+        return false;
+    }
+    w->stacks = static_cast<char*>(stacks);
+    // Uninitialised shared memory reads as NaN (floats) or 0xff.. (ints), as a hint.
+    memset(w->dynamic_shared, 0xff, L->shared_bytes);
+    const unsigned bx = L->block.x, by = L->block.y;
+    memset(w->existing_lanes, 0, sizeof w->existing_lanes);
+    for (int i = 0; i < n; ++i) {
+        Fiber& f = w->fibers[i];
+        mprotect(w->stacks + slot * i, page, PROT_NONE);
+        f.stack_top = w->stacks + slot * (i + 1);
+        f.warp = i / 32;
+        f.lane = i % 32;
+        f.view.threadIdx = {i % bx, i / bx % by, i / (bx * by)};
+        f.view.blockDim = L->block;
+        f.view.gridDim = L->grid;
+        w->existing_lanes[f.warp] |= 1u << f.lane;
+    }
+#ifndef GPULAB_UCONTEXT
+    unsigned int mxcsr = __builtin_ia32_stmxcsr();
+    unsigned short fpcw;
+    asm volatile("fnstcw %0" : "=m"(fpcw));
+    w->fp_control = mxcsr | ((unsigned long long)fpcw << 32);
+#endif
+    return true;
+}
+
+void teardown_worker(Worker* w) {
+    if (w->stacks) munmap(w->stacks, w->stacks_bytes);
+    free(w->fibers);
+    free(w->order);
+    free(w->dynamic_shared);
+}
+
+void* worker_main(void* arg) {
+    Worker* w = static_cast<Worker*>(arg);
+    Launch* L = w->launch;
+    current_worker = w;
+    w->thread = pthread_self();
+    int slot = -1;
+    for (int i = 0; i < kMaxWorkers && slot < 0; ++i) {
+        Worker* expected = nullptr;
+        if (worker_slots[i].compare_exchange_strong(expected, w)) slot = i;
+    }
+    constexpr size_t alt_bytes = 64 * 1024;
+    w->alt_stack = static_cast<char*>(malloc(alt_bytes));
+    stack_t alt = {};
+    alt.ss_sp = w->alt_stack;
+    alt.ss_size = alt_bytes;
+    sigaltstack(&alt, nullptr);
+
+    if (setup_worker(w)) {
+        if (sigsetjmp(w->fault_jump, 1)) {
+            report_fault(w);
+        } else {
+            while (!L->failed.load(std::memory_order_relaxed)) {
+                const long k = L->next_block.fetch_add(1);
+                if (k >= L->nblocks) break;
+                const long block = L->schedule == REVERSE ? L->nblocks - 1 - k
+                                 : L->schedule == SHUFFLE ? (long)L->block_order[k] : k;
+                if (!run_block(w, block)) break;
+            }
+        }
+    }
+    w->running = nullptr;
+    alt.ss_flags = SS_DISABLE;
+    sigaltstack(&alt, nullptr);
+    if (slot >= 0) worker_slots[slot].store(nullptr);
+    teardown_worker(w);
+    free(w->alt_stack);
+    current_worker = nullptr;
+    return nullptr;
+}
+
+// ------------------------------------------------------- bounds-checked copies
+
+bool guard_arguments(Launch* L, void** substituted, void** pointer_values, const int* arg_index) {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < L->nguarded; ++i) {
+        Guarded& g = L->guarded[i];
+        // An array passed twice (in-place kernels) must stay one buffer.
+        Guarded* twin = nullptr;
+        for (int j = 0; j < i && !twin; ++j)
+            if (L->guarded[j].original == g.original && L->guarded[j].bytes == g.bytes) twin = &L->guarded[j];
+        if (twin) {
+            twin->writable |= g.writable;
+            g.map = nullptr;
+            g.data = twin->data;
+            g.back_guard = twin->back_guard;
+        } else {
+            // Data end flush against a PROT_NONE page catches reads and writes
+            // past the end; the start stays 16-byte aligned for vector loads, so
+            // up to 15 bytes of slack after the end are only canary-checked.
+            const size_t data_bytes = (g.bytes + 15) / 16 * 16;
+            const size_t body = (data_bytes + kCanaryMin + page - 1) / page * page;
+            g.map_bytes = body + 2 * page;
+            void* map = mmap(nullptr, g.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (map == MAP_FAILED) {
+                g.map = nullptr;
+                fail(L, "kernel '%s': out of memory for the bounds-checked copy of '%s'", L->kernel, g.name);
+                return false;
+            }
+            g.map = static_cast<char*>(map);
+            g.back_guard = g.map + page + body;
+            g.data = g.back_guard - data_bytes;
+            mprotect(g.map, page, PROT_NONE);
+            mprotect(g.back_guard, page, PROT_NONE);
+            memset(g.map + page, kCanary, body);
+            memcpy(g.data, g.original, g.bytes);
+        }
+        pointer_values[arg_index[i]] = g.data;
+        substituted[arg_index[i]] = &pointer_values[arg_index[i]];
+    }
+    return true;
+}
+
+void check_canaries_and_copy_back(Launch* L) {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < L->nguarded; ++i) {
+        Guarded& g = L->guarded[i];
+        if (!g.map) continue;
+        const char* before = nullptr;
+        for (const char* p = g.data - 1; p >= g.map + page && !before; --p)
+            if ((unsigned char)*p != kCanary) before = p;
+        const char* after = nullptr;
+        for (const char* p = g.data + g.bytes; p < g.back_guard && !after; ++p)
+            if ((unsigned char)*p != kCanary) after = p;
+        const long elements = (long)(g.bytes / g.itemsize);
+        if (before) {
+            const long index = floor_div((long)(before - g.data), (long)g.itemsize);
+            fail(L, "kernel '%s': out-of-bounds write before the start of argument '%s': element %s[%ld] "
+                    "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
+                    "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements, elements - 1);
+        }
+        if (after) {
+            const long index = (long)((after - g.data) / (long)g.itemsize);
+            fail(L, "kernel '%s': out-of-bounds write past the end of argument '%s': element %s[%ld] "
+                    "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
+                    "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements, elements - 1);
+        }
+        if (g.writable) memcpy(g.original, g.data, g.bytes);
+    }
+    for (int i = 0; i < L->nguarded; ++i)
+        if (L->guarded[i].map) munmap(L->guarded[i].map, L->guarded[i].map_bytes);
+}
+
+}  // namespace
+
+// ------------------------------------------------- called from kernel code
+
+int barrier(BarrierOp op, int predicate, const char* file, int line) {
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    f->state = BLOCK_WAIT;
+    f->wait_file = file;
+    f->wait_line = line;
+    f->barrier_predicate = predicate;
+    w->block_waiting++;
+    yield_to_scheduler(w, f);
+    switch (op) {
+        case BAR_COUNT: return w->barrier_result;
+        case BAR_AND: return w->barrier_result == w->nthreads;
+        case BAR_OR: return w->barrier_result > 0;
+        default: return 0;
+    }
+}
+
+unsigned long long warp_op(WarpOp op, unsigned mask, unsigned long long value, int arg, int width,
+                           const char* file, int line) {
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    if (!(mask >> f->lane & 1u)) {
+        const uint3 b = f->view.blockIdx, t = f->view.threadIdx;
+        fail(w->launch, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u): %s(mask 0x%08x) at %s:%d is "
+             "called by lane %d, which is not in the mask (undefined behaviour on a GPU)",
+             w->launch->kernel, b.x, b.y, b.z, t.x, t.y, t.z, warp_op_name(op), mask, file, line, f->lane);
+        f->state = FAILED;
+        yield_to_scheduler(w, f);
+    }
+    f->state = WARP_WAIT;
+    // Lanes past the end of a partial last warp do not exist; a mask may name them.
+    f->warp_mask = mask & w->existing_lanes[f->warp];
+    f->warp_op = op;
+    f->warp_value = value;
+    f->warp_arg = arg;
+    f->warp_width = width;
+    f->wait_file = file;
+    f->wait_line = line;
+    w->warp_waiting++;
+    yield_to_scheduler(w, f);
+    return f->warp_result;
+}
+
+unsigned active_mask() {
+    Worker* w = current_worker;
+    return w->live_lanes[w->running->warp];
+}
+
+void* dynamic_shared() { return current_worker->dynamic_shared; }
+
+void trap(const char* what, const char* file, int line) {
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    const uint3 b = f->view.blockIdx, t = f->view.threadIdx;
+    fail(w->launch, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u): %s at %s:%d", w->launch->kernel,
+         b.x, b.y, b.z, t.x, t.y, t.z, what, file, line);
+    f->state = FAILED;
+    yield_to_scheduler(w, f);
+    __builtin_unreachable();
+}
+
+}  // namespace gpulab
+
+extern "C" void gpulab_assert_fail(const char* expr, const char* file, int line, const char* func) {
+    if (!gpulab::current_worker || !gpulab::current_worker->running) {
+        fprintf(stderr, "%s:%d: %s: Assertion `%s' failed.\n", file, line, func, expr);
+        abort();
+    }
+    char what[512];
+    snprintf(what, sizeof what, "assertion `%s` failed in %s()", expr, func);
+    gpulab::trap(what, file, line);
+}
+
+namespace gpulab {
+template <class... P, size_t... I>
+static inline void invoke_unpacked(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+}
+// Unpacks CUDA's launch convention (args[i] points at the i-th argument's
+// value) with the types deduced from the kernel's own declaration.
+template <class... P> static inline void invoke_kernel(void (*kernel)(P...), void** args) {
+    invoke_unpacked(kernel, args, std::index_sequence_for<P...>{});
+}
+}  // namespace gpulab
+
+// Runs one launch to completion; returns 0, or 1 with a message in 'error'.
+// guarded_* describe the pointer arguments to copy into guarded buffers
+// (bounds checking); nguarded is 0 without it.
+GPULAB_EXPORT int gpulab_launch(void (*thunk)(void**), const char* kernel, const unsigned* grid,
+                                const unsigned* block, size_t shared_bytes, void** args, int nargs,
+                                int nguarded, const int* guarded_arg, const size_t* guarded_bytes,
+                                const size_t* guarded_itemsize, const char* const* guarded_names,
+                                const int* guarded_writable, int schedule, unsigned long long seed,
+                                int nworkers, char* error, size_t error_size) {
+    using namespace gpulab;
+    Launch L;
+    L.thunk = thunk;
+    L.kernel = kernel;
+    L.grid = dim3(grid[0], grid[1], grid[2]);
+    L.block = dim3(block[0], block[1], block[2]);
+    L.shared_bytes = shared_bytes;
+    L.schedule = schedule;
+    L.seed = seed;
+    L.nblocks = (long)grid[0] * grid[1] * grid[2];
+    L.block_order = nullptr;
+    L.next_block.store(0);
+    L.failed.store(0);
+    pthread_mutex_init(&L.error_lock, nullptr);
+    L.error = error;
+    L.error_size = error_size;
+    L.nguarded = nguarded;
+    L.bounds_checked = nguarded > 0;
+
+    void** substituted = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
+    void** pointer_values = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
+    Guarded* guarded = static_cast<Guarded*>(calloc(nguarded + 1, sizeof(Guarded)));
+    for (int i = 0; i < nargs; ++i) substituted[i] = args[i];
+    for (int i = 0; i < nguarded; ++i) {
+        guarded[i].original = *static_cast<void**>(args[guarded_arg[i]]);
+        guarded[i].bytes = guarded_bytes[i];
+        guarded[i].itemsize = guarded_itemsize[i];
+        guarded[i].name = guarded_names[i];
+        guarded[i].writable = guarded_writable[i];
+    }
+    L.guarded = guarded;
+    L.args = substituted;
+    const bool guarded_ok = guard_arguments(&L, substituted, pointer_values, guarded_arg);
+
+    if (guarded_ok && schedule == SHUFFLE) {
+        L.block_order = static_cast<unsigned*>(malloc(sizeof(unsigned) * L.nblocks));
+        unsigned long long state = seed;
+        for (long i = 0; i < L.nblocks; ++i) L.block_order[i] = (unsigned)i;
+        for (long i = L.nblocks - 1; i > 0; --i) {
+            const long j = (long)(splitmix(state) % (unsigned long long)(i + 1));
+            const unsigned t = L.block_order[i]; L.block_order[i] = L.block_order[j]; L.block_order[j] = t;
+        }
+    }
+    if (guarded_ok) {
+        if (nworkers > kMaxWorkers) nworkers = kMaxWorkers;
+        if (nworkers > L.nblocks) nworkers = (int)L.nblocks;
+        if (nworkers < 1) nworkers = 1;
+        Worker* workers = static_cast<Worker*>(calloc(nworkers, sizeof(Worker)));
+        const int nthreads = (int)(L.block.x * L.block.y * L.block.z);
+        install_fault_handler();
+        int started = 0;
+        for (int i = 0; i < nworkers; ++i) {
+            workers[i].launch = &L;
+            workers[i].nthreads = nthreads;
+            if (pthread_create(&workers[i].thread, nullptr, worker_main, &workers[i]) == 0) ++started;
+            else break;
+        }
+        if (started == 0) fail(&L, "kernel '%s': could not start a worker thread (%s)", kernel, strerror(errno));
+        for (int i = 0; i < started; ++i) pthread_join(workers[i].thread, nullptr);
+        remove_fault_handler();
+        free(workers);
+    }
+    fflush(stdout);
+    check_canaries_and_copy_back(&L);
+    free(L.block_order);
+    free(guarded);
+    free(substituted);
+    free(pointer_values);
+    pthread_mutex_destroy(&L.error_lock);
+    return L.failed.load() ? 1 : 0;
+}
+
+#pragma pop_macro("threadIdx")
+#pragma pop_macro("blockIdx")
+#pragma pop_macro("blockDim")
+#pragma pop_macro("gridDim")

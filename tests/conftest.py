@@ -1,0 +1,11 @@
+import pytest
+
+from gpulab.device import gpu_available, why_no_gpu
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def backend(request):
+    """Run a test on the CPU backend and, where CuPy can use a GPU, on the GPU."""
+    if request.param == "gpu" and not gpu_available():
+        pytest.skip(f"no GPU: {why_no_gpu()}")
+    return request.param
