@@ -20,12 +20,16 @@ STYLE = {
 }
 
 
+# Applied once, globally, like any plotting style: a temporary rc_context
+# would restore the backend setting on exit, and Jupyter's inline backend then
+# stops showing figures after the first one.
+plt.rcParams.update(STYLE)
+
+
 def _figure(ax=None, size=None):
-    with plt.rc_context(STYLE):
-        if ax is not None:
-            return ax.figure, ax
-        fig, ax = plt.subplots(figsize=size or STYLE["figure.figsize"])
-        return fig, ax
+    if ax is not None:
+        return ax.figure, ax
+    return plt.subplots(figsize=size or STYLE["figure.figsize"])
 
 
 def _finish(fig, ax, title: str, caption: str | None):
