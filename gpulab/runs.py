@@ -132,6 +132,21 @@ def load_run(chapter: str, gpu: str | None = None, root: Path | None = None) -> 
     return read_run(folder / f"{chapter}.csv")
 
 
+def compare_runs(chapter: str, root: Path | None = None) -> pd.DataFrame:
+    """Every GPU's recorded run of ``chapter`` in one frame, with ``gpu`` and
+    ``date`` columns, for side-by-side plots (``label="gpu"``)."""
+    root = root or paths.RUNS
+    runs = available_runs(root)
+    runs = runs[runs["chapter"] == chapter]
+    if runs.empty:
+        return load_run(chapter, root=root).timings  # raises the usual clear error
+    frames = []
+    for entry in runs.itertuples():
+        run = read_run(root / entry.folder / f"{chapter}.csv")
+        frames.append(run.timings.assign(gpu=run.gpu, date=run.meta["date"]))
+    return pd.concat(frames, ignore_index=True)
+
+
 def read_run(csv_path: Path) -> RecordedRun:
     """Read one run's CSV and its ``.meta.json``, checking both."""
     csv_path = Path(csv_path)

@@ -44,6 +44,8 @@ def test_several_gpus_side_by_side(tmp_path):
     assert set(runs.available_runs(tmp_path)["gpu"]) == {"NVIDIA Test GPU", "NVIDIA Other GPU"}
     assert runs.load_run("demo", root=tmp_path).gpu == "NVIDIA Other GPU"  # most recent
     assert runs.load_run("demo", gpu="NVIDIA Test GPU", root=tmp_path).gpu == "NVIDIA Test GPU"
+    both = runs.compare_runs("demo", root=tmp_path)
+    assert both.groupby("gpu").size().to_dict() == {"NVIDIA Other GPU": 2, "NVIDIA Test GPU": 2}
 
 
 def test_missing_run_says_how_to_record(tmp_path):
