@@ -42,5 +42,16 @@ def main(argv=None) -> int:
     return 0
 
 
+def run(argv=None) -> int:
+    """``main`` with the lab's own errors printed as one clear line, not a traceback."""
+    from .errors import GpulabError
+    try:
+        return main(argv)
+    except (GpulabError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -42,8 +42,9 @@ def test_forcing_the_cpu_backend(monkeypatch):
 def test_record_without_gpu_fails_clearly():
     result = subprocess.run([sys.executable, "-m", "gpulab", "record", "measuring"],
                             capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "python -m gpulab record needs an NVIDIA GPU" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: python -m gpulab record needs an NVIDIA GPU")
+    assert "Traceback" not in result.stderr
 
 
 def test_cli_lists_runs_and_describes_the_machine():
