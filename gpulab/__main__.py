@@ -29,11 +29,10 @@ def main(argv=None) -> int:
         print(runs.available_runs().to_string(index=False))
         return 0
 
-    device.require_gpu("python -m gpulab record")
     from pathlib import Path
-    chapters = args.chapters or list(CHAPTERS)
-    for chapter in chapters:
-        module = workload(chapter)
+    modules = {chapter: workload(chapter) for chapter in (args.chapters or list(CHAPTERS))}
+    device.require_gpu("python -m gpulab record")
+    for chapter, module in modules.items():
         start = time.perf_counter()
         result = module.benchmark_all(repeats=args.repeats, quick=args.quick)
         rows, tables = result if isinstance(result, tuple) else (result, {})

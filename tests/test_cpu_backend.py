@@ -208,7 +208,7 @@ def test_float4_loads_by_cast(backend):
 
 
 def test_printf(backend, capfd):
-    k = Kernels(backend, "printf_assert.cu")
+    k = Kernels(backend, "printf.cu")
     k.launch("hello", (3, 1, 1), (64, 1, 1), np.int32(42))
     out = capfd.readouterr().out
     assert sorted(line for line in out.splitlines() if line.startswith("hello")) == [
@@ -267,7 +267,7 @@ def test_failed_assert_is_an_exception():
         k.launch("check_non_negative", (3, 1, 1), (128, 1, 1), np.int32(x.size), x)
     message = str(info.value)
     for part in ("check_non_negative", "block (1,0,0)", "thread (89,0,0)", "x[i] >= 0.0f",
-                 "tests/kernels/printf_assert.cu:16"):
+                 "tests/kernels/printf_assert.cu:9"):
         assert part in message, message
     k.launch("check_non_negative", (3, 1, 1), (128, 1, 1), np.int32(x.size), np.abs(x))
 
