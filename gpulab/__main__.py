@@ -16,6 +16,8 @@ def main(argv=None) -> int:
     record.add_argument("--repeats", type=int, default=100, help="timed repeats per region")
     record.add_argument("--quick", action="store_true", help="fewer sizes (a smoke test; not for committing)")
     record.add_argument("--out", default=None, help="write under this folder instead of labdata/runs")
+    student = sub.add_parser("student", help="copy the lab to a new folder with every solution stripped")
+    student.add_argument("dest", help="a new, empty folder")
     args = parser.parse_args(argv)
 
     from . import device, runs
@@ -27,6 +29,13 @@ def main(argv=None) -> int:
         return 0
     if args.command == "runs":
         print(runs.available_runs().to_string(index=False))
+        return 0
+    if args.command == "student":
+        from .student import make_student_version
+        changed = make_student_version(args.dest)
+        print(f"student version in {args.dest}: solutions stripped from {len(changed)} files")
+        for path in changed:
+            print(f"  {path}")
         return 0
 
     from pathlib import Path
@@ -46,7 +55,7 @@ def run(argv=None) -> int:
     from .errors import GpulabError
     try:
         return main(argv)
-    except (GpulabError, KeyError) as exc:
+    except (GpulabError, KeyError, FileExistsError, ValueError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)
         return 2
