@@ -343,10 +343,27 @@ def _with_symbol_sizes(source: str) -> str:
     return source + ("\n" + "\n".join(lines) + "\n" if lines else "")
 
 
+def toolkit_include_options() -> tuple[str, ...]:
+    """CuPy's wheel headers have <mma.h> but not the crt/mma.h it includes; let
+    NVRTC find that in a CUDA toolkit's headers, where there is one."""
+    import os
+
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    try:
+        import cupy
+        roots.insert(0, cupy.cuda.get_cuda_path())
+    except Exception:
+        pass
+    for root in roots:
+        if root and (Path(root) / "include" / "crt" / "mma.h").is_file():
+            return (f"-I{Path(root) / 'include'}",)
+    return ()
+
+
 def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
     import cupy
 
-    include = ("-I" + str(paths.KERNELS), "-I" + str(path.parent))
+    include = ("-I" + str(paths.KERNELS), "-I" + str(path.parent)) + toolkit_include_options()
     opts = ("-std=c++17", "--generate-line-info") + include + tuple(options)
     module = cupy.RawModule(code=_with_symbol_sizes(source), options=opts)
     try:

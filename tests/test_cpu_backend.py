@@ -7,6 +7,7 @@ and sizes are never multiples of the block size.
 """
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import numpy as np
 import pytest
 
 from gpulab import cpu
+from gpulab.check import check
 from gpulab.errors import KernelArgumentError, KernelCompileError, KernelLaunchError
+from gpulab.kernels import toolkit_include_options
 
 KERNELS = Path(__file__).parent / "kernels"
 rng = np.random.default_rng(12345)
@@ -32,7 +35,7 @@ class Kernels:
             self.module = cpu.compile_module(source, filename=self.filename, include_dirs=[str(KERNELS)])
         else:
             import cupy
-            self.module = cupy.RawModule(code=source, options=("-std=c++17",))
+            self.module = cupy.RawModule(code=source, options=("-std=c++17", *toolkit_include()))
 
     def set_global(self, name: str, values: np.ndarray) -> None:
         values = np.ascontiguousarray(values)
@@ -52,6 +55,9 @@ class Kernels:
         for host, device in zip(args, device_args):
             if isinstance(host, np.ndarray):
                 host[...] = device.get()
+
+
+toolkit_include = toolkit_include_options
 
 
 def blocks(n: int, size: int) -> int:
@@ -401,3 +407,215 @@ def test_compiled_modules_are_cached(tmp_path, monkeypatch):
     first = cpu.compile_module(source, filename="cache_test.cu")
     assert list((tmp_path / "cpu").glob("*.so")) == [first.path]
     assert cpu.compile_module(source, filename="cache_test.cu") is first
+
+
+# ------------------------------------------------------------ tensor cores (wmma)
+
+WMMA_SHAPES = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16)}
+
+
+def padded(n: int, tile: int) -> int:
+    return blocks(n, tile) * tile
+
+
+def wmma_source_line(text: str, after: str = "") -> int:
+    """The 1-based line of tests/kernels/wmma_gemm.cu that first holds ``text``
+    after the first line that holds ``after``."""
+    lines = (KERNELS / "wmma_gemm.cu").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    return next(i + 1 for i, line in enumerate(lines) if i >= start and text in line)
+
+
+def run_wmma_gemm(k: Kernels, kernel: str, a, bt, tile, out_dtype=np.float32, lda=None) -> np.ndarray:
+    """C = A B^T for fp16 A (M x K) and bt (N x K: B column-major), M, N and K
+    multiples of the tile; 4 warps per block, one warp per tile of C."""
+    (m, kk), n = a.shape, bt.shape[0]
+    m_tiles, n_tiles = m // tile[0], n // tile[1]
+    c = poisoned((m, n), out_dtype)
+    k.launch(kernel, (blocks(m_tiles * n_tiles, 4), 1, 1), (128, 1, 1), np.int32(m_tiles), np.int32(n_tiles),
+             np.int32(kk), a, bt, c, np.int32(kk if lda is None else lda), np.int32(kk), np.int32(n))
+    return c
+
+
+@pytest.mark.parametrize("kernel, shape, out_dtype", [
+    ("wmma_gemm_m16n16k16", "m16n16k16", np.float32),
+    ("wmma_gemm_m32n8k16", "m32n8k16", np.float32),
+    ("wmma_gemm_m8n32k16", "m8n32k16", np.float32),
+    ("wmma_gemm_m16n16k16_half", "m16n16k16", np.float16),
+])
+def test_wmma_fp16_gemm(backend, kernel, shape, out_dtype):
+    k = Kernels(backend, "wmma_gemm.cu")
+    tile = WMMA_SHAPES[shape]
+    m, n, kk = 70, 45, 64  # M and N padded up to the tile, with random values in the padding
+    mp, np_ = padded(m, tile[0]), padded(n, tile[1])
+    a = rng.standard_normal((mp, kk)).astype(np.float16)
+    bt = rng.standard_normal((np_, kk)).astype(np.float16)
+    c = run_wmma_gemm(k, kernel, a, bt, tile, out_dtype)
+    expected = a.astype(np.float64) @ bt.astype(np.float64).T
+    check(c[:m, :n], expected[:m, :n], "fp16", name=kernel)
+    check(c, expected, "fp16", name=f"{kernel} with padding")  # every tile written
+    if out_dtype == np.float32:  # exact fp16 products added in fp32: far better than fp16
+        check(c, expected, "fp32", name=kernel)
+
+
+def test_wmma_accumulator_load_and_elementwise_relu(backend):
+    k = Kernels(backend, "wmma_gemm.cu")
+    m, n, kk = 50, 30, 32
+    mp, np_ = padded(m, 16), padded(n, 16)
+    a_cm = rng.standard_normal((kk, mp)).astype(np.float16)   # A column-major: a_cm[k, m] = A[m, k]
+    b = rng.standard_normal((kk, np_)).astype(np.float16)     # B row-major
+    e_cm = rng.standard_normal((np_, mp)).astype(np.float32)  # E column-major
+    d = poisoned((mp, np_))
+    tiles = (mp // 16) * (np_ // 16)
+    k.launch("wmma_bias_relu", (blocks(tiles, 4), 1, 1), (128, 1, 1), np.int32(mp // 16), np.int32(np_ // 16),
+             np.int32(kk), a_cm, b, e_cm, d, np.int32(mp), np.int32(np_), np.int32(mp), np.int32(np_))
+    pre = a_cm.astype(np.float64).T @ b.astype(np.float64) + e_cm.astype(np.float64).T
+    check(d[:m, :n], np.maximum(pre, 0)[:m, :n], "fp16")
+    check(d, np.maximum(pre, 0), "fp16")
+    assert (d[pre < -1e-3] == 0).all() and (d[pre > 1e-3] > 0).all()
+    assert 0.3 < (d == 0).mean() < 0.7
+
+
+def run_wmma_tf32(k: Kernels, a, bt, convert: bool) -> np.ndarray:
+    """C = A B^T (A: M x K, bt: N x K, B column-major) by wmma_gemm_tf32; C is
+    returned M x N (the kernel stores it column-major)."""
+    (m, kk), n = a.shape, bt.shape[0]
+    c_cm = poisoned((n, m))
+    tiles = (m // 16) * (n // 16)
+    k.launch("wmma_gemm_tf32", (blocks(tiles, 4), 1, 1), (128, 1, 1), np.int32(m // 16), np.int32(n // 16),
+             np.int32(kk), a, bt, c_cm, np.int32(kk), np.int32(kk), np.int32(m), np.int32(convert))
+    return c_cm.T
+
+
+def test_wmma_tf32_gemm(backend):
+    k = Kernels(backend, "wmma_gemm.cu")
+    m, n, kk = 40, 50, 40
+    mp, np_ = padded(m, 16), padded(n, 16)
+    a = rng.standard_normal((mp, kk)).astype(np.float32)
+    bt = rng.standard_normal((np_, kk)).astype(np.float32)
+    c = run_wmma_tf32(k, a, bt, convert=True)
+    expected = a.astype(np.float64) @ bt.astype(np.float64).T
+    check(c[:m, :n], expected[:m, :n], "tf32")
+    result = check(c, expected, "tf32")
+    assert result.rel_error > 2e-5, "the inputs were not rounded to tf32"  # fp32 would give ~1e-7
+
+
+def test_wmma_tf32_uses_the_top_19_bits_of_unconverted_inputs(backend):
+    """A times the identity passes A's elements through the tensor cores exactly:
+    rounded to nearest where the kernel converts them with __float_to_tf32,
+    truncated to tf32 where it does not, as an H100 does."""
+    k = Kernels(backend, "wmma_gemm.cu")
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    identity = np.zeros((16, 8), dtype=np.float32)  # B column-major: B[k, n] = 1 where n == k
+    identity[np.arange(8), np.arange(8)] = 1
+    bits = a.view(np.uint32)
+    truncated = run_wmma_tf32(k, a, identity, convert=False)[:, :8]
+    rounded = run_wmma_tf32(k, a, identity, convert=True)[:, :8]
+    np.testing.assert_array_equal(truncated.view(np.uint32), bits & np.uint32(0xFFFFE000))
+    np.testing.assert_array_equal(rounded.view(np.uint32), (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000))
+
+
+def test_float_to_tf32_rounds_to_nearest_ties_away(backend):
+    k = Kernels(backend, "wmma_gemm.cu")
+    one = np.float32(1.0)
+    special = np.array([0.0, -0.0, 1.0, one + 2.0**-11, -(one + 2.0**-11), one + 3 * 2.0**-11,
+                        one + 2.0**-11 + 2.0**-23, one + 2.0**-11 - 2.0**-23, 3.4028235e38, -3.4028235e38,
+                        1e-40, -3e-39, 1.17549435e-38, np.inf, -np.inf], dtype=np.float32)
+    x = np.concatenate([special, rng.standard_normal(2000).astype(np.float32) * 1e3,
+                        rng.standard_normal(1000).astype(np.float32) * 1e-30])
+    y = poisoned(x.size)
+    k.launch("tf32_round", (blocks(x.size, 128), 1, 1), (128, 1, 1), np.int32(x.size), x, y)
+    bits = x.view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    expected = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits).astype(np.uint32)
+    np.testing.assert_array_equal(y.view(np.uint32), expected)
+
+
+def test_wmma_fragments_from_shared_memory(backend):
+    k = Kernels(backend, "wmma_gemm.cu")
+    m, n, kk = 40, 100, 48
+    mp, np_ = padded(m, 16), padded(n, 64)
+    a = rng.standard_normal((mp, kk)).astype(np.float16)
+    b = rng.standard_normal((kk, np_)).astype(np.float16)
+    c = poisoned((mp, np_))
+    k.launch("wmma_gemm_shared", (np_ // 64, mp // 16, 1), (128, 1, 1), np.int32(kk), a, b, c,
+             np.int32(kk), np.int32(np_), np.int32(np_))
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    check(c[:m, :n], expected[:m, :n], "fp16")
+    check(c, expected, "fp16")
+
+
+def test_wmma_timed_with_clock64(backend):
+    k = Kernels(backend, "wmma_gemm.cu")
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    bt = rng.standard_normal((16, 16)).astype(np.float16)
+    c = poisoned((16, 16))
+    cycles = np.full(2, -1, dtype=np.int64)
+    k.launch("wmma_mma_cycles", (1, 1, 1), (32, 1, 1), a, bt, c, cycles)
+    check(c, 8 * (a.astype(np.float64) @ bt.astype(np.float64).T), "fp16")
+    assert cycles[0] > 0
+    if backend == "cpu":
+        assert cycles[1] >= 0  # clock() is the process's CPU time: it never goes back
+
+
+def test_wmma_agrees_under_every_schedule_with_bounds():
+    k = cpu_kernels("wmma_gemm.cu")
+    a = rng.standard_normal((48, 32)).astype(np.float16)
+    bt = rng.standard_normal((64, 32)).astype(np.float16)
+    b = np.ascontiguousarray(bt.T)
+    reference_gemm = run_wmma_gemm(k, "wmma_gemm_m16n16k16", a, bt, (16, 16, 16))
+    reference_shared = poisoned((48, 64))
+    k.launch("wmma_gemm_shared", (1, 3, 1), (128, 1, 1), np.int32(32), a, b, reference_shared,
+             np.int32(32), np.int32(64), np.int32(64))
+    check(reference_shared, a.astype(np.float64) @ b.astype(np.float64), "fp16")
+    for schedule, seed in [("reverse", 0), ("shuffle", 1), ("shuffle", 2)]:
+        with cpu.checking(schedule=schedule, seed=seed, bounds=True):
+            gemm = run_wmma_gemm(k, "wmma_gemm_m16n16k16", a, bt, (16, 16, 16))
+            shared = poisoned((48, 64))
+            k.launch("wmma_gemm_shared", (1, 3, 1), (128, 1, 1), np.int32(32), a, b, shared,
+                     np.int32(32), np.int32(64), np.int32(64))
+        np.testing.assert_array_equal(gemm, reference_gemm)
+        np.testing.assert_array_equal(shared, reference_shared)
+
+
+def test_wmma_ldm_must_be_a_multiple_of_16_bytes():
+    k = cpu_kernels("wmma_gemm.cu")
+    a = rng.standard_normal((16, 64)).astype(np.float16)
+    bt = rng.standard_normal((16, 64)).astype(np.float16)
+    with pytest.raises(KernelLaunchError) as info:
+        run_wmma_gemm(k, "wmma_gemm_m16n16k16", a, bt, (16, 16, 16), lda=60)
+    line = wmma_source_line("wmma::load_matrix_sync(a, A + tile_m * TM * lda + k, lda);")
+    message = str(info.value)
+    for part in ("wmma_gemm_m16n16k16", "block (0,0,0)", "load_matrix_sync: ldm = 60 is not a multiple of 8",
+                 f"tests/kernels/wmma_gemm.cu:{line}"):
+        assert part in message, message
+
+
+def test_wmma_divergent_warp_is_reported():
+    k = cpu_kernels("wmma_gemm.cu")
+    a = rng.standard_normal(512).astype(np.float16)
+    error = launch_with_timeout(k, "wmma_divergent", (1, 1, 1), (32, 1, 1), a, poisoned((16, 16)))
+    assert isinstance(error, KernelLaunchError), error
+    first = wmma_source_line("wmma::load_matrix_sync(a, A, 16);", after="void wmma_divergent")
+    second = wmma_source_line("wmma::load_matrix_sync(a, A + 256, 16);", after="void wmma_divergent")
+    message = str(error)
+    for part in ("wmma_divergent", "can never all meet",
+                 f"16 threads (threadIdx (0,0,0) to (15,0,0)) wait at nvcuda::wmma::load_matrix_sync() "
+                 f"at tests/kernels/wmma_gemm.cu:{first}",
+                 f"16 threads (threadIdx (16,0,0) to (31,0,0)) wait at nvcuda::wmma::load_matrix_sync() "
+                 f"at tests/kernels/wmma_gemm.cu:{second}"):
+        assert part in message, message
+
+
+def test_wmma_unsupported_fragment_is_a_compile_error_on_your_line():
+    source = """#include <mma.h>
+using namespace nvcuda;
+extern "C" __global__ void k(const float* x) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, float, wmma::row_major> a;  // float A: not in CUDA
+}
+"""
+    with pytest.raises(KernelCompileError) as info:
+        cpu.compile_module(source, filename="kernels/x/bad_fragment.cu")
+    error = info.value
+    assert error.path == "kernels/x/bad_fragment.cu" and error.line == 4, str(error)
+    assert "nvcuda::wmma::fragment" in str(error) and "wmma::matrix_a, 16, 16, 16, float" in str(error)

@@ -39,6 +39,7 @@ _VARIABLE_HEAD = re.compile(r"\b(?:__constant__|__device__)\b")
 _DECLARED_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 _ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.M)
+_REQUIRED = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s+required from here", re.M)
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,12 @@ def _compile_error(log: str, filename: str, source: str) -> KernelCompileError:
                                   path=filename, line=None, log=log)
     first = next((e for e in errors if e.group("file") == filename), errors[0])
     path, line, message = first.group("file"), int(first.group("line")), first.group("msg")
+    if path != filename:
+        # An error inside a header's template (a static_assert of the CPU
+        # backend's <mma.h>, say) is the user's: name the line that used it.
+        used = [r for r in _REQUIRED.finditer(log, 0, first.start()) if r.group("file") == filename]
+        if used:
+            path, line = filename, int(used[-1].group("line"))
     if path == filename:
         lines = source.splitlines()
     else:

@@ -89,6 +89,7 @@ struct Fiber {
     int wait_line;
     int barrier_predicate;
     WarpOp warp_op;
+    const char* collective_name;  // the operation's name, for WARP_COLLECTIVE
     unsigned warp_mask;
     unsigned long long warp_value, warp_result;
     int warp_arg, warp_width;
@@ -247,6 +248,7 @@ const char* warp_op_name(WarpOp op) {
         case ANY: return "__any_sync";
         case ALL: return "__all_sync";
         case SYNCWARP: return "__syncwarp";
+        case WARP_COLLECTIVE: return "a warp-collective operation";
         default: return "__reduce_*_sync";
     }
 }
@@ -277,9 +279,12 @@ void report_stuck_block(Worker* w, const char* headline) {
         int count = 0, last = i;
         for (int j = i; j < w->nthreads; ++j) {
             Fiber& b = w->fibers[j];
+            const bool same_warp_op = a.state != WARP_WAIT ||
+                (a.warp_op == WARP_COLLECTIVE ? b.warp_op == WARP_COLLECTIVE
+                                              : b.warp_op != WARP_COLLECTIVE && b.warp_mask == a.warp_mask);
             bool same = b.state == a.state &&
                         (a.state == DONE || (b.wait_line == a.wait_line && strcmp(b.wait_file, a.wait_file) == 0 &&
-                                             (a.state != WARP_WAIT || b.warp_mask == a.warp_mask)));
+                                             same_warp_op));
             if (same) { listed[j] = true; ++count; last = j; }
         }
         ++groups;
@@ -292,14 +297,19 @@ void report_stuck_block(Worker* w, const char* headline) {
         else if (a.state == BLOCK_WAIT)
             used = append(text, sizeof text, used, ") wait%s at __syncthreads() at %s:%d\n",
                           count == 1 ? "s" : "", a.wait_file, a.wait_line);
+        else if (a.warp_op == WARP_COLLECTIVE)
+            used = append(text, sizeof text, used, ") wait%s at %s() at %s:%d\n",
+                          count == 1 ? "s" : "", a.collective_name, a.wait_file, a.wait_line);
         else
             used = append(text, sizeof text, used, ") wait%s at %s(mask 0x%08x) at %s:%d\n",
                           count == 1 ? "s" : "", warp_op_name(a.warp_op), a.warp_mask, a.wait_file, a.wait_line);
     }
     append(text, sizeof text, used,
-           "Every thread of a block must reach the same __syncthreads() (and every lane named in a "
-           "warp operation's mask must call it): a barrier inside a branch or after an early return "
-           "that only some threads take hangs a GPU or gives undefined results.");
+           "Every thread of a block must reach the same __syncthreads() (every lane named in a "
+           "warp operation's mask must call it, and every lane of a warp that has not exited must "
+           "make the same call of a warp-collective operation such as wmma::load_matrix_sync): a barrier "
+           "inside a branch or after an early return that only some threads take hangs a GPU or gives "
+           "undefined results.");
     fail(L, "%s", text);
 }
 
@@ -369,22 +379,33 @@ unsigned long long warp_result(const Fiber* lanes, unsigned group, int lane) {
     }
 }
 
+bool same_collective(const Fiber& a, const Fiber& b) {
+    return b.state == WARP_WAIT && b.warp_op == WARP_COLLECTIVE && b.warp_arg == a.warp_arg &&
+           b.wait_line == a.wait_line && strcmp(b.wait_file, a.wait_file) == 0 &&
+           strcmp(b.collective_name, a.collective_name) == 0;
+}
+
 // Releases every group of lanes whose mask's lanes have all arrived at a
 // warp operation with that same mask.  Results are computed here, at release,
 // so a lane that runs ahead into its next shuffle cannot overwrite a value
-// another lane has yet to read.
+// another lane has yet to read.  A warp-collective operation's group is every
+// lane of the warp that has not exited, as it is at release, all at the same call.
 bool release_warps(Worker* w) {
     bool released = false;
     for (int i = 0; i < w->nthreads && w->warp_waiting; ++i) {
         Fiber& f = w->fibers[i];
         if (f.state != WARP_WAIT) continue;
         Fiber* lanes = &w->fibers[f.warp * 32];
-        const unsigned group = f.warp_mask;
+        const bool collective = f.warp_op == WARP_COLLECTIVE;
+        const unsigned group = collective ? w->live_lanes[f.warp] : f.warp_mask;
         bool complete = true;
         for (int l = 0; l < 32 && complete; ++l)
-            if (group >> l & 1u) complete = lanes[l].state == WARP_WAIT && lanes[l].warp_mask == group;
+            if (group >> l & 1u)
+                complete = collective ? same_collective(f, lanes[l])
+                                      : lanes[l].state == WARP_WAIT && lanes[l].warp_op != WARP_COLLECTIVE &&
+                                        lanes[l].warp_mask == group;
         if (!complete) continue;
-        for (int l = 0; l < 32; ++l)
+        for (int l = 0; l < 32 && !collective; ++l)
             if (group >> l & 1u) lanes[l].warp_result = warp_result(lanes, group, l);
         for (int l = 0; l < 32; ++l)
             if (group >> l & 1u) { lanes[l].state = READY; --w->warp_waiting; }
@@ -762,6 +783,20 @@ unsigned long long warp_op(WarpOp op, unsigned mask, unsigned long long value, i
     w->warp_waiting++;
     yield_to_scheduler(w, f);
     return f->warp_result;
+}
+
+void warp_collective(const char* name, int phase, const char* file, int line) {
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    f->state = WARP_WAIT;
+    f->warp_mask = w->live_lanes[f->warp];  // for messages; the release re-reads the live lanes
+    f->warp_op = WARP_COLLECTIVE;
+    f->collective_name = name;
+    f->warp_arg = phase;
+    f->wait_file = file;
+    f->wait_line = line;
+    w->warp_waiting++;
+    yield_to_scheduler(w, f);
 }
 
 unsigned active_mask() {

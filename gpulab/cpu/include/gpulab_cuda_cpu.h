@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <time.h>
 #include <type_traits>
 #include <utility>
 
@@ -67,7 +68,7 @@ namespace gpulab {
 
 enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP,
               REDUCE_ADD, REDUCE_MIN, REDUCE_MAX, REDUCE_UMIN, REDUCE_UMAX,
-              REDUCE_AND, REDUCE_OR, REDUCE_XOR };
+              REDUCE_AND, REDUCE_OR, REDUCE_XOR, WARP_COLLECTIVE };
 enum BarrierOp { BAR_SYNC, BAR_COUNT, BAR_AND, BAR_OR };
 
 struct ThreadView { uint3 threadIdx, blockIdx; dim3 blockDim, gridDim; };
@@ -77,6 +78,10 @@ int barrier(BarrierOp op, int predicate, const char* file, int line);
 unsigned long long warp_op(WarpOp op, unsigned mask, unsigned long long value, int arg,
                            int width, const char* file, int line);
 unsigned active_mask();
+// A barrier of all live lanes of the calling thread's warp, which must all
+// arrive at the same call site (file, line) with the same name and phase:
+// how warp-collective operations such as nvcuda::wmma's *_sync functions meet.
+void warp_collective(const char* name, int phase, const char* file, int line);
 void* dynamic_shared();
 [[noreturn]] void trap(const char* what, const char* file, int line);
 
@@ -147,6 +152,18 @@ GPULAB_REDUCE(__reduce_or_sync, unsigned, REDUCE_OR)
 GPULAB_REDUCE(__reduce_xor_sync, unsigned, REDUCE_XOR)
 #undef GPULAB_REDUCE
 #undef GPULAB_SITE
+
+// clock() is the C library's (process CPU time, declared by <time.h>); clock64()
+// counts nanoseconds of a monotonic clock, strictly increasing per OS thread.
+// Both only go up: neither says anything about how fast a kernel runs on a GPU.
+static inline long long clock64() {
+    static thread_local long long last;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    if (now <= last) now = last + 1;
+    return last = now;
+}
 
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
