@@ -7,7 +7,6 @@ and sizes are never multiples of the block size.
 """
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 

@@ -8,6 +8,8 @@ import importlib
 
 CHAPTERS = {
     "measuring": "gpulab.workloads.measuring",
+    "alexnet": "gpulab.workloads.alexnet",
+    "fcnet": "gpulab.workloads.fcnet",
 }
 
 
