@@ -318,11 +318,13 @@ def _compile_error(path: Path, source: str, log: str, file_re=_NVRTC_ERROR) -> K
     quoted = ""
     # An error inside an #included header names that header (found beside the
     # kernel or in kernels/); any other name is the compiler's temporary copy of ours.
-    header = Path(where_file).name if where_file else ""
-    included = header and header != path.name and (
-        (path.parent / header).is_file() or (paths.KERNELS / header).is_file())
-    if included:
-        shown = header
+    # NVRTC compiles a temporary copy named <hash>.cubin.cu; any other name is a
+    # header (ours in kernels/, or the toolkit's), and its line is not ours to quote.
+    ours = not where_file or where_file.endswith(".cubin.cu") or Path(where_file).name == path.name
+    if not ours:
+        header = Path(where_file)
+        local = [p for p in (path.parent / header.name, paths.KERNELS / header.name) if p.is_file()]
+        shown = paths.display_path(local[0]) if local else where_file
     elif 1 <= line <= len(lines):
         quoted = f"\n{line:5d} | {lines[line - 1]}"
     message = f"{shown} line {line}: error: {match.group('msg').strip()}{quoted}"

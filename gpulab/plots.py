@@ -32,8 +32,8 @@ def _figure(ax=None, size=None):
     return plt.subplots(figsize=size or STYLE["figure.figsize"])
 
 
-def _finish(fig, ax, title: str, caption: str | None):
-    ax.set_title(title, loc="left", fontweight="bold")
+def _finish(fig, ax, title: str, caption: str | None, title_pad: float = 6):
+    ax.set_title(title, loc="left", fontweight="bold", pad=title_pad)
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -62,10 +62,12 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
             note += f", x{med[i - 1] / t:.2f} vs previous"
         ax.text(t, yy, note, va="center", fontsize=8)
     if vendor is not None:
-        for _, v in vendor.iterrows():
+        # Labels stacked one above the other, so close vendor lines stay readable.
+        for k, (_, v) in enumerate(vendor.sort_values("median_ms").iterrows()):
             ax.axvline(v["median_ms"], color=VENDOR_COLOR, ls="--", lw=1.2)
-            ax.text(v["median_ms"], y.max() + 0.6, f" {v[label]}: {v['median_ms']:.3g} ms",
+            ax.text(v["median_ms"], y.max() + 0.6 + 0.45 * k, f" {v[label]}: {v['median_ms']:.3g} ms",
                     color=VENDOR_COLOR, fontsize=8, va="bottom")
+        ax.set_ylim(-0.6, y.max() + 0.9 + 0.45 * len(vendor))
     ax.set_xlim(med.min() / 2, med.max() * 30)
     return _finish(fig, ax, title, caption)
 
@@ -87,8 +89,9 @@ def time_breakdown(rows: pd.DataFrame, *, title: str, caption: str | None = None
     ax.set_yticks(y, table.index)
     ax.set_xlabel("time (ms, medians stacked)")
     ax.set_xlim(0, left.max() * 1.2)
-    ax.legend(loc="lower right", ncol=len(phases))
-    return _finish(fig, ax, title, caption)
+    # Above the bars, under the title: inside, it would cover the longest bar.
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(phases), fontsize=8)
+    return _finish(fig, ax, title, caption, title_pad=22)
 
 
 def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: str = "size",

@@ -82,9 +82,12 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     with stream:
         fn()  # compile and load outside the capture
         stream.begin_capture()
-        for _ in range(launches):
-            fn()
-        graph = stream.end_capture()
+        try:
+            for _ in range(launches):
+                fn()
+        finally:
+            # Always leave capture mode: a stream left capturing breaks every later launch.
+            graph = stream.end_capture()
         result = cupy_benchmark(lambda: graph.launch(stream), (), n_warmup=warmup, n_repeat=repeats)
     return Timing(result.gpu_times[0] * 1e3 / launches, method=f"cuda graph of {launches} launches")
 

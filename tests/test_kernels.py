@@ -145,3 +145,17 @@ def test_show_source_renders_the_file_or_one_kernel():
     # One kernel: its comment block, its signature and its body, nothing after.
     assert one.text.lstrip().startswith("//") and one.text.rstrip().endswith("}")
     assert "__global__ void saxpy" in one.text
+
+
+def test_nvrtc_log_attribution(tmp_path):
+    # Parsing of NVRTC logs (the GPU path), checked without a GPU.
+    src = tmp_path / "k.cu"
+    src.write_text("int a;\nint b = y;\n")
+    own = kernels._compile_error(src, src.read_text(),
+                                 '/tmp/x/0123abcd.cubin.cu(2): error: identifier "y" is undefined\n')
+    assert own.line == 2 and "k.cu line 2: error: identifier" in str(own) and "2 | int b = y;" in str(own)
+    system = kernels._compile_error(src, src.read_text(),
+                                    '/usr/local/cuda/include/mma.h(55): catastrophic error: cannot '
+                                    'open source file "crt/mma.h"\n')
+    assert str(system).startswith("/usr/local/cuda/include/mma.h line 55")
+    assert "int b" not in str(system)  # the kernel's own line 55 does not exist; nothing quoted
