@@ -1,0 +1,192 @@
+"""Hardware counters from Nsight Compute, as tidy tables.
+
+The event timers say *how long* a kernel takes; the profiler says *why*:
+how many shared-memory bank conflicts it had, how many 32-byte sectors each
+global load request touched (4 is perfectly coalesced for 4-byte loads, 32
+the worst), how many warps were resident. :func:`profile` runs Nsight
+Compute's command-line profiler (``ncu``) over a Python driver that launches
+the kernels of interest, and :func:`parse_csv` turns its ``--csv`` output into
+one row per (kernel launch, metric). Everything but :func:`profile` itself
+works without a GPU, so recorded profiles can be read anywhere.
+
+    rows = profile([sys.executable, "-m", "gpulab.workloads.fcnet", "--profile-driver"],
+                   metrics=STANDARD_METRICS, kernel_regex="^(matmul|relu)$")
+    table = per_launch(rows)
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Sequence
+
+import pandas as pd
+
+from .errors import GpulabError
+
+#: Counters the book reads, with the short names its tables use.
+STANDARD_METRICS = {
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared_load_bank_conflicts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "shared_store_bank_conflicts",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared_load_wavefronts",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "global_load_sectors",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": "global_load_requests",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__occupancy_limit_registers": "occupancy_limit_registers",
+    "gpu__time_duration.sum": "duration_ns",
+    "dram__bytes_read.sum": "dram_bytes_read",
+    "sm__inst_executed_pipe_fma.sum": "fma_pipe_instructions",
+}
+
+#: The columns :func:`parse_csv` returns.
+COLUMNS = ["id", "kernel", "block", "grid", "metric", "name", "unit", "value"]
+
+
+class ProfilerError(GpulabError, RuntimeError):
+    """Nsight Compute is missing, failed, or printed something unreadable."""
+
+
+def ncu_path() -> str | None:
+    """The ``ncu`` executable on PATH (or in the usual CUDA folders), or None."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for folder in ("/usr/local/cuda/bin", "/opt/nvidia/nsight-compute"):
+        candidate = os.path.join(folder, "ncu")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def command(driver: Sequence[str], metrics: Sequence[str], *, kernel_regex: str | None = None,
+            log_file: str | None = None, ncu: str = "ncu") -> list[str]:
+    """The ncu command line :func:`profile` runs (shown so a reader can run it by hand).
+
+    ``--clock-control none`` leaves the GPU's clocks as they are (by default ncu
+    locks them to the base clock while it measures)."""
+    if not metrics:
+        raise ValueError("metrics must name at least one Nsight Compute metric")
+    cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
+           "--metrics", ",".join(metrics), "--target-processes", "all"]
+    if kernel_regex:
+        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+    if log_file:
+        cmd += ["--log-file", log_file]
+    return cmd + list(driver)
+
+
+def profile(driver: Sequence[str], metrics: Sequence[str] = tuple(STANDARD_METRICS), *,
+            kernel_regex: str | None = None, timeout: float = 600, env: dict | None = None) -> pd.DataFrame:
+    """Run ``driver`` (a command, e.g. ``[python, "-m", "...", "--profile-driver"]``)
+    under ncu, collecting ``metrics`` for every kernel whose name matches
+    ``kernel_regex``; return :func:`parse_csv`'s table."""
+    ncu = ncu_path()
+    if ncu is None:
+        raise ProfilerError("Nsight Compute's 'ncu' is not on PATH; it ships with the CUDA toolkit "
+                            "(or as the nsight-compute package) on GPU machines")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "ncu.csv")
+        cmd = command(driver, metrics, kernel_regex=kernel_regex, log_file=log, ncu=ncu)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        text = open(log).read() if os.path.exists(log) else ""
+    if done.returncode != 0:
+        raise ProfilerError(f"ncu exited with status {done.returncode}:\n{(done.stderr or done.stdout)[-3000:]}"
+                            f"\n{text[-2000:]}")
+    return parse_csv(text)
+
+
+def _number(text: str) -> float:
+    cleaned = text.replace(",", "").strip()
+    if cleaned in ("", "n/a", "N/A"):
+        return float("nan")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return float("nan")
+
+
+def parse_csv(text: str) -> pd.DataFrame:
+    """Nsight Compute ``--csv`` output (details page: one line per kernel
+    launch and metric) as a tidy table with :data:`COLUMNS`: the launch ``id``,
+    the kernel's name (without argument list), block and grid shapes, the
+    metric's full name, its short ``name`` from :data:`STANDARD_METRICS`
+    (or the full name), the unit, and the value as a float.
+
+    Lines that are not CSV (``==PROF==`` progress, the driver's own prints)
+    are skipped; a missing header is an error naming what was found."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith('"ID"') and '"Metric Name"' in line), None)
+    if start is None:
+        shown = "\n".join(lines[:10]) or "(nothing)"
+        raise ProfilerError("no Nsight Compute CSV header (\"ID\",...,\"Metric Name\",...) in the "
+                            f"profiler output; its first lines were:\n{shown}")
+    body = [lines[start]] + [line for line in lines[start + 1:] if line.startswith('"')]
+    reader = csv.DictReader(io.StringIO("\n".join(body)))
+    needed = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
+    if not needed <= set(reader.fieldnames or []):
+        raise ProfilerError(f"the profiler's CSV lacks columns {sorted(needed - set(reader.fieldnames or []))}; "
+                            f"it has {reader.fieldnames}")
+    rows = []
+    for record in reader:
+        metric = record["Metric Name"]
+        rows.append({"id": int(_number(record["ID"])),
+                     "kernel": record["Kernel Name"].split("(")[0].strip(),
+                     "block": record.get("Block Size", ""), "grid": record.get("Grid Size", ""),
+                     "metric": metric, "name": STANDARD_METRICS.get(metric, metric),
+                     "unit": record.get("Metric Unit", ""), "value": _number(record["Metric Value"])})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def per_launch(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel launch, one column per metric (short names), plus
+    ``sectors_per_request`` when both global-load counters are present."""
+    if rows.empty:
+        raise ProfilerError("no profiler rows: did the kernel-name filter match any launch?")
+    table = rows.pivot_table(index=["id", "kernel"], columns="name", values="value", aggfunc="first")
+    table = table.reset_index()
+    table.columns.name = None
+    if {"global_load_sectors", "global_load_requests"} <= set(table.columns):
+        requests = table["global_load_requests"].where(table["global_load_requests"] > 0)
+        table["sectors_per_request"] = table["global_load_sectors"] / requests
+    return table
+
+
+def plot(table: pd.DataFrame, metrics: Sequence[str], *, title: str, caption: str | None = None,
+         label: str = "variant", log: Sequence[str] = ()):
+    """One horizontal bar chart per metric (columns of :func:`per_launch`'s
+    table), side by side, rows in the table's order; ``log`` names the metrics
+    drawn on a log scale. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import SymmetricalLogLocator
+
+    from . import plots
+
+    missing = [m for m in metrics if m not in table.columns]
+    if missing:
+        raise ValueError(f"the profile table has no {missing}; it has {list(table.columns)}")
+    with plt.rc_context(plots.STYLE):
+        fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics) + 2.5, 0.32 * len(table) + 1.8),
+                                 sharey=True, squeeze=False)
+        y = np.arange(len(table))[::-1]
+        for ax, metric in zip(axes[0], metrics):
+            values = table[metric].to_numpy(dtype=float)
+            ax.barh(y, values, color="#4C72B0", alpha=0.85)
+            if metric in log:   # counts spanning many decades; zero stays visible as zero
+                ax.set_xscale("symlog", linthresh=1)
+                ax.xaxis.set_major_locator(SymmetricalLogLocator(base=1000, linthresh=1))
+            ax.set_xlabel(metric.replace("_", " "))
+        axes[0][0].set_yticks(y, table[label])
+        fig.suptitle(title, x=0.01, ha="left", fontweight="bold")
+        if caption:
+            fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
+            fig.tight_layout(rect=(0, 0.04, 1, 1))
+        else:
+            fig.tight_layout()
+    return fig

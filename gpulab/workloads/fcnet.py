@@ -1,0 +1,816 @@
+"""Chapter 2's workload: a 72-64-64-4 fully-connected network's inference.
+
+    Y = W3 relu(W2 relu(W1 X))
+
+applied to N input vectors at once, declared once: the shapes, the seeded
+weights and inputs, the FLOP and byte counts, the float64 reference, the
+ladder of kernels with their launch configurations, the checks, and the
+benchmark that ``python -m gpulab record fcnet`` turns into the recorded run.
+
+Layout (every step): X is feature-major, ``X[k, v]`` at ``k*N + v`` (72 x N),
+so consecutive threads reading consecutive vectors read consecutive
+addresses; Y is 4 x N the same way. Weights are row-major as in ``y = W x``
+(``W1`` is 64 x 72); some steps take them transposed or in half precision,
+and each launch names which form it reads.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..check import compare
+from ..kernels import Backend, Kernel, get_backend, load_module
+
+CHAPTER = "fcnet"
+TITLE = "A fully-connected network's inference, from five kernel launches to one kernel at the hardware limit"
+
+IN, HID, OUT = 72, 64, 4          # inputs, hidden units per layer, outputs
+#: The two cases of the report: 12,800 vectors ("small") and 5,120,000 ("large").
+SIZES = {"small": 12_800, "large": 5_120_000}
+#: Correctness sizes: 1000 leaves a partial last tile for the tiled steps (32,
+#: 64 or 128 vectors) and takes the float4 paths (a multiple of 4); 4099 is odd,
+#: so every step's last block is partial and the scalar paths run.
+CHECK_SIZES = (1000, 4099)
+MACS_PER_VECTOR = IN * HID + HID * HID + HID * OUT          # 8,960 multiply-adds
+FLOPS_PER_VECTOR = 2 * MACS_PER_VECTOR
+BYTES_PER_VECTOR = 4 * (IN + OUT)                           # read 72 floats, write 4
+WEIGHT_SEED, INPUT_SEED = 2026, 7
+#: The H100 figures the chapter opens with, measured for this lab on 2026-11-22.
+H100_FP32_MATRIX_TFLOPS = 51.1     # cuBLAS SGEMM through CuPy
+H100_COPY_GBS = 2948.0             # device-to-device copy, read + write
+#: CPU backend: the grid "persistent" kernels get (the GPU's is measured).
+CPU_PERSISTENT_BLOCKS = 3
+
+
+def work(n: int) -> dict:
+    """FLOPs and the fewest bytes of device memory one inference of n vectors needs."""
+    return {"flops": float(FLOPS_PER_VECTOR * n), "bytes": float(BYTES_PER_VECTOR * n)}
+
+
+def floors_ms(n: int, tflops: float = H100_FP32_MATRIX_TFLOPS, gbs: float = H100_COPY_GBS) -> dict:
+    """The arithmetic floor and the memory floor of one inference, in ms."""
+    w = work(n)
+    return {"arithmetic_ms": w["flops"] / (tflops * 1e12) * 1e3,
+            "memory_ms": w["bytes"] / (gbs * 1e9) * 1e3}
+
+
+# ----------------------------------------------------------------- data and reference
+def make_weights(seed: int = WEIGHT_SEED) -> dict[str, np.ndarray]:
+    """W1 (64x72), W2 (64x64), W3 (4x64), float32, uniform in +-sqrt(6/fan_in)
+    (He initialisation: activations keep their scale through the ReLUs, so
+    half precision neither overflows nor underflows)."""
+    rng = np.random.default_rng(seed)
+    shapes = {"W1": (HID, IN), "W2": (HID, HID), "W3": (OUT, HID)}
+    return {name: rng.uniform(-1, 1, shape).astype(np.float32) * np.float32(math.sqrt(6 / shape[1]))
+            for name, shape in shapes.items()}
+
+
+def make_inputs(n: int, seed: int = INPUT_SEED) -> np.ndarray:
+    """X: 72 x n float32, uniform in [-1, 1), feature-major."""
+    if n < 1:
+        raise ValueError(f"n must be a positive number of vectors, got {n}")
+    return np.random.default_rng(seed).uniform(-1, 1, (IN, n)).astype(np.float32)
+
+
+def reference(x, weights: dict, dtype=np.float64, xp=np):
+    """Y = W3 relu(W2 relu(W1 X)) computed in ``dtype`` (float64 for checks;
+    float32 to measure what half precision costs against single precision)."""
+    w = {k: xp.asarray(v, dtype=dtype) for k, v in weights.items()}
+    h = xp.maximum(w["W1"] @ xp.asarray(x, dtype=dtype), 0)
+    h = xp.maximum(w["W2"] @ h, 0)
+    return w["W3"] @ h
+
+
+def weight_forms(weights: dict) -> dict[str, np.ndarray]:
+    """Every form a kernel reads the weights in, by the names launches use:
+    w1 row-major fp32, w1t transposed, w1h half, w1th transposed half, and the
+    tensor-core step's zero-padded half matrices (w1tc: 64 x 80, w3tc: 16 x 64)."""
+    forms = {}
+    for i in (1, 2, 3):
+        w = weights[f"W{i}"]
+        forms[f"w{i}"] = np.ascontiguousarray(w)
+        forms[f"w{i}t"] = np.ascontiguousarray(w.T)
+        forms[f"w{i}h"] = w.astype(np.float16)
+        forms[f"w{i}th"] = np.ascontiguousarray(w.T).astype(np.float16)
+    pad1 = np.zeros((HID, TC_K1), np.float16)
+    pad1[:, :IN] = weights["W1"]
+    pad3 = np.zeros((TC_M3, HID), np.float16)
+    pad3[:OUT] = weights["W3"]
+    forms["w1tc"], forms["w2tc"], forms["w3tc"] = pad1, weights["W2"].astype(np.float16), pad3
+    return forms
+
+
+TC_K1 = 80     # the tensor-core step pads layer 1's 72 inputs to a multiple of 16
+TC_M3 = 16     # and layer 3's 4 outputs to one 16-row tile
+#: Step 15's dynamic shared memory (SMEM_BYTES in its kernel file).
+TC_SHARED_BYTES = 2 * (HID * (TC_K1 + 8) + HID * (HID + 8) + TC_M3 * (HID + 8) + TC_K1 * 136
+                       + HID * 136) + 8 * 16 * 16 * 4
+
+
+# ----------------------------------------------------------------- the ladder
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a step. ``args`` name the buffers and sizes the
+    kernel takes (see :func:`buffers`). The grid covers the vectors:
+    ``ceil(N / vectors_per_block)`` blocks, times ``rows`` along y; a
+    ``persistent`` kernel instead gets as many blocks as fit on the GPU at once
+    and loops over its work."""
+
+    kernel: str
+    args: tuple[str, ...]
+    block: tuple[int, ...] = (256,)
+    vectors_per_block: int = 256
+    rows: int = 1
+    persistent: bool = False
+    shared_mem: int = 0
+
+    def grid(self, n: int, resident_blocks: int | None = None) -> tuple[int, int]:
+        blocks = -(-n // self.vectors_per_block)
+        if self.persistent:
+            blocks = min(blocks, resident_blocks or CPU_PERSISTENT_BLOCKS)
+        return (max(1, blocks), self.rows)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a kernel file and the launches one inference takes."""
+
+    number: int
+    file: str
+    title: str
+    launches: tuple[Launch, ...]
+    precision: str = "fp32"        # the arithmetic: sets the check's tolerance
+    gpu_only: bool = False         # for kernels the CPU backend cannot run (none at present)
+    sizes: tuple[str, ...] = ("small", "large")   # the cases this kernel is meant for
+
+    @property
+    def kernels(self) -> list[str]:
+        return list(dict.fromkeys(launch.kernel for launch in self.launches))
+
+    @property
+    def label(self) -> str:
+        return f"{self.number:02d} {self.title}"
+
+
+_FUSED = ("n", "x", "w1", "w2", "w3", "y")
+_FUSED_T = ("n", "x", "w1t", "w2t", "w3t", "y")
+_HALF = ("n", "x", "w1h", "w2h", "w3h", "y")
+_HALF_T = ("n", "x", "w1th", "w2th", "w3h", "y")   # W3 stays row-major: its reads were coalesced
+
+
+def _matmul(m: int, k: int, a: str, b: str, c: str) -> Launch:
+    return Launch("matmul", (str(m), "n", str(k), a, b, c), block=(16, 16), vectors_per_block=16,
+                  rows=-(-m // 16))
+
+
+def _relu(buffer: str) -> Launch:
+    return Launch("relu", ("hid_n", buffer), vectors_per_block=256 // HID)
+
+
+STEPS = [
+    Step(1, "fcnet/01_matmul_relu.cu", "matmul + relu, five launches",
+         (_matmul(HID, IN, "w1", "x", "h1"), _relu("h1"), _matmul(HID, HID, "w2", "h1", "h2"),
+          _relu("h2"), _matmul(OUT, HID, "w3", "h2", "y"))),
+    Step(2, "fcnet/02_fused_global.cu", "fused, hidden layers in global memory",
+         (Launch("fused_global", ("n", "x", "w1", "w2", "w3", "h1", "h2", "y"), vectors_per_block=4),)),
+    Step(3, "fcnet/03_fused_shared.cu", "fused, shared memory",
+         (Launch("fused_shared", _FUSED, vectors_per_block=4),)),
+    Step(4, "fcnet/04_whole_net_shared.cu", "whole net in shared memory",
+         (Launch("whole_net_shared", _FUSED, vectors_per_block=4, persistent=True),)),
+    Step(5, "fcnet/05_shared_and_registers.cu", "shared memory + registers",
+         (Launch("shared_and_registers", _FUSED, vectors_per_block=4, persistent=True),)),
+    Step(6, "fcnet/06_last_layer_shuffle.cu", "last layer by warp shuffles",
+         (Launch("last_layer_shuffle", _FUSED, vectors_per_block=4, persistent=True),)),
+    Step(7, "fcnet/07_whole_net_registers.cu", "whole net in registers",
+         (Launch("whole_net_registers", _FUSED, vectors_per_block=2, persistent=True),)),
+    Step(8, "fcnet/08_half_precision.cu", "half precision",
+         (Launch("half_precision", _HALF, vectors_per_block=2, persistent=True),), precision="fp16"),
+    Step(9, "fcnet/09_conflict_free_tile.cu", "32-vector tiles, conflict-free fill",
+         (Launch("conflict_free_tile", _HALF, vectors_per_block=32, persistent=True),), precision="fp16"),
+    Step(10, "fcnet/10_coalesced_weights.cu", "coalesced reads of transposed weights",
+         (Launch("coalesced_weights", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16"),
+    Step(11, "fcnet/11_hide_input_loads.cu", "hiding input loads",
+         (Launch("hide_input_loads", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16"),
+    Step(12, "fcnet/12_fewer_registers.cu", "fewer registers, more warps",
+         (Launch("fewer_registers", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16"),
+    Step(13, "fcnet/13_best_per_size.cu", "best for the large case",
+         (Launch("best_large", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16",
+         sizes=("large",)),
+    Step(13, "fcnet/13_best_per_size.cu", "best for the small case",
+         (Launch("best_small", _HALF_T, vectors_per_block=32),), precision="fp16", sizes=("small",)),
+    Step(14, "fcnet/14_register_tiles_fp32.cu", "fp32 register tiles (large)",
+         (Launch("tiled_fp32_large", _FUSED_T, block=(128,), vectors_per_block=128, persistent=True,
+                 shared_mem=4 * (IN * HID + HID * HID + HID * OUT + (IN + HID) * 128)),),
+         sizes=("large",)),
+    Step(14, "fcnet/14_register_tiles_fp32.cu", "fp32 register tiles (small)",
+         (Launch("tiled_fp32_small", _FUSED_T, block=(128,), vectors_per_block=64, persistent=True,
+                 shared_mem=4 * (IN * HID + HID * HID + HID * OUT + (IN + HID) * 64)),),
+         sizes=("small",)),
+    Step(15, "fcnet/15_tensor_cores.cu", "tensor cores (wmma fp16)",
+         (Launch("tensor_cores", ("n", "x", "w1tc", "w2tc", "w3tc", "y"), vectors_per_block=128,
+                 persistent=True, shared_mem=TC_SHARED_BYTES),), precision="fp16"),
+]
+
+#: Exercise 1: step 1 with the ReLU fused into the matmul, three launches instead of five.
+EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with fused relu, three launches",
+                (Launch("matmul_relu", (str(HID), "n", str(IN), "1", "w1", "x", "h1"), block=(16, 16),
+                        vectors_per_block=16, rows=HID // 16),
+                 Launch("matmul_relu", (str(HID), "n", str(HID), "1", "w2", "h1", "h2"), block=(16, 16),
+                        vectors_per_block=16, rows=HID // 16),
+                 Launch("matmul_relu", (str(OUT), "n", str(HID), "0", "w3", "h2", "y"), block=(16, 16),
+                        vectors_per_block=16, rows=1)))
+
+
+def steps(number: int | None = None, size: str | None = None) -> list[Step]:
+    """The ladder's steps, optionally only step ``number`` (13 and 14 have one
+    kernel per size) and only those meant for ``size`` ("small" or "large")."""
+    if size is not None and size not in SIZES:
+        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
+    chosen = [s for s in STEPS if (number is None or s.number == number)
+              and (size is None or size in s.sizes)]
+    if not chosen:
+        raise KeyError(f"the fcnet ladder has steps {sorted({s.number for s in STEPS})}; "
+                       f"none is number {number} for size {size}")
+    return chosen
+
+
+# ----------------------------------------------------------------- running a step
+def buffers(be: Backend, x, weights: dict, scratch: bool = False) -> dict:
+    """Device copies of the inputs and every weight form, a NaN-poisoned output
+    and (for the steps that need them) H1/H2 scratch, by the names launches use."""
+    n = x.shape[1]
+    bufs = {"n": n, "hid_n": HID * n, "x": be.to_device(x), "y": be.poisoned((OUT, n), np.float32)}
+    bufs.update({name: be.to_device(w) for name, w in weight_forms(weights).items()})
+    if scratch:
+        bufs["h1"] = be.poisoned((HID, n), np.float32)
+        bufs["h2"] = be.poisoned((HID, n), np.float32)
+    return bufs
+
+
+def _resolve(token: str, bufs: dict):
+    if token.isdigit():
+        return int(token)
+    return bufs[token]
+
+
+def resident_blocks(fn: Kernel, launch: Launch) -> int | None:
+    """How many blocks of ``launch`` fit on the whole GPU at once (None on the CPU)."""
+    if fn.module.backend.name != "gpu":
+        return None
+    import cupy
+    from ..kernels import occupancy
+    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    threads = int(np.prod(launch.block))
+    return sms * max(1, occupancy(fn, threads, launch.shared_mem)["blocks_per_sm"])
+
+
+def step_kernels(step: Step, backend=None) -> dict[str, Kernel]:
+    be = get_backend(backend)
+    module = load_module(step.file, be)
+    fns = {name: module.get_function(name) for name in step.kernels}
+    for launch in step.launches:
+        if launch.shared_mem > 48 * 1024:
+            fns[launch.kernel].allow_shared_memory(launch.shared_mem)
+    return fns
+
+
+def bind(step: Step, fns: dict[str, Kernel], bufs: dict) -> Callable[[], None]:
+    """One inference of ``step`` over ``bufs`` as a no-argument function (the
+    launches checked once, so the timers measure only the launches)."""
+    n = bufs["n"]
+    calls = []
+    for launch in step.launches:
+        fn = fns[launch.kernel]
+        args = tuple(_resolve(t, bufs) for t in launch.args)
+        calls.append(fn.bind(launch.grid(n, resident_blocks(fn, launch)), launch.block, args,
+                             launch.shared_mem))
+    if len(calls) == 1:
+        return calls[0]
+
+    def inference():
+        for call in calls:
+            call()
+    return inference
+
+
+def run(step: Step, x: np.ndarray, weights: dict | None = None, backend=None) -> np.ndarray:
+    """One inference of ``step`` on host inputs X (72 x n), output poisoned
+    beforehand; returns Y (4 x n) on the host."""
+    be = get_backend(backend)
+    if step.gpu_only and be.name != "gpu":
+        raise NotImplementedError(f"step {step.number} ({step.file}) is marked gpu_only: it uses "
+                                  "instructions the CPU backend does not run")
+    weights = weights or make_weights()
+    bufs = buffers(be, x, weights, scratch=any("h1" in launch.args for launch in step.launches))
+    bind(step, step_kernels(step, be), bufs)()
+    be.synchronize()
+    return be.to_host(bufs["y"])
+
+
+def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, seed: int = 0) -> pd.DataFrame:
+    """Every step against the float64 reference at every check size, fresh
+    inputs each time. Half-precision steps also report their error against the
+    float32 result. Steps the backend cannot run yet are listed as skipped."""
+    be = get_backend(backend)
+    weights = make_weights()
+    rows = []
+    for step_ in steps or STEPS:
+        for i, n in enumerate(sizes):
+            row = {"step": step_.number, "kernel": ", ".join(step_.kernels), "n": n,
+                   "precision": step_.precision}
+            if step_.gpu_only and be.name != "gpu":
+                rows.append({**row, "rel_error": np.nan, "vs_fp32": np.nan, "tolerance": np.nan,
+                             "unwritten": 0, "passed": True,
+                             "note": "skipped on the CPU backend: the kernel is marked gpu_only"})
+                continue
+            x = make_inputs(n, seed + 100 + i)
+            out = run(step_, x, weights, be)
+            result = compare(out, reference(x, weights), step_.precision,
+                             name=f"{step_.file} n={n}")
+            vs32 = compare(out, reference(x, weights, np.float32), step_.precision).rel_error
+            rows.append({**row, "rel_error": result.rel_error, "vs_fp32": vs32,
+                         "tolerance": result.tolerance, "unwritten": result.unwritten,
+                         "passed": result.passed, "note": ""})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------- reading the recorded run
+VENDOR = ("cuBLAS fp32 chain", "cuBLAS fp16 chain")
+
+
+def ladder(timings: pd.DataFrame, case: str, experiment: str = "ladder") -> pd.DataFrame:
+    """The ladder for one case, in order: the kernels meant for that case
+    (one per step), with their speedup over step 1 and over the previous step."""
+    n = SIZES[case]
+    rows = timings[(timings["experiment"] == experiment) & (timings["size"] == n)]
+    order = [s.label for s in STEPS if case in s.sizes]
+    table = rows.set_index("variant").loc[[v for v in order if v in set(rows["variant"])]].reset_index()
+    table["vs_step_1"] = table["median_ms"].iloc[0] / table["median_ms"]
+    table["vs_previous"] = table["median_ms"].shift(1) / table["median_ms"]
+    return table
+
+
+def vendor(timings: pd.DataFrame, case: str, experiment: str = "ladder") -> pd.DataFrame:
+    """The cuBLAS chains (CuPy matmul) for one case: eager ("ladder") or in a CUDA graph ("graph")."""
+    rows = timings[(timings["experiment"] == experiment) & (timings["size"] == SIZES[case])]
+    return rows[rows["variant"].isin(VENDOR)].reset_index(drop=True)
+
+
+def step_times(run, number: int):
+    """One step's times on both cases (eager, and in a CUDA graph on the small
+    case), with the speedups over step 1 and over the previous step."""
+    out = []
+    for case in SIZES:
+        table = ladder(run.timings, case)
+        graph = ladder(run.timings, case, "graph") if case == "small" else None
+        for i, row in table[table["step"] == number].iterrows():
+            entry = {"case": case, "kernel": row["kernel"], "time (ms)": row["median_ms"],
+                     "vs step 1": row["vs_step_1"], "vs previous step": row["vs_previous"]}
+            if graph is not None:
+                entry["in a CUDA graph (ms)"] = graph.loc[graph["variant"] == row["variant"], "median_ms"].iloc[0]
+            out.append(entry)
+    table = pd.DataFrame(out)
+    return (table.style.format({c: "{:.4g}" for c in table.columns if c not in ("case", "kernel")}, na_rep="")
+            .hide(axis="index").set_caption(run.caption))
+
+
+def profile_table(run) -> pd.DataFrame:
+    """The run's Nsight Compute figures; a live run on a machine without a
+    usable ``ncu`` has none, and then the recorded H100 run's are used (say so)."""
+    if "profile" in run.tables:
+        return run.tables["profile"]
+    from ..runs import load_run
+    recorded = load_run(CHAPTER)
+    print(f"this run has no profiler figures (is Nsight Compute's ncu installed?); "
+          f"showing those recorded on {recorded.gpu}, {recorded.meta['date']}")
+    return recorded.tables["profile"]
+
+
+def profile_of(run, numbers) -> pd.DataFrame:
+    """The profiler's figures (large case) for the given steps: one row per kernel launch."""
+    table = profile_table(run)
+    columns = ["step", "kernel", "duration_ns", "dram_bytes_read", "shared_load_bank_conflicts",
+               "shared_store_bank_conflicts",
+               "sectors_per_request", "achieved_occupancy_pct", "registers_per_thread"]
+    return table[table["step"].isin(list(numbers))][[c for c in columns if c in table.columns]]
+
+
+def ladder_figure(run, case: str, experiment: str = "ladder", *, title: str, ax=None, caption: bool = True):
+    """The speedup ladder of one case with the cuBLAS chains as dashed lines
+    (their labels staggered, since the two lines can sit close together)."""
+    from .. import plots
+    vendors = vendor(run.timings, case, experiment)
+    fig = plots.speedup_ladder(ladder(run.timings, case, experiment), vendor=vendors, title=title, ax=ax,
+                               caption=run.caption if caption else None)
+    axis = ax or fig.axes[0]
+    labels = [t for t in axis.texts if any(t.get_text().strip().startswith(v) for v in VENDOR)]
+    top = None
+    for i, text in enumerate(sorted(labels, key=lambda t: t.get_position()[0])):
+        x, y = text.get_position()
+        text.set_position((x, y + 0.55 * i))
+        top = y + 0.55 * i
+    if top is not None:   # room for the labels inside the axes, below the title
+        axis.set_ylim(top=top + 0.7)
+    return fig
+
+
+def roofline_figure(run, case: str = "large"):
+    """Every step of one case on the roofline: the measured FP32 roof, the
+    datasheet's, and the tensor cores' measured fp16 matrix rate (dashed).
+    All steps share one arithmetic intensity, so each point is labelled with
+    its step number and the legend sits outside the plot."""
+    from .. import plots, roofline
+    ceilings = roofline.ceilings_table(run.timings, run.gpu)
+    fp32, gbs = ceilings.loc["FP32 rate (GFLOP/s)", "measured"], ceilings.loc["memory bandwidth (GB/s)", "measured"]
+    sheet = roofline.datasheet(run.gpu) or {}
+    points = roofline.rates(ladder(run.timings, case))
+    fig = plots.roofline(points, peak_gflops=fp32, peak_gbs=gbs, datasheet_gflops=sheet.get("fp32_tflops", 0) * 1e3,
+                         datasheet_gbs=sheet.get("memory_gbs"), caption=run.caption,
+                         title=f"How close is each step to the hardware's limits? ({case} case)")
+    ax = fig.axes[0]
+    hgemm = roofline.rates(run.timings[(run.timings["experiment"] == "ceilings")
+                                       & (run.timings["variant"] == "cuBLAS HGEMM (fp16)")])["gflops"]
+    xs = np.logspace(0, 3.5, 100)
+    if len(hgemm):
+        ax.plot(xs, np.minimum(hgemm.iloc[0], xs * gbs), "k--", lw=1,
+                label=f"tensor cores, measured (cuBLAS HGEMM): {hgemm.iloc[0] / 1e3:,.0f} TFLOP/s")
+    for _, p in points.iterrows():
+        ax.annotate(f"{int(p['step']):02d}", (p["intensity"], p["gflops"]), xytext=(6, -3),
+                    textcoords="offset points", fontsize=7)
+    ax.set_xlim(1, 10**3.5)
+    ax.set_ylim(points["gflops"].min() / 3, None)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.set_size_inches(11, 5.5)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+#: The issue's targets for the best kernels, each against the cuBLAS chain measured in the same run.
+TARGETS = [
+    # what, case, our kernel's precision, cuBLAS line, how it is timed, max ms, least speedup over cuBLAS
+    ("large, fp32 arithmetic", "large", ("fp32",), "cuBLAS fp32 chain", "ladder", 2.2, 2.5),
+    ("large, reduced precision", "large", ("fp16",), "cuBLAS fp16 chain", "ladder", 0.8, 3.0),
+    ("small, fp32, in a CUDA graph", "small", ("fp32",), "cuBLAS fp32 chain", "graph", 0.02, 1.0),
+    ("small, reduced precision, in a CUDA graph", "small", ("fp16",), "cuBLAS fp16 chain", "graph", 0.02, 1.0),
+]
+
+
+def targets(run) -> pd.DataFrame:
+    """The best kernel of the ladder for each target, its time, the cuBLAS
+    chain's, and whether the target was met."""
+    rows = []
+    for what, case, precisions, baseline, experiment, max_ms, min_speedup in TARGETS:
+        table = ladder(run.timings, case, experiment)
+        ours = table[table["precision"].isin(precisions)].sort_values("median_ms").iloc[0]
+        blas = vendor(run.timings, case, experiment).set_index("variant").loc[baseline, "median_ms"]
+        speedup = blas / ours["median_ms"]
+        rows.append({"target": what, "best kernel": ours["variant"], "time (ms)": ours["median_ms"],
+                     "target (ms)": max_ms, "cuBLAS chain": baseline, "cuBLAS (ms)": blas, "speedup": speedup,
+                     "target speedup": min_speedup,
+                     "met": bool(ours["median_ms"] <= max_ms and speedup > min_speedup)})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------- the vendor baseline
+def cublas_chain(x, weights: dict, dtype) -> Callable[[], object]:
+    """The same network as three cuBLAS matrix products with ReLU between them
+    (CuPy ``matmul`` and ``maximum``), on device input ``x`` already in
+    ``dtype``; every buffer is allocated up front, so the chain can be captured
+    in a CUDA graph. Returns ``(inference, y)``."""
+    import cupy
+
+    w = {k: cupy.asarray(v, dtype=dtype) for k, v in weights.items()}
+    n = x.shape[1]
+    h1 = cupy.empty((HID, n), dtype)
+    h2 = cupy.empty((HID, n), dtype)
+    y = cupy.empty((OUT, n), dtype)
+
+    def inference():
+        cupy.matmul(w["W1"], x, out=h1)
+        cupy.maximum(h1, 0, out=h1)
+        cupy.matmul(w["W2"], h1, out=h2)
+        cupy.maximum(h2, 0, out=h2)
+        cupy.matmul(w["W3"], h2, out=y)
+    return inference, y
+
+
+def _libcublas():
+    """The libcublas that CuPy loaded, through ctypes, with the four entry
+    points the graph-capturable chain needs."""
+    import ctypes
+    import cupy
+    cupy.cuda.device.get_cublas_handle()          # makes sure CuPy has loaded libcublas
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/libcublas.so" in line}
+    if not paths:
+        raise RuntimeError("libcublas is not loaded in this process")
+    lib = ctypes.CDLL(sorted(paths)[0])
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.cublasCreate_v2.argtypes = [ctypes.POINTER(p)]
+    lib.cublasSetStream_v2.argtypes = [p, p]
+    lib.cublasSetWorkspace_v2.argtypes = [p, p, ctypes.c_size_t]
+    lib.cublasGemmEx.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
+    for name in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasGemmEx"):
+        getattr(lib, name).restype = i
+    return lib
+
+
+def cublas_direct_chain(x, weights: dict, dtype, stream):
+    """The chain of :func:`cublas_chain`, with the GEMMs called on cuBLAS
+    directly (its own handle, bound once to ``stream``, with a fixed
+    workspace) so that the chain can be captured in a CUDA graph: CuPy's
+    wrappers re-bind their handle to the current stream on every call, which
+    CuPy forbids during capture. Same routine as ``cupy.matmul`` (GEMM, fp32
+    accumulation); a row-major C = A B is the column-major C^T = B^T A^T.
+    Returns ``(inference, y)``."""
+    import ctypes
+    import cupy
+
+    lib = _libcublas()
+    handle = ctypes.c_void_p()
+    workspace = cupy.empty(32 * 2**20, cupy.uint8)
+    for status in (lib.cublasCreate_v2(ctypes.byref(handle)),
+                   lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream.ptr)),
+                   lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(workspace.data.ptr), workspace.nbytes)):
+        if status != 0:
+            raise RuntimeError(f"cuBLAS setup failed with status {status}")
+    w = {k: cupy.asarray(v, dtype=dtype) for k, v in weights.items()}
+    n = x.shape[1]
+    h1, h2 = cupy.empty((HID, n), dtype), cupy.empty((HID, n), dtype)
+    y = cupy.empty((OUT, n), dtype)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)   # host scalars, kept alive
+    cuda_type = 2 if dtype == cupy.float16 else 0                  # CUDA_R_16F / CUDA_R_32F
+    compute_32f, default_algo = 68, -1                             # CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT
+    keep = (workspace, one, zero, handle)
+
+    def gemm(a, b, c):    # c[M, n] = a[M, K] @ b[K, n], all row-major
+        m_rows, k = a.shape
+        status = lib.cublasGemmEx(handle, 0, 0, n, m_rows, k, one.ctypes.data, b.data.ptr, cuda_type, n,
+                                  a.data.ptr, cuda_type, k, zero.ctypes.data, c.data.ptr, cuda_type, n,
+                                  compute_32f, default_algo)
+        if status != 0:
+            raise RuntimeError(f"cublasGemmEx failed with status {status}")
+
+    def inference():
+        assert keep
+        with stream:
+            gemm(w["W1"], x, h1)
+            cupy.maximum(h1, 0, out=h1)
+            gemm(w["W2"], h1, h2)
+            cupy.maximum(h2, 0, out=h2)
+            gemm(w["W3"], h2, y)
+    return inference, y
+
+
+def _graph_of(fn, stream, launches: int = 10, repeats: int = 50):
+    """Per-call time of ``fn`` captured ``launches`` times in one CUDA graph on ``stream``."""
+    from cupyx.profiler import benchmark as cupy_benchmark
+    from ..timing import Timing
+    fn()
+    stream.synchronize()
+    stream.begin_capture()
+    try:
+        for _ in range(launches):
+            fn()
+    finally:    # a failed capture must still end, or the stream stays unusable
+        graph = stream.end_capture()
+    with stream:   # the events must be recorded on the stream the graph runs on
+        result = cupy_benchmark(lambda: graph.launch(stream), (), n_warmup=5, n_repeat=repeats)
+    return Timing(result.gpu_times[0] * 1e3 / launches, method=f"cuda graph of {launches} launches")
+
+
+# ----------------------------------------------------------------- the recorded run
+def _timing_repeats(fn, repeats: int, budget_ms: float = 1500.0) -> int:
+    """Fewer repeats for slow kernels, so the whole run stays within minutes."""
+    from ..timing import event_region
+    once = event_region(fn)
+    return int(max(10, min(repeats, budget_ms / max(once, 1e-3))))
+
+
+def _case(n: int) -> str:
+    return next((name for name, size in SIZES.items() if size == n), "check")
+
+
+def _row_labels(step_: Step, n: int) -> dict:
+    return {"step": step_.number, "case": _case(n), "precision": step_.precision,
+            "kernel": ", ".join(step_.kernels)}
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True):
+    """Every experiment of this chapter on the GPU: returns (rows, tables).
+
+    Each kernel is checked against the float64 reference at full size before
+    it is timed (a failure raises), every variant reads the same inputs, and
+    the cuBLAS chains run in the same process, side by side. ``quick`` runs a
+    tenth of the large case (a smoke test, not for committing)."""
+    import cupy
+
+    from .. import roofline
+    from ..check import check
+    from ..timing import benchmark, graph_benchmark
+
+    weights = make_weights()
+    rows: list[dict] = []
+    sizes = dict(SIZES)
+    if quick:
+        sizes["large"] = SIZES["large"] // 10
+    fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in STEPS}
+
+    for case, n in sizes.items():
+        bufs = buffers(get_backend("gpu"), make_inputs(n), weights, scratch=True)
+        x32 = bufs["x"]
+        ref = reference(x32, weights, cupy.float64, xp=cupy).get()
+        ref32 = reference(x32, weights, cupy.float32, xp=cupy).get()
+        for step_ in STEPS:
+            fns = fns_by_step[step_.label]
+            bufs["y"].fill(cupy.nan)
+            inference = bind(step_, fns, bufs)
+            inference()
+            result = check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}")
+            labels = {**_row_labels(step_, n), "rel_error": result.rel_error, "intended": case in step_.sizes,
+                      "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
+            reps = _timing_repeats(inference, repeats)
+            rows.append(benchmark(inference, repeats=reps).row("ladder", step_.label, n, **work(n), **labels))
+            if case == "small":
+                rows.append(graph_benchmark(inference, launches=20, repeats=max(10, reps // 2))
+                            .row("graph", step_.label, n, **work(n), **labels))
+            print(f"{case:5s} {step_.label:45s} {rows[-1]['median_ms']:.4f} ms", flush=True)
+        # The vendor baseline, fp32 and fp16 (the fp16 chain's input already in fp16).
+        for name, dtype, xin in (("cuBLAS fp32 chain", cupy.float32, x32),
+                                 ("cuBLAS fp16 chain", cupy.float16, x32.astype(cupy.float16))):
+            chain, y = cublas_chain(xin, weights, dtype)
+            chain()
+            precision = "fp32" if dtype == cupy.float32 else "fp16"
+            result = check(y, ref, precision, name=f"{name} n={n}")
+            labels = {"step": np.nan, "case": case, "precision": precision, "kernel": "cupy.matmul x3",
+                      "rel_error": result.rel_error, "intended": True}
+            reps = _timing_repeats(chain, repeats)
+            rows.append(benchmark(chain, repeats=reps).row("ladder", name, n, **work(n), **labels))
+            print(f"{case:5s} {name:45s} eager {rows[-1]['median_ms']:.4f} ms", flush=True)
+            del chain, y
+            try:   # the same GEMMs through cuBLAS directly, eager and captured in a graph
+                stream = cupy.cuda.Stream(non_blocking=True)
+                chain, y = cublas_direct_chain(xin, weights, dtype, stream)
+                chain()
+                stream.synchronize()
+                result = check(y, ref, precision, name=f"{name} (direct) n={n}")
+                labels["rel_error"] = result.rel_error
+                with stream:
+                    rows.append(benchmark(chain, repeats=reps).row("ladder", name + " (cuBLAS direct)", n,
+                                                                   **work(n), **labels))
+                rows.append(_graph_of(chain, stream, repeats=max(10, reps // 2))
+                            .row("graph", name, n, **work(n), **labels))
+                print(f"{case:5s} {name:45s} direct {rows[-2]['median_ms']:.4f} ms, graph "
+                      f"{rows[-1]['median_ms']:.4f} ms", flush=True)
+                del chain, y
+            except Exception as exc:   # say so in the log; the eager row stands
+                print(f"could not capture {name} in a CUDA graph: {exc}", file=sys.stderr)
+        del bufs, x32, ref, ref32
+        cupy.get_default_memory_pool().free_all_blocks()
+
+    # Where the time goes when X starts on the host: the best kernels, pinned memory.
+    for step_ in [s for s in STEPS if s.number in (13, 14, 15)]:
+        for case in step_.sizes:
+            n = sizes[case]
+            x_host = make_inputs(n)
+            rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
+    rows.extend(roofline.measure_ceilings(repeats=20))
+    rows.append(_hgemm_ceiling())
+
+    tables = {"resources": resources(fns_by_step)}
+    if profile:
+        try:
+            tables["profile"] = profile_steps(quick=quick)
+        except Exception as exc:   # no ncu here: the run still has its timings; say why
+            print(f"profiling skipped: {exc}", file=sys.stderr)
+    return rows, tables
+
+
+def _transfer_rows(step_: Step, fns, x_host, weights, n, repeats) -> list[dict]:
+    from .. import transfers
+
+    be = get_backend("gpu")
+    base = buffers(be, x_host[:, :1], weights)
+    bound = {}
+
+    def launch(inputs, output):
+        key = (inputs[0].data.ptr, output.data.ptr)
+        if key not in bound:   # bind once per buffer pair: no host work inside the timed region
+            bound[key] = bind(step_, fns, {**base, "n": n, "hid_n": HID * n, "x": inputs[0], "y": output})
+        bound[key]()
+
+    memories = ("pinned",) if n > 1_000_000 else ("pageable", "pinned")
+    out = []
+    for memory in memories:
+        for row in transfers.transfer_breakdown(launch, [x_host], (OUT, n), np.float32, memory=memory,
+                                                repeats=max(5, repeats // 10), size=n):
+            out.append({**row, **_row_labels(step_, n), "variant": step_.label})
+    return out
+
+
+def _hgemm_ceiling(n: int = 8192, repeats: int = 20) -> dict:
+    """The tensor cores' measured rate: a large fp16 cuBLAS GEMM (fp32 accumulation)."""
+    import cupy
+    from ..timing import benchmark
+    a = cupy.random.random((n, n), dtype=cupy.float32).astype(cupy.float16)
+    b = cupy.random.random((n, n), dtype=cupy.float32).astype(cupy.float16)
+    c = cupy.empty_like(a)
+    t = benchmark(lambda: cupy.matmul(a, b, out=c), warmup=3, repeats=repeats)
+    return t.row("ceilings", "cuBLAS HGEMM (fp16)", n, "kernel", flops=2.0 * n**3)
+
+
+def resources(fns_by_step: dict) -> pd.DataFrame:
+    """Registers, shared memory, local (spilled) bytes and occupancy of every
+    ladder kernel as compiled for this GPU, at the launch shape the ladder uses."""
+    from ..kernels import occupancy, resource_table
+    rows = []
+    for step_ in STEPS:
+        fns = fns_by_step[step_.label]
+        for launch in step_.launches:
+            fn = fns[launch.kernel]
+            res = resource_table(fn.module).loc[launch.kernel]
+            threads = int(np.prod(launch.block))
+            occ = occupancy(fn, threads, launch.shared_mem)
+            rows.append({"step": step_.number, "variant": step_.label, "kernel": launch.kernel,
+                         "threads_per_block": threads, "registers": int(res["registers"]),
+                         "static_shared_bytes": int(res["static_shared_bytes"]),
+                         "dynamic_shared_bytes": launch.shared_mem, "local_bytes": int(res["local_bytes"]),
+                         "blocks_per_sm": occ["blocks_per_sm"], "warps_per_sm": occ["warps_per_sm"],
+                         "occupancy": occ["occupancy"]})
+    return pd.DataFrame(rows).drop_duplicates(["variant", "kernel"])
+
+
+# ----------------------------------------------------------------- the profiler's view
+#: The Nsight Compute counters the chapter reads (see gpulab.profiler.STANDARD_METRICS).
+PROFILE_METRICS = [
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+]
+
+
+def profile_driver(case: str = "large") -> None:
+    """Launch every ladder step once on one case, for Nsight Compute to watch
+    (``python -m gpulab.workloads.fcnet --profile-driver``). Steps 13 and 14,
+    which have one kernel per case, launch only that case's kernel."""
+    import cupy
+    weights = make_weights()
+    be = get_backend("gpu")
+    n = SIZES[case]
+    bufs = buffers(be, make_inputs(n), weights, scratch=True)
+    for step_ in STEPS:
+        if case not in step_.sizes and step_.number in (13, 14):
+            continue
+        bind(step_, step_kernels(step_, be), bufs)()
+    cupy.cuda.get_current_stream().synchronize()
+
+
+def kernel_names() -> list[str]:
+    return list(dict.fromkeys(name for s in STEPS for name in s.kernels))
+
+
+def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
+    """The profiler's figures for every step on one case: one row per kernel
+    launch, labelled with its step."""
+    from .. import profiler
+    driver = [sys.executable, "-m", "gpulab.workloads.fcnet", "--profile-driver", "--case", case]
+    raw = profiler.profile(driver, PROFILE_METRICS, kernel_regex="^(" + "|".join(kernel_names()) + ")$")
+    table = profiler.per_launch(raw)
+    order = [s for s in STEPS if not (case not in s.sizes and s.number in (13, 14))]
+    launches = [(s, launch.kernel) for s in order for launch in s.launches]
+    if len(launches) != len(table):
+        raise RuntimeError(f"expected {len(launches)} profiled launches, got {len(table)}")
+    table = table.sort_values("id").reset_index(drop=True)
+    table.insert(0, "step", [s.number for s, _ in launches])
+    table.insert(1, "variant", [s.label for s, _ in launches])
+    table["case"] = case
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpulab.workloads.fcnet")
+    parser.add_argument("--profile-driver", action="store_true",
+                        help="launch every step once (for Nsight Compute)")
+    parser.add_argument("--case", default="large", choices=list(SIZES))
+    args = parser.parse_args(argv)
+    if args.profile_driver:
+        profile_driver(args.case)
+        return 0
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Chapter 2's kernels through the same checks the book runs, and its recorded run."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.workloads import fcnet
+
+
+@pytest.mark.parametrize("step", fcnet.STEPS, ids=lambda s: f"{s.number:02d}-{s.kernels[0]}")
+def test_every_step_matches_the_reference(backend, step):
+    result = fcnet.check_steps(backend, steps=[step])
+    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert set(result["n"]) == set(fcnet.CHECK_SIZES)
+    if step.precision == "fp16":
+        # Half precision costs accuracy, but stays well inside its tolerance.
+        assert (result["rel_error"] > 1e-4).all() and (result["rel_error"] < 5e-3).all()
+
+
+def test_a_gpu_only_step_is_skipped_on_the_cpu_with_a_reason():
+    gpu_only = dataclasses.replace(fcnet.steps(15)[0], gpu_only=True)
+    result = fcnet.check_steps("cpu", steps=[gpu_only])
+    assert result["note"].str.contains("gpu_only").all()
+    with pytest.raises(NotImplementedError, match="gpu_only"):
+        fcnet.run(gpu_only, fcnet.make_inputs(10), backend="cpu")
+
+
+def test_a_kernel_that_drops_half_of_each_dot_product_is_caught(tmp_path):
+    # The check must be able to fail: without the shuffle that joins the two
+    # half-rows, every hidden unit misses half of its sum.
+    step = fcnet.steps(7)[0]
+    source = gpulab.show_source(step.file).text
+    broken_source = source.replace("acc += __shfl_xor_sync(0xffffffffu, acc, 1);", "")
+    assert broken_source != source
+    broken = tmp_path / "07_no_shuffle.cu"
+    broken.write_text(broken_source)
+    bad_step = fcnet.Step(7, str(broken), "no shuffle", step.launches)
+    result = fcnet.check_steps("cpu", steps=[bad_step], sizes=(1000,))
+    assert not result["passed"].any()
+
+
+def test_every_output_is_written_even_in_a_partial_last_tile():
+    # 4099 vectors: the last tile of every tiled step is partial; poisoned
+    # outputs would show as NaN (unwritten) in the check.
+    result = fcnet.check_steps("cpu", steps=fcnet.steps(14) + fcnet.steps(9), sizes=(33, 4099))
+    assert (result["unwritten"] == 0).all() and result["passed"].all()
+
+
+def test_work_and_the_two_floors():
+    assert fcnet.MACS_PER_VECTOR == 8960
+    assert fcnet.work(10) == {"flops": 179_200.0, "bytes": 3040.0}
+    floors = fcnet.floors_ms(fcnet.SIZES["large"])
+    assert floors["arithmetic_ms"] == pytest.approx(1.8, abs=0.01)
+    assert floors["memory_ms"] == pytest.approx(0.53, abs=0.01)
+
+
+def test_inputs_weights_and_reference_are_what_the_chapter_says():
+    x = fcnet.make_inputs(5)
+    assert x.shape == (72, 5) and x.dtype == np.float32
+    assert not np.array_equal(x, fcnet.make_inputs(5, seed=1))
+    w = fcnet.make_weights()
+    assert {k: v.shape for k, v in w.items()} == {"W1": (64, 72), "W2": (64, 64), "W3": (4, 64)}
+    y = fcnet.reference(x, w)
+    manual = w["W3"] @ np.maximum(w["W2"] @ np.maximum(w["W1"] @ x.astype(np.float64), 0), 0)
+    assert y.shape == (4, 5) and np.allclose(y, manual)
+    forms = fcnet.weight_forms(w)
+    assert forms["w1tc"].shape == (64, fcnet.TC_K1) and not forms["w1tc"][:, 72:].any()
+    assert forms["w3tc"].shape == (fcnet.TC_M3, 64) and not forms["w3tc"][4:].any()
+    assert np.array_equal(forms["w2t"], w["W2"].T)
+    with pytest.raises(ValueError, match="positive number of vectors"):
+        fcnet.make_inputs(0)
+
+
+def test_launch_shapes_cover_the_vectors():
+    matmul = fcnet.steps(1)[0].launches[0]
+    assert matmul.grid(1000) == (63, 4)                 # 16 vectors x 16 units per block
+    assert fcnet.steps(1)[0].launches[-1].grid(1000) == (63, 1)
+    assert fcnet.steps(2)[0].launches[0].grid(4099) == (1025, 1)
+    persistent = fcnet.steps(9)[0].launches[0]
+    assert persistent.grid(4099) == (fcnet.CPU_PERSISTENT_BLOCKS, 1)
+    assert persistent.grid(4099, resident_blocks=1000) == (129, 1)   # never more blocks than tiles
+    assert [s.kernels[0] for s in fcnet.steps(13, "small")] == ["best_small"]
+    with pytest.raises(ValueError, match="size must be"):
+        fcnet.steps(size="medium")
+
+
+def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
+    run = gpulab.load_run(fcnet.CHAPTER)
+    assert "H100" in run.gpu
+    ladder = run.experiment("ladder")
+    for step in fcnet.STEPS:
+        assert set(ladder.loc[ladder["variant"] == step.label, "size"]) == set(fcnet.SIZES.values())
+    for baseline in ("cuBLAS fp32 chain", "cuBLAS fp16 chain"):
+        assert set(ladder.loc[ladder["variant"] == baseline, "size"]) == set(fcnet.SIZES.values())
+        graph = run.experiment("graph")
+        assert baseline in set(graph["variant"])
+    assert (ladder["rel_error"] <= ladder["precision"].map(gpulab.TOLERANCE)).all()
+    assert not run.experiment("transfers").empty and not run.experiment("ceilings").empty
+    profile = run.tables["profile"]
+    assert set(profile["step"]) == {s.number for s in fcnet.STEPS}
+    for column in ("shared_load_bank_conflicts", "sectors_per_request", "achieved_occupancy_pct"):
+        assert profile[column].notna().all()
+    resources = run.tables["resources"]
+    assert set(resources["variant"]) == {s.label for s in fcnet.STEPS}
