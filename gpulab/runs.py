@@ -89,12 +89,17 @@ def save_run(chapter: str, rows: list[dict] | pd.DataFrame, meta: dict | None = 
     extra = [c for c in frame.columns if c not in TIMING_COLUMNS]
     csv_path = folder / f"{chapter}.csv"
     frame[TIMING_COLUMNS + extra].to_csv(csv_path, index=False, float_format="%.6g")
+    # Text columns are listed so that reading keeps them text: "01" stays "01".
+    string_columns = {"timings": _text_columns(frame)}
     for name, table in (tables or {}).items():
         if not re.fullmatch(r"[a-z0-9_]+", name):
             raise ValueError(f"table names are lower-case words, got {name!r}")
-        pd.DataFrame(table).to_csv(folder / f"{chapter}.{name}.csv", index=False, float_format="%.6g")
+        table = pd.DataFrame(table)
+        table.to_csv(folder / f"{chapter}.{name}.csv", index=False, float_format="%.6g")
+        string_columns[name] = _text_columns(table)
     meta["chapter"] = chapter
     meta["tables"] = sorted(tables or {})
+    meta["string_columns"] = string_columns
     (folder / f"{chapter}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return csv_path
 
@@ -157,13 +162,14 @@ def read_run(csv_path: Path) -> RecordedRun:
             raise RecordedRunError(f"recorded run file {needed} is missing; re-record with "
                                    f"`python -m gpulab record {chapter}` on a GPU machine")
     try:
-        frame = pd.read_csv(csv_path)
-    except Exception as exc:
-        raise RecordedRunError(f"{csv_path} is not a readable CSV: {exc}") from None
-    try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as exc:
         raise RecordedRunError(f"{meta_path} is not valid JSON: {exc}") from None
+    text = meta.get("string_columns", {})
+    try:
+        frame = pd.read_csv(csv_path, dtype={c: str for c in text.get("timings", [])})
+    except Exception as exc:
+        raise RecordedRunError(f"{csv_path} is not a readable CSV: {exc}") from None
     _validate_frame(frame, str(csv_path))
     _validate_meta(meta, str(meta_path))
     tables = {}
@@ -171,7 +177,7 @@ def read_run(csv_path: Path) -> RecordedRun:
         table_path = csv_path.with_name(f"{chapter}.{name}.csv")
         if not table_path.is_file():
             raise RecordedRunError(f"{meta_path} lists the table '{name}' but {table_path} is missing")
-        tables[name] = pd.read_csv(table_path)
+        tables[name] = pd.read_csv(table_path, dtype={c: str for c in text.get(name, [])})
     return RecordedRun(chapter=chapter, timings=frame, meta=meta, path=csv_path, tables=tables)
 
 
@@ -186,6 +192,11 @@ def live_or_recorded(chapter: str, measure, gpu: str | None = None) -> RecordedR
         return RecordedRun(chapter=chapter, timings=pd.DataFrame(rows), meta=meta, live=True,
                            tables={k: pd.DataFrame(v) for k, v in tables.items()})
     return load_run(chapter, gpu)
+
+
+def _text_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
+            and not pd.api.types.is_bool_dtype(frame[c])]
 
 
 def _validate_frame(frame: pd.DataFrame, where: str) -> None:

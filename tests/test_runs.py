@@ -37,6 +37,15 @@ def test_side_tables_round_trip(tmp_path):
         runs.save_run("demo", rows(), META, root=tmp_path, tables={"Bad Name": resources})
 
 
+def test_text_that_looks_like_numbers_stays_text(tmp_path):
+    frame = pd.DataFrame(rows()).assign(step=["01", "11"])
+    runs.save_run("demo", frame, META, root=tmp_path, tables={"t": pd.DataFrame({"step": ["01", "02"]})})
+    run = runs.load_run("demo", root=tmp_path)
+    assert run.timings["step"].tolist() == ["01", "11"]
+    assert run.tables["t"]["step"].tolist() == ["01", "02"]
+    assert run.timings["median_ms"].dtype.kind == "f"
+
+
 def test_several_gpus_side_by_side(tmp_path):
     runs.save_run("demo", rows(), META, root=tmp_path)
     newer = dict(META, gpu="NVIDIA Other GPU", date="2026-12-01 00:00 UTC")
