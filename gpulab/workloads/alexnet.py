@@ -1,0 +1,901 @@
+"""The AlexNet chapter's workload: the five convolution layers, declared once.
+
+The notebook, the tests and ``python -m gpulab record alexnet`` all read this
+module: the layers' shapes and their FLOP and byte counts, the seeded inputs,
+the float64 reference, the ladder of kernels with their launch
+configurations, the CPU baselines, and the benchmark the recorded run comes
+from.
+
+Notation (the same in the kernels, the text and the plots): a layer maps an
+input ``x`` of N x C x H x W to an output ``y`` of N x M x E x F with M filters
+``w`` of C x R x S, stride U and zero padding P; every array is NCHW,
+row-major. Each layer is measured on its own random input (the chapter times
+the convolutions, not the pooling and ReLU that sit between them in AlexNet).
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..check import CheckResult, compare
+from ..errors import CheckFailed, KernelCompileError
+from ..kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
+
+CHAPTER = "alexnet"
+TITLE = "AlexNet's five convolution layers, from a CPU loop to tensor cores"
+
+
+# --------------------------------------------------------------------------- the layers
+@dataclass(frozen=True)
+class Layer:
+    """One convolution layer's shape (the batch size N is chosen per run)."""
+
+    index: int      # 1..5
+    C: int          # input channels
+    H: int          # input height
+    W: int          # input width
+    M: int          # filters (output channels)
+    R: int          # filter height
+    S: int          # filter width
+    U: int          # stride
+    P: int          # zero padding on each side
+
+    @property
+    def name(self) -> str:
+        return f"conv{self.index}"
+
+    @property
+    def E(self) -> int:
+        return (self.H + 2 * self.P - self.R) // self.U + 1
+
+    @property
+    def F(self) -> int:
+        return (self.W + 2 * self.P - self.S) // self.U + 1
+
+    @property
+    def K(self) -> int:
+        """The reduction length C*R*S: multiply-adds per output."""
+        return self.C * self.R * self.S
+
+    def x_shape(self, N: int) -> tuple:
+        return (N, self.C, self.H, self.W)
+
+    @property
+    def w_shape(self) -> tuple:
+        return (self.M, self.C, self.R, self.S)
+
+    def y_shape(self, N: int) -> tuple:
+        return (N, self.M, self.E, self.F)
+
+    def dims(self, N: int) -> tuple:
+        """The kernels' shape arguments, in their order: N, C, H, W, M, R, S, U, P, E, F."""
+        return (N, self.C, self.H, self.W, self.M, self.R, self.S, self.U, self.P, self.E, self.F)
+
+    def flops(self, N: int) -> int:
+        """2 FLOPs (a multiply and an add) per multiply-add of direct convolution."""
+        return 2 * N * self.M * self.E * self.F * self.K
+
+    def bytes(self, N: int, itemsize: int = 4) -> int:
+        """The fewest bytes a kernel must move: read x and w once, write y once."""
+        return itemsize * (N * self.C * self.H * self.W + self.M * self.K + N * self.M * self.E * self.F)
+
+    def describe(self, N: int) -> str:
+        return (f"{self.name}: {self.C}x{self.H}x{self.W} -> {self.M}x{self.E}x{self.F}, "
+                f"{self.M} filters {self.R}x{self.S}, stride {self.U}, pad {self.P}")
+
+
+#: AlexNet's convolution layers (input 3 x 227 x 227), as in the student report.
+LAYERS = [
+    Layer(1, C=3, H=227, W=227, M=96, R=11, S=11, U=4, P=0),     # -> 96 x 55 x 55
+    Layer(2, C=96, H=27, W=27, M=256, R=5, S=5, U=1, P=2),       # -> 256 x 27 x 27
+    Layer(3, C=256, H=13, W=13, M=384, R=3, S=3, U=1, P=1),      # -> 384 x 13 x 13
+    Layer(4, C=384, H=13, W=13, M=384, R=3, S=3, U=1, P=1),      # -> 384 x 13 x 13
+    Layer(5, C=384, H=13, W=13, M=256, R=3, S=3, U=1, P=1),      # -> 256 x 13 x 13
+]
+
+#: Reduced layers for the CPU backend: the same filter sizes, strides and paddings, channel
+#: counts that are multiples of nothing the kernels tile by (3 -> 10 -> 17 -> 20 -> 19 -> 13),
+#: and a layer 1 whose 33 x 33 output needs two passes of a 17 x 17 block, as the real
+#: layer 1's 55 x 55 needs two of 28 x 28.
+CHECK_LAYERS = [
+    Layer(1, C=3, H=139, W=139, M=10, R=11, S=11, U=4, P=0),     # -> 10 x 33 x 33
+    Layer(2, C=10, H=15, W=15, M=17, R=5, S=5, U=1, P=2),        # -> 17 x 15 x 15
+    Layer(3, C=17, H=7, W=7, M=20, R=3, S=3, U=1, P=1),          # -> 20 x 7 x 7
+    Layer(4, C=20, H=7, W=7, M=19, R=3, S=3, U=1, P=1),          # -> 19 x 7 x 7
+    Layer(5, C=19, H=7, W=7, M=13, R=3, S=3, U=1, P=1),          # -> 13 x 7 x 7
+]
+CHECK_N = 2
+
+#: Batch sizes of the ladder, and of the scaling study beyond them.
+BATCHES = [1, 32, 128]
+SCALING_BATCHES = [256, 512, 1024, 2048]
+MAIN_N = 128
+#: Device memory a variant may use in the record (the H100 has 80 GB; leave room for the
+#: reference, the inputs of every precision and PyTorch's cache). Larger sizes are skipped
+#: and listed in the run's "skipped" table.
+MEMORY_LIMIT = 40e9
+
+
+def total_flops(N: int, layers=LAYERS) -> int:
+    return sum(layer.flops(N) for layer in layers)
+
+
+def block_shape(layer: Layer) -> tuple[int, int]:
+    """(BX, BY) for the direct kernels: the output plane in as few passes as possible with
+    at most 32 threads per side, split evenly: 55 -> 28 (two passes), 27 -> 27, 13 -> 13."""
+    def side(n: int) -> int:
+        passes = -(-n // 32)
+        return -(-n // passes)
+    return side(layer.F), side(layer.E)
+
+
+# --------------------------------------------------------------------------- inputs, reference
+def make_inputs(layer: Layer, N: int, seed: int | None = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x in [0, 1) (like activations after a ReLU) and w uniform with variance 1/K (so
+    outputs are of order 1), float32, from ``seed`` and the layer's index."""
+    seq = np.random.SeedSequence(None if seed is None else (seed, layer.index))
+    x_seed, w_seed = seq.spawn(2)       # separate streams: x[:n] is the same for every N
+    x = np.random.default_rng(x_seed).random(layer.x_shape(N), dtype=np.float32)
+    bound = math.sqrt(3.0 / layer.K)
+    w = np.random.default_rng(w_seed).uniform(-bound, bound, layer.w_shape).astype(np.float32)
+    return x, w
+
+
+def reference(x, w, layer: Layer, xp=np, chunk: int = 16):
+    """y in float64: im2col (a strided view of the padded input, copied as columns) times
+    the filters as a matrix, ``chunk`` images at a time. ``xp`` is numpy or cupy."""
+    N = x.shape[0]
+    E, F, K = layer.E, layer.F, layer.K
+    w2 = xp.asarray(w).reshape(layer.M, K).astype(xp.float64)
+    y = xp.empty(layer.y_shape(N), dtype=xp.float64)
+    p = layer.P
+    for n0 in range(0, N, chunk):
+        xb = xp.asarray(x[n0:n0 + chunk]).astype(xp.float64)
+        if p:
+            xb = xp.pad(xb, ((0, 0), (0, 0), (p, p), (p, p)))
+        xb = xp.ascontiguousarray(xb)
+        sn, sc, sh, sw = xb.strides
+        windows = xp.lib.stride_tricks.as_strided(
+            xb, shape=(xb.shape[0], layer.C, layer.R, layer.S, E, F),
+            strides=(sn, sc, sh, sw, sh * layer.U, sw * layer.U))
+        cols = windows.reshape(xb.shape[0], K, E * F)          # copies: the im2col matrix
+        y[n0:n0 + chunk] = xp.matmul(w2, cols).reshape(xb.shape[0], layer.M, E, F)
+    return y
+
+
+def k_table(layer: Layer) -> np.ndarray:
+    """For step 15's implicit GEMM: for each k = (c, r, s), the offset c*H*W + r*W + s of
+    its input element from the window's corner, and (r << 16) | s for the padding test."""
+    k = np.arange(layer.K)
+    c, r, s = k // (layer.R * layer.S), (k // layer.S) % layer.R, k % layer.S
+    table = np.empty((layer.K, 2), dtype=np.int32)
+    table[:, 0] = (c * layer.H + r) * layer.W + s
+    table[:, 1] = (r << 16) | s
+    return table.ravel()
+
+
+# --------------------------------------------------------------------------- the ladder
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a kernel file, its kernel(s), and how it is launched.
+
+    kind: "plane" (grid M x N, one block per image and filter), "channels" (grid
+    M x N x C, then a reduction kernel), "atomic" (grid M x N x C/CB, atomicAdd into a
+    zeroed y), "gemm"/"wmma" (implicit GEMM tiles), "wmma_nhwc" (layout copies, then implicit
+    GEMM tiles), "filters4" (exercise 1: grid M/4 x N).
+    shared: what the dynamic shared memory holds (see :func:`shared_bytes`).
+    """
+
+    number: str
+    file: str
+    kernels: tuple
+    title: str
+    kind: str
+    precision: str = "fp32"
+    shared: str = "none"
+    report_name: str = ""
+    gpu_only: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.title}"
+
+    @property
+    def dtype(self):
+        return np.float16 if self.precision == "fp16" else np.float32
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+
+STEPS = [
+    Step("01", "alexnet/01_direct_global.cu", ("conv_direct_global",),
+         "sum in global memory", "plane", report_name="Mcpy / UM"),
+    Step("02", "alexnet/02_registers.cu", ("conv_registers",),
+         "sum in a register", "plane", report_name="rla2m"),
+    Step("03", "alexnet/03_shared_weights_one_thread.cu", ("conv_shared_weights_one_thread",),
+         "filter in shared, one thread copies", "plane", shared="filter", report_name="rswbdl2m"),
+    Step("04", "alexnet/04_shared_weights_cooperative.cu", ("conv_shared_weights_cooperative",),
+         "filter in shared, all threads copy", "plane", shared="filter", report_name="rswmtla2m"),
+    Step("05", "alexnet/05_shared_only.cu", ("conv_shared_only",),
+         "shared memory only", "plane", shared="filter+acc", report_name="swso"),
+    Step("06", "alexnet/06_half.cu", ("conv_half",),
+         "half precision storage", "plane", precision="fp16", report_name="halfprecision"),
+    Step("07", "alexnet/07_channels_across_blocks.cu", ("conv_channel_partials", "reduce_channels"),
+         "channels across blocks + reduction", "channels", report_name="Mk"),
+    Step("08", "alexnet/08_channels_shared_weights.cu", ("conv_channel_partials_sw", "reduce_channels"),
+         "+ shared weights", "channels", shared="slice", report_name="Mk-sw-mt"),
+    Step("09", "alexnet/09_channels_shared_input.cu", ("conv_channel_partials_si", "reduce_channels"),
+         "+ shared input tiles", "channels", shared="slice+patch", report_name="Mk-sw-mt-si-c"),
+    Step("10", "alexnet/10_layer1_noncoalesced.cu", ("conv_registers_noncoalesced",),
+         "step 2, non-coalesced mapping", "plane", report_name="rla2m, non-coalesced"),
+    Step("11", "alexnet/11_vector_loads.cu", ("conv_channel_partials_vec", "reduce_channels"),
+         "+ float4 loads", "channels", shared="vec", report_name="Mk-sw-mt-si-c-vec"),
+    Step("12", "alexnet/12_half_on_best.cu", ("conv_channel_partials_half", "reduce_channels_half"),
+         "+ half precision", "channels", precision="fp16", shared="vec",
+         report_name="Mk-sw-mt-si-c-half"),
+    Step("13", "alexnet/13_single_kernel_atomics.cu", ("conv_channel_chunks_atomic",),
+         "single kernel, atomics, low memory", "atomic", shared="vec",
+         report_name="exp-Mk-sw-mt-si-c-vec"),
+    Step("14", "alexnet/14_implicit_gemm.cu", ("conv_implicit_gemm",),
+         "implicit GEMM, 8x8 register tiles", "gemm"),
+    Step("15", "alexnet/15_tensor_cores_wmma.cu", ("conv_implicit_gemm_wmma",),
+         "implicit GEMM on tensor cores (wmma)", "wmma", precision="fp16"),
+    Step("16", "alexnet/16_tensor_cores_nhwc.cu",
+         ("conv_implicit_gemm_wmma_nhwc", "nchw_to_nhwc_half", "filters_to_rsc_half"),
+         "tensor cores on a channels-last copy", "wmma_nhwc", precision="fp16"),
+]
+STEP = {s.number: s for s in STEPS}
+#: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
+EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", ("conv_four_filters",),
+                "exercise: four filters per block", "filters4")
+CPU_LOOP_FILE = "alexnet/cpu_loop_nest.cu"
+
+CHANNELS_PER_BLOCK = 16      # step 13: channels one block sums before its atomicAdd
+REDUCE_BLOCK = 256           # the reduction kernels' block: 8 warps, a common default
+GEMM_TILE = 128              # steps 14-15: outputs per block tile along M and along N*E*F
+GEMM_THREADS = 256
+CUDNN_VARIANTS = ("cuDNN fp32", "cuDNN tf32", "cuDNN fp16")
+#: cuDNN may compute an fp32 convolution with Winograd or FFT algorithms, which round
+#: differently from a direct sum: its fp32 check allows 1e-4 instead of 1e-5.
+CUDNN_FP32_TOLERANCE = 1e-4
+
+#: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
+SCALING_STEPS = ("04", "11", "13", "14", "15", "16")
+TRANSFER_STEPS = ("13", "14", "16")
+
+
+def shared_bytes(step: Step, layer: Layer) -> int:
+    """Dynamic shared memory per block for ``step`` on ``layer``."""
+    bx, by = block_shape(layer)
+    R, S, U = layer.R, layer.S, layer.U
+    if step.shared == "filter":
+        return 4 * layer.K
+    if step.shared == "filter+acc":
+        return 4 * (layer.K + bx * by)
+    if step.shared == "slice":
+        return 4 * R * S
+    if step.shared == "slice+patch":
+        return 4 * (R * S + ((by - 1) * U + R) * ((bx - 1) * U + S))
+    if step.shared == "vec":
+        s4 = -(-S // 4) * 4
+        pitch = -(-((bx - 1) * U + s4) // 4) * 4
+        return 4 * (R * s4 + ((by - 1) * U + R) * pitch)
+    return 0
+
+
+def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
+    """Device memory a step needs beyond x, w and y: the partial sums of the channel steps."""
+    if step.kind == "channels":
+        return N * layer.C * layer.M * layer.E * layer.F * step.itemsize
+    if step.kind == "wmma":
+        return 8 * layer.K
+    if step.kind == "wmma_nhwc":
+        return 2 * (N * layer.H * layer.W * padded_channels(layer) + layer.M * padded_filter_row(layer))
+    return 0
+
+
+def padded_channels(layer: Layer) -> int:
+    """Step 16's channel count Cp: C itself when it is a multiple of 8 (one 16-byte load of
+    halves), 4 when C <= 4 (layer 1: two 8-byte loads), else C rounded up to a multiple of 8."""
+    return 4 if layer.C <= 4 else -(-layer.C // 8) * 8
+
+
+def padded_filter_row(layer: Layer) -> int:
+    """Step 16's filter row Kp: R*S*Cp halves rounded up to a multiple of 8 (16 bytes)."""
+    return -(-layer.R * layer.S * padded_channels(layer) // 8) * 8
+
+
+def footprint_bytes(step: Step, layer: Layer, N: int) -> int:
+    """Device memory for one layer's run of ``step``: x, w, y in the step's precision plus
+    its scratch buffers."""
+    return layer.bytes(N, step.itemsize) + scratch_bytes(step, layer, N)
+
+
+def launch_config(step: Step, layer: Layer, N: int) -> dict:
+    """The main kernel's grid, block and dynamic shared memory, as the chapter launches it."""
+    bx, by = block_shape(layer)
+    if step.kind == "plane":
+        grid = (layer.M, N)
+    elif step.kind == "channels":
+        grid = (layer.M, N, layer.C)
+    elif step.kind == "atomic":
+        grid = (layer.M, N, -(-layer.C // CHANNELS_PER_BLOCK))
+    elif step.kind == "filters4":
+        grid = (-(-layer.M // 4), N)
+    else:
+        return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE)),
+                "block": (GEMM_THREADS,), "shared_bytes": 0}
+    return {"grid": grid, "block": (bx, by), "shared_bytes": shared_bytes(step, layer)}
+
+
+def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backend | None = None) -> Callable:
+    """A no-argument function that runs ``step`` on device arrays x, w -> y (allocating
+    its scratch once, here): what the checks and the timers call."""
+    be = get_backend(backend)
+    if step.gpu_only and be.name == "cpu":
+        raise NotImplementedError(f"step {step.number} ({step.file}) runs on a GPU only: "
+                                  "the CPU backend has no nvcuda::wmma (tensor cores) yet")
+    module = load_module(step.file, be)
+    main = module.get_function(step.kernels[0])
+    cfg = launch_config(step, layer, N)
+    if cfg["shared_bytes"] > DEFAULT_SHARED_LIMIT:
+        main.allow_shared_memory(cfg["shared_bytes"])   # layer 1's patch: 55-57 KB
+    dims = layer.dims(N)
+    if step.kind in ("plane", "filters4"):
+        return main.bind(cfg["grid"], cfg["block"], (x, w, y, *dims), cfg["shared_bytes"])
+    if step.kind == "channels":
+        partial = be.xp.empty((N, layer.C, layer.M, layer.E, layer.F), dtype=step.dtype)
+        first = main.bind(cfg["grid"], cfg["block"], (x, w, partial, *dims), cfg["shared_bytes"])
+        outputs = N * layer.M * layer.E * layer.F
+        second = module.get_function(step.kernels[1]).bind(
+            -(-outputs // REDUCE_BLOCK), REDUCE_BLOCK, (partial, y, N, layer.C, layer.M, layer.E * layer.F))
+
+        def launch():
+            first()
+            second()
+        return launch
+    if step.kind == "atomic":
+        kernel = main.bind(cfg["grid"], cfg["block"], (x, w, y, *dims, CHANNELS_PER_BLOCK),
+                           cfg["shared_bytes"])
+        if be.name == "gpu":
+            def launch():
+                y.data.memset_async(0, y.nbytes)     # the sums start from zero
+                kernel()
+        else:
+            def launch():
+                y[...] = 0
+                kernel()
+        return launch
+    if step.kind == "wmma_nhwc":
+        cp = padded_channels(layer)
+        hw = layer.H * layer.W
+        xt = be.xp.empty((N, hw, cp), dtype=np.float16)
+        wt = be.xp.empty((layer.M, padded_filter_row(layer)), dtype=np.float16)
+        tile = 32                                       # the transpose kernel's tile
+        to_nhwc = module.get_function(step.kernels[1]).bind(
+            (-(-hw // tile), -(-cp // tile), N), (tile, 8), (x, xt, N, layer.C, hw, cp))
+        to_rsc = module.get_function(step.kernels[2]).bind(
+            -(-wt.size // 256), 256, (w, wt, layer.M, layer.C, layer.R, layer.S, cp))
+        gemm = main.bind(cfg["grid"], cfg["block"],
+                         (xt, wt, y, N, cp, layer.H, layer.W, layer.M, layer.R, layer.S, layer.U,
+                          layer.P, layer.E, layer.F), 0)
+
+        def launch():
+            to_nhwc()
+            to_rsc()
+            gemm()
+        return launch
+    if step.kind == "gemm":
+        return main.bind(cfg["grid"], cfg["block"], (x, w, y, *dims), 0)
+    table = be.to_device(k_table(layer))
+    return main.bind(cfg["grid"], cfg["block"], (x, w, table, y, *dims), 0)
+
+
+def run(step: Step, layer: Layer, x: np.ndarray, w: np.ndarray, backend=None) -> np.ndarray:
+    """Run one step on host inputs (float32; converted to the step's precision) with a
+    NaN-poisoned output; return y on the host."""
+    be = get_backend(backend)
+    dx, dw = be.to_device(x.astype(step.dtype)), be.to_device(w.astype(step.dtype))
+    y = be.poisoned(layer.y_shape(x.shape[0]), step.dtype)
+    make_launch(step, layer, x.shape[0], dx, dw, y, be)()
+    be.synchronize()
+    return be.to_host(y)
+
+
+def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N: int = CHECK_N,
+                seed: int | None = None) -> pd.DataFrame:
+    """Every step against the float64 reference on every (reduced) layer, with fresh random
+    inputs (``seed=None``: a new seed per call, written in the table) and a NaN-poisoned
+    output. Steps the backend cannot run are listed with status "skipped" and the reason."""
+    be = get_backend(backend)
+    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
+    rows = []
+    for step in steps or STEPS:
+        for layer in layers or CHECK_LAYERS:
+            row = {"step": step.number, "kernel": step.kernels[0], "layer": layer.name, "N": N,
+                   "precision": step.precision, "seed": seed}
+            if step.gpu_only and be.name == "cpu":
+                rows.append({**row, "rel_error": np.nan, "unwritten": 0, "status": "skipped",
+                             "note": "GPU only: the CPU backend has no nvcuda::wmma yet"})
+                continue
+            x, w = make_inputs(layer, N, seed)
+            result = compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
+                             name=f"{step.kernels[0]} {layer.name}")
+            rows.append({**row, "rel_error": result.rel_error, "unwritten": result.unwritten,
+                         "status": "ok" if result.passed else "FAILED", "note": ""})
+    return pd.DataFrame(rows)
+
+
+def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:
+    """Raise :class:`CheckFailed` listing the failed rows of :func:`check_steps`; return the
+    table (so a notebook cell shows it)."""
+    failed = checks[checks["status"] == "FAILED"]
+    if len(failed):
+        raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
+    return checks
+
+
+def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:
+    """The five layers added up per variant and batch size (and phase, memory where present),
+    keeping only variants measured on all five. ``median_ms`` is the sum of the per-layer
+    medians; ``q1_ms``/``q3_ms`` add the quartiles, an approximation of the sum's spread."""
+    keys = [c for c in ("experiment", "variant", "size", "phase", "memory", "step", "precision")
+            if c in rows.columns and rows[c].notna().any()]
+    totals = (rows.groupby(keys, sort=False, dropna=False)
+              .agg(median_ms=("median_ms", "sum"), q1_ms=("q1_ms", "sum"), q3_ms=("q3_ms", "sum"),
+                   flops=("flops", "sum"), bytes=("bytes", "sum"), layers=("layer", "nunique"))
+              .reset_index())
+    return totals[totals["layers"] == len(LAYERS)].drop(columns="layers").reset_index(drop=True)
+
+
+def step_labels(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its ``step`` column as the ladder writes it ("01", "cuDNN"): a side
+    table whose steps are all numbers reads back from CSV as integers (1, 2, ...)."""
+    def label(value):
+        text = str(value)
+        return f"{int(float(text)):02d}" if text.replace(".", "", 1).isdigit() else text
+    return table.assign(step=table["step"].map(label))
+
+
+def layers_table(N: int = MAIN_N) -> pd.DataFrame:
+    """Each layer's shape and work at batch size N: FLOPs, compulsory bytes (fp32) and
+    arithmetic intensity."""
+    return pd.DataFrame([{
+        "layer": layer.name, "input C x H x W": f"{layer.C} x {layer.H} x {layer.W}",
+        "filters M x R x S": f"{layer.M} x {layer.R} x {layer.S}", "stride U": layer.U, "pad P": layer.P,
+        "output M x E x F": f"{layer.M} x {layer.E} x {layer.F}", "K = C*R*S": layer.K,
+        "GFLOP": layer.flops(N) / 1e9, "MB (fp32)": layer.bytes(N) / 1e6,
+        "FLOP per byte": layer.flops(N) / layer.bytes(N)} for layer in LAYERS]).set_index("layer")
+
+
+# --------------------------------------------------------------------------- CPU baselines
+def numpy_conv(x: np.ndarray, w: np.ndarray, layer: Layer) -> np.ndarray:
+    """The multi-core CPU baseline: im2col (one copy of the input windows) and one float32
+    matrix product per image through NumPy's BLAS, which uses every core."""
+    N, E, F, K = x.shape[0], layer.E, layer.F, layer.K
+    p = layer.P
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p))) if p else x
+    sn, sc, sh, sw = xp.strides
+    windows = np.lib.stride_tricks.as_strided(
+        xp, shape=(N, layer.C, layer.R, layer.S, E, F),
+        strides=(sn, sc, sh, sw, sh * layer.U, sw * layer.U))
+    cols = windows.reshape(N, K, E * F)
+    return np.matmul(w.reshape(layer.M, K), cols).reshape(N, layer.M, E, F)
+
+
+def host_description() -> dict:
+    """The CPU the baselines ran on: model name and core count."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu_model": model, "cores": os.cpu_count(), "numpy": np.__version__}
+
+
+def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> list[dict]:
+    """Time both CPU baselines with the host's clock. The one-core loop nest runs
+    ``loop_images`` images per layer and is scaled linearly to each batch size (the full
+    N = 128 loop would take many minutes); NumPy runs every batch size in full. Each result
+    is checked against the float64 reference first."""
+    from ..timing import Timing
+
+    rows = []
+    host = host_description()
+    loop = load_module(CPU_LOOP_FILE, "cpu").get_function("conv_loop_nest")
+    for layer in layers:
+        x, w = make_inputs(layer, max(batches))
+        x1 = np.ascontiguousarray(x[:loop_images])
+        y1 = np.full(layer.y_shape(loop_images), np.nan, np.float32)
+        samples = []
+        for _ in range(2):
+            start = time.perf_counter()
+            loop(1, 1, (x1, w, y1, *layer.dims(loop_images)))
+            samples.append((time.perf_counter() - start) * 1e3)
+        _raise_unless(compare(y1, reference(x1, w, layer), "fp32", name=f"loop nest {layer.name}"))
+        per_image = np.asarray(samples) / loop_images
+        for N in batches:
+            method = "measured" if N == loop_images else f"measured on {loop_images} image(s), scaled by N"
+            rows.append(Timing(per_image * N, method="host timer").row(
+                "cpu", "one core: compiled loop nest (g++ -O2)", N, "kernel",
+                flops=layer.flops(N), bytes=layer.bytes(N), layer=layer.index, step="cpu", method=method,
+                cpu_model=host["cpu_model"]))
+        for N in batches:
+            xs = np.ascontiguousarray(x[:N])
+            if N == batches[0]:
+                _raise_unless(compare(numpy_conv(xs, w, layer), reference(xs, w, layer), "fp32",
+                                      name=f"numpy {layer.name}"))
+            samples = []
+            for _ in range(3 if N < MAIN_N else 1):
+                start = time.perf_counter()
+                numpy_conv(xs, w, layer)
+                samples.append((time.perf_counter() - start) * 1e3)
+            rows.append(Timing(samples, method="host timer").row(
+                "cpu", f"all cores: NumPy im2col + BLAS ({os.cpu_count()} threads)", N, "kernel",
+                flops=layer.flops(N), bytes=layer.bytes(N), layer=layer.index, step="cpu",
+                method="measured", cpu_model=host["cpu_model"]))
+    return rows
+
+
+def _raise_unless(result: CheckResult) -> CheckResult:
+    if not result.passed:
+        raise CheckFailed(str(result))
+    return result
+
+
+# --------------------------------------------------------------------------- on the GPU
+def device_compare(out, ref, precision: str, name: str, tolerance: float | None = None) -> CheckResult:
+    """:func:`gpulab.check.compare` computed on the GPU (the outputs at N = 128 are up to
+    150 MB; copying each to the host for the check would dominate the record's time)."""
+    import cupy
+
+    from ..check import TOLERANCE
+    out64 = out.astype(cupy.float64)
+    finite_ref = cupy.isfinite(ref)
+    unwritten = int(cupy.count_nonzero(cupy.isnan(out64) & finite_ref))
+    bad = int(cupy.count_nonzero(~cupy.isfinite(out64) & finite_ref))
+    diff = cupy.abs(out64 - ref)
+    ref_norm = float(cupy.linalg.norm(ref.ravel()))
+    rel = float("inf") if bad else float(cupy.linalg.norm(diff.ravel())) / (ref_norm or 1.0)
+    worst = int(cupy.argmax(cupy.nan_to_num(diff, nan=np.inf)))
+    tol = TOLERANCE[precision] if tolerance is None else tolerance
+    return CheckResult(name=name, precision=precision, tolerance=tol, rel_error=rel,
+                       max_abs_error=float(cupy.nan_to_num(diff, nan=np.inf).max()),
+                       worst_index=tuple(int(i) for i in np.unravel_index(worst, out.shape)),
+                       unwritten=unwritten, passed=bool(rel <= tol))
+
+
+def _time_launch(launch: Callable, repeats: int, budget_ms: float) -> tuple:
+    """One untimed call (checked by the caller) gives an estimate; then as many repeats
+    as fit in ``budget_ms`` (at least 3, at most ``repeats``) after a warm-up."""
+    import cupy
+
+    from ..timing import benchmark
+    start = time.perf_counter()
+    launch()
+    cupy.cuda.get_current_stream().synchronize()
+    estimate = (time.perf_counter() - start) * 1e3
+    n = int(max(3, min(repeats, budget_ms // max(estimate, 1e-3))))
+    warmup = 1 if estimate > 20 else 3
+    return benchmark(launch, warmup=warmup, repeats=n), estimate
+
+
+def _cudnn(variant: str, x, w, layer: Layer):
+    """A no-argument function running torch.nn.functional.conv2d (cuDNN) on the same
+    inputs, and the output it returns; None if PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.backends.cudnn.benchmark = True       # let cuDNN pick its fastest algorithm
+    tf32 = variant == "cuDNN tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
+    conv = torch.nn.functional.conv2d
+
+    def launch():
+        return conv(tx, tw, stride=layer.U, padding=layer.P)
+    return launch
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 300.0):
+    """Every experiment of the chapter on the GPU: (rows, side tables). Every kernel is
+    checked against a float64 reference computed on the GPU before it is timed, at the
+    size it is timed at (beyond N = 128 on three images of the batch); a failure raises.
+    Scaling sizes not started within ``deadline_s`` are skipped (and listed as such)."""
+    import cupy
+
+    from .. import roofline, transfers
+
+    budget_ms = 300.0 if not quick else 100.0
+    started = time.perf_counter()
+
+    def progress(text):
+        print(f"alexnet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
+    batches = [1, 8] if quick else BATCHES
+    scaling = [256] if quick else SCALING_BATCHES
+    rows, skipped, checks = [], [], []
+    pool = cupy.get_default_memory_pool()
+
+    def note_skip(step, layer, N, reason):
+        skipped.append({"step": step, "layer": layer.index, "size": N, "reason": reason})
+
+    def measure(step: Step, layer: Layer, N: int, x, w, ref, experiment: str):
+        y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
+        launch = make_launch(step, layer, N, x, w, y, "gpu")
+        launch()
+        result = device_compare(y if ref.shape[0] == N else y[_subset(N)], ref, step.precision,
+                                f"step {step.number} {layer.name} N={N}")
+        checks.append({"step": step.number, "layer": layer.index, "size": N,
+                       "rel_error": result.rel_error, "passed": result.passed})
+        if not result.passed:
+            raise CheckFailed(str(result))
+        timing, estimate = _time_launch(launch, repeats, budget_ms)
+        rows.append(timing.row(experiment, step.label, N, "kernel", flops=layer.flops(N),
+                               bytes=layer.bytes(N, step.itemsize), layer=layer.index,
+                               step=step.number, precision=step.precision))
+        del launch, y
+        return timing.median_ms
+
+    def measure_cudnn(layer, N, x32, w32, x16, w16, ref, experiment):
+        for variant in CUDNN_VARIANTS:
+            half = variant.endswith("fp16")
+            launch = _cudnn(variant, x16 if half else x32, w16 if half else w32, layer)
+            if launch is None:
+                note_skip("cuDNN", layer, N, "PyTorch is not installed")
+                return
+            out = cupy.from_dlpack(launch())
+            precision = {"cuDNN fp32": "fp32", "cuDNN tf32": "tf32", "cuDNN fp16": "fp16"}[variant]
+            result = device_compare(out if ref.shape[0] == N else out[_subset(N)], ref, precision,
+                                    f"{variant} {layer.name} N={N}",
+                                    tolerance=CUDNN_FP32_TOLERANCE if precision == "fp32" else None)
+            checks.append({"step": variant, "layer": layer.index, "size": N,
+                           "rel_error": result.rel_error, "passed": result.passed})
+            if not result.passed:
+                raise CheckFailed(str(result))
+            timing, _ = _time_launch(launch, repeats, budget_ms)
+            rows.append(timing.row(experiment, f"{variant} (PyTorch)", N, "kernel",
+                                   flops=layer.flops(N), bytes=layer.bytes(N, 2 if half else 4),
+                                   layer=layer.index, step="cuDNN", precision=precision))
+            del out, launch
+
+    # --- the ladder: every step, layer and batch size, cuDNN as the vendor line
+    main_ms = {}
+    for layer in LAYERS:
+        x_host, w_host = make_inputs(layer, max(batches))
+        x32, w32 = cupy.asarray(x_host), cupy.asarray(w_host)
+        x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
+        ref_all = reference(x32, w32, layer, xp=cupy)
+        for N in batches:
+            ref = ref_all[:N]
+            for step in STEPS + [EXERCISE]:
+                need = footprint_bytes(step, layer, N)
+                if need > MEMORY_LIMIT:
+                    note_skip(step.number, layer, N, f"needs {need / 1e9:.1f} GB")
+                    continue
+                xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
+                main_ms[(step.number, layer.index, N)] = measure(step, layer, N, xs[:N], ws, ref, "ladder")
+            measure_cudnn(layer, N, x32[:N], w32, x16[:N], w16, ref, "ladder")
+            progress(f"ladder {layer.name} N={N}: " + ", ".join(
+                f"{s.number} {main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
+                if (s.number, layer.index, N) in main_ms) + " ms")
+        del x32, w32, x16, w16, ref_all, ref
+        pool.free_all_blocks()
+        _torch_empty_cache()
+
+    # --- where the time goes when the data starts on the host (N = 128)
+    progress("transfers")
+    N = batches[-1]
+    for layer in LAYERS:
+        x_host, w_host = make_inputs(layer, N)
+        for number in ("01",) + TRANSFER_STEPS:
+            step = STEP[number]
+            memories = transfers.MEMORY_KINDS if number == "01" else ("pageable", "pinned")
+            host_in = [x_host.astype(step.dtype), w_host.astype(step.dtype)]
+            slow = main_ms.get((number, layer.index, N), 0) > 50
+            for memory in memories:
+                try:
+                    rows.extend(r | {"layer": layer.index, "step": number, "precision": step.precision}
+                                for r in transfers.transfer_breakdown(
+                                    _device_launcher(step, layer, N), host_in, layer.y_shape(N), step.dtype,
+                                    memory=memory, warmup=1 if slow else 2, repeats=3 if slow else 10,
+                                    experiment="transfers", variant=step.label, size=N))
+                except RuntimeError as exc:     # e.g. no prefetch on this platform
+                    note_skip(number, layer, N, f"{memory}: {exc}")
+        pool.free_all_blocks()
+
+    # --- scaling with the batch size, beyond N = 128
+    for layer in LAYERS:
+        # Generated on the GPU (seeded): 1.3 GB for layer 1 at N = 2048 is slow to make on the host.
+        x32 = cupy.random.default_rng(layer.index).random(layer.x_shape(max(scaling)), dtype=cupy.float32)
+        w32 = cupy.asarray(make_inputs(layer, 1)[1])
+        x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
+        for N in scaling:
+            ref = reference(x32[_subset(N)], w32, layer, xp=cupy)
+            if time.perf_counter() - started > deadline_s:
+                note_skip("all", layer, N, "the record ran past its time budget")
+                continue
+            progress(f"scaling {layer.name} N={N}")
+            for number in SCALING_STEPS:
+                step = STEP[number]
+                need = footprint_bytes(step, layer, N)
+                at_main = main_ms.get((number, layer.index, batches[-1]), 0.0)
+                predicted = at_main * N / batches[-1]
+                if need > MEMORY_LIMIT:
+                    note_skip(number, layer, N, f"needs {need / 1e9:.1f} GB of device memory")
+                    continue
+                if predicted > 4000:
+                    note_skip(number, layer, N, f"about {predicted / 1e3:.0f} s per run: over the "
+                                                "record's time budget")
+                    continue
+                xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
+                measure(step, layer, N, xs[:N], ws, ref, "scaling")
+            measure_cudnn(layer, N, x32[:N], w32, x16[:N], w16, ref, "scaling")
+            pool.free_all_blocks()
+        del x32, w32, x16, w16
+        pool.free_all_blocks()
+        _torch_empty_cache()
+
+    # --- the CPU baselines, the device's ceilings, and the tables that go with the run
+    progress("CPU baselines")
+    try:
+        rows.extend(cpu_baseline_rows(batches))
+    except KernelCompileError as exc:        # no g++ on the GPU machine: say so, keep the rest
+        skipped.append({"step": "cpu", "layer": 0, "size": 0, "reason": f"no CPU backend: {exc}"})
+    rows.extend(roofline.measure_ceilings(repeats=10))
+    progress("profile")
+    tables = {"skipped": pd.DataFrame(skipped, columns=["step", "layer", "size", "reason"]),
+              "checks": pd.DataFrame(checks), "resources": resources_table()}
+    profile = profile_table()
+    if profile is not None:
+        tables["profile"] = profile
+    progress("done")
+    return rows, tables
+
+
+def _subset(N: int):
+    """The images checked beyond N = 128: first, middle and last."""
+    import cupy
+    return cupy.asarray(sorted({0, N // 2, N - 1})) if N > MAIN_N else slice(None)
+
+
+def _device_launcher(step: Step, layer: Layer, N: int):
+    """``launch(inputs, output)`` for :mod:`gpulab.transfers`, binding once per buffer set."""
+    bound = {}
+
+    def launch(inputs, output):
+        key = (inputs[0].data.ptr, inputs[1].data.ptr, output.data.ptr)
+        if key not in bound:
+            bound[key] = make_launch(step, layer, N, inputs[0], inputs[1], output, "gpu")
+        bound[key]()
+    return launch
+
+
+def _torch_empty_cache() -> None:
+    try:
+        import torch
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def memory_table(batches=None) -> pd.DataFrame:
+    """Device memory per step, layer and batch size (x, w, y and scratch), from the shapes."""
+    rows = []
+    for N in batches or BATCHES + SCALING_BATCHES:
+        for step in STEPS:
+            for layer in LAYERS:
+                need = footprint_bytes(step, layer, N)
+                rows.append({"step": step.number, "variant": step.label, "layer": layer.index,
+                             "size": N, "bytes": need, "scratch_bytes": scratch_bytes(step, layer, N),
+                             "fits": need <= MEMORY_LIMIT})
+    return pd.DataFrame(rows)
+
+
+def resources_table() -> pd.DataFrame:
+    """Registers, shared and local memory of every kernel of the ladder, as compiled here."""
+    from ..kernels import resource_table
+    frames = []
+    for step in STEPS:
+        table = resource_table(load_module(step.file, "gpu")).reset_index()
+        frames.append(table.assign(step=step.number))
+    return pd.concat(frames, ignore_index=True)
+
+
+#: Nsight Compute counters the chapter reads to explain the big steps: the profiler
+#: module's standard set, plus how busy the FMA and tensor pipes and the memories were.
+PROFILE_EXTRA_METRICS = {
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_busy_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_busy_pct",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "lts__t_bytes.sum": "l2_bytes",
+    "smsp__inst_executed.sum": "warp_instructions",
+}
+#: Why warps wait (cycles stalled per issued instruction, by reason). Collected when this
+#: ncu knows them; the profile is retried without them otherwise.
+PROFILE_STALL_METRICS = {
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
+    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio": "stall_lg_throttle",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
+}
+#: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2, and
+#: layer 1's two thread mappings (steps 2 and 10).
+PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16")]
+                + [(1, "02"), (1, "10")])
+PROFILE_N = 32
+
+
+def profile_table() -> pd.DataFrame | None:
+    """The profiler's view of :data:`PROFILE_RUNS` at N = 32: one row per kernel launch,
+    from Nsight Compute run over a child process; None where ``ncu`` is missing or fails
+    (the reason is printed)."""
+    import sys
+
+    from .. import profiler
+    if profiler.ncu_path() is None:
+        print("alexnet: no ncu here, so the run has no profile table")
+        return None
+    driver = [sys.executable, "-m", "gpulab.workloads.alexnet", "profile-target"]
+    base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
+    table = None
+    for metrics in (base + list(PROFILE_STALL_METRICS), base):
+        try:
+            table = profiler.per_launch(profiler.profile(driver, metrics, kernel_regex="^(conv_|reduce_)",
+                                                         timeout=240))
+            break
+        except Exception as exc:    # a profiler failure must not lose the timings
+            print(f"alexnet: the profile with {len(metrics)} metrics failed: {str(exc)[-1500:]}")
+    if table is None:
+        return None
+    table = table.rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
+    table = table.sort_values("id").reset_index(drop=True)
+    mains = {s.kernels[0] for s in STEPS}
+    runs, labels, current = iter(PROFILE_RUNS), [], (None, None)
+    for kernel in table["kernel"]:
+        if kernel in mains:                      # a reduction belongs to the launch before it
+            current = next(runs, (None, None))
+        labels.append(current)
+    table["layer"] = [layer for layer, _ in labels]
+    table["step"] = [step for _, step in labels]
+    table["size"] = PROFILE_N
+    return table
+
+
+def _profile_target() -> None:
+    """Run each of :data:`PROFILE_RUNS` once at N = 32 (the child process ncu watches)."""
+    import cupy
+    for index, number in PROFILE_RUNS:
+        layer, step = LAYERS[index - 1], STEP[number]
+        x, w = make_inputs(layer, PROFILE_N)
+        y = cupy.empty(layer.y_shape(PROFILE_N), dtype=step.dtype)
+        make_launch(step, layer, PROFILE_N, cupy.asarray(x.astype(step.dtype)),
+                    cupy.asarray(w.astype(step.dtype)), y, "gpu")()
+    cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["profile-target"]:
+        _profile_target()
+    else:
+        print("usage: python -m gpulab.workloads.alexnet profile-target  (the child run ncu profiles)")

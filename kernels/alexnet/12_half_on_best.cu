@@ -1,0 +1,90 @@
+// Step 12 -- step 11 with half precision in device memory.
+//
+// What changed from step 11: x, w, the partial sums and y are __half in device memory. The
+// block converts the patch and the weights to float as it copies them into shared memory,
+// so the inner loop is step 11's, in float (the report's "Mk-sw-mt-si-c-half"). Each partial
+// sum (at most R*S = 121 products) is rounded to half once, and the C partials are added in
+// float by the reduction kernel.
+//
+// Launch: as step 11.
+//
+// Prediction: the partial buffer, the traffic that dominates steps 7-11 at large N, halves:
+// towards 2x on layers 2-5 at N = 128, where that traffic is most of the time; little change
+// at N = 1.
+#include <cuda_fp16.h>
+
+extern "C" __global__ void conv_channel_partials_half(const __half* x, const __half* w,
+                                                      __half* partial, int N, int C, int H, int W,
+                                                      int M, int R, int S, int U, int P, int E, int F)
+{
+    extern __shared__ float4 smem4[];
+    const int S4 = (S + 3) & ~3;
+    const int PH = (blockDim.y - 1) * U + R;
+    const int PW = ((blockDim.x - 1) * U + S4 + 3) & ~3;
+    float* w_s = (float*)smem4;
+    float* in_s = w_s + R * S4;
+    const int m = blockIdx.x;
+    const int n = blockIdx.y;
+    const int c = blockIdx.z;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int threads = blockDim.x * blockDim.y;
+    const __half* wc = w + ((size_t)m * C + c) * R * S;
+    for (int i = tid; i < R * S4; i += threads) {
+        const int s = i % S4;
+        w_s[i] = s < S ? __half2float(wc[(i / S4) * S + s]) : 0.0f;
+    }
+    const __half* xc = x + ((size_t)n * C + c) * H * W;
+    __half* out = partial + (((size_t)n * C + c) * M + m) * E * F;
+    const bool aligned_input = (U % 4) == 0;
+    for (int e0 = 0; e0 < E; e0 += blockDim.y) {
+        for (int f0 = 0; f0 < F; f0 += blockDim.x) {
+            __syncthreads();
+            for (int i = tid; i < PH * PW; i += threads) {
+                const int row = e0 * U - P + i / PW;
+                const int col = f0 * U - P + i % PW;
+                in_s[i] = (row >= 0 && row < H && col >= 0 && col < W)
+                    ? __half2float(xc[row * W + col]) : 0.0f;
+            }
+            __syncthreads();
+            const int e = e0 + threadIdx.y;
+            const int f = f0 + threadIdx.x;
+            if (e < E && f < F) {
+                const float* patch = in_s + threadIdx.y * U * PW + threadIdx.x * U;
+                float acc = 0.0f;
+                for (int r = 0; r < R; ++r) {
+                    const float4* w4 = (const float4*)(w_s + r * S4);
+                    const float* in_row = patch + r * PW;
+                    for (int q = 0; q < S4 / 4; ++q) {
+                        const float4 wv = w4[q];
+                        float4 iv;
+                        if (aligned_input) {
+                            iv = ((const float4*)in_row)[q];
+                        } else {
+                            iv = make_float4(in_row[4 * q], in_row[4 * q + 1], in_row[4 * q + 2],
+                                             in_row[4 * q + 3]);
+                        }
+                        acc += iv.x * wv.x + iv.y * wv.y + iv.z * wv.z + iv.w * wv.w;
+                    }
+                }
+                out[e * F + f] = __float2half(acc);
+            }
+        }
+    }
+}
+
+// Step 7's reduction, reading half partials and summing them in float.
+extern "C" __global__ void reduce_channels_half(const __half* partial, __half* y, int N, int C,
+                                                int M, int EF)
+{
+    const size_t total = (size_t)N * M * EF;
+    const size_t per_image = (size_t)M * EF;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / per_image;
+        const size_t rest = i - n * per_image;
+        const __half* p = partial + n * C * per_image + rest;
+        float acc = 0.0f;
+        for (int c = 0; c < C; ++c) acc += __half2float(p[(size_t)c * per_image]);
+        y[i] = __float2half(acc);
+    }
+}

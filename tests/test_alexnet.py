@@ -1,0 +1,102 @@
+"""The AlexNet chapter's kernels, through the same checks the book runs."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.workloads import alexnet
+
+
+@pytest.mark.parametrize("step", alexnet.STEPS + [alexnet.EXERCISE], ids=lambda s: s.number)
+def test_every_step_matches_the_reference(backend, step):
+    checks = alexnet.check_steps(backend, steps=[step])
+    ran = checks[checks["status"] != "skipped"]
+    if ran.empty:
+        pytest.skip(checks["note"].iloc[0])
+    alexnet.assert_passed(checks)
+    assert list(checks["layer"]) == [layer.name for layer in alexnet.CHECK_LAYERS]
+
+
+def test_the_checks_use_shapes_that_break_sloppy_tiling():
+    for layer in alexnet.CHECK_LAYERS:
+        assert layer.M % 16 and layer.C % 8 or layer.index == 1     # not multiples of the tiles
+        assert alexnet.padded_channels(layer) != layer.C               # step 16 pads every one
+    bx, by = alexnet.block_shape(alexnet.CHECK_LAYERS[0])
+    assert bx < alexnet.CHECK_LAYERS[0].F < 2 * bx                 # layer 1 needs two passes
+
+
+def test_a_kernel_that_skips_the_last_filter_is_caught(tmp_path):
+    # The check must be able to fail: step 2 with its grid one filter short.
+    step = alexnet.STEP["02"]
+    layer = alexnet.CHECK_LAYERS[2]
+    x, w = alexnet.make_inputs(layer, 2)
+    module = gpulab.load_module(step.file, "cpu")
+    y = np.full(layer.y_shape(2), np.nan, np.float32)
+    bx, by = alexnet.block_shape(layer)
+    module.conv_registers((layer.M - 1, 2), (bx, by), (x, w, y, *layer.dims(2)))
+    result = gpulab.compare(y, alexnet.reference(x, w, layer))
+    assert not result.passed and result.unwritten == 2 * layer.E * layer.F
+
+
+def test_reference_matches_a_plain_loop():
+    layer = alexnet.CHECK_LAYERS[1]
+    x, w = alexnet.make_inputs(layer, 2, seed=3)
+    p = layer.P
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
+    expected = np.empty(layer.y_shape(2))
+    for e in range(layer.E):
+        for f in range(layer.F):
+            window = xp[:, :, e * layer.U:e * layer.U + layer.R, f * layer.U:f * layer.U + layer.S]
+            expected[:, :, e, f] = np.einsum("ncrs,mcrs->nm", window, w.astype(np.float64))
+    np.testing.assert_allclose(alexnet.reference(x, w, layer), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(alexnet.numpy_conv(x, w, layer), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_shapes_and_work():
+    assert [(l.E, l.F) for l in alexnet.LAYERS] == [(55, 55), (27, 27), (13, 13), (13, 13), (13, 13)]
+    assert [alexnet.block_shape(l) for l in alexnet.LAYERS] == [(28, 28), (27, 27), (13, 13), (13, 13), (13, 13)]
+    # The issue's figure: about 275 GFLOP for the five layers at N = 128.
+    assert 275e9 < alexnet.total_flops(128) < 276e9
+    layer1 = alexnet.LAYERS[0]
+    assert layer1.flops(1) == 2 * 96 * 55 * 55 * 3 * 11 * 11
+    assert layer1.bytes(1) == 4 * (3 * 227 * 227 + 96 * 3 * 11 * 11 + 96 * 55 * 55)
+    # Step 7's partial sums at N = 128: C times the output (12.8 GB on layer 4).
+    assert alexnet.scratch_bytes(alexnet.STEP["07"], alexnet.LAYERS[3], 128) == 128 * 384 * 384 * 169 * 4
+
+
+def test_inputs_are_seeded_and_prefix_stable():
+    layer = alexnet.LAYERS[2]
+    x8, w8 = alexnet.make_inputs(layer, 8)
+    x2, w2 = alexnet.make_inputs(layer, 2)
+    np.testing.assert_array_equal(x8[:2], x2)     # the same first images at every batch size
+    np.testing.assert_array_equal(w8, w2)
+    assert x8.dtype == np.float32 and 0 <= x8.min() and x8.max() < 1 and np.abs(w8).max() > 0
+
+
+def test_shared_memory_fits_or_is_opted_in():
+    for step in alexnet.STEPS:
+        for layer in alexnet.LAYERS:
+            assert alexnet.shared_bytes(step, layer) <= 227 * 1024, (step.number, layer.name)
+    # Layer 1's input patch (119 x 119 floats) is over the default 48 KB: the launch opts in.
+    assert alexnet.shared_bytes(alexnet.STEP["09"], alexnet.LAYERS[0]) > 48 * 1024
+
+
+def test_the_recorded_run_has_every_experiment():
+    run = gpulab.load_run(alexnet.CHAPTER)
+    assert "H100" in run.gpu
+    ladder = run.experiment("ladder")
+    expected = {s.label for s in alexnet.STEPS} | {f"{v} (PyTorch)" for v in alexnet.CUDNN_VARIANTS}
+    for N in alexnet.BATCHES:
+        at_n = ladder[ladder["size"] == N]
+        for layer in alexnet.LAYERS:
+            missing = expected - set(at_n[at_n["layer"] == layer.index]["variant"])
+            skipped = alexnet.step_labels(run.tables["skipped"])
+            listed = set(skipped[(skipped["size"] == N) & (skipped["layer"] == layer.index)]["step"])
+            assert not {m for m in missing if m.split()[0] not in listed}, (N, layer.name, missing)
+    for experiment in ("transfers", "scaling", "cpu", "ceilings"):
+        assert not run.experiment(experiment).empty
+    scaling = run.experiment("scaling")
+    assert set(scaling["size"]) == set(alexnet.SCALING_BATCHES)
+    assert {"cuDNN", *alexnet.SCALING_STEPS} <= set(scaling["step"].astype(str))
+    assert "profile" in run.tables and set(alexnet.step_labels(run.tables["profile"])["step"]) >= {"02", "14", "16"}
+    assert {"one core", "all cores"} <= {v.split(":")[0] for v in run.experiment("cpu")["variant"]}
+    assert run.tables["checks"]["passed"].all()
