@@ -7,7 +7,10 @@ matplotlib Figure.
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 import pandas as pd
 
@@ -32,8 +35,22 @@ def _figure(ax=None, size=None):
     return plt.subplots(figsize=size or STYLE["figure.figsize"])
 
 
-def _finish(fig, ax, title: str, caption: str | None, title_pad: float = 6):
-    ax.set_title(title, loc="left", fontweight="bold", pad=title_pad)
+def _log_axis(axis) -> None:
+    """Log scale with plain numbers (0.1, 1, 10) and unlabelled minor ticks:
+    over less than a decade matplotlib otherwise labels every minor tick."""
+    def plain(value, _):
+        if 1e-3 <= value < 1e4:
+            return f"{value:g}"
+        return f"$10^{{{int(round(np.log10(value)))}}}$"
+    axis.set_major_formatter(FuncFormatter(plain))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _finish(fig, ax, title: str, caption: str | None):
+    # A figure-level title from the left edge: long tick labels cannot push it
+    # off the right side as they would an axes title; wrapped to the width.
+    width = max(40, int(fig.get_figwidth() * 8.5))
+    fig.suptitle(textwrap.fill(title, width), x=0.01, ha="left", fontweight="bold", fontsize=12)
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -55,6 +72,7 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
     ax.barh(y, med, xerr=err, color="#4C72B0", alpha=0.85, capsize=2)
     ax.set_yticks(y, rows[label])
     ax.set_xscale("log")
+    _log_axis(ax.xaxis)
     ax.set_xlabel("time per run (ms, median; whiskers: quartiles)")
     for i, (yy, t) in enumerate(zip(y, med)):
         note = f"  {t:.3g} ms   x{med[0] / t:.2f} vs first"
@@ -91,7 +109,7 @@ def time_breakdown(rows: pd.DataFrame, *, title: str, caption: str | None = None
     ax.set_xlim(0, left.max() * 1.2)
     # Above the bars, under the title: inside, it would cover the longest bar.
     ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(phases), fontsize=8)
-    return _finish(fig, ax, title, caption, title_pad=22)
+    return _finish(fig, ax, title, caption)
 
 
 def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: str = "size",
@@ -108,6 +126,9 @@ def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: st
             ax.fill_between(group[x], group["q1_ms"], group["q3_ms"], alpha=0.2, color=line.get_color())
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
+    for axis, log in ((ax.xaxis, logx), (ax.yaxis, logy)):
+        if log:
+            _log_axis(axis)
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)

@@ -141,4 +141,4 @@ def test_every_plot_draws_with_its_caption():
     for fig in figures:
         texts = [t.get_text() for t in fig.texts]
         assert caption in texts
-        assert fig.axes[0].get_title(loc="left") == "q?"
+        assert fig._suptitle.get_text() == "q?"
