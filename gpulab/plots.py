@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, SymmetricalLogLocator
 import numpy as np
 import pandas as pd
 
@@ -180,6 +180,27 @@ def roofline(points: pd.DataFrame, *, peak_gflops: float, peak_gbs: float, title
     ax.set_ylabel("achieved GFLOP/s")
     ax.legend(fontsize=7.5, loc="lower right")
     return _finish(fig, ax, title, caption)
+
+
+def profile_bars(table: pd.DataFrame, metrics, *, title: str, caption: str | None = None,
+                 label: str = "variant", log=()):
+    """Profiler figures side by side: one horizontal bar chart per metric
+    (columns of :func:`gpulab.profiler.per_launch`'s table), rows in the
+    table's order; ``log`` names the metrics drawn on a log scale."""
+    missing = [m for m in metrics if m not in table.columns]
+    if missing:
+        raise ValueError(f"the profile table has no {missing}; it has {list(table.columns)}")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics) + 2.5, 0.32 * len(table) + 1.8),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(table))[::-1]
+    for ax, metric in zip(axes[0], metrics):
+        ax.barh(y, table[metric].to_numpy(dtype=float), color="#4C72B0", alpha=0.85)
+        if metric in log:   # counts spanning many decades; zero stays visible as zero
+            ax.set_xscale("symlog", linthresh=1)
+            ax.xaxis.set_major_locator(SymmetricalLogLocator(base=1000, linthresh=1))
+        ax.set_xlabel(metric.replace("_", " "))
+    axes[0][0].set_yticks(y, table[label])
+    return _finish(fig, axes[0][0], title, caption)
 
 
 def _is_vendor(name) -> bool:

@@ -155,38 +155,3 @@ def per_launch(rows: pd.DataFrame) -> pd.DataFrame:
         requests = table["global_load_requests"].where(table["global_load_requests"] > 0)
         table["sectors_per_request"] = table["global_load_sectors"] / requests
     return table
-
-
-def plot(table: pd.DataFrame, metrics: Sequence[str], *, title: str, caption: str | None = None,
-         label: str = "variant", log: Sequence[str] = ()):
-    """One horizontal bar chart per metric (columns of :func:`per_launch`'s
-    table), side by side, rows in the table's order; ``log`` names the metrics
-    drawn on a log scale. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.ticker import SymmetricalLogLocator
-
-    from . import plots
-
-    missing = [m for m in metrics if m not in table.columns]
-    if missing:
-        raise ValueError(f"the profile table has no {missing}; it has {list(table.columns)}")
-    with plt.rc_context(plots.STYLE):
-        fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics) + 2.5, 0.32 * len(table) + 1.8),
-                                 sharey=True, squeeze=False)
-        y = np.arange(len(table))[::-1]
-        for ax, metric in zip(axes[0], metrics):
-            values = table[metric].to_numpy(dtype=float)
-            ax.barh(y, values, color="#4C72B0", alpha=0.85)
-            if metric in log:   # counts spanning many decades; zero stays visible as zero
-                ax.set_xscale("symlog", linthresh=1)
-                ax.xaxis.set_major_locator(SymmetricalLogLocator(base=1000, linthresh=1))
-            ax.set_xlabel(metric.replace("_", " "))
-        axes[0][0].set_yticks(y, table[label])
-        fig.suptitle(title, x=0.01, ha="left", fontweight="bold")
-        if caption:
-            fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
-            fig.tight_layout(rect=(0, 0.04, 1, 1))
-        else:
-            fig.tight_layout()
-    return fig

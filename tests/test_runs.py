@@ -135,6 +135,8 @@ def test_every_plot_draws_with_its_caption():
         plots.scaling(frame, title="q?", caption=caption),
         plots.heatmap(frame.assign(block=[64, 128]), x="block", y="variant", title="q?", caption=caption),
         plots.roofline(roofline.rates(frame), peak_gflops=5e4, peak_gbs=3e3, title="q?", caption=caption),
+        plots.profile_bars(pd.DataFrame({"variant": ["a", "b"], "conflicts": [0, 5000], "occ": [50, 75]}),
+                           ["conflicts", "occ"], log=["conflicts"], title="q?", caption=caption),
         plots.time_breakdown(pd.DataFrame([dict(r, phase=p) for r in rows() for p in ("h2d", "kernel", "d2h")]),
                              title="q?", caption=caption),
     ]
