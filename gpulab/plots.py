@@ -86,7 +86,7 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
             ax.text(v["median_ms"], y.max() + 0.6 + 0.45 * k, f" {v[label]}: {v['median_ms']:.3g} ms",
                     color=VENDOR_COLOR, fontsize=8, va="bottom")
         ax.set_ylim(-0.6, y.max() + 0.9 + 0.45 * len(vendor))
-    ax.set_xlim(med.min() / 2, med.max() * 30)
+    ax.set_xlim(med.min() / 2, med.max() * 120)  # room for the annotations right of the longest bar
     return _finish(fig, ax, title, caption)
 
 

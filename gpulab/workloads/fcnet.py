@@ -402,22 +402,10 @@ def profile_of(run, numbers) -> pd.DataFrame:
 
 
 def ladder_figure(run, case: str, experiment: str = "ladder", *, title: str, ax=None, caption: bool = True):
-    """The speedup ladder of one case with the cuBLAS chains as dashed lines
-    (their labels staggered, since the two lines can sit close together)."""
+    """The speedup ladder of one case with the cuBLAS chains as dashed lines."""
     from .. import plots
-    vendors = vendor(run.timings, case, experiment)
-    fig = plots.speedup_ladder(ladder(run.timings, case, experiment), vendor=vendors, title=title, ax=ax,
-                               caption=run.caption if caption else None)
-    axis = ax or fig.axes[0]
-    labels = [t for t in axis.texts if any(t.get_text().strip().startswith(v) for v in VENDOR)]
-    top = None
-    for i, text in enumerate(sorted(labels, key=lambda t: t.get_position()[0])):
-        x, y = text.get_position()
-        text.set_position((x, y + 0.55 * i))
-        top = y + 0.55 * i
-    if top is not None:   # room for the labels inside the axes, below the title
-        axis.set_ylim(top=top + 0.7)
-    return fig
+    return plots.speedup_ladder(ladder(run.timings, case, experiment), vendor=vendor(run.timings, case, experiment),
+                                title=title, ax=ax, caption=run.caption if caption else None)
 
 
 def roofline_figure(run, case: str = "large"):
