@@ -100,3 +100,13 @@ def test_the_recorded_run_has_every_experiment():
     assert "profile" in run.tables and set(alexnet.step_labels(run.tables["profile"])["step"]) >= {"02", "14", "16"}
     assert {"one core", "all cores"} <= {v.split(":")[0] for v in run.experiment("cpu")["variant"]}
     assert run.tables["checks"]["passed"].all()
+
+
+def test_step17_splits_k_only_where_the_tiles_are_too_few():
+    # At N = 128 only layer 5 (338 tiles for 264 resident blocks) splits; the reduced layers
+    # of the checks run both the split (atomicAdd) and the unsplit (store) write-back.
+    assert [alexnet.gemm_splits(layer, 128) for layer in alexnet.LAYERS] == [1, 1, 1, 1, 3]
+    checked = [alexnet.gemm_splits(layer, alexnet.CHECK_N) for layer in alexnet.CHECK_LAYERS]
+    assert 1 in checked and max(checked) > 1
+    table = alexnet.gemm_offsets(alexnet.CHECK_LAYERS[1])
+    assert len(table) % alexnet.GEMM_BK == 0 and (table[alexnet.CHECK_LAYERS[1].K:] == 0).all()

@@ -189,7 +189,8 @@ class Step:
     kind: "plane" (grid M x N, one block per image and filter), "channels" (grid
     M x N x C, then a reduction kernel), "atomic" (grid M x N x C/CB, atomicAdd into a
     zeroed y), "gemm"/"wmma" (implicit GEMM tiles), "wmma_nhwc" (layout copies, then implicit
-    GEMM tiles), "filters4" (exercise 1: grid M/4 x N).
+    GEMM tiles), "gemm_tuned" (padded copy of x, filter transpose, then implicit GEMM tiles with
+    the reduction split over gridDim.z), "filters4" (exercise 1: grid M/4 x N).
     shared: what the dynamic shared memory holds (see :func:`shared_bytes`).
     """
 
@@ -252,6 +253,9 @@ STEPS = [
     Step("16", "alexnet/16_tensor_cores_nhwc.cu",
          ("conv_implicit_gemm_wmma_nhwc", "nchw_to_nhwc_half", "filters_to_rsc_half"),
          "tensor cores on a channels-last copy", "wmma_nhwc", precision="fp16"),
+    Step("17", "alexnet/17_implicit_gemm_tuned.cu",
+         ("conv_igemm_tuned", "pad_input", "filters_to_kxm"),
+         "implicit GEMM tuned: padded copy, warp tiles, split K", "gemm_tuned"),
 ]
 STEP = {s.number: s for s in STEPS}
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
@@ -261,15 +265,24 @@ CPU_LOOP_FILE = "alexnet/cpu_loop_nest.cu"
 
 CHANNELS_PER_BLOCK = 16      # step 13: channels one block sums before its atomicAdd
 REDUCE_BLOCK = 256           # the reduction kernels' block: 8 warps, a common default
-GEMM_TILE = 128              # steps 14-15: outputs per block tile along M and along N*E*F
+GEMM_TILE = 128              # steps 14-17: outputs per block tile along M and along N*E*F
 GEMM_THREADS = 256
+GEMM_BK = 8                  # step 17's slice of k: K is padded to a multiple of it
+#: Step 17's split-K rule: blocks resident at once on the recording GPU (an H100 has 132 SMs;
+#: the kernel's __launch_bounds__(256, 2) fits two blocks on each) ...
+RESIDENT_BLOCKS = 132 * 2
+#: ... and the fewest slices a split may have (shorter ones spend too much of their time on
+#: the tile's first load and its atomic write-back).
+MIN_SLICES_PER_SPLIT = 16
+MAX_SPLITS = 8
+TILE_OVERHEAD_SLICES = 2     # a tile's first load and write-back, in slices, for the estimate
 CUDNN_VARIANTS = ("cuDNN fp32", "cuDNN tf32", "cuDNN fp16")
 #: cuDNN may compute an fp32 convolution with Winograd or FFT algorithms, which round
 #: differently from a direct sum: its fp32 check allows 1e-4 instead of 1e-5.
 CUDNN_FP32_TOLERANCE = 1e-4
 
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
-SCALING_STEPS = ("04", "11", "13", "14", "15", "16")
+SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17")
 TRANSFER_STEPS = ("13", "14", "16")
 
 
@@ -300,7 +313,49 @@ def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
         return 8 * layer.K
     if step.kind == "wmma_nhwc":
         return 2 * (N * layer.H * layer.W * padded_channels(layer) + layer.M * padded_filter_row(layer))
+    if step.kind == "gemm_tuned":
+        Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
+        padded = 4 * N * layer.C * Hp * Wp if layer.P else 0
+        Kp, Mp = gemm_padded_k(layer), -(-layer.M // GEMM_TILE) * GEMM_TILE
+        return padded + 4 * Kp * Mp + 4 * Kp
     return 0
+
+
+def gemm_padded_k(layer: Layer) -> int:
+    """Step 17's Kp: K rounded up to a whole number of slices."""
+    return -(-layer.K // GEMM_BK) * GEMM_BK
+
+
+def gemm_splits(layer: Layer, N: int) -> int:
+    """How many blocks step 17 splits each output tile's reduction over. The estimated time
+    of s splits is waves of resident blocks times the slices each block runs, plus
+    TILE_OVERHEAD_SLICES for its first load and its write-back:
+    ceil(tiles * s / RESIDENT_BLOCKS) * (ceil(slices / s) + TILE_OVERHEAD_SLICES). We take the
+    smallest s within 5% of the best estimate (each split adds a pass of atomic adds over y,
+    which the estimate leaves out), with at least MIN_SLICES_PER_SPLIT slices per split.
+    Layer 5 at N = 128: 338 tiles of 432 slices take 2 waves x 434 unsplit, 4 x 146 in three."""
+    tiles = -(-N * layer.E * layer.F // GEMM_TILE) * -(-layer.M // GEMM_TILE)
+    slices = gemm_padded_k(layer) // GEMM_BK
+    costs = {}
+    for s in range(1, MAX_SPLITS + 1):
+        per = -(-slices // s)
+        if s > 1 and (per < MIN_SLICES_PER_SPLIT or per * (s - 1) >= slices):
+            continue                   # too short, or the last split would be empty
+        costs[s] = -(-tiles * s // RESIDENT_BLOCKS) * (per + TILE_OVERHEAD_SLICES)
+    best = min(costs.values())
+    return min(s for s, cost in costs.items() if cost <= 1.05 * best)
+
+
+def gemm_offsets(layer: Layer) -> np.ndarray:
+    """Step 17's table: for each k = (c, r, s) < Kp, the offset (c*Hp + r)*Wp + s of its
+    input element from the window's corner in the padded input; 0 (a valid element, whose
+    weight is 0) for k >= K."""
+    Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
+    k = np.arange(layer.K)
+    c, r, s = k // (layer.R * layer.S), (k // layer.S) % layer.R, k % layer.S
+    table = np.zeros(gemm_padded_k(layer), dtype=np.int32)
+    table[:layer.K] = (c * Hp + r) * Wp + s
+    return table
 
 
 def padded_channels(layer: Layer) -> int:
@@ -331,6 +386,9 @@ def launch_config(step: Step, layer: Layer, N: int) -> dict:
         grid = (layer.M, N, -(-layer.C // CHANNELS_PER_BLOCK))
     elif step.kind == "filters4":
         grid = (-(-layer.M // 4), N)
+    elif step.kind == "gemm_tuned":
+        return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE),
+                         gemm_splits(layer, N)), "block": (GEMM_THREADS,), "shared_bytes": 0}
     else:
         return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE)),
                 "block": (GEMM_THREADS,), "shared_bytes": 0}
@@ -396,8 +454,48 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
         return launch
     if step.kind == "gemm":
         return main.bind(cfg["grid"], cfg["block"], (x, w, y, *dims), 0)
+    if step.kind == "gemm_tuned":
+        return _tuned_gemm_launch(module, main, cfg, layer, N, x, w, y, be)
     table = be.to_device(k_table(layer))
     return main.bind(cfg["grid"], cfg["block"], (x, w, table, y, *dims), 0)
+
+
+def _tuned_gemm_launch(module, main, cfg, layer: Layer, N: int, x, w, y, be: Backend) -> Callable:
+    """Step 17: pad x (when P > 0), transpose the filters, zero y (when K is split), GEMM."""
+    P, M, K = layer.P, layer.M, layer.K
+    Hp, Wp = layer.H + 2 * P, layer.W + 2 * P
+    Mp, Kp = cfg["grid"][1] * GEMM_TILE, gemm_padded_k(layer)
+    splits = cfg["grid"][2]
+    per_split = -(-(Kp // GEMM_BK) // splits)
+    pad_block, pad_items = 256, 4                        # PAD_BLOCK, PAD_ITEMS in the kernel file
+    if P and N * layer.C * Hp * Wp >= 2**31 - pad_block * pad_items:
+        raise ValueError(f"step 17 indexes the padded input with 32-bit integers: N = {N} makes it "
+                         f"{N * layer.C * Hp * Wp} elements for {layer.name}, over 2^31")
+    xp = be.xp.empty((N, layer.C, Hp, Wp), dtype=np.float32) if P else x
+    wt = be.xp.empty((Kp, Mp), dtype=np.float32)
+    table = be.to_device(gemm_offsets(layer))
+    steps = []
+    if P:
+        steps.append(module.get_function("pad_input").bind(
+            -(-xp.size // (pad_block * pad_items)), pad_block, (x, xp, N * layer.C, layer.H, layer.W, P)))
+    tile = 32                                            # the transpose's tile
+    steps.append(module.get_function("filters_to_kxm").bind(
+        (-(-Kp // tile), Mp // tile), (tile, 8), (w, wt, M, K, Mp, Kp)))
+    if splits > 1:
+        if be.name == "gpu":
+            steps.append(lambda: y.data.memset_async(0, y.nbytes))   # the split sums start from zero
+        else:
+            def zero():
+                y[...] = 0
+            steps.append(zero)
+    steps.append(main.bind(cfg["grid"], cfg["block"],
+                           (xp, wt, table, y, N, layer.C, Hp, Wp, M, Mp, Kp, layer.U, layer.E, layer.F,
+                            per_split, int(splits > 1)), 0))
+
+    def launch():
+        for part in steps:
+            part()
+    return launch
 
 
 def run(step: Step, layer: Layer, x: np.ndarray, w: np.ndarray, backend=None) -> np.ndarray:
@@ -840,7 +938,7 @@ PROFILE_STALL_METRICS = {
 }
 #: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2, and
 #: layer 1's two thread mappings (steps 2 and 10).
-PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16")]
+PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16", "17")]
                 + [(1, "02"), (1, "10")])
 PROFILE_N = 32
 
