@@ -55,31 +55,37 @@ class CheckResult:
 
 def compare(out, ref, precision: str = "fp32", tolerance: float | None = None,
             name: str = "output") -> CheckResult:
-    """Measure ``out`` against ``ref`` without raising."""
+    """Measure ``out`` against ``ref`` without raising. NumPy or CuPy arrays:
+    when either is on the GPU the comparison runs there, so large outputs are
+    not copied to the host to be checked."""
     if precision not in TOLERANCE:
         raise ValueError(f"precision must be one of {sorted(TOLERANCE)}, got {precision!r}")
     tol = TOLERANCE[precision] if tolerance is None else float(tolerance)
-    out = _to_numpy(out)
-    ref = np.asarray(ref, dtype=np.float64)
+    xp = _array_module(out, ref)
+    out = xp.asarray(out)
+    ref = xp.asarray(ref, dtype=xp.float64)
     if out.shape != ref.shape:
         if out.size == ref.size:
             raise ValueError(f"{name}: output has shape {out.shape}, reference {ref.shape}; "
                              "reshape one of them if the layouts really match")
         raise ValueError(f"{name}: output has shape {out.shape} ({out.size} elements), "
                          f"reference {ref.shape} ({ref.size} elements)")
-    out64 = out.astype(np.float64)
-    bad = ~np.isfinite(out64) & np.isfinite(ref)
-    unwritten = int(np.count_nonzero(np.isnan(out64) & np.isfinite(ref)))
-    diff = np.abs(out64 - ref)
-    diff[bad] = np.inf
-    ref_norm = np.linalg.norm(ref.ravel())
-    if bad.any():
+    out64 = out.astype(xp.float64)
+    finite_ref = xp.isfinite(ref)
+    bad = ~xp.isfinite(out64) & finite_ref
+    unwritten = int(xp.count_nonzero(xp.isnan(out64) & finite_ref))
+    diff = xp.abs(out64 - ref)
+    diff[bad] = xp.inf
+    ref_norm = float(xp.linalg.norm(ref.ravel()))
+    if bool(bad.any()):
         rel = float("inf")
     else:
-        rel = float(np.linalg.norm(diff.ravel()) / (ref_norm if ref_norm > 0 else 1.0))
-    worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+        rel = float(xp.linalg.norm(diff.ravel())) / (ref_norm if ref_norm > 0 else 1.0)
+    # NaN where the reference itself is NaN must not hide the worst element.
+    ranked = xp.nan_to_num(diff, nan=-1.0)
+    worst = np.unravel_index(int(xp.argmax(ranked)), diff.shape) if diff.size else ()
     return CheckResult(name=name, precision=precision, tolerance=tol, rel_error=rel,
-                       max_abs_error=float(diff.max()) if diff.size else 0.0,
+                       max_abs_error=float(ranked.max()) if diff.size else 0.0,
                        worst_index=tuple(int(i) for i in worst), unwritten=unwritten,
                        passed=bool(rel <= tol))
 
@@ -93,7 +99,10 @@ def check(out, ref, precision: str = "fp32", tolerance: float | None = None,
     return result
 
 
-def _to_numpy(array) -> np.ndarray:
-    if hasattr(array, "get") and not isinstance(array, np.ndarray):
-        return array.get()  # CuPy array: copy to the host
-    return np.asarray(array)
+def _array_module(*arrays):
+    """cupy if any of ``arrays`` is a CuPy array, else numpy."""
+    for array in arrays:
+        if type(array).__module__.split(".")[0] == "cupy":
+            import cupy
+            return cupy
+    return np

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+import gpulab
 from gpulab import CheckFailed, check, compare
 
 
@@ -44,3 +45,15 @@ def test_shape_mismatch_is_explained():
         compare(np.zeros(10), np.zeros((2, 5)))
     with pytest.raises(ValueError, match="11 elements"):
         compare(np.zeros(11), np.zeros(10))
+
+
+@pytest.mark.skipif(not gpulab.gpu_available(), reason="needs an NVIDIA GPU")
+def test_cupy_arrays_are_compared_on_the_device():
+    import cupy
+
+    ref = np.linspace(1, 2, 1000)
+    out = cupy.asarray(ref, dtype=cupy.float32)
+    assert compare(out, ref).passed
+    out[7] = cupy.nan
+    result = compare(out, cupy.asarray(ref))
+    assert not result.passed and result.unwritten == 1 and result.worst_index == (7,)

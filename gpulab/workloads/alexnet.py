@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..check import CheckResult, compare
+from ..check import check, compare
 from ..errors import CheckFailed, KernelCompileError
 from ..kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
 
@@ -623,7 +623,7 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
             start = time.perf_counter()
             loop(1, 1, (x1, w, y1, *layer.dims(loop_images)))
             samples.append((time.perf_counter() - start) * 1e3)
-        _raise_unless(compare(y1, reference(x1, w, layer), "fp32", name=f"loop nest {layer.name}"))
+        check(y1, reference(x1, w, layer), "fp32", name=f"loop nest {layer.name}")
         per_image = np.asarray(samples) / loop_images
         for N in batches:
             method = "measured" if N == loop_images else f"measured on {loop_images} image(s), scaled by N"
@@ -634,8 +634,8 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
         for N in batches:
             xs = np.ascontiguousarray(x[:N])
             if N == batches[0]:
-                _raise_unless(compare(numpy_conv(xs, w, layer), reference(xs, w, layer), "fp32",
-                                      name=f"numpy {layer.name}"))
+                check(numpy_conv(xs, w, layer), reference(xs, w, layer), "fp32",
+                      name=f"numpy {layer.name}")
             samples = []
             for _ in range(3 if N < MAIN_N else 1):
                 start = time.perf_counter()
@@ -646,34 +646,6 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
                 flops=layer.flops(N), bytes=layer.bytes(N), layer=layer.index, step="cpu",
                 method="measured", cpu_model=host["cpu_model"]))
     return rows
-
-
-def _raise_unless(result: CheckResult) -> CheckResult:
-    if not result.passed:
-        raise CheckFailed(str(result))
-    return result
-
-
-# --------------------------------------------------------------------------- on the GPU
-def device_compare(out, ref, precision: str, name: str, tolerance: float | None = None) -> CheckResult:
-    """:func:`gpulab.check.compare` computed on the GPU (the outputs at N = 128 are up to
-    150 MB; copying each to the host for the check would dominate the record's time)."""
-    import cupy
-
-    from ..check import TOLERANCE
-    out64 = out.astype(cupy.float64)
-    finite_ref = cupy.isfinite(ref)
-    unwritten = int(cupy.count_nonzero(cupy.isnan(out64) & finite_ref))
-    bad = int(cupy.count_nonzero(~cupy.isfinite(out64) & finite_ref))
-    diff = cupy.abs(out64 - ref)
-    ref_norm = float(cupy.linalg.norm(ref.ravel()))
-    rel = float("inf") if bad else float(cupy.linalg.norm(diff.ravel())) / (ref_norm or 1.0)
-    worst = int(cupy.argmax(cupy.nan_to_num(diff, nan=np.inf)))
-    tol = TOLERANCE[precision] if tolerance is None else tolerance
-    return CheckResult(name=name, precision=precision, tolerance=tol, rel_error=rel,
-                       max_abs_error=float(cupy.nan_to_num(diff, nan=np.inf).max()),
-                       worst_index=tuple(int(i) for i in np.unravel_index(worst, out.shape)),
-                       unwritten=unwritten, passed=bool(rel <= tol))
 
 
 def _time_launch(launch: Callable, repeats: int, budget_ms: float) -> tuple:
@@ -736,8 +708,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
         launch = make_launch(step, layer, N, x, w, y, "gpu")
         launch()
-        result = device_compare(y if ref.shape[0] == N else y[_subset(N)], ref, step.precision,
-                                f"step {step.number} {layer.name} N={N}")
+        result = compare(y if ref.shape[0] == N else y[_subset(N)], ref, step.precision,
+                         name=f"step {step.number} {layer.name} N={N}")
         checks.append({"step": step.number, "layer": layer.index, "size": N,
                        "rel_error": result.rel_error, "passed": result.passed})
         if not result.passed:
@@ -758,9 +730,9 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
                 return
             out = cupy.from_dlpack(launch())
             precision = {"cuDNN fp32": "fp32", "cuDNN tf32": "tf32", "cuDNN fp16": "fp16"}[variant]
-            result = device_compare(out if ref.shape[0] == N else out[_subset(N)], ref, precision,
-                                    f"{variant} {layer.name} N={N}",
-                                    tolerance=CUDNN_FP32_TOLERANCE if precision == "fp32" else None)
+            result = compare(out if ref.shape[0] == N else out[_subset(N)], ref, precision,
+                             name=f"{variant} {layer.name} N={N}",
+                             tolerance=CUDNN_FP32_TOLERANCE if precision == "fp32" else None)
             checks.append({"step": variant, "layer": layer.index, "size": N,
                            "rel_error": result.rel_error, "passed": result.passed})
             if not result.passed:
