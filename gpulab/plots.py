@@ -46,11 +46,18 @@ def _log_axis(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _finish(fig, ax, title: str, caption: str | None):
-    # A figure-level title from the left edge: long tick labels cannot push it
-    # off the right side as they would an axes title; wrapped to the width.
-    width = max(40, int(fig.get_figwidth() * 8.5))
-    fig.suptitle(textwrap.fill(title, width), x=0.01, ha="left", fontweight="bold", fontsize=12)
+def _finish(fig, ax, title: str, caption: str | None, whole_figure: bool | None = None):
+    # A figure of one plot gets a figure-level title from the left edge (long
+    # tick labels cannot push it off the right side, as they would an axes
+    # title); a plot drawn into a panel of the caller's figure titles its panel.
+    if whole_figure is None:
+        whole_figure = len([a for a in fig.axes if a.get_label() != "<colorbar>"]) == 1
+    if whole_figure:
+        width = max(40, int(fig.get_figwidth() * 8.5))
+        fig.suptitle(textwrap.fill(title, width), x=0.01, ha="left", fontweight="bold", fontsize=12)
+    else:
+        width = max(30, int(fig.get_figwidth() * ax.get_position().width * 8.5))
+        ax.set_title(textwrap.fill(title, width), loc="left", fontweight="bold")
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -200,7 +207,7 @@ def profile_bars(table: pd.DataFrame, metrics, *, title: str, caption: str | Non
             ax.xaxis.set_major_locator(SymmetricalLogLocator(base=1000, linthresh=1))
         ax.set_xlabel(metric.replace("_", " "))
     axes[0][0].set_yticks(y, table[label])
-    return _finish(fig, axes[0][0], title, caption)
+    return _finish(fig, axes[0][0], title, caption, whole_figure=True)
 
 
 def _is_vendor(name) -> bool:

@@ -144,3 +144,9 @@ def test_every_plot_draws_with_its_caption():
         texts = [t.get_text() for t in fig.texts]
         assert caption in texts
         assert fig._suptitle.get_text() == "q?"
+    # Drawn into panels of one figure, each plot titles its own panel.
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2)
+    plots.scaling(frame, title="left?", ax=axes[0])
+    plots.scaling(frame, title="right?", caption=caption, ax=axes[1])
+    assert [a.get_title(loc="left") for a in axes] == ["left?", "right?"] and fig._suptitle is None
