@@ -371,7 +371,7 @@ def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
     try:
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:
-        log = getattr(exc, "get_message", lambda: str(exc))()
+        log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
         raise _compile_error(path, source, log) from None
     return module
 

@@ -57,11 +57,21 @@ class Timing:
                 f"min {s['min_ms']:.4f}, max {s['max_ms']:.4f}, n={s['repeats']}, {self.method})")
 
 
-def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100) -> Timing:
+def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
+              budget_ms: float | None = None, min_repeats: int = 3) -> Timing:
     """Time ``fn()`` on the GPU with CUDA events: ``warmup`` untimed calls,
-    then ``repeats`` timed ones, each between its own pair of events."""
+    then ``repeats`` timed ones, each between its own pair of events.
+
+    With ``budget_ms``, one untimed call first estimates the time, and slow
+    work gets fewer repeats (never fewer than ``min_repeats``) and at most 3
+    warm-up calls (1 above 20 ms), so a chapter's whole run stays within minutes."""
     require_gpu("timing with CUDA events")
     from cupyx.profiler import benchmark as cupy_benchmark
+
+    if budget_ms is not None:
+        once = event_region(fn)
+        repeats = int(max(min_repeats, min(repeats, budget_ms / max(once, 1e-3))))
+        warmup = min(warmup, 1 if once > 20 else 3)
 
     result = cupy_benchmark(fn, (), n_warmup=warmup, n_repeat=repeats)
     return Timing(result.gpu_times[0] * 1e3, method="cuda events",
@@ -69,16 +79,19 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100)
 
 
 def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int = 5,
-                    repeats: int = 50) -> Timing:
+                    repeats: int = 50, stream=None) -> Timing:
     """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
     graph and replayed: the host's launch overhead (several microseconds per
     CuPy launch) drops out, leaving the GPU's own time per call. What
-    :func:`benchmark` reports for a tiny kernel is mostly that overhead."""
+    :func:`benchmark` reports for a tiny kernel is mostly that overhead.
+
+    ``stream``: capture on this stream (for work bound to a stream of its own,
+    such as a cuBLAS handle); by default a new one."""
     require_gpu("timing a CUDA graph")
     import cupy
     from cupyx.profiler import benchmark as cupy_benchmark
 
-    stream = cupy.cuda.Stream(non_blocking=True)
+    stream = stream or cupy.cuda.Stream(non_blocking=True)
     with stream:
         fn()  # compile and load outside the capture
         stream.begin_capture()

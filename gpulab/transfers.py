@@ -145,9 +145,8 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                 h2d += cupy.cuda.get_elapsed_time(start, prefetched)
                 kernel = cupy.cuda.get_elapsed_time(prefetched, done)
                 t0 = time.perf_counter()
-                copied = np.array(output_host)  # the host reads the result: pages migrate back
+                np.array(output_host)  # the host reads the result: pages migrate back
                 d2h = (time.perf_counter() - t0) * 1e3
-                del copied
                 if i >= warmup:
                     for phase, ms in zip(PHASES + ("total",), (h2d, kernel, d2h, h2d + kernel + d2h)):
                         samples[phase].append(ms)

@@ -1,5 +1,4 @@
 """Chapter 1's kernels, through the same checks the book runs."""
-import numpy as np
 import pytest
 
 import gpulab

@@ -41,6 +41,17 @@ def test_host_timer_without_sync_measures_only_the_launch(spin_2ms):
 def test_graph_timing_is_per_launch(spin_2ms):
     t = timing.graph_benchmark(spin_2ms, launches=3, warmup=1, repeats=3)
     assert 1.95 <= t.median_ms <= 2.5
+    import cupy
+    on_given = timing.graph_benchmark(spin_2ms, launches=2, warmup=1, repeats=3,
+                                      stream=cupy.cuda.Stream(non_blocking=True))
+    assert 1.95 <= on_given.median_ms <= 2.5
+
+
+def test_a_time_budget_caps_the_repeats(spin_2ms):
+    # 2 ms per call and a 10 ms budget: about 5 repeats, never fewer than min_repeats.
+    t = timing.benchmark(spin_2ms, repeats=100, budget_ms=10)
+    assert 3 <= t.summary()["repeats"] <= 5
+    assert timing.benchmark(spin_2ms, repeats=100, budget_ms=1, min_repeats=4).summary()["repeats"] == 4
 
 
 def test_transfer_phases_add_up():

@@ -648,21 +648,6 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
     return rows
 
 
-def _time_launch(launch: Callable, repeats: int, budget_ms: float) -> tuple:
-    """One untimed call (checked by the caller) gives an estimate; then as many repeats
-    as fit in ``budget_ms`` (at least 3, at most ``repeats``) after a warm-up."""
-    import cupy
-
-    from ..timing import benchmark
-    start = time.perf_counter()
-    launch()
-    cupy.cuda.get_current_stream().synchronize()
-    estimate = (time.perf_counter() - start) * 1e3
-    n = int(max(3, min(repeats, budget_ms // max(estimate, 1e-3))))
-    warmup = 1 if estimate > 20 else 3
-    return benchmark(launch, warmup=warmup, repeats=n), estimate
-
-
 def _cudnn(variant: str, x, w, layer: Layer):
     """A no-argument function running torch.nn.functional.conv2d (cuDNN) on the same
     inputs, and the output it returns; None if PyTorch is not installed."""
@@ -690,6 +675,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
     import cupy
 
     from .. import roofline, transfers
+    from ..timing import benchmark
 
     budget_ms = 300.0 if not quick else 100.0
     started = time.perf_counter()
@@ -714,7 +700,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
                        "rel_error": result.rel_error, "passed": result.passed})
         if not result.passed:
             raise CheckFailed(str(result))
-        timing, estimate = _time_launch(launch, repeats, budget_ms)
+        timing = benchmark(launch, repeats=repeats, budget_ms=budget_ms)
         rows.append(timing.row(experiment, step.label, N, "kernel", flops=layer.flops(N),
                                bytes=layer.bytes(N, step.itemsize), layer=layer.index,
                                step=step.number, precision=step.precision))
@@ -737,7 +723,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
                            "rel_error": result.rel_error, "passed": result.passed})
             if not result.passed:
                 raise CheckFailed(str(result))
-            timing, _ = _time_launch(launch, repeats, budget_ms)
+            timing = benchmark(launch, repeats=repeats, budget_ms=budget_ms)
             rows.append(timing.row(experiment, f"{variant} (PyTorch)", N, "kernel",
                                    flops=layer.flops(N), bytes=layer.bytes(N, 2 if half else 4),
                                    layer=layer.index, step="cuDNN", precision=precision))

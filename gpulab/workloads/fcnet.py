@@ -55,9 +55,10 @@ def work(n: int) -> dict:
 
 def floors_ms(n: int, tflops: float = H100_FP32_MATRIX_TFLOPS, gbs: float = H100_COPY_GBS) -> dict:
     """The arithmetic floor and the memory floor of one inference, in ms."""
+    from ..roofline import floors_ms as roofline_floors
     w = work(n)
-    return {"arithmetic_ms": w["flops"] / (tflops * 1e12) * 1e3,
-            "memory_ms": w["bytes"] / (gbs * 1e9) * 1e3}
+    floors = roofline_floors(w["flops"], w["bytes"], peak_gflops=tflops * 1e3, peak_gbs=gbs)
+    return {"arithmetic_ms": floors["compute_ms"], "memory_ms": floors["memory_ms"]}
 
 
 # ----------------------------------------------------------------- data and reference
@@ -556,31 +557,7 @@ def cublas_direct_chain(x, weights: dict, dtype, stream):
     return inference, y
 
 
-def _graph_of(fn, stream, launches: int = 10, repeats: int = 50):
-    """Per-call time of ``fn`` captured ``launches`` times in one CUDA graph on ``stream``."""
-    from cupyx.profiler import benchmark as cupy_benchmark
-    from ..timing import Timing
-    fn()
-    stream.synchronize()
-    stream.begin_capture()
-    try:
-        for _ in range(launches):
-            fn()
-    finally:    # a failed capture must still end, or the stream stays unusable
-        graph = stream.end_capture()
-    with stream:   # the events must be recorded on the stream the graph runs on
-        result = cupy_benchmark(lambda: graph.launch(stream), (), n_warmup=5, n_repeat=repeats)
-    return Timing(result.gpu_times[0] * 1e3 / launches, method=f"cuda graph of {launches} launches")
-
-
 # ----------------------------------------------------------------- the recorded run
-def _timing_repeats(fn, repeats: int, budget_ms: float = 1500.0) -> int:
-    """Fewer repeats for slow kernels, so the whole run stays within minutes."""
-    from ..timing import event_region
-    once = event_region(fn)
-    return int(max(10, min(repeats, budget_ms / max(once, 1e-3))))
-
-
 def _case(n: int) -> str:
     return next((name for name, size in SIZES.items() if size == n), "check")
 
@@ -588,6 +565,10 @@ def _case(n: int) -> str:
 def _row_labels(step_: Step, n: int) -> dict:
     return {"step": step_.number, "case": _case(n), "precision": step_.precision,
             "kernel": ", ".join(step_.kernels)}
+
+
+#: Time one variant may take to time: slow kernels get fewer repeats (at least 10).
+TIMING_BUDGET_MS = 1500.0
 
 
 def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True):
@@ -623,8 +604,9 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
             result = check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}")
             labels = {**_row_labels(step_, n), "rel_error": result.rel_error, "intended": case in step_.sizes,
                       "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
-            reps = _timing_repeats(inference, repeats)
-            rows.append(benchmark(inference, repeats=reps).row("ladder", step_.label, n, **work(n), **labels))
+            timing = benchmark(inference, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
+            reps = timing.summary()["repeats"]
+            rows.append(timing.row("ladder", step_.label, n, **work(n), **labels))
             if case == "small":
                 rows.append(graph_benchmark(inference, launches=20, repeats=max(10, reps // 2))
                             .row("graph", step_.label, n, **work(n), **labels))
@@ -638,8 +620,9 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
             result = check(y, ref, precision, name=f"{name} n={n}")
             labels = {"step": np.nan, "case": case, "precision": precision, "kernel": "cupy.matmul x3",
                       "rel_error": result.rel_error, "intended": True}
-            reps = _timing_repeats(chain, repeats)
-            rows.append(benchmark(chain, repeats=reps).row("ladder", name, n, **work(n), **labels))
+            timing = benchmark(chain, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
+            reps = timing.summary()["repeats"]
+            rows.append(timing.row("ladder", name, n, **work(n), **labels))
             print(f"{case:5s} {name:45s} eager {rows[-1]['median_ms']:.4f} ms", flush=True)
             del chain, y
             try:   # the same GEMMs through cuBLAS directly, eager and captured in a graph
@@ -652,7 +635,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
                 with stream:
                     rows.append(benchmark(chain, repeats=reps).row("ladder", name + " (cuBLAS direct)", n,
                                                                    **work(n), **labels))
-                rows.append(_graph_of(chain, stream, repeats=max(10, reps // 2))
+                rows.append(graph_benchmark(chain, launches=10, repeats=max(10, reps // 2), stream=stream)
                             .row("graph", name, n, **work(n), **labels))
                 print(f"{case:5s} {name:45s} direct {rows[-2]['median_ms']:.4f} ms, graph "
                       f"{rows[-1]['median_ms']:.4f} ms", flush=True)
