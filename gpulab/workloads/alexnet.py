@@ -555,6 +555,54 @@ def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:
     return totals[totals["layers"] == len(LAYERS)].drop(columns="layers").reset_index(drop=True)
 
 
+def totals_at(totals: pd.DataFrame, N: int, steps=None) -> pd.DataFrame:
+    """The rows of :func:`layer_totals` at batch size ``N`` (for the given steps only)."""
+    rows = totals[totals["size"] == N]
+    return rows if steps is None else rows[rows["step"].isin(list(steps))]
+
+
+def step_ms(totals: pd.DataFrame, step: str, N: int = MAIN_N) -> float:
+    """One step's time for all five layers at batch size ``N``."""
+    return float(totals_at(totals, N, [step])["median_ms"].iloc[0])
+
+
+def fastest(totals: pd.DataFrame, N: int, steps, precision: str) -> pd.Series:
+    """The fastest of ``steps`` in ``precision`` at batch size ``N``."""
+    rows = totals_at(totals, N, steps)
+    return rows[rows["precision"] == precision].sort_values("median_ms").iloc[0]
+
+
+#: The chapter's targets for the five layers at N = 128, in ms.
+TARGETS_MS = {"fp32": 7.0, "fp16": 2.5}
+
+
+def targets_table(totals: pd.DataFrame, floor_ms: float) -> pd.DataFrame:
+    """The best step per precision against :data:`TARGETS_MS`, beside cuDNN."""
+    ours = [s.number for s in STEPS]
+    picks = [(precision, fastest(totals, MAIN_N, ours, precision), target)
+             for precision, target in TARGETS_MS.items()]
+    picks += [(row["precision"], row, np.nan) for _, row in totals_at(totals, MAIN_N, ["cuDNN"]).iterrows()]
+    return pd.DataFrame([{"precision": precision, "best step": row["variant"], "ms": row["median_ms"],
+                          "target ms": target, "met": bool(row["median_ms"] <= target) if target == target else None,
+                          "TFLOP/s": row["flops"] / row["median_ms"] / 1e9, "x FP32 floor": row["median_ms"] / floor_ms}
+                         for precision, row, target in picks])
+
+
+#: The profiler columns the chapter shows.
+PROFILED_COLUMNS = ["step", "kernel", "duration_ns", "instructions_per_mac", "issue_slots_busy_pct",
+                    "fma_pipe_pct", "stall_global_memory", "l2_bytes"]
+
+
+def profiled(profile: pd.DataFrame, steps, caption: str, layer: int = 2, columns=PROFILED_COLUMNS):
+    """The recorded profile of ``steps`` on one layer, with warp instructions per
+    multiply-add (x 32 threads over the layer's MACs: the cost of one multiply-add)."""
+    macs = LAYERS[layer - 1].flops(PROFILE_N) / 2
+    rows = profile[(profile["layer"] == layer) & profile["step"].isin(list(steps))]
+    rows = rows.assign(instructions_per_mac=rows["warp_instructions"] * 32 / macs)
+    return rows[[c for c in columns if c in rows.columns]].style.format(precision=3, thousands=",").hide(
+        axis="index").set_caption(f"layer {layer}, N = {PROFILE_N}; " + caption)
+
+
 def step_labels(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with its ``step`` column as the ladder writes it ("01", "cuDNN"): a side
     table whose steps are all numbers reads back from CSV as integers (1, 2, ...)."""
