@@ -43,9 +43,12 @@ def main(argv=None) -> int:
     device.require_gpu("python -m gpulab record")
     for chapter, module in modules.items():
         start = time.perf_counter()
-        result = module.benchmark_all(repeats=args.repeats, quick=args.quick)
+        # The GPU's clocks, temperature and throttle reasons before, during and after the run.
+        with device.GpuMonitor() as monitor:
+            result = module.benchmark_all(repeats=args.repeats, quick=args.quick)
         rows, tables = result if isinstance(result, tuple) else (result, {})
-        path = runs.save_run(chapter, rows, root=Path(args.out) if args.out else None, tables=tables)
+        meta = dict(device.describe(), gpu_state=monitor.summary())
+        path = runs.save_run(chapter, rows, meta, root=Path(args.out) if args.out else None, tables=tables)
         print(f"{chapter}: {len(rows)} rows in {time.perf_counter() - start:.0f} s -> {path}")
     return 0
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from .errors import NoGPUError
@@ -138,3 +140,235 @@ def _nvidia_driver() -> str | None:
 
 def _version_string(code: int) -> str:
     return f"{code // 1000}.{(code % 1000) // 10}"
+
+
+# --------------------------------------------------------------------------- clocks and limits
+#: NVML's clock-event ("throttle") reason bits, by name.
+THROTTLE_REASONS = {
+    0x1: "gpu idle", 0x2: "application clocks setting", 0x4: "software power cap",
+    0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown", 0x80: "hardware power brake", 0x100: "display clock setting",
+}
+
+
+def decode_throttle(mask: int) -> list[str]:
+    """NVML's clock-event reason bits as words ("gpu idle", "software power cap", ...)."""
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit] + (
+        [f"unknown bits {mask & ~sum(THROTTLE_REASONS):#x}"] if mask & ~sum(THROTTLE_REASONS) else [])
+
+
+def _nvml_handle():
+    """(pynvml, handle) for the current CUDA device, or None where NVML is not importable."""
+    try:
+        import pynvml
+        import cupy
+        pynvml.nvmlInit()
+        bus = cupy.cuda.Device().pci_bus_id
+        try:
+            return pynvml, pynvml.nvmlDeviceGetHandleByPciBusId_v2(bus)
+        except Exception:
+            return pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode())
+    except Exception:
+        return None
+
+
+def gpu_state() -> dict:
+    """The GPU's state now: SM and memory clocks (MHz), temperature (C), power
+    (W) and the active clock-event ("throttle") reasons, from NVML (the
+    nvidia-ml-py package) or else nvidia-smi; ``{"source": "unavailable"}``
+    where neither answers (or there is no GPU)."""
+    if not gpu_available():
+        return {"source": "unavailable"}
+    nv = _nvml_handle()
+    if nv is not None:
+        pynvml, h = nv
+        try:
+            reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            mask = int(reasons_fn(h))
+            return {"source": "nvml",
+                    "sm_clock_mhz": int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                    "memory_clock_mhz": int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+                    "max_sm_clock_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                    "temperature_c": int(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                    "power_w": round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000, 1),
+                    "throttle_reasons": decode_throttle(mask)}
+        except Exception:
+            pass
+    return _smi_state()
+
+
+def _smi_state() -> dict:
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return {"source": "unavailable"}
+    fields = ["clocks.sm", "clocks.mem", "clocks.max.sm", "temperature.gpu", "power.draw"]
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields + [reasons])}",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+            if out.returncode != 0:
+                continue
+            values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+            number = lambda v: float(v) if v.replace(".", "", 1).isdigit() else None   # noqa: E731
+            return {"source": "nvidia-smi", "sm_clock_mhz": number(values[0]),
+                    "memory_clock_mhz": number(values[1]), "max_sm_clock_mhz": number(values[2]),
+                    "temperature_c": number(values[3]), "power_w": number(values[4]),
+                    "throttle_reasons": decode_throttle(int(values[5], 16)) if values[5].startswith("0x") else []}
+        except Exception:
+            continue
+    return {"source": "unavailable"}
+
+
+class GpuMonitor:
+    """The GPU's state before and after a block of work, and sampled every
+    ``interval_s`` during it (through NVML; before/after only with nvidia-smi):
+
+        with GpuMonitor() as monitor:
+            rows = benchmark_all()
+        meta["gpu_state"] = monitor.summary()
+    """
+
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s = interval_s
+        self.before: dict = {}
+        self.after: dict = {}
+        self.samples: list[dict] = []
+        self._stop = None
+        self._thread = None
+
+    def __enter__(self):
+        import threading
+        self.before = gpu_state()
+        if self.before.get("source") == "nvml":
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(self.interval_s):
+            self.samples.append(gpu_state())
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+        self.after = gpu_state()
+        return False
+
+    def summary(self) -> dict:
+        """before, after, and over the samples: SM clock min/median/max, the
+        highest temperature, and every throttle reason seen (with how often)."""
+        out = {"before": self.before, "after": self.after, "samples": len(self.samples)}
+        clocks = [s["sm_clock_mhz"] for s in self.samples if s.get("sm_clock_mhz")]
+        if clocks:
+            out["sm_clock_mhz_min"] = min(clocks)
+            out["sm_clock_mhz_median"] = float(sorted(clocks)[len(clocks) // 2])
+            out["sm_clock_mhz_max"] = max(clocks)
+            out["temperature_c_max"] = max(s.get("temperature_c", 0) for s in self.samples)
+            seen: dict = {}
+            for s in self.samples:
+                for reason in s.get("throttle_reasons", []):
+                    seen[reason] = seen.get(reason, 0) + 1
+            out["throttle_reasons_seen"] = seen
+        return out
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The limits a live path sizes itself by: dynamic shared memory one block
+    may opt in to, and device memory. ``simulated`` names the profile standing
+    in for a smaller GPU (see :data:`PROFILES`, :func:`simulate`)."""
+
+    name: str
+    shared_per_block: int       # bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    total_memory: int           # bytes
+    sms: int | None = None
+    l2_bytes: int | None = None
+    simulated: str | None = None
+
+    def memory_budget(self, fraction: float = 0.5) -> float:
+        """Bytes one variant of a chapter may use: ``fraction`` of the device
+        memory (the rest holds references, other precisions' inputs, caches)."""
+        return fraction * self.total_memory
+
+    def shared_fits(self, nbytes: int) -> str | None:
+        """None when a block may have ``nbytes`` of shared memory, else the reason it may not."""
+        if nbytes <= self.shared_per_block:
+            return None
+        return (f"needs {nbytes:,} bytes of shared memory per block; {self.name} allows "
+                f"{self.shared_per_block:,}")
+
+    def memory_fits(self, nbytes: float, fraction: float = 0.5) -> str | None:
+        budget = self.memory_budget(fraction)
+        if nbytes <= budget:
+            return None
+        return (f"needs {nbytes / 1e9:.1f} GB of device memory; the budget on {self.name} is "
+                f"{budget / 1e9:.1f} GB ({fraction:.0%} of {self.total_memory / 1e9:.1f} GB)")
+
+
+#: Smaller GPUs readers have (Colab's T4 and L4), to test the live paths without one.
+PROFILES = {
+    "T4": DeviceLimits("Tesla T4", shared_per_block=64 * 1024, total_memory=15360 * 2**20, sms=40,
+                       l2_bytes=4 * 2**20, simulated="T4"),
+    "L4": DeviceLimits("NVIDIA L4", shared_per_block=99 * 1024, total_memory=23034 * 2**20, sms=58,
+                       l2_bytes=48 * 2**20, simulated="L4"),
+}
+#: Environment variable naming a profile of PROFILES to simulate (e.g. GPULAB_DEVICE_PROFILE=T4).
+PROFILE_ENV = "GPULAB_DEVICE_PROFILE"
+_simulated: list[str] = []
+
+
+@contextmanager
+def simulate(profile: str):
+    """Run the live paths as if on a smaller GPU: inside the block,
+    :func:`limits` reports the profile's limits (never more than the real
+    GPU's), so every path sizes itself, or skips, as it would there."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    _simulated.append(profile)
+    try:
+        yield PROFILES[profile]
+    finally:
+        _simulated.pop()
+
+
+def limits() -> DeviceLimits | None:
+    """This device's limits, or a simulated profile's (:func:`simulate` or
+    ``GPULAB_DEVICE_PROFILE``), capped by the real GPU's; None on a machine
+    without a GPU and with no profile simulated (the CPU backend has no such limits)."""
+    name = _simulated[-1] if _simulated else os.environ.get(PROFILE_ENV, "").strip() or None
+    if name is not None and name not in PROFILES:
+        raise ValueError(f"{PROFILE_ENV} must be one of {sorted(PROFILES)}, got {name!r}")
+    real = _real_limits()
+    if name is None:
+        return real
+    sim = PROFILES[name]
+    if real is None:
+        return sim
+    return DeviceLimits(f"{sim.name} (simulated on {real.name})",
+                        min(sim.shared_per_block, real.shared_per_block),
+                        min(sim.total_memory, real.total_memory), sim.sms, sim.l2_bytes, simulated=name)
+
+
+@functools.lru_cache(maxsize=None)
+def _real_limits_cached(device_id: int) -> DeviceLimits:
+    import cupy
+    from cupy.cuda import runtime
+    props = runtime.getDeviceProperties(device_id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    optin = int(props.get("sharedMemPerBlockOptin", 0))
+    if not optin:
+        optin = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id)
+    return DeviceLimits(name, int(optin), int(props["totalGlobalMem"]),
+                        int(props["multiProcessorCount"]), int(props.get("l2CacheSize", 0)) or None)
+
+
+def _real_limits() -> DeviceLimits | None:
+    if not gpu_available():
+        return None
+    import cupy
+    return _real_limits_cached(cupy.cuda.Device().id)

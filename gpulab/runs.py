@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import paths
-from .device import describe, gpu_available
+from .device import GpuMonitor, describe, gpu_available
 from .errors import RecordedRunError
 from .timing import TIMING_COLUMNS
 
@@ -187,7 +187,9 @@ def live_or_recorded(chapter: str, measure, gpu: str | None = None) -> RecordedR
     rows, or a pair (rows, {table name: DataFrame})."""
     if gpu_available():
         meta = describe()
-        result = measure()
+        with GpuMonitor() as monitor:
+            result = measure()
+        meta["gpu_state"] = monitor.summary()
         rows, tables = result if isinstance(result, tuple) else (result, {})
         return RecordedRun(chapter=chapter, timings=pd.DataFrame(rows), meta=meta, live=True,
                            tables={k: pd.DataFrame(v) for k, v in tables.items()})

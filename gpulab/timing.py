@@ -1,15 +1,28 @@
-"""Time GPU work honestly: CUDA events, warm-up excluded, many repeats,
-median with spread, results as tidy rows.
+"""Time GPU work honestly: CUDA events, warm-up excluded, repeats until a stated
+stop rule is met, median with spread, results as tidy rows.
 
-The event timing itself is CuPy's (:func:`cupyx.profiler.benchmark` records a
-start and an end event around each call on the current stream); this module
-adds the summary statistics, the row format every chapter shares, and the
-deliberately naive host timers that chapter 1 compares against events.
+Every timed call sits between its own pair of CUDA events on the stream it runs
+on, and the host waits for the end event before the next call (as
+:func:`cupyx.profiler.benchmark` does), so calls never overlap. This module
+adds:
+
+* the **stop rule** (:data:`STOP_RULE`): repeat until the 95% confidence
+  interval of the median is within 1% of it, after at least ``min_repeats``
+  calls and at most ``repeats``, or until the time budget is spent (each
+  :class:`Timing` keeps why it stopped, and each row its CI half-width);
+* an optional **L2 flush** (``flush_l2=True``): a buffer twice the size of the
+  GPU's L2 cache is written between repeats, outside the timed region, so a
+  small working set cannot stay in L2 from one call to the next ("cold"); every
+  row says whether L2 was flushed (column ``l2_flushed``);
+* the summary statistics and the row format every chapter shares;
+* the deliberately naive host timers that chapter 1 compares against events.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Callable
 
 import numpy as np
@@ -21,6 +34,54 @@ TIMING_COLUMNS = ["experiment", "variant", "size", "phase", "median_ms", "q1_ms"
                   "min_ms", "max_ms", "repeats", "flops", "bytes"]
 
 
+@dataclass(frozen=True)
+class StopRule:
+    """When to stop repeating a measurement: once the ``confidence`` interval of
+    the median (distribution-free, from the order statistics) is within
+    ``rel_half_width`` of the median, but never before ``min_repeats`` calls,
+    never after ``max_repeats``, and not once ``budget_ms`` of wall-clock time
+    has been spent on the timed calls."""
+
+    rel_half_width: float = 0.01
+    confidence: float = 0.95
+    #: The CI itself needs 6 samples at 95%, so only the time budget stops before 6.
+    min_repeats: int = 3
+    max_repeats: int = 100
+    budget_ms: float | None = None
+
+    def describe(self) -> str:
+        budget = f", at most {self.budget_ms:g} ms" if self.budget_ms else ""
+        return (f"repeat until the median's {self.confidence:.0%} confidence interval is within "
+                f"±{self.rel_half_width:.0%}, after {self.min_repeats} to {self.max_repeats} repeats{budget}")
+
+
+#: The lab's stop rule (benchmark's defaults): stated once, printed by the notebooks.
+STOP_RULE = StopRule()
+
+
+def median_ci(samples, confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: the order
+    statistics at ranks n/2 ± z·sqrt(n)/2 (normal approximation of the binomial).
+    (nan, nan) when there are too few samples for that confidence (n < 6 at 95%)."""
+    x = np.sort(np.asarray(samples, dtype=np.float64).ravel())
+    n = x.size
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    lo = math.floor(n / 2 - z * math.sqrt(n) / 2)
+    hi = math.ceil(n / 2 + z * math.sqrt(n) / 2) - 1
+    if n == 0 or lo < 0 or hi >= n:
+        return float("nan"), float("nan")
+    return float(x[lo]), float(x[hi])
+
+
+def ci_half_width(samples, confidence: float = 0.95) -> float:
+    """Half the width of :func:`median_ci`, relative to the median (nan if undefined)."""
+    lo, hi = median_ci(samples, confidence)
+    med = float(np.median(samples)) if len(samples) else float("nan")
+    if not np.isfinite(lo) or med <= 0:
+        return float("nan")
+    return (hi - lo) / 2 / med
+
+
 @dataclass
 class Timing:
     """Repeated measurements of one region, in milliseconds."""
@@ -28,6 +89,8 @@ class Timing:
     samples_ms: np.ndarray
     method: str = "cuda events"
     host_ms: np.ndarray | None = field(default=None, repr=False)
+    l2_flushed: bool = False
+    stop: str = ""           # why the repeats stopped (see StopRule)
 
     def __post_init__(self):
         self.samples_ms = np.asarray(self.samples_ms, dtype=np.float64).ravel()
@@ -47,49 +110,145 @@ class Timing:
     def row(self, experiment: str, variant: str, size: int = 0, phase: str = "kernel",
             flops: float = 0.0, bytes: float = 0.0, **extra) -> dict:
         """One tidy row: the labels, the summary statistics, and the work done
-        (FLOPs and bytes moved) so rates can be derived later."""
+        (FLOPs and bytes moved) so rates can be derived later; then whether L2
+        was flushed between repeats and the median's relative 95% CI half-width."""
         return {"experiment": experiment, "variant": variant, "size": int(size), "phase": phase,
-                **self.summary(), "flops": float(flops), "bytes": float(bytes), **extra}
+                **self.summary(), "flops": float(flops), "bytes": float(bytes),
+                "l2_flushed": bool(self.l2_flushed), "ci_half_width": ci_half_width(self.samples_ms),
+                **extra}
 
     def __str__(self) -> str:
         s = self.summary()
+        l2 = ", L2 flushed" if self.l2_flushed else ""
         return (f"median {s['median_ms']:.4f} ms (IQR {s['q1_ms']:.4f}-{s['q3_ms']:.4f}, "
-                f"min {s['min_ms']:.4f}, max {s['max_ms']:.4f}, n={s['repeats']}, {self.method})")
+                f"min {s['min_ms']:.4f}, max {s['max_ms']:.4f}, n={s['repeats']}, {self.method}{l2})")
+
+
+class L2Flusher:
+    """Writes a buffer twice the size of the GPU's L2 cache (at least 8 MiB),
+    evicting whatever a previous call left there. One per device, made on first use."""
+
+    _by_device: dict = {}
+
+    def __init__(self):
+        import cupy
+        dev = cupy.cuda.Device()
+        l2 = int(cupy.cuda.runtime.getDeviceProperties(dev.id).get("l2CacheSize", 0)) or 64 * 2**20
+        self.nbytes = max(2 * l2, 8 * 2**20)
+        self.buffer = cupy.empty(self.nbytes // 4, dtype=cupy.int32)
+        self.value = 0
+
+    @classmethod
+    def get(cls) -> "L2Flusher":
+        import cupy
+        key = cupy.cuda.Device().id
+        if key not in cls._by_device:
+            cls._by_device[key] = cls()
+        return cls._by_device[key]
+
+    def flush(self, stream) -> None:
+        """Queue the write on ``stream``: it runs before the next start event there."""
+        self.value += 1          # a new value each time: nothing can skip an unchanged write
+        with stream:
+            self.buffer.fill(self.value)
+
+
+def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule | None,
+                repeats: int, flush_l2: bool, divide: int = 1) -> tuple[np.ndarray, np.ndarray, str]:
+    """The one timing loop: ``warmup`` untimed calls, then timed calls, each
+    between two events on ``stream`` with the host waiting for the end event;
+    with ``flush_l2``, L2 is flushed before every call (outside the events)."""
+    import cupy
+
+    flusher = L2Flusher.get() if flush_l2 else None
+    for _ in range(warmup):
+        if flusher:
+            flusher.flush(stream)
+        fn()
+    stream.synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    max_repeats = repeats if rule is None else rule.max_repeats
+    gpu, host = [], []
+    spent_ms = 0.0
+    reason = f"fixed {repeats} repeats" if rule is None else f"reached the maximum of {max_repeats} repeats"
+    for i in range(max_repeats):
+        if flusher:
+            flusher.flush(stream)
+        t0 = time.perf_counter()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        gpu.append(cupy.cuda.get_elapsed_time(start, end) / divide)
+        host.append(host_ms / divide)
+        spent_ms += host_ms
+        if rule is None or len(gpu) < rule.min_repeats:
+            continue
+        half = ci_half_width(gpu, rule.confidence)
+        if half == half and half <= rule.rel_half_width:
+            reason = (f"median's {rule.confidence:.0%} CI within ±{rule.rel_half_width:.0%} "
+                      f"after {len(gpu)} repeats")
+            break
+        if rule.budget_ms is not None and spent_ms >= rule.budget_ms:
+            reason = f"time budget of {rule.budget_ms:g} ms spent after {len(gpu)} repeats"
+            break
+    return np.asarray(gpu), np.asarray(host), reason
+
+
+def _rule(repeats: int, min_repeats: int, budget_ms: float | None, rel_ci: float | None,
+          confidence: float) -> StopRule | None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if rel_ci is None and budget_ms is None:
+        return None
+    return StopRule(rel_half_width=rel_ci if rel_ci is not None else 0.0, confidence=confidence,
+                    min_repeats=max(1, min(min_repeats, repeats)), max_repeats=repeats,
+                    budget_ms=budget_ms)
 
 
 def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
-              budget_ms: float | None = None, min_repeats: int = 3) -> Timing:
+              budget_ms: float | None = None, min_repeats: int = STOP_RULE.min_repeats,
+              rel_ci: float | None = STOP_RULE.rel_half_width, confidence: float = STOP_RULE.confidence,
+              flush_l2: bool = False, stream=None) -> Timing:
     """Time ``fn()`` on the GPU with CUDA events: ``warmup`` untimed calls,
-    then ``repeats`` timed ones, each between its own pair of events.
+    then timed ones, each between its own pair of events, under the stop rule:
+    at least ``min_repeats`` and at most ``repeats`` calls, stopping once the
+    median's ``confidence`` interval is within ``rel_ci`` of it (``rel_ci=None``:
+    exactly ``repeats`` calls) or once ``budget_ms`` of time is spent.
 
     With ``budget_ms``, one untimed call first estimates the time, and slow
-    work gets fewer repeats (never fewer than ``min_repeats``) and at most 3
-    warm-up calls (1 above 20 ms), so a chapter's whole run stays within minutes."""
+    work gets at most 3 warm-up calls (1 above 20 ms), so a chapter's whole run
+    stays within minutes. With ``flush_l2``, L2 is flushed before every call,
+    outside the timed region (the row says so). ``stream``: the stream ``fn``
+    runs on (default: the current one)."""
     require_gpu("timing with CUDA events")
-    from cupyx.profiler import benchmark as cupy_benchmark
+    import cupy
 
+    stream = stream or cupy.cuda.get_current_stream()
     if budget_ms is not None:
-        once = event_region(fn)
-        repeats = int(max(min_repeats, min(repeats, budget_ms / max(once, 1e-3))))
+        once = event_region(fn, stream)
         warmup = min(warmup, 1 if once > 20 else 3)
-
-    result = cupy_benchmark(fn, (), n_warmup=warmup, n_repeat=repeats)
-    return Timing(result.gpu_times[0] * 1e3, method="cuda events",
-                  host_ms=np.asarray(result.cpu_times) * 1e3)
+    rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence)
+    gpu, host, stop = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats, flush_l2=flush_l2)
+    return Timing(gpu, method="cuda events", host_ms=host, l2_flushed=flush_l2, stop=stop)
 
 
 def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int = 5,
-                    repeats: int = 50, stream=None) -> Timing:
+                    repeats: int = 50, stream=None, min_repeats: int = STOP_RULE.min_repeats,
+                    rel_ci: float | None = STOP_RULE.rel_half_width, budget_ms: float | None = None,
+                    flush_l2: bool = False) -> Timing:
     """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
     graph and replayed: the host's launch overhead (several microseconds per
     CuPy launch) drops out, leaving the GPU's own time per call. What
     :func:`benchmark` reports for a tiny kernel is mostly that overhead.
+    Same stop rule and L2 flush as :func:`benchmark` (a flush happens before
+    each replay, so only the first of the ``launches`` calls starts cold).
 
     ``stream``: capture on this stream (for work bound to a stream of its own,
     such as a cuBLAS handle); by default a new one."""
     require_gpu("timing a CUDA graph")
     import cupy
-    from cupyx.profiler import benchmark as cupy_benchmark
 
     stream = stream or cupy.cuda.Stream(non_blocking=True)
     with stream:
@@ -101,8 +260,11 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
         finally:
             # Always leave capture mode: a stream left capturing breaks every later launch.
             graph = stream.end_capture()
-        result = cupy_benchmark(lambda: graph.launch(stream), (), n_warmup=warmup, n_repeat=repeats)
-    return Timing(result.gpu_times[0] * 1e3 / launches, method=f"cuda graph of {launches} launches")
+    rule = _rule(repeats, min_repeats, budget_ms, rel_ci, STOP_RULE.confidence)
+    gpu, host, stop = _event_loop(lambda: graph.launch(stream), stream, warmup=warmup, rule=rule,
+                                  repeats=repeats, flush_l2=flush_l2, divide=launches)
+    return Timing(gpu, method=f"cuda graph of {launches} launches", host_ms=host, l2_flushed=flush_l2,
+                  stop=stop)
 
 
 def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,
@@ -126,7 +288,7 @@ def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,
         samples[i] = (time.perf_counter() - start) * 1e3
     stream.synchronize()
     method = "host timer + synchronize" if synchronize else "host timer, no synchronize"
-    return Timing(samples, method=method)
+    return Timing(samples, method=method, stop=f"fixed {repeats} repeats")
 
 
 def event_region(fn: Callable[[], object], stream=None) -> float:
@@ -141,3 +303,22 @@ def event_region(fn: Callable[[], object], stream=None) -> float:
     end.record(stream)
     end.synchronize()
     return cupy.cuda.get_elapsed_time(start, end)
+
+
+def warm_up_gpu(ms: float = 50.0, stream=None) -> None:
+    """Keep the GPU busy for about ``ms`` before a timed phase, so its clocks
+    have left their idle state: right after an idle gap (a pageable copy the
+    host waits on, a pause) the SM clock can sit far below its boost clock,
+    and the first kernels then run slower than the same kernels a moment
+    later (chapter 1 shows it)."""
+    require_gpu("warming the GPU")
+    import cupy
+
+    stream = stream or cupy.cuda.get_current_stream()
+    a = cupy.ones(4 * 2**20, dtype=cupy.float32)
+    deadline = time.perf_counter() + ms / 1e3
+    with stream:
+        while time.perf_counter() < deadline:
+            for _ in range(20):
+                a *= 1.0000001
+            stream.synchronize()

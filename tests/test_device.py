@@ -52,3 +52,42 @@ def test_cli_lists_runs_and_describes_the_machine():
     assert listed.returncode == 0 and "measuring" in listed.stdout
     info = subprocess.run([sys.executable, "-m", "gpulab", "info"], capture_output=True, text=True)
     assert info.returncode == 0 and "numpy" in info.stdout
+
+
+def test_simulated_profiles_size_the_live_paths(monkeypatch):
+    from gpulab import device
+    monkeypatch.delenv(device.PROFILE_ENV, raising=False)
+    with device.simulate("T4") as t4:
+        limits = device.limits()
+        assert limits.shared_per_block <= 64 * 1024 and limits.simulated == "T4"
+        assert "105,472 bytes of shared memory" in limits.shared_fits(105_472)
+        assert limits.shared_fits(48 * 1024) is None
+        assert limits.memory_fits(40e9) is not None and limits.memory_fits(4e9) is None
+        assert t4.total_memory < 17e9
+    with device.simulate("L4"):
+        assert device.limits().shared_fits(70_656) is None         # fits 99 KB
+        assert device.limits().shared_fits(105_472) is not None
+    monkeypatch.setenv(device.PROFILE_ENV, "L4")
+    assert device.limits().simulated == "L4"
+    monkeypatch.setenv(device.PROFILE_ENV, "V100x")
+    with pytest.raises(ValueError, match="GPULAB_DEVICE_PROFILE must be one of"):
+        device.limits()
+    with pytest.raises(ValueError, match="profile must be one of"):
+        with device.simulate("A1"):
+            pass
+
+
+def test_throttle_reasons_in_words():
+    from gpulab import device
+    assert device.decode_throttle(0x1 | 0x4) == ["gpu idle", "software power cap"]
+    assert device.decode_throttle(0) == []
+    assert device.decode_throttle(0x10000)[-1].startswith("unknown bits")
+
+
+def test_gpu_state_without_a_gpu_says_so():
+    from gpulab import device
+    if not device.gpu_available():
+        assert device.gpu_state() == {"source": "unavailable"}
+    with device.GpuMonitor() as monitor:
+        pass
+    assert set(monitor.summary()) >= {"before", "after", "samples"}

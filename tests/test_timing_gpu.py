@@ -25,9 +25,23 @@ def spin_2ms(tmp_path_factory):
 
 
 def test_events_measure_the_kernel(spin_2ms):
-    t = timing.benchmark(spin_2ms, warmup=2, repeats=10)
+    t = timing.benchmark(spin_2ms, warmup=2, repeats=10, rel_ci=None)
     assert 1.95 <= t.median_ms <= 2.5
     assert t.summary()["repeats"] == 10
+
+
+def test_the_stop_rule_stops_once_the_median_is_known(spin_2ms):
+    # A 2 ms spin varies far less than 1%: the CI rule stops at its first chance (6 samples at 95%).
+    t = timing.benchmark(spin_2ms, warmup=2, repeats=100)
+    assert 6 <= t.summary()["repeats"] < 100 and "CI within" in t.stop
+    row = t.row("x", "spin", 1)
+    assert row["ci_half_width"] <= 0.01 and row["l2_flushed"] is False
+
+
+def test_l2_flush_happens_outside_the_timed_region(spin_2ms):
+    t = timing.benchmark(spin_2ms, warmup=1, repeats=8, rel_ci=None, flush_l2=True)
+    assert 1.95 <= t.median_ms <= 2.5 and t.l2_flushed
+    assert t.row("x", "spin", 1)["l2_flushed"] is True
 
 
 def test_host_timer_without_sync_measures_only_the_launch(spin_2ms):
