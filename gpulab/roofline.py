@@ -12,33 +12,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import datasheet as _datasheet
 from .device import require_gpu
 from .timing import benchmark
 
-#: Datasheet figures (dense, no sparsity), matched against the device name.
-#: FP32 is the CUDA-core rate; fp16/tf32 are the tensor-core rates.
-DATASHEET = [
-    # name contains, memory GB/s, FP32 TFLOP/s, TF32 TC, FP16 TC, source
-    ("H100 80GB HBM3", 3350, 66.9, 494.7, 989.4, "NVIDIA H100 SXM5 datasheet"),
-    ("H100 PCIe", 2000, 51.2, 378.0, 756.0, "NVIDIA H100 PCIe datasheet"),
-    ("H100 NVL", 3900, 60.0, 835.0 / 2, 1671.0 / 2, "NVIDIA H100 NVL datasheet"),
-    ("H200", 4800, 66.9, 494.7, 989.4, "NVIDIA H200 SXM datasheet"),
-    ("A100-SXM4-80GB", 2039, 19.5, 156.0, 312.0, "NVIDIA A100 datasheet"),
-    ("A100-SXM4-40GB", 1555, 19.5, 156.0, 312.0, "NVIDIA A100 datasheet"),
-    ("A100-PCIE", 1935, 19.5, 156.0, 312.0, "NVIDIA A100 datasheet"),
-    ("L4", 300, 30.3, 60.0, 121.0, "NVIDIA L4 datasheet"),
-    ("Tesla T4", 320, 8.1, 0.0, 65.0, "NVIDIA T4 datasheet"),
-    ("V100", 900, 15.7, 0.0, 125.0, "NVIDIA V100 SXM2 datasheet"),
-]
-
-
 def datasheet(gpu_name: str) -> dict | None:
-    """The datasheet figures for ``gpu_name``, or None if the lab has none."""
-    for key, gbs, fp32, tf32, fp16, source in DATASHEET:
-        if key.lower() in gpu_name.lower():
-            return {"memory_gbs": gbs, "fp32_tflops": fp32, "tf32_tensor_tflops": tf32,
-                    "fp16_tensor_tflops": fp16, "source": source}
-    return None
+    """The datasheet's rates for ``gpu_name`` (from :mod:`gpulab.datasheet`,
+    the lab's one table of hardware facts), or None if the lab has none."""
+    gpu = _datasheet.lookup(gpu_name)
+    if gpu is None:
+        return None
+    return {"memory_gbs": gpu.memory_gbs, "fp32_tflops": gpu.fp32_tflops,
+            "tf32_tensor_tflops": gpu.tf32_tensor_tflops, "fp16_tensor_tflops": gpu.fp16_tensor_tflops,
+            "source": gpu.source}
 
 
 def measure_ceilings(copy_bytes: int = 2**30, gemm_n: int = 8192, repeats: int = 20) -> list[dict]:

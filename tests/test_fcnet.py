@@ -50,9 +50,11 @@ def test_every_output_is_written_even_in_a_partial_last_tile():
 def test_work_and_the_two_floors():
     assert fcnet.MACS_PER_VECTOR == 8960
     assert fcnet.work(10) == {"flops": 179_200.0, "bytes": 3040.0}
-    floors = fcnet.floors_ms(fcnet.SIZES["large"])
-    assert floors["arithmetic_ms"] == pytest.approx(1.8, abs=0.01)
-    assert floors["memory_ms"] == pytest.approx(0.53, abs=0.01)
+    floors = fcnet.floors_ms(fcnet.SIZES["large"], tflops=50.0, gbs=2000.0)
+    assert floors["arithmetic_ms"] == pytest.approx(91.7504e9 / 50e12 * 1e3)
+    assert floors["memory_ms"] == pytest.approx(1.55648e9 / 2000e9 * 1e3)
+    rates = fcnet.measured_rates(gpulab.load_run(fcnet.CHAPTER))
+    assert 40 < rates["fp32_tflops"] < 67 and 2000 < rates["copy_gbs"] < 3350 and rates["fp16_tensor_tflops"] > 300
 
 
 def test_inputs_weights_and_reference_are_what_the_chapter_says():
@@ -80,7 +82,7 @@ def test_launch_shapes_cover_the_vectors():
     persistent = fcnet.steps(9)[0].launches[0]
     assert persistent.grid(4099) == (fcnet.CPU_PERSISTENT_BLOCKS, 1)
     assert persistent.grid(4099, resident_blocks=1000) == (129, 1)   # never more blocks than tiles
-    assert [s.kernels[0] for s in fcnet.steps(13, "small")] == ["best_small"]
+    assert [s.kernels[0] for s in fcnet.steps(13, "small")] == ["best_small"]   # written for the small case
     with pytest.raises(ValueError, match="size must be"):
         fcnet.steps(size="medium")
 

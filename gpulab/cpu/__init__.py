@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import KernelArgumentError, KernelLaunchError
+from ..datasheet import ARCHITECTURES
 from ..signature import KernelSignature
 from .compiler import Built, build
 
@@ -29,9 +30,9 @@ __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFu
            "MAX_SHARED_BYTES", "SCHEDULES"]
 
 SCHEDULES = ("in_order", "reverse", "shuffle")
-#: Dynamic shared memory cap: the most any current GPU gives one block (H100: 227 KiB
-#: after cudaFuncSetAttribute; 48 KiB without).  The CPU backend allows up to this.
-MAX_SHARED_BYTES = 228 * 1024
+#: Dynamic shared memory cap: the most any GPU in the lab's datasheet gives one block
+#: (Hopper: 227 KiB after cudaFuncSetAttribute; 48 KiB without). The CPU backend allows up to this.
+MAX_SHARED_BYTES = max(a.shared_per_block_kib for a in ARCHITECTURES.values()) * 1024
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _ERROR_BYTES = 8192
@@ -169,8 +170,8 @@ def _check_config(grid, block, shared_mem) -> None:
     if not 0 <= shared_mem <= MAX_SHARED_BYTES:
         raise KernelArgumentError(
             f"shared_mem = {shared_mem} bytes: dynamic shared memory must be between 0 and "
-            f"{MAX_SHARED_BYTES} bytes (228 KiB, the CPU backend's cap; a GPU gives 48 KiB unless the "
-            "kernel opts in to more)")
+            f"{MAX_SHARED_BYTES} bytes ({MAX_SHARED_BYTES // 1024} KiB, the most an H100 block may have; "
+            "a GPU gives 48 KiB unless the kernel opts in to more)")
 
 
 class CpuFunction:

@@ -41,9 +41,6 @@ MACS_PER_VECTOR = IN * HID + HID * HID + HID * OUT          # 8,960 multiply-add
 FLOPS_PER_VECTOR = 2 * MACS_PER_VECTOR
 BYTES_PER_VECTOR = 4 * (IN + OUT)                           # read 72 floats, write 4
 WEIGHT_SEED, INPUT_SEED = 2026, 7
-#: The H100 figures the chapter opens with, measured for this lab on 2026-11-22.
-H100_FP32_MATRIX_TFLOPS = 51.1     # cuBLAS SGEMM through CuPy
-H100_COPY_GBS = 2948.0             # device-to-device copy, read + write
 #: CPU backend: the grid "persistent" kernels get (the GPU's is measured).
 CPU_PERSISTENT_BLOCKS = 3
 
@@ -53,12 +50,25 @@ def work(n: int) -> dict:
     return {"flops": float(FLOPS_PER_VECTOR * n), "bytes": float(BYTES_PER_VECTOR * n)}
 
 
-def floors_ms(n: int, tflops: float = H100_FP32_MATRIX_TFLOPS, gbs: float = H100_COPY_GBS) -> dict:
-    """The arithmetic floor and the memory floor of one inference, in ms."""
+def floors_ms(n: int, tflops: float, gbs: float) -> dict:
+    """The arithmetic floor and the memory floor of one inference of n vectors,
+    in ms, at ``tflops`` (FP32 TFLOP/s) and ``gbs`` (GB/s of device memory):
+    pass a run's measured ceilings (:func:`measured_rates`) or the datasheet's."""
     from ..roofline import floors_ms as roofline_floors
     w = work(n)
     floors = roofline_floors(w["flops"], w["bytes"], peak_gflops=tflops * 1e3, peak_gbs=gbs)
     return {"arithmetic_ms": floors["compute_ms"], "memory_ms": floors["memory_ms"]}
+
+
+def measured_rates(run) -> dict:
+    """The run's measured ceilings: FP32 TFLOP/s (cuBLAS SGEMM), copy GB/s and,
+    when recorded, the fp16 tensor-core TFLOP/s (cuBLAS HGEMM)."""
+    from ..roofline import rates
+    rows = rates(run.timings[run.timings["experiment"] == "ceilings"]).set_index("variant")
+    out = {"fp32_tflops": rows.loc["cuBLAS SGEMM", "gflops"] / 1e3, "copy_gbs": rows.loc["device copy", "gbs"]}
+    if "cuBLAS HGEMM (fp16)" in rows.index:
+        out["fp16_tensor_tflops"] = rows.loc["cuBLAS HGEMM (fp16)", "gflops"] / 1e3
+    return out
 
 
 # ----------------------------------------------------------------- data and reference
@@ -148,7 +158,9 @@ class Step:
     launches: tuple[Launch, ...]
     precision: str = "fp32"        # the arithmetic: sets the check's tolerance
     gpu_only: bool = False         # for kernels the CPU backend cannot run (none at present)
-    sizes: tuple[str, ...] = ("small", "large")   # the cases this kernel is meant for
+    #: The cases this kernel was written for (a prediction: the ladder shows, per
+    #: case, whichever of a step's kernels the run measured fastest).
+    sizes: tuple[str, ...] = ("small", "large")
 
     @property
     def kernels(self) -> list[str]:
@@ -200,10 +212,10 @@ STEPS = [
          (Launch("hide_input_loads", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16"),
     Step(12, "fcnet/12_fewer_registers.cu", "fewer registers, more warps",
          (Launch("fewer_registers", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16"),
-    Step(13, "fcnet/13_best_per_size.cu", "best for the large case",
+    Step(13, "fcnet/13_best_per_size.cu", "one-warp outputs + tile loop",
          (Launch("best_large", _HALF_T, vectors_per_block=32, persistent=True),), precision="fp16",
          sizes=("large",)),
-    Step(13, "fcnet/13_best_per_size.cu", "best for the small case",
+    Step(13, "fcnet/13_best_per_size.cu", "one-warp outputs + one tile per block",
          (Launch("best_small", _HALF_T, vectors_per_block=32),), precision="fp16", sizes=("small",)),
     Step(14, "fcnet/14_register_tiles_fp32.cu", "fp32 register tiles (large)",
          (Launch("tiled_fp32_large", _FUSED_T, block=(128,), vectors_per_block=128, persistent=True,
@@ -230,7 +242,7 @@ EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with f
 
 def steps(number: int | None = None, size: str | None = None) -> list[Step]:
     """The ladder's steps, optionally only step ``number`` (13 and 14 have one
-    kernel per size) and only those meant for ``size`` ("small" or "large")."""
+    kernel per size) and only those written for ``size`` ("small" or "large")."""
     if size is not None and size not in SIZES:
         raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
     chosen = [s for s in STEPS if (number is None or s.number == number)
@@ -346,12 +358,19 @@ VENDOR = ("cuBLAS fp32 chain", "cuBLAS fp16 chain")
 
 
 def ladder(timings: pd.DataFrame, case: str, experiment: str = "ladder") -> pd.DataFrame:
-    """The ladder for one case, in order: the kernels meant for that case
-    (one per step), with their speedup over step 1 and over the previous step."""
+    """The ladder for one case, in order: one kernel per step -- where a step
+    has several (13, 14), the one measured fastest on this case, whichever
+    case it was written for -- with its speedup over step 1 and over the
+    previous step."""
     n = SIZES[case]
     rows = timings[(timings["experiment"] == experiment) & (timings["size"] == n)]
-    order = [s.label for s in STEPS if case in s.sizes]
-    table = rows.set_index("variant").loc[[v for v in order if v in set(rows["variant"])]].reset_index()
+    times = rows.set_index("variant")["median_ms"]
+    order = []
+    for number in dict.fromkeys(s.number for s in STEPS):
+        measured = [s.label for s in STEPS if s.number == number and s.label in times.index]
+        if measured:
+            order.append(min(measured, key=lambda label: times[label]))
+    table = rows.set_index("variant").loc[order].reset_index()
     table["vs_step_1"] = table["median_ms"].iloc[0] / table["median_ms"]
     table["vs_previous"] = table["median_ms"].shift(1) / table["median_ms"]
     return table
@@ -367,18 +386,42 @@ def step_times(run, number: int):
     """One step's times on both cases (eager, and in a CUDA graph on the small
     case), with the speedups over step 1 and over the previous step."""
     out = []
-    for case in SIZES:
+    several = len(steps(number)) > 1
+    for case, n in SIZES.items():
         table = ladder(run.timings, case)
-        graph = ladder(run.timings, case, "graph") if case == "small" else None
-        for i, row in table[table["step"] == number].iterrows():
-            entry = {"case": case, "kernel": row["kernel"], "time (ms)": row["median_ms"],
-                     "vs step 1": row["vs_step_1"], "vs previous step": row["vs_previous"]}
-            if graph is not None:
-                entry["in a CUDA graph (ms)"] = graph.loc[graph["variant"] == row["variant"], "median_ms"].iloc[0]
+        first, previous = table["median_ms"].iloc[0], table["median_ms"].shift(1)[table["step"] == number]
+        measured = run.timings[(run.timings["size"] == n) & (run.timings["step"] == number)]
+        for step_ in steps(number):
+            eager = measured[(measured["experiment"] == "ladder") & (measured["variant"] == step_.label)]
+            if eager.empty:
+                continue
+            ms = eager["median_ms"].iloc[0]
+            entry = {"case": case, "kernel": ", ".join(step_.kernels), "time (ms)": ms,
+                     "vs step 1": first / ms, "vs previous step": previous.iloc[0] / ms if len(previous) else np.nan}
+            if several:
+                entry["on the ladder"] = "yes" if step_.label in set(table["variant"]) else "no (slower here)"
+            graph = measured[(measured["experiment"] == "graph") & (measured["variant"] == step_.label)]
+            if case == "small" and not graph.empty:
+                entry["in a CUDA graph (ms)"] = graph["median_ms"].iloc[0]
             out.append(entry)
     table = pd.DataFrame(out)
-    return (table.style.format({c: "{:.4g}" for c in table.columns if c not in ("case", "kernel")}, na_rep="")
+    text = ("case", "kernel", "on the ladder")
+    return (table.style.format({c: "{:.4g}" for c in table.columns if c not in text}, na_rep="")
             .hide(axis="index").set_caption(run.caption))
+
+
+def tiles_per_block(run, step_: Step, case: str) -> float:
+    """How many tiles (``vectors_per_block`` vectors) each block of ``step_``
+    works through on ``case`` in ``run``: the grid is the run's SMs times the
+    blocks per SM its resource table shows (persistent kernels), or one
+    block per tile."""
+    launch = step_.launches[0]
+    tiles = -(-SIZES[case] // launch.vectors_per_block)
+    if not launch.persistent:
+        return 1.0
+    resources = run.tables["resources"].set_index("variant")
+    resident = int(run.meta["sms"]) * int(resources.loc[step_.label, "blocks_per_sm"])
+    return tiles / min(tiles, resident)
 
 
 def profile_table(run) -> pd.DataFrame:
@@ -645,12 +688,15 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
         del bufs, x32, ref, ref32
         cupy.get_default_memory_pool().free_all_blocks()
 
-    # Where the time goes when X starts on the host: the best kernels, pinned memory.
-    for step_ in [s for s in STEPS if s.number in (13, 14, 15)]:
-        for case in step_.sizes:
-            n = sizes[case]
-            x_host = make_inputs(n)
-            rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
+    # Where the time goes when X starts on the host: on each case, the kernel of
+    # steps 13, 14 and 15 that the ladder (just measured) shows, pinned memory.
+    measured = pd.DataFrame(rows)
+    for case, n in sizes.items():
+        shown = set(ladder(measured, case)["variant"]) if n == SIZES[case] else set()
+        x_host = make_inputs(n)
+        for step_ in [s for s in STEPS if s.number in (13, 14, 15)]:
+            if step_.label in shown or (not shown and case in step_.sizes):
+                rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
     rows.extend(roofline.measure_ceilings(repeats=20))
     rows.append(_hgemm_ceiling())
 
@@ -733,17 +779,15 @@ PROFILE_METRICS = [
 
 
 def profile_driver(case: str = "large") -> None:
-    """Launch every ladder step once on one case, for Nsight Compute to watch
-    (``python -m gpulab.workloads.fcnet --profile-driver``). Steps 13 and 14,
-    which have one kernel per case, launch only that case's kernel."""
+    """Launch every kernel of the ladder once on one case, for Nsight Compute
+    to watch (``python -m gpulab.workloads.fcnet --profile-driver``); steps 13
+    and 14 launch both their kernels, since either may be the case's fastest."""
     import cupy
     weights = make_weights()
     be = get_backend("gpu")
     n = SIZES[case]
     bufs = buffers(be, make_inputs(n), weights, scratch=True)
     for step_ in STEPS:
-        if case not in step_.sizes and step_.number in (13, 14):
-            continue
         bind(step_, step_kernels(step_, be), bufs)()
     cupy.cuda.get_current_stream().synchronize()
 
@@ -759,8 +803,7 @@ def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
     driver = [sys.executable, "-m", "gpulab.workloads.fcnet", "--profile-driver", "--case", case]
     raw = profiler.profile(driver, PROFILE_METRICS, kernel_regex="^(" + "|".join(kernel_names()) + ")$")
     table = profiler.per_launch(raw)
-    order = [s for s in STEPS if not (case not in s.sizes and s.number in (13, 14))]
-    launches = [(s, launch.kernel) for s in order for launch in s.launches]
+    launches = [(s, launch.kernel) for s in STEPS for launch in s.launches]
     if len(launches) != len(table):
         raise RuntimeError(f"expected {len(launches)} profiled launches, got {len(table)}")
     table = table.sort_values("id").reset_index(drop=True)

@@ -6,8 +6,9 @@
 // (the report's "Mk-sw-mt-si-c"). For layers 2-5 one tile is the whole output plane and the
 // patch is the whole padded input plane (31 x 31 floats for layer 2, 15 x 15 for layers
 // 3-5). Layer 1's 28 x 28 tile needs a 119 x 119 patch, 55 KB: more than the 48 KB a block
-// gets by default, so the chapter opts in to more (an H100 allows 227 KB per block; the
-// report's V100 could not, and left layer 1's input in global memory).
+// gets by default, so the chapter opts in to more (cudaFuncAttributeMaxDynamicSharedMemorySize:
+// an H100 allows up to 227 KB per block; the report's V100, compute capability 7.0, would have
+// allowed 96 KB, but the report did not opt in and left layer 1's input in global memory).
 //
 // The bounds tests of the zero padding also leave the inner loop: they were done once, when
 // the patch was filled.

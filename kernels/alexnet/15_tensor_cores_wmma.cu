@@ -2,16 +2,18 @@
 //
 // What changed from step 14: the 8 x 8 FMA tiles become tensor-core matrix multiplies.
 // nvcuda::wmma::mma_sync multiplies a 16 x 16 half tile of A by a 16 x 16 half tile of B and
-// adds into a 16 x 16 float accumulator, one warp at a time: 8192 FLOPs per instruction
-// where an FFMA does 64 per warp. x and w are __half in device memory (half the bytes); the
+// adds into a 16 x 16 float accumulator, one warp at a time: 8192 FLOPs per call, a
+// warp-collective call that compiles to two HMMA.16816 instructions on sm_80/sm_90 (4096
+// FLOPs each), where a warp's FFMA instruction does 64. x and w are __half in device memory (half the bytes); the
 // sums stay float32 and y is rounded to half once.
 //
 // The block computes a 128 x 128 tile of y with 8 warps in a 2 x 4 grid, each warp a 64 x 32
 // sub-tile (4 x 2 accumulator fragments), stepping through k in slices of BK = 32. As in
 // step 14, the next slice's global loads are issued before the tensor cores start on the
-// current one, and land in a second shared buffer (one barrier per slice). A and B are read
-// as in step 14 (the same k_table); where K is a multiple of 8 (layers 2-5) the weights are
-// read 16 bytes at a time.
+// current one, and land in a second shared buffer (one barrier per slice). B is read through
+// a table of each k's (c, r, s) offsets (k_table), as step 14's first version did (step 14
+// itself now moves counters forward instead); where K is a multiple of 8 (layers 2-5) the
+// weights are read 16 bytes at a time.
 //
 // Launch: grid (ceil(N*E*F / 128), ceil(M / 128)), block 256, no dynamic shared memory.
 //
@@ -30,8 +32,8 @@ using namespace nvcuda;
 #define WM 64          // filters per warp: 4 fragments
 #define WN 32          // pixels per warp: 2 fragments
 #define FRAG 16        // wmma tile: m16n16k16
-#define A_PITCH (BK + 8)   // +8 halves (16 bytes): rows stay 32-byte aligned every 16 rows
-#define B_PITCH (BN + 8)   // and consecutive rows start in different banks
+#define A_PITCH (BK + 8)   // +8 halves (16 bytes): rows stay 32-byte aligned every 16 rows,
+#define B_PITCH (BN + 8)   // and the 8 rows one phase of a fragment load reads start in 8 different banks
 
 __device__ __forceinline__ __half load_b(const __half* x_img, const int* k_table, int k, int K,
                                          bool column_valid, int row0, int col0, int H, int W)
@@ -47,7 +49,7 @@ __device__ __forceinline__ __half load_b(const __half* x_img, const int* k_table
 
 // At most 128 registers, so that two blocks (16 warps) share an SM. Measured on the H100:
 // with one block per SM (164 registers, no cap) the kernel took 1.7x longer; the cap costs
-// 24 bytes of spills.
+// 16 bytes of spills (local_bytes in the run's resource table).
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 conv_implicit_gemm_wmma(const __half* x, const __half* w, const int* k_table, __half* y,
                         int N, int C, int H, int W, int M, int R, int S, int U, int P, int E, int F)

@@ -13,13 +13,17 @@
 // are row-major, W[j*K + k] (unit j, input k), as in y = W x.
 //
 // Prediction: this is our baseline. Each matmul thread reads K weights and K
-// activations to do K multiply-adds; the H1/H2 round trips through device
-// memory alone move 4 x 64 x 4 bytes = 1 KB per vector, over three times the
-// 304 bytes of input and output. Expect several times the memory floor.
+// activations to do K multiply-adds. Each hidden layer's 64 floats per vector
+// cross device memory four times -- written by a matmul, read and written
+// again by the in-place relu, read by the next matmul -- so H1 and H2 alone
+// move 2 x 4 x 64 x 4 bytes = 2 KB per vector, 6.7 times the 304 bytes of
+// input and output. Expect several times the memory floor.
 
 // 16 x 16 = 256 threads per block, one output element each: blockDim.x runs
-// along the vectors (columns), so a warp reads 32 consecutive floats of a row
-// of B and writes 32 consecutive floats of C.
+// along the vectors (columns). A warp is two rows of 16 threads (threadIdx.y
+// and threadIdx.y + 1), so it reads 16 consecutive floats of a row of B (64
+// bytes, 2 sectors; both halves read the same ones) and writes two runs of 16
+// consecutive floats of C, one per row.
 extern "C" __global__ void matmul(int M, int N, int K, const float* __restrict__ A,
                                   const float* __restrict__ B, float* __restrict__ C)
 {

@@ -13,8 +13,10 @@
 //
 // Thread j of a vector reads row j of W1s: a warp's 32 threads read 32 rows
 // 72 floats apart, and 72 = 2 x 32 + 8, so rows j and j+4 fall in the same
-// shared-memory bank: an 8-way bank conflict on every weight read. We keep the
-// textbook row-major layout here; the profiler will show what it costs.
+// shared-memory bank: an 8-way bank conflict on every layer-1 weight read.
+// Layer 2 is worse: W2s's rows are 64 floats apart, a multiple of 32, so all
+// 32 lanes read bank k % 32 -- a 32-way conflict. We keep the textbook
+// row-major layout here; the profiler will show what it costs.
 
 #define IN 72
 #define HID 64

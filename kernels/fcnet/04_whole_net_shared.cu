@@ -8,9 +8,9 @@
 //
 // Why it should be faster: the weight traffic from L2 drops from once per
 // 4 vectors to once per block. Why it might not be: the work inside the loop
-// is unchanged (same 8-way bank conflicts on W1s, same three barriers per
-// group), and 39 KB of shared memory per block caps how many blocks share an
-// SM. Prediction: clearly faster on the large case, where step 3 re-read the
+// is unchanged (same bank conflicts, 8-way on W1s and 32-way on W2s, same
+// three barriers per group), and the 39 KB of shared memory per block caps how
+// many blocks share an SM. Prediction: clearly faster on the large case, where step 3 re-read the
 // weights 1.28 million times; little change on the small case (3,200 groups,
 // so step 3 already re-read them only 3,200 times).
 

@@ -6,8 +6,11 @@
 //
 // Why it should be faster: layer 2 now does one shared-memory load per
 // multiply-add (the activation h1s[local][k], the same address for the whole
-// warp: a broadcast) instead of two, one of them 8-way bank-conflicted. And a
-// smaller shared footprint lets more blocks share an SM.
+// warp: a broadcast) instead of two. The other was the worst read of step 4:
+// a warp's 32 threads are 32 consecutive units j, and W2s[j*64 + k] puts
+// their rows 64 floats apart, a multiple of the 32 banks, so all 32 lanes hit
+// bank k % 32 -- a 32-way conflict (W1s's rows, 72 floats apart, fall on 4
+// banks: 8-way). And a smaller shared footprint lets more blocks share an SM.
 // The cost: 64 more registers per thread. Registers are indexed only with
 // compile-time constants (the loop over k is fully unrolled), otherwise the
 // array would be placed in slow local memory.

@@ -23,7 +23,9 @@
 //
 // Why it should be faster: 16x fewer barriers and iterations per vector and
 // full-sector input loads. Prediction: 1.5-2x over step 8 on the large case
-// (the report: 1.2x); on the small case a block now gets 1 tile, so less.
+// (the report: 1.2x). Less on the small case: its 400 tiles give each of the
+// 132 resident blocks (one per SM at this kernel's registers) only 3-4, so
+// the weight loads before the loop weigh more.
 #include <cuda_fp16.h>
 
 #define IN 72

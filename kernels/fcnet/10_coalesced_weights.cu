@@ -8,11 +8,13 @@
 // the warp's 16 units read 16 consecutive halves: 2 sectors per instruction.
 // Same for W2; W3's reads (lane l: W3[o][2l], W3[o][2l+1]) were consecutive already.
 //
-// Why it should be faster: this happens once per block, before the loop. On
-// the large case a block runs ~150 tiles after it, so the prediction there is
-// no change. On the small case (400 tiles, about one per block) the weight
-// loads are a real share of each block's life: prediction 10-25% faster
-// (the report: 1.3x on its small case, 1.07x on the large one).
+// Why it should be faster: this happens once per block, before the loop. At
+// about 150 registers per thread one 256-thread block fits on an SM, so the
+// persistent grid is 132 blocks: on the large case (160,000 tiles) a block
+// runs ~1,200 tiles after the prologue, so the prediction there is no change.
+// On the small case (400 tiles, 3-4 per block) the weight loads are a real
+// share of each block's life: prediction 10-25% faster (the report: 1.3x on
+// its small case, 1.07x on the large one).
 #include <cuda_fp16.h>
 
 #define IN 72

@@ -1,6 +1,7 @@
-// Step 13: the best of steps 9-12 for each size, with a cheaper output layer.
+// Step 13: a cheaper output layer, and a version of the kernel without the loop.
 //
-// Two kernels, one per size, both built on step 11 (transposed weights,
+// Two kernels, each written for one size (the kernels' names say which), both
+// built on step 11 (transposed weights,
 // conflict-free fill, two threads per hidden unit) and both with the report's
 // final change to the output layer: "8 registers" of W3 per lane. Until now
 // each output was one warp's job, 2 weights per lane and a 5-shuffle tree per
@@ -10,11 +11,14 @@
 // at once. Each of the 8 warps takes 4 of the tile's 32 vectors.
 //
 // best_large: step 11 with that output layer. Prediction: the output layer was
-// ~3% of the multiply-adds but its 5-level shuffle trees were a sixth of the
-// loop's shuffles; expect a few percent over step 11.
+// ~3% of the multiply-adds, but per tile a thread of step 11 did 16 + 16
+// hidden-layer shuffles and 16 x 5 = 80 output-layer shuffles, so its shuffle
+// trees were ~70% of the loop's shuffles (now 16 + 16 + 4 x 3); expect a few
+// percent over step 11.
 //
-// best_small: on the small case (400 tiles of 32 vectors) a block gets one
-// tile, so nothing is reused between tiles: no loop, one tile per block, and
+// best_small: on the small case (400 tiles of 32 vectors) step 11's 132
+// persistent blocks get only 3-4 tiles each, so little is reused between
+// tiles: no loop, one tile per block (400 blocks), and
 // each layer's weights are loaded just before that layer (W2's loads are issued
 // before the barrier that ends layer 1, so they travel while the block waits).
 // Only one layer's weights are live at a time: fewer registers, as the

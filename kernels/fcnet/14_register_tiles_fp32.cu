@@ -28,9 +28,11 @@
 // thread), so the small case's 12,800 vectors make 200 tiles instead of 100
 // and reach more of the GPU's 132 SMs.
 //
-// Prediction: 91.8 GFLOP at ~75% of the H100's FP32 rate (~50 TFLOP/s):
-// about 1.9 ms on the large case, 3-4x faster than step 13. On the small case,
-// 100-200 tiles leave part of the GPU idle: ~10 us.
+// Prediction: 91.8 GFLOP at ~75% of the H100's datasheet FP32 peak (66.9
+// TFLOP/s, gpulab.datasheet), i.e. ~50 TFLOP/s: about 1.8-1.9 ms on the large
+// case, 2-3x faster than step 13. (That is ~95% of the rate cuBLAS's SGEMM
+// measured, ~51 TFLOP/s: ambitious. 75% of the measured rate would be 2.4 ms.)
+// On the small case, 100-200 tiles leave part of the GPU idle: ~10 us.
 
 #define IN 72
 #define HID 64

@@ -3,8 +3,9 @@
 // What changed from step 14: each layer is still a small matrix product over
 // a tile of vectors, out[64 x TILE] = W[64 x K] * in[K x TILE], but a warp now
 // hands 16 x 16 x 16 pieces of it to the tensor cores (nvcuda::wmma,
-// m16n16k16: half inputs, float accumulators): one instruction does 4,096
-// multiply-adds. The inputs are converted to half as they are copied into
+// m16n16k16: half inputs, float accumulators): one mma_sync, a warp-wide
+// call, does 4,096 multiply-adds (it compiles to two HMMA.16816 tensor-core
+// instructions on sm_80/sm_90, 2,048 each). The inputs are converted to half as they are copied into
 // shared memory; the accumulators pass through ReLU in registers and are
 // stored as half for the next layer (the output layer's, as float, to a small
 // per-warp scratch from which the 4 real rows are written out).
@@ -13,8 +14,12 @@
 // tile are zero) and layer 3's 4 outputs to 16 (W3 as 16 x 64, zero rows).
 // Padded or not, the tensor cores have arithmetic to spare.
 //
-// Each row of a shared-memory tile is padded by 8 halves (16 bytes), so the
-// 16 rows a fragment load reads start in different banks.
+// Each row of a shared-memory tile is padded by 8 halves (16 bytes). A
+// fragment load is served 8 rows (16 bytes each) at a time; with the padding
+// those 8 rows start in 8 different groups of 4 banks (a 68-word pitch puts
+// row r at bank 4r mod 32), so each phase covers all 32 banks once: no
+// conflict. (Rows r and r + 8 do share a start bank, but they are read in
+// different phases.)
 // The next tile's inputs are loaded into registers while this one computes
 // (step 11's idea), because this kernel is meant to be limited by memory.
 //

@@ -5,9 +5,11 @@
 // max(C, 0) instead -- while the sum is still in a register. One inference is
 // three launches instead of five, and H1 and H2 are each written once and read
 // once, instead of written, read and written again by relu.
-// Prediction: relu moved 2 x 64 x 4 x 2 = 1 KB per vector of the ~3 KB that
-// step 1 moves, so about a third less traffic: expect step 1's time minus the
-// two relu launches, roughly 10% faster on the large case.
+// Prediction: relu moved 2 x 64 x 4 x 2 = 1 KB per vector of the ~2.3 KB that
+// step 1 moves at least (2 KB of H1/H2 round trips, 304 bytes of input and
+// output), so over a third less traffic. But the matmuls, which re-read X,
+// take most of step 1's time: expect step 1's time minus the two relu
+// launches, roughly 10% faster on the large case.
 //
 // Task: write the body between the markers. Same launch shape as step 1's
 // matmul: 16 x 16 threads per block, threadIdx.x along the vectors (columns),

@@ -1,0 +1,37 @@
+"""Numbers the book's prose quotes, handed to myst-nb's ``glue``.
+
+A markdown cell never types a measured number: a code cell computes it from
+the run it loaded and calls :func:`glue`, and the text writes
+``{glue:text}`name:.2f```. The same goes for datasheet facts
+(:mod:`gpulab.datasheet`), so each is typed once.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def plain(value):
+    """``value`` as a plain Python int, float or str (glue stores the repr,
+    and ``np.float64(1.5)`` would not format as a number)."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"glue takes numbers and strings, got {type(value).__name__}: {value!r}")
+
+
+def glue(**values) -> dict:
+    """Glue every ``name=value`` (numbers and strings) for ``{glue:text}`` roles,
+    without displaying them; return the plain values (for asserts and prints)."""
+    from myst_nb import glue as _glue
+    out = {}
+    for name, value in values.items():
+        out[name] = plain(value)
+        _glue(name, out[name], display=False)
+    return out

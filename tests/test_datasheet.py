@@ -1,0 +1,33 @@
+import pytest
+
+from gpulab import datasheet, roofline
+from gpulab.cpu import MAX_SHARED_BYTES
+
+
+def test_h100_facts_the_book_quotes():
+    h100 = datasheet.h100()
+    assert h100["fp32_tflops"] == 66.9 and h100["memory_gbs"] == 3350 and h100["l2_mb"] == 50
+    assert h100["shared_per_block_kib"] == 227 and h100["shared_per_sm_kib"] == 228
+    assert h100["registers_per_sm"] == 65536 and h100["max_warps_per_sm"] == 64 and h100["sms"] == 132
+    assert h100["ridge_flop_per_byte"] == pytest.approx(20, abs=0.1)
+    assert h100["source"] and h100["limits_source"]
+
+
+@pytest.mark.parametrize("gpu", datasheet.GPUS, ids=lambda g: g.product)
+def test_fp32_peak_is_sms_times_lanes_times_clock(gpu):
+    # The datasheet's FP32 figure is 2 FLOPs per FMA lane per clock at the boost clock.
+    derived = gpu.sms * gpu.architecture.fp32_lanes_per_sm * 2 * gpu.boost_clock_mhz / 1e6
+    assert derived == pytest.approx(gpu.fp32_tflops, rel=0.02)
+
+
+def test_lookup_and_the_roofline_view_agree():
+    assert datasheet.lookup("NVIDIA H100 80GB HBM3").product == "H100 SXM5 80GB"
+    assert roofline.datasheet("NVIDIA H100 80GB HBM3")["fp32_tflops"] == 66.9
+    assert datasheet.lookup("Some Unknown GPU") is None
+    assert datasheet.architecture("7.0").shared_per_block_kib == 96     # the V100 could opt in to 96 KB
+    with pytest.raises(KeyError, match="compute capability '1.0'"):
+        datasheet.architecture("1.0")
+
+
+def test_cpu_backend_allows_what_an_h100_block_may_have():
+    assert MAX_SHARED_BYTES == 227 * 1024
