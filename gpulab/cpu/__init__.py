@@ -7,7 +7,7 @@ scheduled on one OS thread (so ``__syncthreads()`` is a real barrier and
 
     mod = cpu.compile_module(source, filename="kernels/x/01_saxpy.cu")
     mod.get_function("saxpy")((blocks, 1, 1), (256, 1, 1), (n, a, x, y))
-    with cpu.checking(bounds=True, schedule="shuffle", seed=3):
+    with cpu.checking(schedule="shuffle", seed=3, time_limit_s=10):
         ...
 """
 from __future__ import annotations
@@ -16,7 +16,10 @@ import contextlib
 import contextvars
 import ctypes
 import os
+import select
+import signal
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +30,7 @@ from ..signature import KernelSignature
 from .compiler import Built, build
 
 __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFunction", "Checking",
-           "MAX_SHARED_BYTES", "SCHEDULES"]
+           "MAX_SHARED_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs"]
 
 SCHEDULES = ("in_order", "reverse", "shuffle")
 #: Dynamic shared memory cap: the most any GPU in the lab's datasheet gives one block
@@ -38,14 +41,24 @@ _MAX_GRID = (2**31 - 1, 65535, 65535)
 _ERROR_BYTES = 8192
 
 
+#: How long one launch may run before the CPU backend stops it (seconds): about
+#: 20 times the longest launch of the book's chapters at their check sizes (1.5 s
+#: on a 2-core machine), short enough that a kernel that never ends gets an answer.
+DEFAULT_TIME_LIMIT_S = 30.0
+
+
 @dataclass(frozen=True)
 class Checking:
-    bounds: bool = False
+    """The checks every CPU-backend launch runs with (see :func:`checking`)."""
+
+    bounds: bool = True
     schedule: str = "in_order"
     seed: int = 0
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
 
 
 _checking: contextvars.ContextVar[Checking] = contextvars.ContextVar("gpulab_cpu_checking", default=Checking())
+_UNSET = object()
 
 
 def current_checking() -> Checking:
@@ -53,20 +66,41 @@ def current_checking() -> Checking:
 
 
 @contextlib.contextmanager
-def checking(*, bounds: bool = False, schedule: str = "in_order", seed: int = 0):
-    """Run the launches inside the ``with`` block with extra checks.
+def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET):
+    """Run the launches inside the ``with`` block with these checks; what is
+    not given stays as it was (the defaults: bounds on, in-order schedule,
+    a 30 s time limit).
 
-    bounds: copy every array argument next to an inaccessible page, so that a
-        read or write past its end (or before its start) names the kernel,
-        block, thread, array and index.
+    Every launch runs in a worker process, on copies of its arrays in memory
+    shared with it, so nothing a kernel does can harm the Python process: a
+    crash of the worker is a :class:`~gpulab.errors.KernelLaunchError`.
+
+    bounds: each array's copy ends against an inaccessible page and starts
+        after a canary region, so a read or write past its end names the
+        kernel, block, thread, array and index, and a write before its start
+        is reported after the launch.  ``bounds=False`` packs the copies
+        without guards: an overrun then gives wrong results or an "invalid
+        memory access", without naming the array.
     schedule: the order in which the threads of a block run between barriers:
         "in_order", "reverse" or "shuffle" (seeded random at every step).  A
         correct kernel gives the same result in every order; a missing
         ``__syncthreads()`` usually does not.
+    time_limit_s: seconds a launch may run before it is stopped with an error
+        naming the blocks still running (None: no limit).  An interrupt
+        (Ctrl-C, Jupyter's stop button) stops a running launch at any time.
     """
+    current = _checking.get()
+    bounds = current.bounds if bounds is _UNSET else bool(bounds)
+    schedule = current.schedule if schedule is _UNSET else schedule
+    seed = current.seed if seed is _UNSET else int(seed)
+    time_limit_s = current.time_limit_s if time_limit_s is _UNSET else time_limit_s
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    token = _checking.set(Checking(bool(bounds), schedule, int(seed)))
+    if time_limit_s is not None:
+        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be a positive number of seconds or None, got {time_limit_s!r}")
+        time_limit_s = float(time_limit_s)
+    token = _checking.set(Checking(bounds, schedule, seed, time_limit_s))
     try:
         yield
     finally:
@@ -100,14 +134,36 @@ class CpuModule:
         self.signatures = built.kernels
         self.symbols = built.symbols
         self._lib = ctypes.CDLL(str(built.library))
-        launch = self._lib.gpulab_launch
-        launch.restype = ctypes.c_int
-        launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint),
-                           ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
-                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int,
-                           ctypes.c_char_p, ctypes.c_size_t]
-        self._launch = launch
+        start = self._lib.gpulab_launch_start
+        start.restype = ctypes.c_void_p
+        start.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint),
+                          ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint,
+                          ctypes.c_char_p, ctypes.c_size_t]
+        self._start = start
+        self._pid = self._lib.gpulab_launch_pid
+        self._pid.restype, self._pid.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        self._progress = self._lib.gpulab_launch_progress
+        self._progress.restype = None
+        self._progress.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        self._run_cpu_ns = self._lib.gpulab_launch_run_cpu_ns
+        self._run_cpu_ns.restype, self._run_cpu_ns.argtypes = ctypes.c_longlong, [ctypes.c_void_p]
+        self._finish = self._lib.gpulab_launch_finish
+        self._finish.restype = ctypes.c_int
+        self._finish.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        # The variables' bytes travel back from the worker process after each launch.
+        addresses, sizes = [], []
+        for name in self.symbols:
+            accessor = getattr(self._lib, f"gpulab_symbol_{name}")
+            accessor.restype = ctypes.c_void_p
+            size = ctypes.c_size_t()
+            addresses.append(accessor(ctypes.byref(size)))
+            sizes.append(size.value)
+        n = max(len(addresses), 1)
+        self._symbol_addresses = (ctypes.c_void_p * n)(*addresses)
+        self._symbol_sizes = (ctypes.c_size_t * n)(*sizes)
         self._functions: dict[str, CpuFunction] = {}
 
     @property
@@ -214,8 +270,6 @@ class CpuFunction:
             addresses.append(storage.ctypes.data + slot)
 
         settings = _checking.get()
-        if not settings.bounds:
-            guarded = []
         n = len(guarded)
         names = [g[3].encode() for g in guarded]
         arg_index = (ctypes.c_int * max(n, 1))(*[g[0] for g in guarded])
@@ -224,17 +278,56 @@ class CpuFunction:
         name_ptrs = (ctypes.c_char_p * max(n, 1))(*names)
         writable = (ctypes.c_int * max(n, 1))(*[int(g[4]) for g in guarded])
         arg_ptrs = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        module = self.module
+        limit = settings.time_limit_s
         error = ctypes.create_string_buffer(_ERROR_BYTES)
-        status = self.module._launch(
+        before = os.times()
+        handle = module._start(
             self._thunk, self._name_bytes, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
             shared_mem, ctypes.cast(arg_ptrs, ctypes.c_void_p), len(addresses), n,
             ctypes.cast(arg_index, ctypes.c_void_p), ctypes.cast(nbytes, ctypes.c_void_p),
             ctypes.cast(itemsize, ctypes.c_void_p), ctypes.cast(name_ptrs, ctypes.c_void_p),
-            ctypes.cast(writable, ctypes.c_void_p), SCHEDULES.index(settings.schedule),
-            settings.seed & (2**64 - 1), _worker_count(), error, _ERROR_BYTES)
-        del keep
-        if status:
+            ctypes.cast(writable, ctypes.c_void_p), int(settings.bounds), SCHEDULES.index(settings.schedule),
+            settings.seed & (2**64 - 1), _worker_count(), len(module.symbols),
+            ctypes.cast(module._symbol_addresses, ctypes.c_void_p),
+            ctypes.cast(module._symbol_sizes, ctypes.c_void_p),
+            0 if limit is None else int(limit) + 10, error, _ERROR_BYTES)
+        if not handle:
             raise KernelLaunchError(error.value.decode(errors="replace"))
+        stopped, status = None, _UNKNOWN
+        try:
+            status = _wait(module._pid(handle), limit)
+            if status is None:
+                stopped = self._stopped(handle, f"did not finish within the time limit of {limit:g} s", grid, block)
+        except BaseException as exc:  # KeyboardInterrupt: the launch stops, the interrupt goes on
+            stopped = self._stopped(handle, "was interrupted", grid, block)
+            if hasattr(exc, "add_note"):
+                exc.add_note(stopped)
+            raise
+        finally:
+            kernel_ns = module._run_cpu_ns(handle)
+            failed = module._finish(handle, 0 if stopped is None else 1,
+                                    -1 if stopped is not None or status is None else status,
+                                    error, _ERROR_BYTES)
+            del keep
+            _costs.add(before, os.times(), kernel_ns)
+        if stopped is not None:
+            raise KernelLaunchError(stopped)
+        if failed:
+            raise KernelLaunchError(error.value.decode(errors="replace"))
+
+    def _stopped(self, handle, what: str, grid, block) -> str:
+        """Stop a running launch's worker process; the message saying where it was."""
+        pid = self.module._pid(handle)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        where = ctypes.create_string_buffer(2048)
+        self.module._progress(handle, where, len(where))
+        return (f"kernel '{self.name}' (grid {grid}, block {block}) {what} on the CPU backend and was "
+                f"stopped: {where.value.decode(errors='replace')}. A loop that never ends is the usual "
+                "cause; gpulab.cpu.checking(time_limit_s=...) sets the limit")
 
     def _array_argument(self, param, value) -> np.ndarray:
         if not isinstance(value, np.ndarray):
@@ -267,6 +360,86 @@ class CpuFunction:
         raise KernelArgumentError(
             f"kernel '{self.name}': argument {param.describe()} got {got}; "
             f"pass np.{param.dtype.name}(...)")
+
+
+_UNKNOWN = -1
+
+
+@dataclass(frozen=True)
+class LaunchCosts:
+    """CPU time of the CPU backend's launches in this process so far: ``cpu_s``
+    in all (this process and the worker processes, copies and fork included),
+    ``kernel_cpu_s`` of it running the kernels' blocks.  The difference is
+    what running each launch in its own process costs."""
+
+    launches: int = 0
+    cpu_s: float = 0.0
+    kernel_cpu_s: float = 0.0
+
+    def __sub__(self, other: "LaunchCosts") -> "LaunchCosts":
+        return LaunchCosts(self.launches - other.launches, self.cpu_s - other.cpu_s,
+                           self.kernel_cpu_s - other.kernel_cpu_s)
+
+    @property
+    def overhead(self) -> float:
+        """The share of ``cpu_s`` not spent running blocks."""
+        return (self.cpu_s - self.kernel_cpu_s) / self.cpu_s if self.cpu_s > 0 else 0.0
+
+
+class _Costs:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._total = LaunchCosts()
+
+    def add(self, before, after, kernel_ns: int) -> None:
+        spent = sum(getattr(after, f) - getattr(before, f)
+                    for f in ("user", "system", "children_user", "children_system"))
+        with self._lock:
+            t = self._total
+            self._total = LaunchCosts(t.launches + 1, t.cpu_s + spent, t.kernel_cpu_s + kernel_ns / 1e9)
+
+    def snapshot(self) -> LaunchCosts:
+        with self._lock:
+            return self._total
+
+
+_costs = _Costs()
+
+
+def launch_costs() -> LaunchCosts:
+    """The CPU time of this process's CPU-backend launches so far (see LaunchCosts)."""
+    return _costs.snapshot()
+
+
+def _wait(pid: int, limit: float | None):
+    """Wait for the worker process ``pid``; its wait status, ``_UNKNOWN`` if
+    someone else reaped it, or None when ``limit`` seconds passed first.  An
+    interrupt raises KeyboardInterrupt here, with the process still running."""
+    deadline = None if limit is None else time.monotonic() + limit
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    try:
+        pause = 0.0005
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return _UNKNOWN
+            if done:
+                return status
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, 0.05)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _worker_count() -> int:

@@ -20,8 +20,13 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <atomic>
+#include <new>
 #if !defined(__x86_64__) || defined(GPULAB_USE_UCONTEXT)
 #define GPULAB_UCONTEXT 1
 #include <ucontext.h>
@@ -109,13 +114,31 @@ struct Guarded {
     char* map;
     size_t map_bytes;
     char* data;
-    char* back_guard;
+    char* back_guard;       // null without bounds checking (no guard pages, no canaries)
+};
+
+// What the launch's worker process shares with the Python process: its
+// outcome, its error message, where it is (for the time limit's message) and
+// the final bytes of the module's __device__ and __constant__ variables.
+constexpr size_t kErrorBytes = 8192;
+struct Shared {
+    std::atomic<int> finished;          // the worker process got to the end
+    int exit_code;
+    std::atomic<long> blocks_done;
+    int nworkers;
+    long running_block[kMaxWorkers];    // linear block index, -1 between blocks
+    int running_thread[kMaxWorkers];    // linear thread index of the running fiber
+    int symbols_saved;
+    long long run_cpu_ns;               // CPU time of the blocks' run, all worker threads
+    char error[kErrorBytes];
+    // the symbols' bytes follow
 };
 
 struct Launch;
 
 struct Worker {
     Launch* launch;
+    int index;
     pthread_t thread;
     Fiber* fibers;
     int nthreads;
@@ -159,6 +182,7 @@ struct Launch {
     Guarded* guarded;
     int nguarded;
     int bounds_checked;
+    Shared* shared;
 };
 
 thread_local Worker* current_worker;
@@ -193,6 +217,7 @@ void fail(Launch* L, const char* format, ...) {
 
 void resume(Worker* w, Fiber* f) {
     w->running = f;
+    w->launch->shared->running_thread[w->index] = (int)(f - w->fibers);
     current_view = &f->view;
 #ifdef GPULAB_UCONTEXT
     swapcontext(&w->scheduler_context, &f->context);
@@ -430,9 +455,20 @@ void prepare_block(Worker* w, long block) {
     w->rng = splitmix(state);
 }
 
+bool run_block_steps(Worker* w);
+
 bool run_block(Worker* w, long block) {
     Launch* L = w->launch;
+    L->shared->running_block[w->index] = block;
     prepare_block(w, block);
+    const bool ok = run_block_steps(w);
+    L->shared->running_block[w->index] = -1;
+    if (ok) L->shared->blocks_done.fetch_add(1, std::memory_order_relaxed);
+    return ok;
+}
+
+bool run_block_steps(Worker* w) {
+    Launch* L = w->launch;
     const int n = w->nthreads;
     for (;;) {
         int ready = 0;
@@ -471,6 +507,10 @@ const Guarded* find_guarded(Launch* L, const char* address, const char** where) 
     const long page = sysconf(_SC_PAGESIZE);
     for (int i = 0; i < L->nguarded; ++i) {
         const Guarded& g = L->guarded[i];
+        if (!g.back_guard) {
+            if (address >= g.data && address < g.data + g.bytes) { *where = "inside"; return &g; }
+            continue;
+        }
         if (address >= g.back_guard && address < g.back_guard + page) { *where = "past the end"; return &g; }
         if (address >= g.map && address < g.data) { *where = "before the start"; return &g; }
         if (address >= g.data && address < g.back_guard) { *where = "inside"; return &g; }
@@ -511,7 +551,8 @@ void report_fault(Worker* w) {
     }
     fail(L, "%s: invalid memory %s at address %p, which is not inside any argument array "
             "(an uninitialised, null or out-of-range pointer)%s", head, access, w->fault_address,
-         L->bounds_checked ? "" : "; run under gpulab.cpu.checking(bounds=True) to name the array and index");
+         L->bounds_checked ? "" : "; run with bounds checking on (gpulab.cpu.checking(bounds=True), the default) "
+                                  "to name the array and index");
 }
 
 Worker* worker_of_this_thread() {
@@ -666,8 +707,14 @@ void* worker_main(void* arg) {
     return nullptr;
 }
 
-// ------------------------------------------------------- bounds-checked copies
+// ------------------------------------------------------------ argument copies
 
+// Every array argument is copied into memory shared with the launch's worker
+// process (MAP_SHARED), which runs the kernel on the copies; the Python
+// process copies the results back after the worker has exited, so nothing a
+// kernel does can touch the Python process's own memory.  With bounds
+// checking, each copy ends flush against an inaccessible page and starts
+// after a canary region and another inaccessible page.
 bool guard_arguments(Launch* L, void** substituted, void** pointer_values, const int* arg_index) {
     const long page = sysconf(_SC_PAGESIZE);
     for (int i = 0; i < L->nguarded; ++i) {
@@ -686,20 +733,28 @@ bool guard_arguments(Launch* L, void** substituted, void** pointer_values, const
             // past the end; the start stays 16-byte aligned for vector loads, so
             // up to 15 bytes of slack after the end are only canary-checked.
             const size_t data_bytes = (g.bytes + 15) / 16 * 16;
-            const size_t body = (data_bytes + kCanaryMin + page - 1) / page * page;
-            g.map_bytes = body + 2 * page;
-            void* map = mmap(nullptr, g.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            const size_t body = L->bounds_checked ? (data_bytes + kCanaryMin + page - 1) / page * page
+                                                  : (data_bytes + page - 1) / page * page;
+            g.map_bytes = L->bounds_checked ? body + 2 * page : (body ? body : page);
+            void* map = mmap(nullptr, g.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             if (map == MAP_FAILED) {
                 g.map = nullptr;
-                fail(L, "kernel '%s': out of memory for the bounds-checked copy of '%s'", L->kernel, g.name);
+                fail(L, "kernel '%s': out of memory for the CPU backend's copy of '%s' (%zu bytes)", L->kernel,
+                     g.name, g.bytes);
                 return false;
             }
             g.map = static_cast<char*>(map);
-            g.back_guard = g.map + page + body;
-            g.data = g.back_guard - data_bytes;
-            mprotect(g.map, page, PROT_NONE);
-            mprotect(g.back_guard, page, PROT_NONE);
-            memset(g.map + page, kCanary, body);
+            if (L->bounds_checked) {
+                g.back_guard = g.map + page + body;
+                g.data = g.back_guard - data_bytes;
+                mprotect(g.map, page, PROT_NONE);
+                mprotect(g.back_guard, page, PROT_NONE);
+                memset(g.map + page, kCanary, body - data_bytes);
+                memset(g.data + g.bytes, kCanary, data_bytes - g.bytes);
+            } else {
+                g.back_guard = nullptr;
+                g.data = g.map;
+            }
             memcpy(g.data, g.original, g.bytes);
         }
         pointer_values[arg_index[i]] = g.data;
@@ -713,24 +768,28 @@ void check_canaries_and_copy_back(Launch* L) {
     for (int i = 0; i < L->nguarded; ++i) {
         Guarded& g = L->guarded[i];
         if (!g.map) continue;
-        const char* before = nullptr;
-        for (const char* p = g.data - 1; p >= g.map + page && !before; --p)
-            if ((unsigned char)*p != kCanary) before = p;
-        const char* after = nullptr;
-        for (const char* p = g.data + g.bytes; p < g.back_guard && !after; ++p)
-            if ((unsigned char)*p != kCanary) after = p;
-        const long elements = (long)(g.bytes / g.itemsize);
-        if (before) {
-            const long index = floor_div((long)(before - g.data), (long)g.itemsize);
-            fail(L, "kernel '%s': out-of-bounds write before the start of argument '%s': element %s[%ld] "
-                    "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
-                    "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements, elements - 1);
-        }
-        if (after) {
-            const long index = (long)((after - g.data) / (long)g.itemsize);
-            fail(L, "kernel '%s': out-of-bounds write past the end of argument '%s': element %s[%ld] "
-                    "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
-                    "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements, elements - 1);
+        if (g.back_guard) {
+            const char* before = nullptr;
+            for (const char* p = g.data - 1; p >= g.map + page && !before; --p)
+                if ((unsigned char)*p != kCanary) before = p;
+            const char* after = nullptr;
+            for (const char* p = g.data + g.bytes; p < g.back_guard && !after; ++p)
+                if ((unsigned char)*p != kCanary) after = p;
+            const long elements = (long)(g.bytes / g.itemsize);
+            if (before) {
+                const long index = floor_div((long)(before - g.data), (long)g.itemsize);
+                fail(L, "kernel '%s': out-of-bounds write before the start of argument '%s': element %s[%ld] "
+                        "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
+                        "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements,
+                     elements - 1);
+            }
+            if (after) {
+                const long index = (long)((after - g.data) / (long)g.itemsize);
+                fail(L, "kernel '%s': out-of-bounds write past the end of argument '%s': element %s[%ld] "
+                        "was written (the array has %ld elements, valid indices 0..%ld; found after the launch, "
+                        "so the block and thread are unknown)", L->kernel, g.name, g.name, index, elements,
+                     elements - 1);
+            }
         }
         if (g.writable) memcpy(g.original, g.data, g.bytes);
     }
@@ -841,17 +900,147 @@ template <class... P> static inline void invoke_kernel(void (*kernel)(P...), voi
 }
 }  // namespace gpulab
 
-// Runs one launch to completion; returns 0, or 1 with a message in 'error'.
-// guarded_* describe the pointer arguments to copy into guarded buffers
-// (bounds checking); nguarded is 0 without it.
-GPULAB_EXPORT int gpulab_launch(void (*thunk)(void**), const char* kernel, const unsigned* grid,
-                                const unsigned* block, size_t shared_bytes, void** args, int nargs,
-                                int nguarded, const int* guarded_arg, const size_t* guarded_bytes,
-                                const size_t* guarded_itemsize, const char* const* guarded_names,
-                                const int* guarded_writable, int schedule, unsigned long long seed,
-                                int nworkers, char* error, size_t error_size) {
-    using namespace gpulab;
+namespace gpulab {
+namespace {
+
+// A launch between gpulab_launch_start and gpulab_launch_finish.
+struct Pending {
     Launch L;
+    Guarded* guarded;
+    void** substituted;
+    void** pointer_values;
+    Shared* shared;
+    size_t shared_bytes;
+    int nsymbols;
+    void* const* symbol_address;
+    const size_t* symbol_bytes;
+    pid_t pid;
+};
+
+char* symbol_area(Shared* shared) { return reinterpret_cast<char*>(shared) + sizeof(Shared); }
+
+// Runs the launch's blocks on worker threads; in the worker process.
+void run_launch(Launch& L, int nworkers) {
+    if (nworkers > kMaxWorkers) nworkers = kMaxWorkers;
+    if (nworkers > L.nblocks) nworkers = (int)L.nblocks;
+    if (nworkers < 1) nworkers = 1;
+    L.shared->nworkers = nworkers;
+    Worker* workers = static_cast<Worker*>(calloc(nworkers, sizeof(Worker)));
+    const int nthreads = (int)(L.block.x * L.block.y * L.block.z);
+    install_fault_handler();
+    int started = 0;
+    for (int i = 0; i < nworkers; ++i) {
+        workers[i].launch = &L;
+        workers[i].index = i;
+        workers[i].nthreads = nthreads;
+        if (pthread_create(&workers[i].thread, nullptr, worker_main, &workers[i]) == 0) ++started;
+        else break;
+    }
+    if (started == 0) fail(&L, "kernel '%s': could not start a worker thread (%s)", L.kernel, strerror(errno));
+    for (int i = 0; i < started; ++i) pthread_join(workers[i].thread, nullptr);
+    remove_fault_handler();
+    free(workers);
+}
+
+[[noreturn]] void worker_process(Pending* P, pid_t parent, unsigned alarm_seconds) {
+    Launch& L = P->L;
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   // never outlive the Python process
+#endif
+    if (getppid() != parent) _exit(3);
+    // Python's handlers are not ours to run here (all signals are blocked
+    // until they are replaced).  An interrupt (SIGINT, which a terminal or
+    // Jupyter may send to the whole process group) is the Python process's to
+    // handle: it stops this process with SIGKILL.
+    signal(SIGINT, SIG_IGN);
+    for (int sig : {SIGTERM, SIGPIPE, SIGCHLD, SIGALRM, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGUSR1, SIGUSR2})
+        signal(sig, SIG_DFL);
+    if (alarm_seconds) alarm(alarm_seconds);  // a backstop in case the Python process never stops it
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    timespec t0, t1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    run_launch(L, L.shared->nworkers);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    P->shared->run_cpu_ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    char* area = symbol_area(P->shared);
+    for (int i = 0; i < P->nsymbols; ++i) {
+        memcpy(area, P->symbol_address[i], P->symbol_bytes[i]);
+        area += P->symbol_bytes[i];
+    }
+    P->shared->symbols_saved = 1;
+    fflush(stdout);
+    fflush(stderr);
+    P->shared->exit_code = L.failed.load() ? 1 : 0;
+    P->shared->finished.store(1);
+    _exit(P->shared->exit_code);
+}
+
+// Frees a launch's memory; its argument copies must already be unmapped.
+void release(Pending* P) {
+    free(P->L.block_order);
+    free(P->guarded);
+    free(P->substituted);
+    free(P->pointer_values);
+    pthread_mutex_destroy(&P->L.error_lock);
+    munmap(P->shared, P->shared_bytes);
+    free(P);
+}
+
+const char* signal_description(int sig) {
+    switch (sig) {
+        case SIGABRT: return "SIGABRT: the C library aborted, as it does when it finds its heap corrupted";
+        case SIGSEGV: return "SIGSEGV: an invalid memory access outside any kernel thread";
+        case SIGBUS: return "SIGBUS: a bus error";
+        case SIGILL: return "SIGILL: an illegal instruction";
+        case SIGFPE: return "SIGFPE: an arithmetic fault";
+        case SIGKILL: return "SIGKILL: killed, perhaps by the system for lack of memory";
+        case SIGALRM: return "SIGALRM: its time limit";
+        default: return "a fatal signal";
+    }
+}
+
+}  // namespace
+}  // namespace gpulab
+
+// Starts one launch in a worker process (fork) and returns its handle, or
+// null with a message in 'error' when it could not start.  The caller waits
+// for the process (gpulab_launch_pid), stopping it with SIGKILL if it must,
+// then calls gpulab_launch_finish.  guarded_* describe the pointer arguments
+// (copied into shared memory, with guard pages when bounds_checked);
+// symbol_* the module's variables, whose final bytes come back.
+GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kernel, const unsigned* grid,
+                                        const unsigned* block, size_t shared_bytes, void** args, int nargs,
+                                        int nguarded, const int* guarded_arg, const size_t* guarded_bytes,
+                                        const size_t* guarded_itemsize, const char* const* guarded_names,
+                                        const int* guarded_writable, int bounds_checked, int schedule,
+                                        unsigned long long seed, int nworkers, int nsymbols,
+                                        void* const* symbol_address, const size_t* symbol_bytes,
+                                        unsigned alarm_seconds, char* error, size_t error_size) {
+    using namespace gpulab;
+    Pending* P = static_cast<Pending*>(calloc(1, sizeof(Pending)));
+    size_t symbols_total = 0;
+    for (int i = 0; i < nsymbols; ++i) symbols_total += symbol_bytes[i];
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t shared_total = (sizeof(Shared) + symbols_total + page - 1) / page * page;
+    void* shared = P ? mmap(nullptr, shared_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
+                     : MAP_FAILED;
+    if (shared == MAP_FAILED) {
+        snprintf(error, error_size, "kernel '%s': out of memory starting the launch", kernel);
+        free(P);
+        return nullptr;
+    }
+    P->shared = new (shared) Shared();
+    P->shared_bytes = shared_total;
+    P->shared->nworkers = nworkers;
+    for (int i = 0; i < kMaxWorkers; ++i) { P->shared->running_block[i] = -1; P->shared->running_thread[i] = -1; }
+    P->nsymbols = nsymbols;
+    P->symbol_address = symbol_address;
+    P->symbol_bytes = symbol_bytes;
+
+    Launch& L = P->L;
+    new (&L) Launch();
     L.thunk = thunk;
     L.kernel = kernel;
     L.grid = dim3(grid[0], grid[1], grid[2]);
@@ -864,27 +1053,35 @@ GPULAB_EXPORT int gpulab_launch(void (*thunk)(void**), const char* kernel, const
     L.next_block.store(0);
     L.failed.store(0);
     pthread_mutex_init(&L.error_lock, nullptr);
-    L.error = error;
-    L.error_size = error_size;
+    L.error = P->shared->error;
+    L.error_size = kErrorBytes;
     L.nguarded = nguarded;
-    L.bounds_checked = nguarded > 0;
+    L.bounds_checked = bounds_checked;
+    L.shared = P->shared;
 
-    void** substituted = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
-    void** pointer_values = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
-    Guarded* guarded = static_cast<Guarded*>(calloc(nguarded + 1, sizeof(Guarded)));
-    for (int i = 0; i < nargs; ++i) substituted[i] = args[i];
+    P->substituted = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
+    P->pointer_values = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
+    P->guarded = static_cast<Guarded*>(calloc(nguarded + 1, sizeof(Guarded)));
+    for (int i = 0; i < nargs; ++i) P->substituted[i] = args[i];
     for (int i = 0; i < nguarded; ++i) {
-        guarded[i].original = *static_cast<void**>(args[guarded_arg[i]]);
-        guarded[i].bytes = guarded_bytes[i];
-        guarded[i].itemsize = guarded_itemsize[i];
-        guarded[i].name = guarded_names[i];
-        guarded[i].writable = guarded_writable[i];
+        Guarded& g = P->guarded[i];
+        g.original = *static_cast<void**>(args[guarded_arg[i]]);
+        g.bytes = guarded_bytes[i];
+        g.itemsize = guarded_itemsize[i];
+        g.name = guarded_names[i];
+        g.writable = guarded_writable[i];
     }
-    L.guarded = guarded;
-    L.args = substituted;
-    const bool guarded_ok = guard_arguments(&L, substituted, pointer_values, guarded_arg);
-
-    if (guarded_ok && schedule == SHUFFLE) {
+    L.guarded = P->guarded;
+    L.args = P->substituted;
+    if (!guard_arguments(&L, P->substituted, P->pointer_values, guarded_arg)) {
+        snprintf(error, error_size, "%s", L.error);
+        L.nguarded = 0;
+        for (int i = 0; i < nguarded; ++i)
+            if (P->guarded[i].map) munmap(P->guarded[i].map, P->guarded[i].map_bytes);
+        release(P);
+        return nullptr;
+    }
+    if (schedule == SHUFFLE) {
         L.block_order = static_cast<unsigned*>(malloc(sizeof(unsigned) * L.nblocks));
         unsigned long long state = seed;
         for (long i = 0; i < L.nblocks; ++i) L.block_order[i] = (unsigned)i;
@@ -893,33 +1090,114 @@ GPULAB_EXPORT int gpulab_launch(void (*thunk)(void**), const char* kernel, const
             const unsigned t = L.block_order[i]; L.block_order[i] = L.block_order[j]; L.block_order[j] = t;
         }
     }
-    if (guarded_ok) {
-        if (nworkers > kMaxWorkers) nworkers = kMaxWorkers;
-        if (nworkers > L.nblocks) nworkers = (int)L.nblocks;
-        if (nworkers < 1) nworkers = 1;
-        Worker* workers = static_cast<Worker*>(calloc(nworkers, sizeof(Worker)));
-        const int nthreads = (int)(L.block.x * L.block.y * L.block.z);
-        install_fault_handler();
-        int started = 0;
-        for (int i = 0; i < nworkers; ++i) {
-            workers[i].launch = &L;
-            workers[i].nthreads = nthreads;
-            if (pthread_create(&workers[i].thread, nullptr, worker_main, &workers[i]) == 0) ++started;
-            else break;
-        }
-        if (started == 0) fail(&L, "kernel '%s': could not start a worker thread (%s)", kernel, strerror(errno));
-        for (int i = 0; i < started; ++i) pthread_join(workers[i].thread, nullptr);
-        remove_fault_handler();
-        free(workers);
-    }
+    // Buffered output would otherwise be written twice, by both processes.
     fflush(stdout);
+    fflush(stderr);
+    const pid_t parent = getpid();
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    const pid_t pid = fork();
+    if (pid == 0) worker_process(P, parent, alarm_seconds);
+    const int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    errno = fork_errno;
+    if (pid < 0) {
+        snprintf(error, error_size, "kernel '%s': could not start the CPU backend's worker process (%s)", kernel,
+                 strerror(errno));
+        for (int i = 0; i < nguarded; ++i)
+            if (P->guarded[i].map) munmap(P->guarded[i].map, P->guarded[i].map_bytes);
+        release(P);
+        return nullptr;
+    }
+    P->pid = pid;
+    return P;
+}
+
+GPULAB_EXPORT int gpulab_launch_pid(void* handle) { return static_cast<gpulab::Pending*>(handle)->pid; }
+
+// CPU time the worker process spent running the blocks (0 until it has).
+GPULAB_EXPORT long long gpulab_launch_run_cpu_ns(void* handle) {
+    return static_cast<gpulab::Pending*>(handle)->shared->run_cpu_ns;
+}
+
+// Where the launch is: "block (x,y,z) (thread (x,y,z) running)" for each block
+// still running, and how many blocks finished; for a stopped launch's message.
+GPULAB_EXPORT void gpulab_launch_progress(void* handle, char* text, size_t size) {
+    using namespace gpulab;
+    Pending* P = static_cast<Pending*>(handle);
+    const Launch& L = P->L;
+    const Shared* S = P->shared;
+    int used = 0, running = 0;
+    text[0] = 0;
+    const int nworkers = S->nworkers < kMaxWorkers ? S->nworkers : kMaxWorkers;
+    for (int i = 0; i < nworkers; ++i) {
+        const long b = S->running_block[i];
+        if (b < 0) continue;
+        const unsigned bx = (unsigned)(b % L.grid.x), by = (unsigned)(b / L.grid.x % L.grid.y),
+                       bz = (unsigned)(b / ((long)L.grid.x * L.grid.y));
+        used = append(text, size, used, "%sblock (%u,%u,%u)", running ? ", " : "still running: ", bx, by, bz);
+        const int t = S->running_thread[i];
+        if (t >= 0) {
+            const unsigned tx = t % L.block.x, ty = t / L.block.x % L.block.y, tz = t / (L.block.x * L.block.y);
+            used = append(text, size, used, " (thread (%u,%u,%u) running)", tx, ty, tz);
+        }
+        ++running;
+    }
+    const long done = S->blocks_done.load();
+    append(text, size, used, "%s%ld of %ld blocks had finished", running ? "; " : "no block was running; ",
+           done, L.nblocks);
+}
+
+// Finishes a launch whose worker process has ended: checks the canaries,
+// copies the results back and frees everything.  'how': 0 the process ended
+// by itself with 'wait_status' (-1 if unknown), 1 it was stopped (the caller
+// words that message).  Returns 0, or 1 with a message in 'error'.
+GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, char* error, size_t error_size) {
+    using namespace gpulab;
+    Pending* P = static_cast<Pending*>(handle);
+    Launch& L = P->L;
+    Shared* S = P->shared;
+    L.failed.store(0);
+    int status = 0;
+    if (how == 0) {
+        const bool exited = S->finished.load() ||
+                            (wait_status >= 0 && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) <= 1);
+        if (exited && S->exit_code) {
+            snprintf(error, error_size, "%s", S->error);
+            status = 1;
+        } else if (!exited) {
+            char where[1024], cause[160];
+            gpulab_launch_progress(P, where, sizeof where);
+            if (wait_status >= 0 && WIFSIGNALED(wait_status))
+                snprintf(cause, sizeof cause, "%s", signal_description(WTERMSIG(wait_status)));
+            else if (wait_status >= 0 && WIFEXITED(wait_status))
+                snprintf(cause, sizeof cause, "exit status %d", WEXITSTATUS(wait_status));
+            else
+                snprintf(cause, sizeof cause, "how is unknown");
+            snprintf(error, error_size,
+                     "kernel '%s': the CPU backend's worker process running it died (%s); %s. Your Python "
+                     "session is unharmed. The kernel most likely wrote outside its arrays%s",
+                     L.kernel, cause, where,
+                     L.bounds_checked ? "." : "; run it with bounds checking on (the default) to find where.");
+            status = 1;
+        }
+    }
+    if (S->symbols_saved) {
+        const char* area = symbol_area(S);
+        for (int i = 0; i < P->nsymbols; ++i) {
+            memcpy(P->symbol_address[i], area, P->symbol_bytes[i]);
+            area += P->symbol_bytes[i];
+        }
+    }
+    // Canary findings after a launch that already failed add nothing.
+    L.error = error;
+    L.error_size = error_size;
+    L.failed.store(status || how ? 1 : 0);
     check_canaries_and_copy_back(&L);
-    free(L.block_order);
-    free(guarded);
-    free(substituted);
-    free(pointer_values);
-    pthread_mutex_destroy(&L.error_lock);
-    return L.failed.load() ? 1 : 0;
+    if (L.failed.load()) status = 1;
+    release(P);
+    return status;
 }
 
 #pragma pop_macro("threadIdx")

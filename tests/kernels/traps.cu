@@ -48,3 +48,45 @@ extern "C" __global__ void write_before_start(int n, float* y)
         y[i - 1] = 2.0f;
     }
 }
+
+// Writes one element just outside one of its three arrays ('which': 0 a, 1 b,
+// 2 c): a[n] past the end when 'after' is non-zero, a[-1] before the start otherwise.
+extern "C" __global__ void overrun_one(int n, int which, int after, float* a, float* b, float* c)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float* arrays[3] = {a, b, c};
+    if (i < n) {
+        arrays[which][i] = 1.0f;
+    }
+    if (i == n - 1) {
+        arrays[which][after ? n : -1] = 5.0f;
+    }
+}
+
+// A loop that never ends while x[0] >= 0.
+extern "C" __global__ void spin(float* x)
+{
+    int i = threadIdx.x;
+    while (x[0] >= 0) {
+        x[1 + i % 4] += 1;
+    }
+}
+
+// Thread 5 of block 1 frees memory that malloc never gave: the C library aborts.
+extern "C" __global__ void free_argument(float* x)
+{
+    if (blockIdx.x == 1 && threadIdx.x == 5) {
+        free(x + 1);
+    }
+    x[threadIdx.x] = 1.0f;
+}
+
+// A __device__ variable the kernel updates: its value outlives the launch.
+__device__ unsigned int launches_seen;
+extern "C" __global__ void count_launches(unsigned int* seen)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        launches_seen += 1;
+        seen[0] = launches_seen;
+    }
+}
