@@ -16,6 +16,40 @@ def test_every_step_matches_the_reference(backend, step):
     assert list(checks["layer"]) == [layer.name for layer in alexnet.CHECK_LAYERS]
 
 
+@pytest.mark.parametrize("step", alexnet.MMA_STEPS, ids=lambda s: s.number)
+def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
+    # Every tile a step may pick for any layer (steps 20 on pick per layer), on every layer.
+    from gpulab.workloads import alexnet_tc
+    be = gpulab.get_backend(backend)
+    names = sorted(set(alexnet_tc.LAYER_KERNELS[step.number].values()))
+    if step.number >= "20":
+        names = [n for n in alexnet_tc.TILES if n.startswith("conv_mma_") and n not in
+                 ("conv_mma_ldmatrix", "conv_mma_cp_async")]
+    for layer in alexnet.CHECK_LAYERS:
+        x, w = alexnet.make_inputs(layer, 2, seed=None)
+        ref = alexnet.reference(x, w, layer)
+        for name in names:
+            y = be.poisoned(layer.y_shape(2), step.dtype)
+            alexnet_tc.make_launch(step, layer, 2, be.to_device(x.astype(step.dtype)),
+                                   be.to_device(w.astype(step.dtype)), y, be, kernel=name)()
+            be.synchronize()
+            result = gpulab.compare(be.to_host(y), ref, step.precision, name=f"{name} {layer.name}")
+            assert result.passed, str(result)
+
+
+def test_the_channels_last_copy_has_its_border_and_aligned_runs():
+    from gpulab.workloads import alexnet_tc
+    for layer in alexnet.LAYERS + alexnet.CHECK_LAYERS:
+        for itemsize in (2, 4):
+            g = alexnet_tc.geometry(layer, itemsize)
+            assert g.Cp >= layer.C and (g.Cp * itemsize) % 8 == 0 and g.L % g.chunk == 0
+            assert g.L >= layer.S * g.Cp
+            # the last pixel's run stays inside its padded row, and rows start 16-byte aligned
+            assert (layer.F - 1) * layer.U + g.L // g.Cp <= g.Wp
+            assert (g.Wp * g.Cp * itemsize) % 16 == 0 and (layer.U * g.Cp * itemsize) % 16 == 0 \
+                or (g.Cp * itemsize) % 16 == 0
+
+
 def test_the_checks_use_shapes_that_break_sloppy_tiling():
     for layer in alexnet.CHECK_LAYERS:
         assert layer.M % 16 and layer.C % 8 or layer.index == 1     # not multiples of the tiles

@@ -18,6 +18,13 @@ def test_every_step_matches_the_reference(backend, step):
         assert (result["rel_error"] > 1e-4).all() and (result["rel_error"] < 5e-3).all()
 
 
+@pytest.mark.parametrize("step", fcnet.MMA_STEPS, ids=lambda s: f"{s.number:02d}-{s.kernels[0]}")
+def test_the_mma_steps_match_the_reference(backend, step):
+    result = fcnet.check_steps(backend, steps=[step], seed=int(np.random.SeedSequence().entropy % 2**31))
+    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert set(result["n"]) == set(fcnet.CHECK_SIZES)
+
+
 def test_a_gpu_only_step_is_skipped_on_the_cpu_with_a_reason():
     gpu_only = dataclasses.replace(fcnet.steps(15)[0], gpu_only=True)
     result = fcnet.check_steps("cpu", steps=[gpu_only])

@@ -27,6 +27,7 @@ import pandas as pd
 from ..check import check, compare
 from ..errors import CheckFailed, KernelCompileError
 from ..kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
+from . import alexnet_tc
 
 CHAPTER = "alexnet"
 TITLE = "AlexNet's five convolution layers, from a CPU loop to tensor cores"
@@ -190,7 +191,9 @@ class Step:
     M x N x C, then a reduction kernel), "atomic" (grid M x N x C/CB, atomicAdd into a
     zeroed y), "gemm"/"wmma" (implicit GEMM tiles), "wmma_nhwc" (layout copies, then implicit
     GEMM tiles), "gemm_tuned" (padded copy of x, filter transpose, then implicit GEMM tiles with
-    the reduction split over gridDim.z), "filters4" (exercise 1: grid M/4 x N).
+    the reduction split over gridDim.z), "mma" (steps 18 on: a padded channels-last copy, filter
+    runs, then mma.sync tiles; see :mod:`gpulab.workloads.alexnet_tc`), "filters4" (exercise 1:
+    grid M/4 x N).
     shared: what the dynamic shared memory holds (see :func:`shared_bytes`).
     """
 
@@ -257,7 +260,20 @@ STEPS = [
          ("conv_igemm_tuned", "pad_input", "filters_to_kxm"),
          "implicit GEMM tuned: padded copy, warp tiles, split K", "gemm_tuned"),
 ]
-STEP = {s.number: s for s in STEPS}
+#: Steps 18 on: tensor cores through mma.sync (gpulab/workloads/alexnet_tc.py launches them).
+#: They join STEPS once a recorded run has them.
+MMA_STEPS = [
+    Step("18", "alexnet/18_mma_ldmatrix.cu",
+         ("conv_mma_ldmatrix", "to_padded_nhwc_half", "to_filter_runs_half"),
+         "mma.sync + ldmatrix on a padded channels-last copy", "mma", precision="fp16"),
+    Step("19", "alexnet/19_cp_async_pipeline.cu",
+         ("conv_mma_cp_async", "to_padded_nhwc_half", "to_filter_runs_half"),
+         "+ cp.async 4-stage pipeline", "mma", precision="fp16"),
+    Step("20", "alexnet/20_swizzle_tiles.cu",
+         ("conv_mma_128x128", "to_padded_nhwc_half", "to_filter_runs_half"),
+         "+ swizzled shared memory, a tile per layer", "mma", precision="fp16"),
+]
+STEP = {s.number: s for s in STEPS + MMA_STEPS}
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
 EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", ("conv_four_filters",),
                 "exercise: four filters per block", "filters4")
@@ -313,6 +329,8 @@ def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
         return 8 * layer.K
     if step.kind == "wmma_nhwc":
         return 2 * (N * layer.H * layer.W * padded_channels(layer) + layer.M * padded_filter_row(layer))
+    if step.kind == "mma":
+        return alexnet_tc.scratch_bytes(layer, N, step.itemsize)
     if step.kind == "gemm_tuned":
         Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
         padded = 4 * N * layer.C * Hp * Wp if layer.P else 0
@@ -386,6 +404,9 @@ def launch_config(step: Step, layer: Layer, N: int) -> dict:
         grid = (layer.M, N, -(-layer.C // CHANNELS_PER_BLOCK))
     elif step.kind == "filters4":
         grid = (-(-layer.M // 4), N)
+    elif step.kind == "mma":
+        cfg = alexnet_tc.launch_config(step.number, layer, N, step.itemsize)
+        return {key: cfg[key] for key in ("grid", "block", "shared_bytes")}
     elif step.kind == "gemm_tuned":
         return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE),
                          gemm_splits(layer, N)), "block": (GEMM_THREADS,), "shared_bytes": 0}
@@ -402,6 +423,8 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
     if step.gpu_only and be.name == "cpu":
         raise NotImplementedError(f"step {step.number} ({step.file}) runs on a GPU only: "
                                   "the CPU backend has no nvcuda::wmma (tensor cores) yet")
+    if step.kind == "mma":
+        return alexnet_tc.make_launch(step, layer, N, x, w, y, be)
     module = load_module(step.file, be)
     main = module.get_function(step.kernels[0])
     cfg = launch_config(step, layer, N)
@@ -973,7 +996,7 @@ def profile_table() -> pd.DataFrame | None:
         return None
     table = table.rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
     table = table.sort_values("id").reset_index(drop=True)
-    mains = {s.kernels[0] for s in STEPS}
+    mains = {name for s in STEPS for name in s.kernels if name.startswith("conv_")}
     runs, labels, current = iter(PROFILE_RUNS), [], (None, None)
     for kernel in table["kernel"]:
         if kernel in mains:                      # a reduction belongs to the launch before it

@@ -175,6 +175,13 @@ _FUSED = ("n", "x", "w1", "w2", "w3", "y")
 _FUSED_T = ("n", "x", "w1t", "w2t", "w3t", "y")
 _HALF = ("n", "x", "w1h", "w2h", "w3h", "y")
 _HALF_T = ("n", "x", "w1th", "w2th", "w3h", "y")   # W3 stays row-major: its reads were coalesced
+_MMA = ("n", "x", "w1tc", "w2tc", "w3tc", "y")
+
+
+def mma_shared_bytes(tile: int, warps: int = 8) -> int:
+    """Step 17's dynamic shared memory: the half weights in padded rows (W1 64 x 88, W2 64 x 72,
+    W3 8 x 72), then two input buffers of 72 x (tile + 4) floats per warp."""
+    return 2 * (HID * (TC_K1 + 8) + HID * (HID + 8) + 8 * (HID + 8)) + warps * 2 * IN * (tile + 4) * 4
 
 
 def _matmul(m: int, k: int, a: str, b: str, c: str) -> Launch:
@@ -228,6 +235,16 @@ STEPS = [
     Step(15, "fcnet/15_tensor_cores.cu", "tensor cores (wmma fp16)",
          (Launch("tensor_cores", ("n", "x", "w1tc", "w2tc", "w3tc", "y"), vectors_per_block=128,
                  persistent=True, shared_mem=TC_SHARED_BYTES),), precision="fp16"),
+]
+#: Steps beyond wmma (16 is the exercise): mma.sync with the activations in registers and
+#: cp.async input streams. They join STEPS once a recorded run has them.
+MMA_STEPS = [
+    Step(17, "fcnet/17_mma_registers.cu", "mma.sync, activations in registers (large)",
+         (Launch("mma_fp16_large", _MMA, block=(256,), vectors_per_block=8 * 32, persistent=True,
+                 shared_mem=mma_shared_bytes(32)),), precision="fp16", sizes=("large",)),
+    Step(17, "fcnet/17_mma_registers.cu", "mma.sync, activations in registers (small)",
+         (Launch("mma_fp16_small", _MMA, block=(256,), vectors_per_block=8 * 16, persistent=True,
+                 shared_mem=mma_shared_bytes(16)),), precision="fp16", sizes=("small",)),
 ]
 
 #: Exercise 1: step 1 with the ReLU fused into the matmul, three launches instead of five.
@@ -689,12 +706,12 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
         cupy.get_default_memory_pool().free_all_blocks()
 
     # Where the time goes when X starts on the host: on each case, the kernel of
-    # steps 13, 14 and 15 that the ladder (just measured) shows, pinned memory.
+    # steps 13, 14, 15 and 17 that the ladder (just measured) shows, pinned memory.
     measured = pd.DataFrame(rows)
     for case, n in sizes.items():
         shown = set(ladder(measured, case)["variant"]) if n == SIZES[case] else set()
         x_host = make_inputs(n)
-        for step_ in [s for s in STEPS if s.number in (13, 14, 15)]:
+        for step_ in [s for s in STEPS if s.number in (13, 14, 15, 17)]:
             if step_.label in shown or (not shown and case in step_.sizes):
                 rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
     rows.extend(roofline.measure_ceilings(repeats=20))

@@ -1,0 +1,241 @@
+"""Compile, check and time the fast steps' candidate kernels on the GPU in one call.
+
+    python tools/tune_fast.py [--out DIR] [--only alexnet|fcnet] [--profile]
+
+AlexNet (N = 128, each layer): steps 16-21 with every tile of alexnet_tc.TILES that fits the
+step's precision, the layout kernels on their own, and cuDNN through PyTorch (NCHW and
+channels-last, fp16 / tf32 / fp32) for reference. fcnet: the new steps beside steps 14 and 15,
+large and small, eager and in a CUDA graph. Every variant is checked against the float64
+reference at full size before it is timed (a failure is reported and the variant skipped).
+Prints a table per chapter and writes CSVs under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpulab.check import compare                                  # noqa: E402
+from gpulab.kernels import get_backend, load_module, resource_table   # noqa: E402
+from gpulab.timing import benchmark, graph_benchmark               # noqa: E402
+from gpulab.workloads import alexnet as A, alexnet_tc as TC, fcnet as FC   # noqa: E402
+
+T0 = time.time()
+
+
+def log(text):
+    print(f"[{time.time() - T0:6.1f}s] {text}", flush=True)
+
+
+def resources(out: Path):
+    frames = []
+    for path in sorted({s.file for s in A.STEPS if s.number >= "16"} | {s.file for s in FC.STEPS if s.number >= 14}):
+        try:
+            t = resource_table(load_module(path, "gpu")).reset_index()
+            frames.append(t.assign(file=path))
+        except Exception as exc:
+            log(f"compile {path}: {exc}")
+    table = pd.concat(frames, ignore_index=True)
+    table.to_csv(out / "resources.csv", index=False)
+    print(table.to_string(), flush=True)
+
+
+def alexnet(out: Path, N: int = 128, repeats: int = 50):
+    import cupy
+    import torch
+    rows = []
+    be = get_backend("gpu")
+    numbers = [s.number for s in A.STEPS if s.number >= "16"]
+    for layer in A.LAYERS:
+        x, w = A.make_inputs(layer, N)
+        x32, w32 = cupy.asarray(x), cupy.asarray(w)
+        ref = A.reference(x32, w32, layer, xp=cupy)
+        for number in numbers:
+            step = A.STEP[number]
+            xs = x32.astype(step.dtype)
+            ws = w32.astype(step.dtype)
+            if step.kind == "mma":
+                prefix = "conv_tf32" if step.precision == "tf32" else "conv_mma"
+                chosen = TC.kernel_for(number, layer)
+                names = [chosen] + ([n for n in TC.TILES if n.startswith(prefix + "_") and n != chosen
+                                     and n not in ("conv_mma_ldmatrix", "conv_mma_cp_async")]
+                                    if number in ("20", "21") else [])
+            else:
+                names = [None]
+            for name in names:
+                label = f"{number} {name or step.kernels[0]}"
+                try:
+                    y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
+                    if name:
+                        launch = TC.make_launch(step, layer, N, xs, ws, y, be, kernel=name)
+                    else:
+                        launch = A.make_launch(step, layer, N, xs, ws, y, "gpu")
+                    launch()
+                    r = compare(y, ref, step.precision, name=label)
+                    row = {"layer": layer.index, "variant": label, "precision": step.precision,
+                           "rel_error": r.rel_error, "passed": r.passed}
+                    if r.passed:
+                        t = benchmark(launch, repeats=repeats, budget_ms=200)
+                        row["ms"] = t.median_ms
+                        row["tflops"] = layer.flops(N) / t.median_ms / 1e9
+                        if name:
+                            parts = launch.parts
+                            row["gemm_ms"] = benchmark(parts["gemm"], repeats=repeats, budget_ms=100).median_ms
+                            row["layout_ms"] = benchmark(lambda: [p() for p in parts["layout"]],
+                                                         repeats=repeats, budget_ms=100).median_ms
+                    rows.append(row)
+                    log(f"conv{layer.index} {label}: {row.get('ms', float('nan')):.4f} ms err {r.rel_error:.1e} "
+                        f"{'ok' if r.passed else 'FAILED'}")
+                    del launch, y
+                except Exception as exc:
+                    log(f"conv{layer.index} {label}: ERROR {exc}")
+                    traceback.print_exc()
+                    rows.append({"layer": layer.index, "variant": label, "error": str(exc)[:300]})
+        # cuDNN for reference: NCHW and channels-last, inputs converted outside the timing
+        torch.backends.cudnn.benchmark = True
+        tx = torch.from_dlpack(x32)
+        tw = torch.from_dlpack(w32)
+        for prec, dtype, tf32 in (("fp16", torch.float16, False), ("tf32", torch.float32, True),
+                                  ("fp32", torch.float32, False)):
+            torch.backends.cudnn.allow_tf32 = tf32
+            for fmt in ("NCHW", "NHWC"):
+                mf = torch.channels_last if fmt == "NHWC" else torch.contiguous_format
+                xi = tx.to(dtype).contiguous(memory_format=mf)
+                wi = tw.to(dtype).contiguous(memory_format=mf)
+
+                def conv():
+                    return torch.nn.functional.conv2d(xi, wi, stride=layer.U, padding=layer.P)
+                conv()
+                t = benchmark(conv, repeats=repeats, budget_ms=200)
+                rows.append({"layer": layer.index, "variant": f"cuDNN {prec} {fmt}", "precision": prec,
+                             "ms": t.median_ms, "tflops": layer.flops(N) / t.median_ms / 1e9, "passed": True})
+                log(f"conv{layer.index} cuDNN {prec} {fmt}: {t.median_ms:.4f} ms")
+        del x32, w32, ref
+        cupy.get_default_memory_pool().free_all_blocks()
+        torch.cuda.empty_cache()
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "alexnet_tune.csv", index=False)
+    piv = table.pivot_table(index="variant", columns="layer", values="ms", aggfunc="first")
+    piv["sum"] = piv.sum(axis=1, min_count=5)
+    print(piv.round(4).to_string(), flush=True)
+    if "gemm_ms" in table:
+        print(table.pivot_table(index="variant", columns="layer", values="gemm_ms", aggfunc="first").round(4).to_string())
+        print(table.pivot_table(index="variant", columns="layer", values="layout_ms", aggfunc="first").round(4).to_string())
+    # best per layer among step 20 / 21 candidates
+    for prefix in ("20 ", "21 "):
+        sub = table[table["variant"].astype(str).str.startswith(prefix) & table.get("ms", pd.Series()).notna()]
+        if len(sub):
+            best = sub.loc[sub.groupby("layer")["ms"].idxmin()]
+            log(f"best {prefix}per layer: " + ", ".join(f"{int(r.layer)}:{r.variant} {r.ms:.4f}" for r in best.itertuples())
+                + f"  sum {best['ms'].sum():.4f} ms")
+
+
+def fcnet(out: Path, repeats: int = 100):
+    import cupy
+    rows = []
+    weights = FC.make_weights()
+    steps = [s for s in FC.STEPS if s.number >= 14]
+    for case, n in FC.SIZES.items():
+        bufs = FC.buffers(get_backend("gpu"), FC.make_inputs(n), weights)
+        ref = FC.reference(bufs["x"], weights, cupy.float64, xp=cupy)
+        for step in steps:
+            try:
+                fns = FC.step_kernels(step, "gpu")
+                bufs["y"].fill(cupy.nan)
+                inference = FC.bind(step, fns, bufs)
+                inference()
+                r = compare(bufs["y"], ref, step.precision, name=step.label)
+                row = {"case": case, "variant": step.label, "intended": case in step.sizes, "rel_error": r.rel_error,
+                       "passed": r.passed}
+                if r.passed:
+                    row["ms"] = benchmark(inference, repeats=repeats, budget_ms=600).median_ms
+                    row["graph_ms"] = graph_benchmark(inference, launches=20, repeats=30).median_ms
+                rows.append(row)
+                log(f"fcnet {case} {step.label}: {row.get('ms', float('nan')):.4f} ms, graph "
+                    f"{row.get('graph_ms', float('nan')):.4f} ms, err {r.rel_error:.1e}")
+            except Exception as exc:
+                log(f"fcnet {case} {step.label}: ERROR {exc}")
+                traceback.print_exc()
+        del bufs
+        cupy.get_default_memory_pool().free_all_blocks()
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "fcnet_tune.csv", index=False)
+    print(table.to_string(), flush=True)
+
+
+def profile(out: Path):
+    """ncu on one launch each of the new GEMMs (layer 2) and fcnet's new large kernel."""
+    from gpulab import profiler
+    metrics = list(profiler.STANDARD_METRICS) + [
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__inst_issued.avg.pct_of_peak_sustained_active",
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__bytes_read.sum",
+    ]
+    driver = [sys.executable, str(Path(__file__).resolve()), "--profile-target"]
+    try:
+        table = profiler.per_launch(profiler.profile(driver, metrics, kernel_regex="^(conv_|mma_|tensor_cores|tiled_)",
+                                                     timeout=150))
+        table.to_csv(out / "profile.csv", index=False)
+        with pd.option_context("display.width", 250, "display.max_columns", 40):
+            print(table.T.to_string(), flush=True)
+    except Exception as exc:
+        log(f"profile failed: {str(exc)[-2000:]}")
+
+
+def profile_target():
+    import cupy
+    be = get_backend("gpu")
+    N = 128
+    for number in [s.number for s in A.STEPS if s.number >= "16"]:
+        step = A.STEP[number]
+        layer = A.LAYERS[1]
+        x, w = A.make_inputs(layer, N)
+        y = cupy.empty(layer.y_shape(N), dtype=step.dtype)
+        A.make_launch(step, layer, N, cupy.asarray(x.astype(step.dtype)), cupy.asarray(w.astype(step.dtype)), y, "gpu")()
+    weights = FC.make_weights()
+    bufs = FC.buffers(be, FC.make_inputs(FC.SIZES["large"]), weights)
+    for step in [s for s in FC.STEPS if s.number >= 14 and "large" in s.sizes]:
+        FC.bind(step, FC.step_kernels(step, be), bufs)()
+    cupy.cuda.get_current_stream().synchronize()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="tune_out")
+    parser.add_argument("--only", choices=["alexnet", "fcnet"])
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-target", action="store_true")
+    args = parser.parse_args()
+    if args.profile_target:
+        profile_target()
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw",
+                    "--format=csv"])
+    resources(out)
+    if args.only != "alexnet":
+        fcnet(out)
+    if args.only != "fcnet":
+        alexnet(out)
+    if args.profile:
+        profile(out)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
