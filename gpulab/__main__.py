@@ -1,4 +1,4 @@
-"""Command line: ``python -m gpulab info | runs | record [CHAPTER ...]``."""
+"""Command line: ``python -m gpulab info | runs | record [CHAPTER ...] | student DEST | grade SUBMISSIONS``."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,31 @@ def main(argv=None) -> int:
     record.add_argument("--out", default=None, help="write under this folder instead of labdata/runs")
     student = sub.add_parser("student", help="copy the lab to a new folder with every solution stripped")
     student.add_argument("dest", help="a new, empty folder")
+    grade = sub.add_parser("grade", help="grade a folder of student submissions (one sub-folder per student)")
+    grade.add_argument("submissions", help="a folder with one copy of the student version per student")
+    grade.add_argument("--out", default="grades.csv", help="the grades, one row per student and exercise")
+    grade.add_argument("--feedback", default=None, help="folder for the per-student feedback files "
+                       "(default: next to --out, named <out>-feedback)")
+    grade.add_argument("--time-limit", type=float, default=60.0, help="seconds per student and exercise")
+    grade.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                       help="where kernels run (cpu: bounds checking on; the default)")
+    grade.add_argument("--exercise", action="append", help="grade only this exercise (repeatable)")
+    grade.add_argument("--jobs", type=int, default=None, help="exercises graded at once")
+    sub.add_parser("exercises", help="list the exercises (id, chapter, points, what the student edits)")
     args = parser.parse_args(argv)
+
+    if args.command == "grade":
+        from .grading import grade
+        grades = grade(args.submissions, args.out, args.feedback, args.time_limit, args.backend,
+                       args.exercise, args.jobs, progress=lambda line: print(line, flush=True))
+        totals = grades.groupby("student")[["points", "max_points"]].sum()
+        print(totals.to_string())
+        print(f"grades: {args.out}")
+        return 0
+    if args.command == "exercises":
+        from .exercises import table
+        print(table().to_string(index=False))
+        return 0
 
     from . import device, runs
     from .workloads import CHAPTERS, workload

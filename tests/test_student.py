@@ -1,13 +1,16 @@
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import gpulab
-from gpulab import paths
-from gpulab.student import strip_notebook, strip_solutions
+from gpulab import exercises, paths
+from gpulab.student import INSTRUCTOR_ONLY, find_solutions, solution_fingerprints, strip_notebook, strip_solutions
 from gpulab.workloads import measuring as saxpy
 
 
@@ -24,18 +27,30 @@ def test_unbalanced_markers_are_an_error():
 def test_notebook_cells_are_stripped_and_cleared():
     nb = {"cells": [{"cell_type": "code", "source": "a = 1\n# BEGIN SOLUTION\nb = 2\n# END SOLUTION\nprint(a)",
                      "outputs": [{"output_type": "stream", "text": "1"}], "execution_count": 3},
+                    {"cell_type": "code", "source": "show(kernel)", "metadata": {},
+                     "outputs": [{"output_type": "stream", "text": "a solution shown in an output"}]},
+                    {"cell_type": "code", "source": 'exercises.check("x.1", globals())', "metadata": {},
+                     "outputs": []},
                     {"cell_type": "markdown", "source": "# BEGIN SOLUTION is only a phrase here"}]}
     out = strip_notebook(nb)
     assert out["cells"][0]["source"] == "a = 1\n# TODO: your code here\nprint(a)"
     assert out["cells"][0]["outputs"] == [] and out["cells"][0]["execution_count"] is None
-    assert out["cells"][1] == nb["cells"][1]
+    assert out["cells"][1]["outputs"] == []                     # every output goes, not only changed cells'
+    assert out["cells"][2]["metadata"]["tags"] == ["raises-exception"]
+    assert out["cells"][3] == nb["cells"][3]
 
 
-def test_student_version_of_the_whole_lab(tmp_path):
-    dest = tmp_path / "student"
+@pytest.fixture(scope="module")
+def student_copy(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("copy") / "student"
     result = subprocess.run([sys.executable, "-m", "gpulab", "student", str(dest)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    return dest
+
+
+def test_student_version_of_the_whole_lab(student_copy):
+    dest = student_copy
     exercise = dest / "kernels" / saxpy.EXERCISE.file
     text = exercise.read_text()
     assert "TODO: your code here" in text and "stride" not in text.split("{", 1)[1]
@@ -43,6 +58,9 @@ def test_student_version_of_the_whole_lab(tmp_path):
         assert "BEGIN SOLUTION" not in path.read_text(), path
     notebook = json.loads((dest / "book/measuring/measuring.ipynb").read_text())
     assert any("TODO: your code here" in "".join(c["source"]) for c in notebook["cells"])
+    for relative in INSTRUCTOR_ONLY:
+        assert not (dest / relative).exists(), relative
+    assert (dest / "labdata/exercises/expected.json").is_file()
     # The stripped kernel still compiles, and the exercise's check now fails.
     module = gpulab.load_module(exercise, "cpu")
     x, y = saxpy.make_inputs(1000)
@@ -50,3 +68,40 @@ def test_student_version_of_the_whole_lab(tmp_path):
     module.saxpy_grid_stride(saxpy.EXERCISE.grid(1000), saxpy.BLOCK, (1000, saxpy.A, x, y, z))
     assert not gpulab.compare(z, saxpy.reference(saxpy.A, x, y)).passed
     assert (paths.KERNELS / saxpy.EXERCISE.file).read_text() != text  # the original is untouched
+
+
+def test_no_solution_anywhere_in_the_student_copy(student_copy):
+    fingerprints = solution_fingerprints()
+    assert len(fingerprints["lines"]) >= 2 * len(exercises.EXERCISES)
+    # The search finds the solutions where they are (the lab itself), and none in the copy.
+    assert len(find_solutions(paths.REPO / "kernels", fingerprints)) >= 3
+    assert find_solutions(student_copy, fingerprints) == []
+
+
+def test_student_copy_checks_say_not_solved(student_copy):
+    """The copy's tests pass except the exercises' checks, which say "exercise not solved yet"."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider",
+                             "tests/test_exercises.py", "tests/test_measuring.py"], cwd=student_copy,
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(student_copy)})
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == len(exercises.EXERCISES), result.stdout[-3000:]
+    assert all("test_public_check[cpu-" in line for line in failed), failed
+    assert result.stdout.count("exercise not solved yet") >= len(exercises.EXERCISES)
+
+
+def test_student_book_has_no_solution(student_copy, tmp_path):
+    """The student book (built here without executing the notebooks, to stay cheap: CI builds
+    and searches the executed one) shows no solution in its pages, sources or search index."""
+    book = tmp_path / "book"
+    shutil.copytree(student_copy, book)
+    config = (book / "_config.yml").read_text()
+    (book / "_config.yml").write_text(config.replace("execute_notebooks: force", "execute_notebooks: \"off\""))
+    result = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "--keep-going", str(book)],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(book)})
+    html = book / "_build" / "html"
+    assert (html / "book/fcnet/fcnet.html").is_file(), result.stdout[-3000:]
+    assert (html / "_sources/book/fcnet/fcnet.ipynb").is_file()
+    assert find_solutions(html) == []
+    # The search is able to fail: the instructors' notebooks in the same place are found.
+    shutil.copy(paths.REPO / "book/fcnet/fcnet.ipynb", html / "_sources/book/fcnet/fcnet.ipynb")
+    assert find_solutions(html)

@@ -1,0 +1,529 @@
+"""Every exercise of the lab, declared once.
+
+The book's check cells (``exercises.check("fcnet.2", globals())``), the student
+export (``python -m gpulab student``), the grader (``python -m gpulab grade``) and
+the tests all read :data:`EXERCISES`. An exercise is one of two kinds:
+
+``kernel``
+    The student edits a ``.cu`` file (``file``, relative to the repository root).
+    Its check runs the chapter's ``check_steps`` on the workload's exercise step
+    (``step``, an attribute of the chapter's workload module) with the student's
+    file, once per *case*: a case is the keyword arguments ``check_steps`` takes
+    (sizes, layers, N, seed), plus optionally ``"step": {...}`` to change the
+    step's launch (e.g. a different fixed grid).
+
+``function``
+    The student edits one notebook cell (``file`` and ``cell``, the cell's id),
+    which must define the function ``function``. Its check calls that function
+    once per case with the keyword arguments ``inputs(case)`` builds, and
+    compares the result with the instructor's solution cell run on the same
+    inputs (in the student copy, with the answers the export stored for the
+    public cases), numbers within ``tolerance`` (relative).
+
+Public cases (``public``) are what the student's check cell runs. Hidden cases
+(held-out sizes, seeds, shapes and perturbed runs) live in
+``gpulab/hidden_checks.py``, which the student export leaves out; the grader
+runs both and never shows a hidden case's inputs.
+
+Adding an exercise
+------------------
+1. Write it in the chapter: a kernel with ``// BEGIN SOLUTION`` ... ``// END SOLUTION``
+   (and a workload step for it), or a notebook code cell (give it a stable id) whose
+   solution sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` and defines a
+   function. Below it, a check cell: ``exercises.check("<id>", globals())``
+   (kernels: ``exercises.check("<id>", backend=backend)``).
+2. Add an :class:`Exercise` to :data:`EXERCISES` (for a function exercise, an
+   ``inputs`` builder: case -> keyword arguments).
+3. Add its hidden cases to ``gpulab/hidden_checks.py`` and two or more known-wrong
+   answers under ``tests/fixtures/grading/wrong/<id>/`` (a ``.cu`` file, or a ``.py``
+   file holding the cell's source), each opening with a comment saying what is wrong.
+   ``tests/test_grading.py`` then proves the checks accept the solution and reject
+   every wrong answer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import paths
+from .errors import GpulabError
+
+#: The text the student export puts in place of a solution.
+PLACEHOLDER = "TODO: your code here"
+#: Where the student export stores the public answers of function exercises.
+EXPECTED_FILE = Path("labdata") / "exercises" / "expected.json"
+#: The name each chapter's notebook imports its workload module under.
+MODULE_ALIASES = {"measuring": "saxpy"}
+
+
+class ExerciseNotSolved(GpulabError):
+    """The student has not written the exercise yet (its placeholder is still there)."""
+
+    def _render_traceback_(self):   # IPython shows this instead of a traceback
+        return [str(self)]
+
+
+class ExerciseFailed(GpulabError, AssertionError):
+    """The student's answer is wrong; the message says how."""
+
+    def _render_traceback_(self):
+        return [str(self)]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One gradable exercise (or one part of an exercise)."""
+
+    id: str                  # "<chapter>.<number>[<part>]", e.g. "alexnet.1a"
+    chapter: str
+    title: str
+    points: int
+    kind: str                # "kernel" or "function"
+    file: str                # the file the student edits, relative to the repository root
+    cell: str = ""           # function exercises: the id of the notebook cell the student edits
+    function: str = ""       # function exercises: the function that cell defines
+    signature: str = ""      # function exercises: how the book states it, e.g. "ways(vectors, features)"
+    step: str = "EXERCISE"   # kernel exercises: the workload module's attribute holding the step
+    public: tuple = ()       # the public cases (see the module docstring)
+    inputs: Callable[[dict], dict] | None = field(default=None, compare=False, repr=False)
+    uses_run: bool = False   # function exercises: inputs come from the chapter's recorded run
+    tolerance: float = 0.01  # relative, for numbers in a function's answer
+    hint: str = ""           # shown with a wrong answer: the usual mistakes
+
+    def __post_init__(self):
+        if self.kind not in ("kernel", "function"):
+            raise ValueError(f"exercise {self.id}: kind must be 'kernel' or 'function', got {self.kind!r}")
+        if self.kind == "function" and not (self.cell and self.function and self.inputs):
+            raise ValueError(f"exercise {self.id}: a function exercise needs cell, function and inputs")
+        if not self.public:
+            raise ValueError(f"exercise {self.id}: declare at least one public case")
+
+    @property
+    def where(self) -> str:
+        """Where the student works, in their terms."""
+        if self.kind == "kernel":
+            return self.file
+        return f"the cell defining `{self.signature or self.function}` in {self.file}"
+
+
+# ----------------------------------------------------------------- inputs of function exercises
+def _run(chapter: str, case: dict):
+    """The chapter's recorded run; with ``case["perturb"]``, a copy whose times are scaled
+    by seeded random factors (a held-out run: hard-coded numbers fail on it)."""
+    from .runs import load_run
+    run = load_run(chapter)
+    seed = case.get("perturb")
+    if seed is None:
+        return run
+    rng = np.random.default_rng(seed)
+    timings = run.timings.copy()
+    factor = rng.lognormal(0.0, 0.3, len(timings))
+    for column in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms"):
+        if column in timings:
+            timings[column] = timings[column] * factor
+    return dataclasses.replace(run, timings=timings)
+
+
+def _ceilings(run) -> pd.DataFrame:
+    from .roofline import ceilings_table
+    return ceilings_table(run.timings, run.gpu)
+
+
+def _measuring_2(case: dict) -> dict:
+    run = _run("measuring", case)
+    return {"ladder": run.experiment("ladder"), "ceilings": _ceilings(run)}
+
+
+def _fcnet_2(case: dict) -> dict:
+    if "random" in case:
+        rng = np.random.default_rng(case["random"])
+        return {"vectors": rng.integers(0, 32, 32), "features": rng.integers(0, 72, 32),
+                "row_halves": case.get("row_halves", 72)}
+    return {"vectors": np.asarray(case["vectors"]), "features": np.asarray(case["features"]),
+            "row_halves": case.get("row_halves", 72)}
+
+
+def _fcnet_3(case: dict) -> dict:
+    from .workloads import fcnet
+    run = _run("fcnet", case)
+    return {"large": fcnet.ladder(run.timings, "large"), "ceilings": _ceilings(run)}
+
+
+def _alexnet_totals(case: dict) -> dict:
+    from .workloads import alexnet
+    return {"totals": alexnet.layer_totals(_run("alexnet", case).experiment("ladder"))}
+
+
+def _alexnet_2(case: dict) -> dict:
+    from .workloads import alexnet
+    return {"step": alexnet.STEP[case["step"]] if case["step"] != "E1" else alexnet.EXERCISE,
+            "capacity": case["capacity"]}
+
+
+def _alexnet_3(case: dict) -> dict:
+    from .workloads import alexnet
+    run = _run("alexnet", case)
+    ladder = run.experiment("ladder")
+    return {"main": ladder[ladder["size"] == alexnet.MAIN_N],
+            "fp32_rate": _ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
+
+
+_LANES = list(range(32))
+
+#: Every exercise of the book, in reading order.
+EXERCISES: list[Exercise] = [
+    Exercise("measuring.1", "measuring", "a grid-stride loop", 4, "kernel",
+             "kernels/measuring/03_saxpy_grid_stride.cu", public=({"seed": 0},),
+             hint="With 8 blocks of 256 threads, every element past 2047 needs the loop; "
+                  "the loop's bound must be n itself (i < n)."),
+    Exercise("measuring.2", "measuring", "the bandwidth each variant reaches", 2, "function",
+             "book/measuring/measuring.ipynb", cell="31037b4e", function="bandwidth_fractions",
+             signature="bandwidth_fractions(ladder, ceilings)", public=({},), inputs=_measuring_2,
+             uses_run=True,
+             hint="Use the largest size only; bytes / (median_ms / 1e3) is bytes per second; divide "
+                  "by the measured device-copy bandwidth, which is in GB/s."),
+    Exercise("fcnet.1", "fcnet", "fuse the ReLU into step 1's matrix product", 4, "kernel",
+             "kernels/fcnet/16_exercise_matmul_relu.cu", public=({"seed": 0},),
+             hint="Guard both row < M and col < N, sum over all K, and apply max(C, 0) only when "
+                  "apply_relu is non-zero (the last layer has no ReLU)."),
+    Exercise("fcnet.2", "fcnet", "count the bank conflicts of a fill", 2, "function",
+             "book/fcnet/fcnet.ipynb", cell="619b1bd5", function="ways",
+             signature="ways(vectors, features, row_halves=72)",
+             public=({"vectors": _LANES, "features": [5] * 32},
+                     {"vectors": [i % 8 for i in _LANES], "features": [4 + i // 8 for i in _LANES]}),
+             inputs=_fcnet_2, tolerance=0.0,
+             hint="Two halves share one 4-byte word: count distinct words per bank (word % 32), "
+                  "not lanes, and take the largest count."),
+    Exercise("fcnet.3", "fcnet", "how far from each floor?", 2, "function",
+             "book/fcnet/fcnet.ipynb", cell="de400ff3", function="floor_multiples",
+             signature="floor_multiples(large, ceilings)", public=({},), inputs=_fcnet_3, uses_run=True,
+             hint="Take the fastest row of each precision in the large case; the floors are "
+                  "fcnet.floors_ms(n, tflops=..., gbs=...) with the measured FP32 rate (in TFLOP/s) "
+                  "and bandwidth (GB/s)."),
+    Exercise("alexnet.1a", "alexnet", "four filters per block (the kernel)", 4, "kernel",
+             "kernels/alexnet/exercise_01_four_filters.cu", public=({"seed": 0},),
+             hint="Every filter index m0 + k at or past M must be skipped when reading w, and "
+                  "rows and columns outside the input (the padding) contribute nothing."),
+    Exercise("alexnet.1b", "alexnet", "four filters per block (the speedup)", 1, "function",
+             "book/alexnet/alexnet.ipynb", cell="20e407f9", function="speedup_over_step_2",
+             signature="speedup_over_step_2(totals)", public=({},), inputs=_alexnet_totals, uses_run=True,
+             hint="Step 2's five-layer time at N = 128 divided by step E1's "
+                  "(alexnet.step_ms(totals, ...)); above 1 means E1 is faster."),
+    Exercise("alexnet.2", "alexnet", "how large a batch fits?", 2, "function",
+             "book/alexnet/alexnet.ipynb", cell="4adb18aa", function="largest_batch",
+             signature="largest_batch(step, capacity=80e9)",
+             public=({"step": "07", "capacity": 80e9}, {"step": "13", "capacity": 80e9}),
+             inputs=_alexnet_2, tolerance=0.0,
+             hint="Double N while every layer's alexnet.footprint_bytes(step, layer, N) fits; "
+                  "return the last N that fitted (a power of two)."),
+    Exercise("alexnet.3", "alexnet", "which layer holds step 14 back?", 2, "function",
+             "book/alexnet/alexnet.ipynb", cell="2d08d205", function="step14_fractions",
+             signature="step14_fractions(main, fp32_rate)", public=({},), inputs=_alexnet_3, uses_run=True,
+             hint="Per layer: flops / median_ms is FLOP per ms; the FP32 rate is in GFLOP/s. "
+                  "Key the dict by the layer number (an int)."),
+]
+
+
+def get(exercise_id: str) -> Exercise:
+    for exercise in EXERCISES:
+        if exercise.id == exercise_id:
+            return exercise
+    raise KeyError(f"no exercise '{exercise_id}'; the exercises are: "
+                   f"{', '.join(e.id for e in EXERCISES)}")
+
+
+def table() -> pd.DataFrame:
+    """The exercises as a table (the instructor's page shows it)."""
+    return pd.DataFrame([{"id": e.id, "chapter": e.chapter, "title": e.title, "points": e.points,
+                          "kind": e.kind, "the student edits": e.where,
+                          "public cases": len(e.public), "hidden cases": len(hidden_cases(e))}
+                         for e in EXERCISES])
+
+
+def hidden_cases(exercise: Exercise) -> list[dict]:
+    """The held-out cases (empty in the student copy, which has no hidden_checks module)."""
+    try:
+        hidden = importlib.import_module(".hidden_checks", __package__)
+    except ModuleNotFoundError:
+        return []
+    return list(hidden.HIDDEN.get(exercise.id, ()))
+
+
+# ----------------------------------------------------------------- kernel exercises
+def workload_step(exercise: Exercise, kernel_file: str | Path, case: dict):
+    """The exercise's step with ``kernel_file`` in place of the lab's file."""
+    from .workloads import workload
+    module = workload(exercise.chapter)
+    step = getattr(module, exercise.step)
+    changes = dict(case.get("step", {}))
+    return module, dataclasses.replace(step, file=str(Path(kernel_file).resolve()), **changes)
+
+
+def run_kernel_case(exercise: Exercise, kernel_file: str | Path, case: dict, backend=None) -> pd.DataFrame:
+    """One case of a kernel exercise: the chapter's check table, with a ``passed`` column."""
+    module, step = workload_step(exercise, kernel_file, case)
+    kwargs = {k: v for k, v in case.items() if k != "step"}
+    checks = module.check_steps(backend, steps=[step], **kwargs)
+    if "passed" not in checks:
+        checks = checks.assign(passed=checks["status"] != "FAILED")
+    return checks
+
+
+def is_unsolved(text: str) -> bool:
+    return PLACEHOLDER in text
+
+
+def describe_case(case: dict) -> str:
+    """A public case in words (never used for hidden cases)."""
+    parts = []
+    for key, value in case.items():
+        if key in ("vectors", "features"):
+            value = f"[{', '.join(map(str, value[:4]))}, ...]"
+        parts.append(f"{key}={value}")
+    return ", ".join(parts) or "the recorded run"
+
+
+# ----------------------------------------------------------------- function exercises
+def notebook_cell(notebook: str | Path, cell_id: str, function: str = "") -> str | None:
+    """The source of the cell ``cell_id`` (or, if the student's copy lost that id, of the
+    first code cell defining ``function``), or None."""
+    nb = json.loads(Path(notebook).read_text())
+    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    for cell in cells:
+        if cell.get("id") == cell_id:
+            return _source(cell)
+    if function:
+        for cell in cells:
+            if re.search(rf"^\s*def\s+{re.escape(function)}\s*\(", _source(cell), re.M):
+                return _source(cell)
+    return None
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def namespace(chapter: str) -> dict:
+    """What a chapter notebook's first cell imports: a function cell runs in this."""
+    import gpulab
+    from . import plots, roofline
+    from .workloads import workload
+    ns = {"np": np, "pd": pd, "gpulab": gpulab, "plots": plots, "roofline": roofline,
+          "math": math, "display": print, "__name__": "__exercise__"}
+    ns[MODULE_ALIASES.get(chapter, chapter)] = workload(chapter)
+    return ns
+
+
+def define(exercise: Exercise, source: str, extra: dict | None = None):
+    """Run a function cell's source and return the function it defines (None if it does not).
+    IPython lines (``%magic``, ``!shell``) are dropped."""
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    ns = namespace(exercise.chapter)
+    ns.update(extra or {})
+    exec(compile(code, f"<{exercise.id} cell>", "exec"), ns)  # noqa: S102 -- the student's cell
+    fn = ns.get(exercise.function)
+    return fn if callable(fn) else None
+
+
+def plain(value):
+    """An answer as JSON-like data (dict keys as strings), so answers compare and store."""
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, pd.DataFrame):
+        raise TypeError("return a dict (or a number), not a DataFrame")
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def differences(got, expected, tolerance: float, where: str = "your answer") -> list[str]:
+    """What is wrong with ``got`` against ``expected``, in words (empty when it is right)."""
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return [f"{where} should be a dict with keys {sorted(expected)}, got {type(got).__name__}"]
+        missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        problems = [f"{where} lacks the keys {missing}"] if missing else []
+        problems += [f"{where} has unexpected keys {extra}"] if extra else []
+        for key in expected:
+            if key in got:
+                problems += differences(got[key], expected[key], tolerance, f"{where}[{key!r}]")
+        return problems
+    if isinstance(expected, list):
+        if not isinstance(got, list) or len(got) != len(expected):
+            return [f"{where} should be a list of {len(expected)} items"]
+        return [p for i, (g, e) in enumerate(zip(got, expected))
+                for p in differences(g, e, tolerance, f"{where}[{i}]")]
+    if isinstance(expected, bool) or isinstance(expected, str):
+        if str(got).strip().casefold() != str(expected).strip().casefold():
+            return [f"{where} is {got!r}, expected {expected!r}"]
+        return []
+    if isinstance(expected, (int, float)):
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return [f"{where} should be a number, got {type(got).__name__} {got!r}"]
+        if math.isclose(got, expected, rel_tol=tolerance, abs_tol=1e-12):
+            return []
+        text = f"{where} is {got:.4g}, expected {expected:.4g}"
+        text += f" (within {tolerance:.0%})" if tolerance else " exactly"
+        if expected and got and (ratio := got / expected) > 0:
+            power = math.log10(ratio)
+            if abs(power) >= 2.5 and abs(power - round(power)) < 0.05:
+                text += f": off by a factor of 1e{round(power)} -- check the units (ms vs s, bytes vs GB)"
+            elif math.isclose(got * expected, 1.0, rel_tol=0.05):
+                text += ": this is the reciprocal -- is the ratio upside down?"
+        return [text]
+    if got != expected:
+        return [f"{where} is {got!r}, expected {expected!r}"]
+    return []
+
+
+def solution_function(exercise: Exercise, notebook: Path | None = None):
+    """The instructor's function, from the solution cell of the lab's notebook (None in the
+    student copy, where that cell holds only the placeholder)."""
+    source = notebook_cell(notebook or paths.REPO / exercise.file, exercise.cell)
+    if source is None or "BEGIN SOLUTION" not in source:
+        return None
+    return define(exercise, source)
+
+
+def _run_id(exercise: Exercise) -> str | None:
+    """Which recorded run a function exercise's public answers come from (None: no run)."""
+    if not exercise.uses_run:
+        return None
+    from .runs import load_run
+    run = load_run(exercise.chapter)
+    return f"{run.gpu}, recorded {run.meta['date']}"
+
+
+def expected_answers(exercise: Exercise) -> list:
+    """The right answers to the public cases: from the solution cell when this is the
+    instructor's copy, else from the answers the student export stored."""
+    solution = solution_function(exercise)
+    if solution is not None:
+        return [plain(solution(**exercise.inputs(case))) for case in exercise.public]
+    stored_path = paths.REPO / EXPECTED_FILE
+    if not stored_path.is_file():
+        raise GpulabError(f"no solution for {exercise.id} in {exercise.file} and no stored answers in "
+                          f"{EXPECTED_FILE}: make the student copy with `python -m gpulab student DEST`")
+    stored = json.loads(stored_path.read_text()).get(exercise.id)
+    if stored is None:
+        raise GpulabError(f"{EXPECTED_FILE} has no answers for {exercise.id}; re-make the student copy")
+    run_id = _run_id(exercise)
+    if stored["run"] != run_id:
+        raise GpulabError(f"{exercise.id}: the stored answers are for the run on {stored['run']}, but this "
+                          f"copy's recorded run is on {run_id}; re-make the student copy")
+    return stored["answers"]
+
+
+def store_expected_answers(dest_root: Path) -> Path:
+    """Write the public answers of every function exercise into a student copy."""
+    answers = {e.id: {"run": _run_id(e), "answers": expected_answers(e)}
+               for e in EXERCISES if e.kind == "function"}
+    path = Path(dest_root) / EXPECTED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+# ----------------------------------------------------------------- the book's check cells
+class Passed:
+    """What a check cell shows when the answer is right."""
+
+    def __init__(self, exercise: Exercise, lines: list[str], details: pd.DataFrame | None = None):
+        self.exercise, self.lines, self.details = exercise, lines, details
+
+    def __repr__(self) -> str:
+        text = "\n".join([f"Exercise {self.exercise.id} ({self.exercise.title}): correct"] + self.lines)
+        if self.details is not None:
+            text += "\n" + self.details.to_string(index=False)
+        return text
+
+    def _repr_html_(self) -> str:
+        body = "<br>".join(self.lines)
+        table = "" if self.details is None else self.details.to_html(index=False)
+        return (f"<p style='color:green'>&#10004; Exercise {self.exercise.id} "
+                f"({self.exercise.title}): correct</p><p>{body}</p>{table}")
+
+
+def not_solved(exercise: Exercise) -> ExerciseNotSolved:
+    return ExerciseNotSolved(f"Exercise {exercise.id} ({exercise.title}): exercise not solved yet -- "
+                             f"write your answer in {exercise.where}, then run this cell again.")
+
+
+def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Passed:
+    """The public check of one exercise, as the book's check cell runs it.
+
+    Kernel exercises compile the lab's copy of the kernel file and run the chapter's
+    check on it (on the CPU backend with bounds checking on); function exercises call
+    the function the notebook defined (pass ``globals()``) on the public inputs. A right
+    answer returns a summary; a missing one raises :class:`ExerciseNotSolved`, a wrong
+    one :class:`ExerciseFailed` saying what is wrong."""
+    exercise = get(exercise_id)
+    if exercise.kind == "kernel":
+        return _check_kernel(exercise, backend)
+    if namespace is None:
+        raise TypeError(f"check('{exercise_id}', globals()): a function exercise needs the notebook's names")
+    fn = namespace.get(exercise.function)
+    if not callable(fn):
+        raise not_solved(exercise)
+    problems, lines = [], []
+    for case, expected in zip(exercise.public, expected_answers(exercise)):
+        got = plain(fn(**exercise.inputs(case)))
+        if got is None:         # the student copy's skeleton: a docstring and the placeholder
+            raise not_solved(exercise)
+        wrong = differences(got, expected, exercise.tolerance)
+        label = describe_case(case)
+        if wrong:
+            problems += [f"  on {label}: {p}" for p in wrong]
+        else:
+            lines.append(f"on {label}: {got!r}" if len(repr(got)) < 200 else f"on {label}: ok")
+    if problems:
+        raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): not yet right.\n"
+                             + "\n".join(problems) + (f"\nHint: {exercise.hint}" if exercise.hint else ""))
+    return Passed(exercise, lines)
+
+
+def _check_kernel(exercise: Exercise, backend=None) -> Passed:
+    from .kernels import get_backend
+    be = get_backend(backend)
+    path = paths.REPO / exercise.file
+    tables = []
+    with bounds_checking(be.name):
+        for case in exercise.public:
+            tables.append(run_kernel_case(exercise, path, case, be))
+    checks = pd.concat(tables, ignore_index=True)
+    if not checks["passed"].all():
+        if is_unsolved(path.read_text()):
+            raise not_solved(exercise)
+        failed = checks[~checks["passed"]]
+        raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): {len(failed)} of {len(checks)} "
+                             f"checks disagree with the float64 reference:\n{failed.to_string(index=False)}"
+                             + (f"\nHint: {exercise.hint}" if exercise.hint else ""))
+    return Passed(exercise, [f"{len(checks)} checks against the float64 reference on the {be.name} backend"
+                             + (" with bounds checking" if be.name == "cpu" else "")], checks)
+
+
+def bounds_checking(backend_name: str, **extra):
+    """The CPU backend's checking modes for exercise checks (bounds always on); a no-op on
+    the GPU. Only the options this version of the CPU backend knows are passed."""
+    import contextlib
+    if backend_name != "cpu":
+        return contextlib.nullcontext()
+    from . import cpu
+    accepted = inspect.signature(cpu.checking).parameters
+    options = {k: v for k, v in {"bounds": True, **extra}.items() if k in accepted}
+    return cpu.checking(**options)

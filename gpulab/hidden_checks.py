@@ -1,0 +1,46 @@
+"""Hidden checks: the held-out cases the grader runs besides each exercise's public ones.
+
+Instructors only: ``python -m gpulab student`` leaves this file out, and the grader's
+feedback names a hidden check only by its number and the kind of failure, never its
+inputs. Keys are exercise ids (see :data:`gpulab.exercises.EXERCISES`); each case has
+the form of that exercise's public cases (kernel exercises: the keyword arguments of
+the chapter's ``check_steps``, plus ``"step"`` for launch changes; function exercises:
+what the exercise's ``inputs`` builder reads, with ``"perturb": seed`` for a copy of
+the recorded run whose times are scaled by seeded random factors).
+"""
+from .workloads.alexnet import Layer
+
+HIDDEN = {
+    "measuring.1": (
+        {"sizes": [2048, 2049, 65_537, 300_007], "seed": 7103},
+        {"sizes": [5000, 123_457], "seed": 7211, "step": {"fixed_grid": 3}},
+        {"sizes": [17, 4096], "seed": 7307, "step": {"fixed_grid": 1}},
+    ),
+    "fcnet.1": (
+        {"sizes": (1, 17, 4111), "seed": 9151},
+        {"sizes": (257,), "seed": 9203},
+    ),
+    "alexnet.1a": (
+        {"layers": [Layer(1, C=2, H=23, W=19, M=5, R=5, S=3, U=2, P=1),
+                    Layer(2, C=3, H=9, W=9, M=6, R=3, S=3, U=1, P=1),
+                    Layer(3, C=1, H=6, W=7, M=3, R=1, S=1, U=1, P=0)], "N": 3, "seed": 8111},
+        {"layers": [Layer(4, C=5, H=11, W=11, M=9, R=5, S=5, U=1, P=2)], "N": 1, "seed": 8219},
+    ),
+    "measuring.2": ({"perturb": 6101}, {"perturb": 6203}),
+    "fcnet.2": (
+        {"random": 5101},
+        {"random": 5209, "row_halves": 64},
+        {"vectors": [0] * 32, "features": list(range(32))},
+        {"vectors": [i // 4 for i in range(32)], "features": [i % 4 for i in range(32)], "row_halves": 40},
+        {"vectors": list(range(32)), "features": [0] * 32, "row_halves": 64},
+    ),
+    "fcnet.3": ({"perturb": 6301}, {"perturb": 6407}),
+    "alexnet.1b": ({"perturb": 6511}, {"perturb": 6607}),
+    "alexnet.2": (
+        {"step": "01", "capacity": 16e9},
+        {"step": "09", "capacity": 24e9},
+        {"step": "14", "capacity": 40e9},
+        {"step": "07", "capacity": 8e9},
+    ),
+    "alexnet.3": ({"perturb": 6701}, {"perturb": 6803}),
+}

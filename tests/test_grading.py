@@ -1,0 +1,117 @@
+"""The grader: the lab's own answers pass, every known-wrong answer is rejected, and the
+three sample submissions get the expected grades without their feedback revealing any
+hidden check. Instructors only (the student export leaves this file out)."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from gpulab import exercises, grading, hidden_checks, paths
+from gpulab.exercises import EXERCISES
+
+FIXTURES = Path(__file__).parent / "fixtures" / "grading"
+WRONG = FIXTURES / "wrong"
+
+
+def submission(exercise, text: str, root: Path) -> Path:
+    """A submission folder holding only ``text`` as the exercise's file (or cell)."""
+    target = root / exercise.file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if exercise.kind == "kernel":
+        target.write_text(text)
+    else:
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell(text)
+        cell["id"] = exercise.cell
+        nb.cells.append(cell)
+        target.write_text(nbformat.writes(nb))
+    return root
+
+
+def evaluate(exercise, text: str, tmp_path: Path) -> dict:
+    """Grade one answer in this process (no time limit: no fixture here hangs)."""
+    result = tmp_path / "result.json"
+    grading.evaluate(exercise.id, submission(exercise, text, tmp_path / "sub"), result)
+    return grading._summarise(exercise, json.loads(result.read_text()), 0, False, 0, "", 0)
+
+
+def solution_text(exercise) -> str:
+    if exercise.kind == "kernel":
+        return (paths.REPO / exercise.file).read_text()
+    return exercises.notebook_cell(paths.REPO / exercise.file, exercise.cell)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_the_lab_answer_passes_every_check(exercise, tmp_path):
+    assert exercises.hidden_cases(exercise), f"{exercise.id} has no hidden checks"
+    row = evaluate(exercise, solution_text(exercise), tmp_path)
+    assert (row["status"], row["points"]) == ("passed", exercise.points), row["message"]
+    total = len(exercise.public) + len(exercises.hidden_cases(exercise))
+    assert row["passed_checks"] == row["total_checks"] == total
+
+
+def test_every_exercise_has_known_wrong_answers():
+    for exercise in EXERCISES:
+        suffix = ".cu" if exercise.kind == "kernel" else ".py"
+        assert len(list((WRONG / exercise.id).glob(f"*{suffix}"))) >= 2, exercise.id
+    assert {p.name for p in WRONG.iterdir()} == {e.id for e in EXERCISES}
+
+
+WRONG_ANSWERS = sorted(p for p in WRONG.glob("*/*") if p.suffix in (".cu", ".py"))
+
+
+@pytest.mark.parametrize("path", WRONG_ANSWERS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_checks_reject_a_known_wrong_answer(path, tmp_path):
+    exercise = exercises.get(path.parent.name)
+    text = path.read_text()
+    head = text.splitlines()[:3]
+    assert re.match(r"^(//|#) WRONG: ", head[0]), f"{path} must open with a comment saying what is wrong"
+    hidden_only = any("rejected by: hidden" in line for line in head)
+    row = evaluate(exercise, text, tmp_path)
+    assert row["points"] == 0 and row["status"] != "passed"
+    hidden = [c for c in row["checks"] if c["hidden"]]
+    public = [c for c in row["checks"] if not c["hidden"]]
+    assert any(c["status"] != "passed" for c in hidden), "the hidden checks let this wrong answer pass"
+    if not hidden_only:
+        assert any(c["status"] != "passed" for c in public), "the public check lets this wrong answer pass"
+
+
+def _hidden_inputs() -> set[str]:
+    """Numbers that appear only in hidden cases (seeds and sizes), as text."""
+    public = set()
+    for exercise in EXERCISES:
+        public |= set(re.findall(r"\d{3,}", repr(exercise.public)))
+    found = set(re.findall(r"\d{3,}", repr(hidden_checks.HIDDEN)))
+    return found - public
+
+
+def test_sample_submissions_get_the_expected_grades(tmp_path):
+    out = tmp_path / "grades.csv"
+    result = subprocess.run([sys.executable, "-m", "gpulab", "grade", str(FIXTURES / "submissions"),
+                             "--out", str(out), "--time-limit", "20", "--jobs", "2"],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    grades = pd.read_csv(out)
+    expected = pd.read_csv(FIXTURES / "expected_grades.csv")
+    got = grades.set_index(["student", "exercise"])[["points", "status"]].sort_index()
+    want = expected.set_index(["student", "exercise"])[["points", "status"]].sort_index()
+    pd.testing.assert_frame_equal(got, want)
+    assert grades.groupby("student")["points"].sum().to_dict() == {"ada": 23, "ben": 14, "cy": 2}
+    # Every failure says why; the feedback and the grades never show a hidden input.
+    assert grades.loc[grades["status"] != "passed", "message"].str.len().gt(0).all()
+    hidden = _hidden_inputs()
+    assert hidden
+    texts = {p.name: p.read_text() for p in (tmp_path / "grades-feedback").glob("*.md")}
+    assert sorted(texts) == ["ada.md", "ben.md", "cy.md"]
+    texts["grades.csv"] = out.read_text()
+    for name, text in texts.items():
+        leaked = {number for number in hidden if re.search(rf"(?<![\d.]){number}(?![\d])", text)}
+        assert not leaked, f"{name} shows hidden inputs {leaked}"
+        assert "hidden_checks" not in text and "perturb" not in text
+    assert "out-of-bounds read of argument 'w'" in texts["cy.md"]
+    assert "time limit of 20 s" in texts["cy.md"]
