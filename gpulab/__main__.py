@@ -29,6 +29,14 @@ def main(argv=None) -> int:
     grade.add_argument("--exercise", action="append", help="grade only this exercise (repeatable)")
     grade.add_argument("--jobs", type=int, default=None, help="exercises graded at once")
     sub.add_parser("exercises", help="list the exercises (id, chapter, points, what the student edits)")
+    site = sub.add_parser("site", help="build the book's website: the student version (no solution) unless "
+                                       "--solutions; into _build/student/html or _build/solutions/html")
+    site.add_argument("--solutions", action="store_true", help="the instructors' site, with solutions")
+    site.add_argument("--repository", default=None,
+                      help="the repository's URL, for launch (Colab) and repository buttons; without it, none")
+    site.add_argument("--branch", default=None, help="the branch the Colab buttons open (default: main)")
+    site.add_argument("--no-execute", action="store_true", help="do not run the notebooks (a quick look)")
+    site.add_argument("--lenient", action="store_true", help="do not treat warnings as errors")
     args = parser.parse_args(argv)
 
     if args.command == "grade":
@@ -38,6 +46,11 @@ def main(argv=None) -> int:
         totals = grades.groupby("student")[["points", "max_points"]].sum()
         print(totals.to_string())
         print(f"grades: {args.out}")
+        return 0
+    if args.command == "site":
+        from .site import build
+        html = build(args.solutions, args.repository, args.branch, not args.no_execute, not args.lenient)
+        print(f"{'instructors' if args.solutions else 'student'} site: {html}/index.html")
         return 0
     if args.command == "exercises":
         from .exercises import table

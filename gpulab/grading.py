@@ -53,6 +53,8 @@ def classify(error: BaseException) -> str:
     if isinstance(error, KernelCompileError):
         return "compile error"
     if isinstance(error, KernelLaunchError):
+        if "time limit" in text:
+            return "time limit"
         if "out-of-bounds" in text or "out of bounds" in text or "invalid memory" in text:
             return "out of bounds"
         if "barrier" in text or "race" in text or "__syncthreads" in text:
@@ -61,6 +63,7 @@ def classify(error: BaseException) -> str:
 
 
 _HIDDEN_WORDS = {"wrong": "wrong result", "crashed": "crashed", "out of bounds": "out-of-bounds access",
+                 "time limit": "time limit exceeded",
                  "barrier or race": "barrier or race failure", "not solved": "not solved"}
 
 

@@ -1,0 +1,166 @@
+"""The built website, as a reader's browser sees it: every page loaded in headless Chromium
+(Debian's ``chromium`` and ``chromium-driver``), its figures loaded, its math rendered by
+the MathJax served with the site, its internal links pointing at pages and anchors that
+exist, nothing loaded from another host; the search finds a chapter term; and no page,
+download or search index shows a solution.
+
+It needs a built site: CI builds the student site (``python -m gpulab site``) and runs
+``GPULAB_SITE=_build/student/html python -m pytest tests/test_site.py``. Without
+``GPULAB_SITE`` these tests are skipped.
+"""
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+
+from gpulab.student import find_solutions
+
+SITE = os.environ.get("GPULAB_SITE")
+pytestmark = pytest.mark.skipif(not SITE, reason="set GPULAB_SITE to a built site (CI does)")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+#: Generated pages without chapter content.
+SKIP_PAGES = {"genindex.html", "search.html"}
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    path = Path(SITE).resolve()
+    assert (path / "index.html").is_file(), f"{path} holds no built site"
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail("the browser test needs Debian's chromium and chromium-driver "
+                    "(apt-get install -y chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html")
+                  if not p.relative_to(site).parts[0].startswith("_") and p.name not in SKIP_PAGES)
+
+
+_STATE = """
+const done = arguments[arguments.length - 1];
+const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
+ready.then(() => {
+  const images = Array.from(document.images);
+  const math = Array.from(document.querySelectorAll('.math'));
+  done({
+    images: images.length,
+    broken: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+    math: math.length,
+    unrendered: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 60)),
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    external: Array.from(document.querySelectorAll('script[src], link[href], img[src]'))
+      .map(e => e.src || e.href).filter(u => u && !u.startsWith(location.origin)),
+  });
+}).catch(e => done({error: String(e)}));
+"""
+
+
+def test_every_page_loads_with_figures_math_and_working_links(site, server, browser):
+    browser.set_script_timeout(60)
+    visited = pages(site)
+    assert len(visited) >= 5
+    links, problems = set(), []
+    images = math = 0
+    for page in visited:
+        relative = page.relative_to(site).as_posix()
+        browser.get(urljoin(server, relative))
+        state = browser.execute_async_script(_STATE)
+        if "error" in state:
+            problems.append(f"{relative}: MathJax failed: {state['error']}")
+            continue
+        images += state["images"]
+        math += state["math"]
+        problems += [f"{relative}: figure did not load: {src}" for src in state["broken"]]
+        problems += [f"{relative}: math not rendered: {text!r}" for text in state["unrendered"]]
+        problems += [f"{relative}: loads from another host: {url}" for url in state["external"]]
+        links |= {link for link in state["links"] if link.startswith(server)}
+    for link in sorted(links):
+        problem = _broken(site, server, link)
+        if problem:
+            problems.append(problem)
+    assert not problems, "\n".join(problems)
+    assert images >= 10, "the chapters' figures are missing"
+    assert math >= 10, "no math on the pages: is MathJax configured?"
+
+
+def _broken(site: Path, server: str, link: str) -> str | None:
+    parts = urlsplit(link)
+    path = site / unquote(parts.path[len(urlsplit(server).path):])
+    if path.is_dir():
+        path = path / "index.html"
+    if not path.is_file():
+        return f"broken internal link: {link}"
+    if parts.fragment and path.suffix == ".html":
+        ids = set(re.findall(r'\bid="([^"]+)"', path.read_text(errors="replace")))
+        if unquote(parts.fragment) not in ids:
+            return f"link to a missing anchor: {link}"
+    return None
+
+
+@pytest.mark.parametrize("term", ["roofline", "SAXPY"])
+def test_search_finds_a_chapter_term(server, browser, term):
+    from selenium.webdriver.support.ui import WebDriverWait
+    browser.get(urljoin(server, f"search.html?q={term}"))
+    found = WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length"))
+    assert found > 0
+
+
+def test_no_solution_in_the_student_site(site):
+    marker = site / "gpulab-site.json"
+    if marker.is_file() and json.loads(marker.read_text())["kind"] == "solutions":
+        pytest.skip("the instructors' site shows the solutions on purpose")
+    assert find_solutions(site) == []
+
+
+def test_student_site_says_not_solved_under_each_exercise(site):
+    from gpulab.exercises import EXERCISES
+    marker = site / "gpulab-site.json"
+    if marker.is_file() and json.loads(marker.read_text())["kind"] == "solutions":
+        pytest.skip("the instructors' site has the exercises solved")
+    for chapter in sorted({e.chapter for e in EXERCISES}):
+        page = site / "book" / chapter / f"{chapter}.html"
+        text = page.read_text()
+        count = text.count("exercise not solved yet")
+        assert count == sum(e.chapter == chapter for e in EXERCISES), page
+        assert "Traceback" not in text, f"{page} shows a traceback"

@@ -1,0 +1,47 @@
+"""How the site is configured: launch buttons only with a repository URL, which the build
+writes into the Colab set-up cell (no URL invented, none to edit by hand)."""
+import json
+import shutil
+
+import yaml
+
+from gpulab import paths, site
+
+
+def _copy(tmp_path):
+    src = tmp_path / "src"
+    (src / "book" / "fcnet").mkdir(parents=True)
+    shutil.copy(paths.REPO / "_config.yml", src / "_config.yml")
+    shutil.copy(paths.REPO / "book/fcnet/fcnet.ipynb", src / "book/fcnet/fcnet.ipynb")
+    return src
+
+
+def test_a_local_build_has_no_launch_buttons(tmp_path):
+    src = _copy(tmp_path)
+    site.configure(src, repository=None, branch=None, execute=True)
+    config = yaml.safe_load((src / "_config.yml").read_text())
+    assert not config.get("launch_buttons", {}).get("colab_url")
+    assert not config.get("html", {}).get("use_repository_button")
+    assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]      # math without a CDN
+    cells = json.loads((src / "book/fcnet/fcnet.ipynb").read_text())["cells"]
+    assert all(c.get("id") != site.COLAB_CELL_ID for c in cells)
+
+
+def test_the_repository_url_goes_into_buttons_and_the_colab_cell(tmp_path):
+    src = _copy(tmp_path)
+    url = "https://github.com/someone/their-fork"
+    site.configure(src, repository=url + ".git", branch="student", execute=False)
+    config = yaml.safe_load((src / "_config.yml").read_text())
+    assert config["repository"] == {"url": url, "branch": "student", "path_to_book": ""}
+    assert config["launch_buttons"]["colab_url"] == site.COLAB_URL
+    assert config["execute"]["execute_notebooks"] == "off"
+    site.add_colab_cell(src / "book/fcnet/fcnet.ipynb", url, "student")          # a second time: still one
+    cells = json.loads((src / "book/fcnet/fcnet.ipynb").read_text())["cells"]
+    setup = [c for c in cells if c.get("id") == site.COLAB_CELL_ID]
+    assert len(setup) == 1 and cells[1] is not None and cells[1]["id"] == site.COLAB_CELL_ID
+    source = "".join(setup[0]["source"])
+    assert url in source and "'student'" in source and "/content/gpulab/book/fcnet" in source
+    assert setup[0]["metadata"]["tags"] == ["remove-cell"]
+    namespace = {}
+    exec(compile(source, "colab-setup", "exec"), namespace)      # off Colab it does nothing
+    assert "subprocess" not in namespace
