@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 
 from .errors import CheckFailed
 
@@ -106,3 +107,24 @@ def _array_module(*arrays):
             import cupy
             return cupy
     return np
+
+
+class CheckTable(pd.DataFrame):
+    """A table of check results: a DataFrame (filter it, assert on it) that a
+    notebook shows with a caption saying where the checks ran (live, on which
+    backend or GPU)."""
+
+    _metadata = ["caption"]
+
+    def __init__(self, *args, caption: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.caption = caption
+
+    @property
+    def _constructor(self):
+        return CheckTable
+
+    def _repr_html_(self):
+        floats = [c for c in self.columns if pd.api.types.is_float_dtype(self[c])]
+        return (self.style.format({c: "{:.3g}" for c in floats}, na_rep="")
+                .set_caption(f"checked against the float64 reference; {self.caption}")._repr_html_())

@@ -30,6 +30,8 @@ SECTOR_BYTES = 32          # the unit in which L1/L2 move device memory
 CACHE_LINE_BYTES = 128     # four sectors
 MAX_THREADS_PER_BLOCK = 1024
 DEFAULT_SHARED_PER_BLOCK_KIB = 48   # without cudaFuncAttributeMaxDynamicSharedMemorySize
+REGISTER_ALLOCATION_UNIT = 256      # registers are given to a warp in units of 256 (8 per thread)
+SHARED_RESERVED_PER_BLOCK = 1024    # bytes the system keeps per resident block (compute capability >= 8.0)
 
 
 @dataclass(frozen=True)
@@ -45,16 +47,42 @@ class Architecture:
     shared_per_sm_kib: int           # the unified L1/shared array's largest shared carve-out
     shared_per_block_kib: int        # with the opt-in attribute
     fp32_lanes_per_sm: int           # FP32 FMA units: one FMA (2 FLOPs) each per clock
-    source: str = PROGRAMMING_GUIDE
+    l1_and_shared_per_sm_kib: int    # the on-chip array split between L1 cache and shared memory
+    source: str = PROGRAMMING_GUIDE + "; the architecture's tuning guide for the L1/shared array"
+
+    def blocks_per_sm(self, threads: int, registers_per_thread: int, shared_bytes: int = 0) -> dict:
+        """How many blocks of ``threads`` threads fit on one SM at once, and what
+        limits it: each of the four limits (warps, registers, shared memory, the
+        block count) as a number of blocks, and ``blocks`` = the smallest. The
+        same arithmetic as CUDA's occupancy calculator, without a GPU."""
+        if not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+            raise ValueError(f"threads must be 1 to {MAX_THREADS_PER_BLOCK}, got {threads}")
+        if not 0 < registers_per_thread <= self.max_registers_per_thread:
+            raise ValueError(f"registers_per_thread must be 1 to {self.max_registers_per_thread}, "
+                             f"got {registers_per_thread}")
+        warps = -(-threads // WARP_SIZE)
+        per_warp = -(-registers_per_thread * WARP_SIZE // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+        reserved = SHARED_RESERVED_PER_BLOCK if float(self.compute_capability) >= 8.0 else 0
+        limits = {"warps": self.max_warps_per_sm // warps,
+                  "registers": self.registers_per_sm // (warps * per_warp),
+                  "shared memory": (self.shared_per_sm_kib * 1024 // (shared_bytes + reserved)
+                                    if shared_bytes else self.max_blocks_per_sm),
+                  "blocks": self.max_blocks_per_sm}
+        if shared_bytes > self.shared_per_block_kib * 1024:
+            limits["shared memory"] = 0
+        blocks = min(limits.values())
+        return {"blocks": blocks, "warps": blocks * warps, "occupancy": blocks * warps / self.max_warps_per_sm,
+                "limited_by": [k for k, v in limits.items() if v == blocks], **{f"by_{k.replace(' ', '_')}": v
+                                                                                 for k, v in limits.items()}}
 
 
 ARCHITECTURES = {a.compute_capability: a for a in [
-    Architecture("7.0", "Volta", 65536, 255, 64, 32, 96, 96, 64),
-    Architecture("7.5", "Turing", 65536, 255, 32, 16, 64, 64, 64),
-    Architecture("8.0", "Ampere (A100)", 65536, 255, 64, 32, 164, 163, 64),
-    Architecture("8.6", "Ampere (GA10x)", 65536, 255, 48, 16, 100, 99, 128),
-    Architecture("8.9", "Ada Lovelace", 65536, 255, 48, 24, 100, 99, 128),
-    Architecture("9.0", "Hopper", 65536, 255, 64, 32, 228, 227, 128),
+    Architecture("7.0", "Volta", 65536, 255, 64, 32, 96, 96, 64, 128),
+    Architecture("7.5", "Turing", 65536, 255, 32, 16, 64, 64, 64, 96),
+    Architecture("8.0", "Ampere (A100)", 65536, 255, 64, 32, 164, 163, 64, 192),
+    Architecture("8.6", "Ampere (GA10x)", 65536, 255, 48, 16, 100, 99, 128, 128),
+    Architecture("8.9", "Ada Lovelace", 65536, 255, 48, 24, 100, 99, 128, 128),
+    Architecture("9.0", "Hopper", 65536, 255, 64, 32, 228, 227, 128, 256),
 ]}
 
 

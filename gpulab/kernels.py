@@ -42,6 +42,16 @@ class Backend:
         self.name = name
 
     @property
+    def caption(self) -> str:
+        """Where a table or figure computed in this process came from, for its
+        caption: live on this GPU, or live on the CPU backend (correctness only)."""
+        if self.name == "gpu":
+            from .device import describe
+            info = describe()
+            return f"computed live on {info['gpu']} (CuPy {info['cupy']}, CUDA {info['cuda_runtime']})"
+        return "computed live on the CPU backend (g++; correctness only, no GPU timings)"
+
+    @property
     def xp(self):
         """The array module: cupy on the GPU, numpy on the CPU."""
         if self.name == "gpu":

@@ -213,3 +213,50 @@ def profile_bars(table: pd.DataFrame, metrics, *, title: str, caption: str | Non
 def _is_vendor(name) -> bool:
     text = str(name).lower()
     return any(k in text for k in ("cublas", "cudnn", "cupy", "vendor"))
+
+
+def memory_hierarchy(facts: dict, *, title: str, caption: str | None = None):
+    """The memory hierarchy of one GPU as boxes, fastest and smallest at the top:
+    registers and L1/shared memory inside each SM, the L2 all SMs share, device
+    memory. ``facts`` is :func:`gpulab.datasheet.h100` (or the same keys for
+    another GPU); every number in the figure comes from it."""
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(8, 6.4))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    ax.axis("off")
+
+    def box(x, y, w, h, color, text, size=9, weight="normal"):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.4,rounding_size=1.5",
+                                    fc=color, ec="#333333", lw=1))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, fontweight=weight,
+                wrap=True)
+
+    # One SM drawn in full, the others as a stack behind it.
+    for shift in (4, 2):
+        ax.add_patch(FancyBboxPatch((6 + shift, 48 + shift), 66, 46, boxstyle="round,pad=0.4,rounding_size=1.5",
+                                    fc="#EEEEEE", ec="#999999", lw=0.8))
+    ax.add_patch(FancyBboxPatch((6, 48), 66, 46, boxstyle="round,pad=0.4,rounding_size=1.5",
+                                fc="#F7F7F7", ec="#333333", lw=1.2))
+    ax.text(8, 91, f"one SM (of {facts['sms']}): up to {facts['max_warps_per_sm']} warps of "
+            f"{facts['warp_size']} threads, {facts['fp32_lanes_per_sm']} FP32 lanes",
+            fontsize=9, fontweight="bold", va="top")
+    box(9, 71, 60, 12, "#C6DBEF",
+        f"registers: {facts['registers_per_sm']:,} x 32 bit per SM ({facts['register_file_kib_per_sm']} KiB),\n"
+        f"at most {facts['max_registers_per_thread']} per thread; private to each thread")
+    box(9, 52, 60, 13, "#FDD0A2",
+        f"L1 cache + shared memory: {facts['l1_and_shared_per_sm_kib']} KiB per SM\n"
+        f"shared: up to {facts['shared_per_sm_kib']} KiB per SM, {facts['shared_per_block_kib']} KiB per block "
+        f"(opt-in; {facts['default_shared_per_block_kib']} by default),\n"
+        f"{facts['shared_banks']} banks of {facts['bank_bytes']} bytes; shared by one block's threads")
+    box(6, 28, 66, 11, "#C7E9C0", f"L2 cache: {facts['l2_mb']:g} MB, shared by all {facts['sms']} SMs", size=10)
+    box(6, 6, 66, 13, "#D9D9D9",
+        f"device memory (HBM): {facts['memory_gb']:g} GB, {facts['memory_gbs']:,.0f} GB/s\n"
+        f"read and written in {facts['sector_bytes']}-byte sectors", size=10)
+    for y0, y1 in ((47, 40), (27, 20)):
+        ax.annotate("", xy=(39, y1), xytext=(39, y0), arrowprops=dict(arrowstyle="<->", color="#333333"))
+    ax.annotate("", xy=(90, 92), xytext=(90, 8), arrowprops=dict(arrowstyle="->", color="#555555", lw=1.5))
+    ax.text(92, 50, "closer to the threads:\nsmaller, faster,\nmore private", rotation=90, va="center",
+            ha="left", fontsize=8.5, color="#555555")
+    return _finish(fig, ax, title, caption)

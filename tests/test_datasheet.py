@@ -31,3 +31,20 @@ def test_lookup_and_the_roofline_view_agree():
 
 def test_cpu_backend_allows_what_an_h100_block_may_have():
     assert MAX_SHARED_BYTES == 227 * 1024
+
+
+def test_blocks_per_sm_agrees_with_the_occupancy_the_h100_reported():
+    # The recorded fcnet run's resource table came from CUDA's occupancy calculator on the H100.
+    import gpulab
+    from gpulab.workloads import fcnet
+    hopper = datasheet.architecture("9.0")
+    resources = gpulab.load_run(fcnet.CHAPTER).tables["resources"]
+    for row in resources.itertuples():
+        shared = int(row.static_shared_bytes) + int(row.dynamic_shared_bytes)
+        fit = hopper.blocks_per_sm(int(row.threads_per_block), int(row.registers), shared)
+        assert fit["blocks"] == row.blocks_per_sm, row.kernel
+    step4 = hopper.blocks_per_sm(256, 44, 39040)
+    assert step4["blocks"] == 5 and set(step4["limited_by"]) == {"registers", "shared memory"}
+    assert hopper.blocks_per_sm(256, 24)["limited_by"] == ["warps"]
+    with pytest.raises(ValueError, match="threads must be"):
+        hopper.blocks_per_sm(2048, 32)

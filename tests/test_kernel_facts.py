@@ -9,6 +9,7 @@ import pytest
 
 import gpulab
 from gpulab import datasheet, paths
+from gpulab.access import bank_passes, sectors
 from gpulab.workloads import fcnet
 
 
@@ -35,13 +36,7 @@ def defines(step_file: str) -> dict[str, int]:
 
 
 def passes(word_addresses) -> int:
-    """Shared-memory passes one warp-wide access needs: the most distinct 4-byte
-    words any one bank is asked for (equal addresses are one word: a broadcast)."""
-    words = {int(w) for w in word_addresses}
-    per_bank: dict[int, int] = {}
-    for word in words:
-        per_bank[word % datasheet.SHARED_BANKS] = per_bank.get(word % datasheet.SHARED_BANKS, 0) + 1
-    return max(per_bank.values())
+    return int(bank_passes(word_addresses)[0])
 
 
 def warp_lanes(block) -> list[tuple[int, int]]:
@@ -82,9 +77,8 @@ def test_step_1_warp_reads_16_floats_in_two_sectors():
     rows = {y for _, y in lanes}
     assert (len(columns), len(rows)) == (16, 2)
     n = 4096
-    x_words = [k * n + col for col in columns for k in (3,)]
-    sectors = {4 * w // datasheet.SECTOR_BYTES for w in x_words}
-    assert len(sectors) == 2
+    x_bytes = [4 * (3 * n + col) for col, _ in lanes]   # row k = 3 of X, both rows of threads
+    assert sectors(x_bytes)[0] == 2
     assert "16 consecutive floats" in opening_comment("fcnet/01_matmul_relu.cu")
     recorded = gpulab.load_run(fcnet.CHAPTER).tables["profile"]
     assert recorded.query("step == 1 and kernel == 'matmul'")["sectors_per_request"].eq(2.0).all()

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..check import check, compare
+from ..check import CheckTable, check, compare
 from ..errors import CheckFailed, KernelCompileError
 from ..kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
 from . import alexnet_tc
@@ -553,7 +553,7 @@ def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N
                              name=f"{step.kernels[0]} {layer.name}")
             rows.append({**row, "rel_error": result.rel_error, "unwritten": result.unwritten,
                          "status": "ok" if result.passed else "FAILED", "note": ""})
-    return pd.DataFrame(rows)
+    return CheckTable(rows, caption=be.caption)
 
 
 def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..check import compare
+from ..check import CheckTable, compare
 from ..kernels import Backend, Kernel, get_backend, load_module
 
 CHAPTER = "fcnet"
@@ -367,7 +367,7 @@ def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, seed: int = 0) -> p
             rows.append({**row, "rel_error": result.rel_error, "vs_fp32": vs32,
                          "tolerance": result.tolerance, "unwritten": result.unwritten,
                          "passed": result.passed, "note": ""})
-    return pd.DataFrame(rows)
+    return CheckTable(rows, caption=be.caption)
 
 
 # ----------------------------------------------------------------- reading the recorded run
@@ -441,25 +441,32 @@ def tiles_per_block(run, step_: Step, case: str) -> float:
     return tiles / min(tiles, resident)
 
 
-def profile_table(run) -> pd.DataFrame:
-    """The run's Nsight Compute figures; a live run on a machine without a
-    usable ``ncu`` has none, and then the recorded H100 run's are used (say so)."""
+def profile_run(run):
+    """The run whose Nsight Compute figures the chapter shows: ``run`` itself,
+    or, for a live run on a machine without a usable ``ncu``, the recorded one."""
     if "profile" in run.tables:
-        return run.tables["profile"]
+        return run
     from ..runs import load_run
-    recorded = load_run(CHAPTER)
-    print(f"this run has no profiler figures (is Nsight Compute's ncu installed?); "
-          f"showing those recorded on {recorded.gpu}, {recorded.meta['date']}")
-    return recorded.tables["profile"]
+    return load_run(CHAPTER)
 
 
-def profile_of(run, numbers) -> pd.DataFrame:
-    """The profiler's figures (large case) for the given steps: one row per kernel launch."""
-    table = profile_table(run)
+def profile_table(run) -> pd.DataFrame:
+    """The Nsight Compute figures of :func:`profile_run` (large case)."""
+    return profile_run(run).tables["profile"]
+
+
+def profile_of(run, numbers):
+    """The profiler's figures (large case) for the given steps, one row per
+    kernel launch, captioned with the run they come from."""
+    source = profile_run(run)
+    table = source.tables["profile"]
     columns = ["step", "kernel", "duration_ns", "dram_bytes_read", "shared_load_bank_conflicts",
                "shared_store_bank_conflicts",
                "sectors_per_request", "achieved_occupancy_pct", "registers_per_thread"]
-    return table[table["step"].isin(list(numbers))][[c for c in columns if c in table.columns]]
+    shown = table[table["step"].isin(list(numbers))][[c for c in columns if c in table.columns]]
+    note = "" if source is run else "this run has no profiler figures (is ncu installed?), so these are the recorded ones: "
+    return (shown.style.format(precision=3, thousands=",").hide(axis="index")
+            .set_caption(f"Nsight Compute, large case; {note}{source.caption}"))
 
 
 def ladder_figure(run, case: str, experiment: str = "ladder", *, title: str, ax=None, caption: bool = True):
@@ -467,6 +474,42 @@ def ladder_figure(run, case: str, experiment: str = "ladder", *, title: str, ax=
     from .. import plots
     return plots.speedup_ladder(ladder(run.timings, case, experiment), vendor=vendor(run.timings, case, experiment),
                                 title=title, ax=ax, caption=run.caption if caption else None)
+
+
+def eager_vs_graph_figure(run, case: str = "small"):
+    """One case's ladder timed both ways, eager launches and a CUDA graph, as
+    pairs of bars per step (the cuBLAS chains last): short labels and large
+    type, so the figure reads at phone width as well as on a desktop."""
+    import matplotlib.pyplot as plt
+    from .. import plots
+
+    eager, graph = ladder(run.timings, case), ladder(run.timings, case, "graph")
+    names = [f"step {int(s):02d}" for s in eager["step"]]
+    e_ms, g_ms = list(eager["median_ms"]), list(graph.set_index("variant").loc[eager["variant"], "median_ms"])
+    for dtype in ("fp32", "fp16"):
+        chain = f"cuBLAS {dtype} chain"
+        ve, vg = vendor(run.timings, case).set_index("variant"), vendor(run.timings, case, "graph").set_index("variant")
+        if chain in ve.index and chain in vg.index:
+            names.append(f"cuBLAS {dtype}")
+            e_ms.append(ve.loc[chain, "median_ms"])
+            g_ms.append(vg.loc[chain, "median_ms"])
+    fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(names) + 1.9))
+    y = np.arange(len(names))[::-1]
+    ax.barh(y + 0.2, np.array(e_ms) * 1e3, height=0.4, color="#A6BDDB", label="eager launches")
+    ax.barh(y - 0.2, np.array(g_ms) * 1e3, height=0.4, color="#2B5C8A", label="in a CUDA graph")
+    for yy, g in zip(y, g_ms):
+        ax.text(g * 1e3, yy - 0.2, f" {g * 1e3:.0f}", va="center", fontsize=9, color="#2B5C8A")
+    ax.set_yticks(y, names, fontsize=10)
+    for tick, name in zip(ax.get_yticklabels(), names):
+        if name.startswith("cuBLAS"):
+            tick.set_color(plots.VENDOR_COLOR)
+    ax.set_xscale("log")
+    plots._log_axis(ax.xaxis)
+    ax.set_xlabel("time per inference (µs, median; numbers: in a graph)", fontsize=10)
+    ax.legend(loc="lower right", fontsize=9.5, frameon=True)
+    ax.set_xlim(min(g_ms) * 1e3 / 1.5, max(e_ms) * 1e3 * 1.6)
+    return plots._finish(fig, ax, f"{case.capitalize()} case ({SIZES[case]:,} vectors): how much does a CUDA "
+                         "graph save at each step?", run.caption)
 
 
 def roofline_figure(run, case: str = "large"):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import roofline, transfers
-from ..check import compare
+from ..check import CheckTable, compare
 from ..kernels import Backend, Kernel, get_backend, load_module
 from ..timing import Timing, benchmark, graph_benchmark, host_timer
 
@@ -110,7 +110,7 @@ def check_steps(backend: str | Backend | None = None, steps=None, sizes=CHECK_SI
                              name=f"{step.kernel} n={n}")
             rows.append({"kernel": step.kernel, "n": n, "rel_error": result.rel_error,
                          "unwritten": result.unwritten, "passed": result.passed})
-    return pd.DataFrame(rows)
+    return CheckTable(rows, caption=get_backend(backend).caption)
 
 
 # ------------------------------------------------------------------ the recorded run
