@@ -234,6 +234,11 @@ EXERCISES: list[Exercise] = [
 ]
 
 
+def solutions_present() -> bool:
+    """Whether this copy of the lab has the instructors' solutions (False in a student copy)."""
+    return any("BEGIN SOLUTION" in (paths.REPO / e.file).read_text() for e in EXERCISES if e.kind == "kernel")
+
+
 def get(exercise_id: str) -> Exercise:
     for exercise in EXERCISES:
         if exercise.id == exercise_id:

@@ -137,7 +137,8 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, backend: str) -> No
             rec.finish("compile error")
             return
         except Exception as error:          # noqa: BLE001 -- the student's kernel failed
-            _failure(rec, hidden, error, f"{type(error).__name__}: {error}")
+            if _failure(rec, hidden, error, f"{type(error).__name__}: {error}") == "time limit":
+                break                       # the next cases would only use up the time too
             continue
         if checks["passed"].all():
             rec.done("passed")

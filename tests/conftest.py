@@ -9,3 +9,11 @@ def backend(request):
     if request.param == "gpu" and not gpu_available():
         pytest.skip(f"no GPU: {why_no_gpu()}")
     return request.param
+
+
+def pytest_runtest_setup(item):
+    """Tests marked ``solutions`` use an exercise's solution: skipped in a student copy."""
+    if item.get_closest_marker("solutions"):
+        from gpulab.exercises import solutions_present
+        if not solutions_present():
+            pytest.skip("uses an exercise's solution, which the student version does not have")

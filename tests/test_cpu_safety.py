@@ -59,6 +59,7 @@ def unguarded_exercise(folder: Path) -> fcnet.Step:
     return dataclasses.replace(fcnet.EXERCISE, file=str(path))
 
 
+@pytest.mark.solutions
 def test_unguarded_exercise_is_an_error_naming_block_thread_and_array(tmp_path):
     step = unguarded_exercise(tmp_path)
     with pytest.raises(KernelLaunchError) as info:
@@ -72,6 +73,7 @@ def test_unguarded_exercise_is_an_error_naming_block_thread_and_array(tmp_path):
     assert table["passed"].all(), table
 
 
+@pytest.mark.solutions
 def test_unguarded_exercise_without_bounds_checking_cannot_harm_python(tmp_path):
     step = unguarded_exercise(tmp_path)
     with cpu.checking(bounds=False):
@@ -212,6 +214,7 @@ def test_isolation_costs_the_chapters_little():
     assert costs.overhead <= OVERHEAD_MARGIN, costs
 
 
+@pytest.mark.solutions
 def test_correct_kernels_give_identical_results_with_and_without_bounds():
     for step in fcnet.steps(1) + fcnet.steps(3) + fcnet.steps(8) + [fcnet.EXERCISE]:
         x = fcnet.make_inputs(1_000, 7)
