@@ -48,3 +48,13 @@ def test_blocks_per_sm_agrees_with_the_occupancy_the_h100_reported():
     assert hopper.blocks_per_sm(256, 24)["limited_by"] == ["warps"]
     with pytest.raises(ValueError, match="threads must be"):
         hopper.blocks_per_sm(2048, 32)
+
+
+def test_simulated_device_profiles_agree_with_the_datasheet():
+    from gpulab.device import PROFILES
+    for profile in PROFILES.values():
+        gpu = datasheet.lookup(profile.name)
+        assert gpu is not None, profile.name
+        assert profile.shared_per_block == gpu.architecture.shared_per_block_kib * 1024
+        assert profile.sms == gpu.sms
+        assert profile.total_memory <= gpu.memory_gb * 2**30   # capacity "GB" on datasheets are GiB
