@@ -27,10 +27,12 @@ import numpy as np
 from ..errors import KernelArgumentError, KernelLaunchError
 from ..datasheet import ARCHITECTURES
 from ..signature import KernelSignature
+from . import counters
 from .compiler import Built, build
 
 __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFunction", "Checking",
-           "MAX_SHARED_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs"]
+           "MAX_SHARED_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs", "counting",
+           "LaunchCounters"]
 
 SCHEDULES = ("in_order", "reverse", "shuffle")
 #: Dynamic shared memory cap: the most any GPU in the lab's datasheet gives one block
@@ -55,6 +57,7 @@ class Checking:
     schedule: str = "in_order"
     seed: int = 0
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    races: bool = False
 
 
 _checking: contextvars.ContextVar[Checking] = contextvars.ContextVar("gpulab_cpu_checking", default=Checking())
@@ -66,7 +69,7 @@ def current_checking() -> Checking:
 
 
 @contextlib.contextmanager
-def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET):
+def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET, races=_UNSET):
     """Run the launches inside the ``with`` block with these checks; what is
     not given stays as it was (the defaults: bounds on, in-order schedule,
     a 30 s time limit).
@@ -88,38 +91,53 @@ def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET
     time_limit_s: seconds a launch may run before it is stopped with an error
         naming the blocks still running (None: no limit).  An interrupt
         (Ctrl-C, Jupyter's stop button) stops a running launch at any time.
+    races: report conflicting accesses (at least one a write, not both
+        atomic) by two threads to the same word: of shared memory with no
+        ``__syncthreads()`` (or, within a warp, ``__syncwarp()``) between
+        them, or of global memory from different blocks or with no barrier
+        between them.  The launch then fails naming the kernel, the two lines,
+        the two threads and the address.  Runs an instrumented build of the
+        kernel, blocks one at a time: slower, for checks at small sizes.
     """
     current = _checking.get()
     bounds = current.bounds if bounds is _UNSET else bool(bounds)
     schedule = current.schedule if schedule is _UNSET else schedule
     seed = current.seed if seed is _UNSET else int(seed)
     time_limit_s = current.time_limit_s if time_limit_s is _UNSET else time_limit_s
+    races = current.races if races is _UNSET else bool(races)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if time_limit_s is not None:
         if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not time_limit_s > 0:
             raise ValueError(f"time_limit_s must be a positive number of seconds or None, got {time_limit_s!r}")
         time_limit_s = float(time_limit_s)
-    token = _checking.set(Checking(bounds, schedule, seed, time_limit_s))
+    token = _checking.set(Checking(bounds, schedule, seed, time_limit_s, races))
     try:
         yield
     finally:
         _checking.reset(token)
 
 
+counting = counters.counting
+LaunchCounters = counters.LaunchCounters
+
 _modules: dict[tuple, "CpuModule"] = {}
 _modules_lock = threading.Lock()
 
 
-def compile_module(source: str, *, filename: str, include_dirs=(), options=()) -> "CpuModule":
+def compile_module(source: str, *, filename: str, include_dirs=(), options=(),
+                   instrumented: bool = False) -> "CpuModule":
     """Compile ``source`` (CUDA C, as for NVRTC) for the CPU; cached on disk
-    and in this process.  Raises KernelCompileError naming file and line."""
-    key = (source, filename, tuple(map(str, include_dirs)), tuple(options))
+    and in this process.  Raises KernelCompileError naming file and line.
+    ``instrumented`` builds the variant with counters and race checking (the
+    launches of an ordinary module use it by themselves when asked to)."""
+    key = (source, filename, tuple(map(str, include_dirs)), tuple(options), bool(instrumented))
     with _modules_lock:
         module = _modules.get(key)
     if module is None:
-        module = CpuModule(build(source, filename=filename, include_dirs=include_dirs, options=options),
-                           filename)
+        module = CpuModule(build(source, filename=filename, include_dirs=include_dirs, options=options,
+                                 instrumented=instrumented), filename)
+        module._origin = (source, filename, tuple(map(str, include_dirs)), tuple(options))
         with _modules_lock:
             _modules[key] = module
     return module
@@ -133,6 +151,9 @@ class CpuModule:
         self.path = built.library
         self.signatures = built.kernels
         self.symbols = built.symbols
+        self.instrumented = built.instrumented
+        self._origin = None
+        self._twin = None
         self._lib = ctypes.CDLL(str(built.library))
         start = self._lib.gpulab_launch_start
         start.restype = ctypes.c_void_p
@@ -140,8 +161,8 @@ class CpuModule:
                           ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint,
-                          ctypes.c_char_p, ctypes.c_size_t]
+                          ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                          ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]
         self._start = start
         self._pid = self._lib.gpulab_launch_pid
         self._pid.restype, self._pid.argtypes = ctypes.c_int, [ctypes.c_void_p]
@@ -152,7 +173,11 @@ class CpuModule:
         self._run_cpu_ns.restype, self._run_cpu_ns.argtypes = ctypes.c_longlong, [ctypes.c_void_p]
         self._finish = self._lib.gpulab_launch_finish
         self._finish.restype = ctypes.c_int
-        self._finish.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        self._finish.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                                 ctypes.c_void_p, ctypes.c_size_t]
+        counts_bytes = self._lib.gpulab_counts_bytes
+        counts_bytes.restype = ctypes.c_size_t
+        self.counts_bytes = counts_bytes()
         # The variables' bytes travel back from the worker process after each launch.
         addresses, sizes = [], []
         for name in self.symbols:
@@ -164,7 +189,22 @@ class CpuModule:
         n = max(len(addresses), 1)
         self._symbol_addresses = (ctypes.c_void_p * n)(*addresses)
         self._symbol_sizes = (ctypes.c_size_t * n)(*sizes)
+        self._symbol_constant = (ctypes.c_int * n)(*[int(name in built.constants) for name in self.symbols])
         self._functions: dict[str, CpuFunction] = {}
+
+    def instrumented_twin(self) -> "CpuModule":
+        """The same source built with counters and race checking."""
+        if self.instrumented:
+            return self
+        if self._twin is None:
+            source, filename, include_dirs, options = self._origin
+            self._twin = compile_module(source, filename=filename, include_dirs=include_dirs, options=options,
+                                        instrumented=True)
+        return self._twin
+
+    def _copy_symbols(self, source: "CpuModule") -> None:
+        for name in self.symbols:
+            self.get_global(name)[:] = source.get_global(name)
 
     @property
     def kernel_names(self) -> list[str]:
@@ -244,6 +284,19 @@ class CpuFunction:
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         shared_mem = int(shared_mem)
         _check_config(grid, block, shared_mem)
+        settings = _checking.get()
+        collector = counters.active()
+        if (settings.races or collector is not None) and not self.module.instrumented:
+            twin = self.module.instrumented_twin()
+            twin._copy_symbols(self.module)
+            try:
+                twin.get_function(self.name)(grid, block, args, shared_mem)
+            finally:
+                self.module._copy_symbols(twin)
+            return
+        self._launch(grid, block, args, shared_mem, settings, collector)
+
+    def _launch(self, grid, block, args, shared_mem, settings, collector) -> None:
         params = self.signature.params
         args = tuple(args)
         if len(args) != len(params):
@@ -269,7 +322,6 @@ class CpuFunction:
                 storage[slot:slot + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
             addresses.append(storage.ctypes.data + slot)
 
-        settings = _checking.get()
         n = len(guarded)
         names = [g[3].encode() for g in guarded]
         arg_index = (ctypes.c_int * max(n, 1))(*[g[0] for g in guarded])
@@ -281,6 +333,8 @@ class CpuFunction:
         module = self.module
         limit = settings.time_limit_s
         error = ctypes.create_string_buffer(_ERROR_BYTES)
+        instrument = (1 | (2 if settings.races else 0)) if module.instrumented else 0
+        record = ctypes.create_string_buffer(module.counts_bytes) if instrument else None
         before = os.times()
         handle = module._start(
             self._thunk, self._name_bytes, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
@@ -288,9 +342,10 @@ class CpuFunction:
             ctypes.cast(arg_index, ctypes.c_void_p), ctypes.cast(nbytes, ctypes.c_void_p),
             ctypes.cast(itemsize, ctypes.c_void_p), ctypes.cast(name_ptrs, ctypes.c_void_p),
             ctypes.cast(writable, ctypes.c_void_p), int(settings.bounds), SCHEDULES.index(settings.schedule),
-            settings.seed & (2**64 - 1), _worker_count(), len(module.symbols),
+            settings.seed & (2**64 - 1), 1 if settings.races else _worker_count(), len(module.symbols),
             ctypes.cast(module._symbol_addresses, ctypes.c_void_p),
             ctypes.cast(module._symbol_sizes, ctypes.c_void_p),
+            ctypes.cast(module._symbol_constant, ctypes.c_void_p), instrument,
             0 if limit is None else int(limit) + 10, error, _ERROR_BYTES)
         if not handle:
             raise KernelLaunchError(error.value.decode(errors="replace"))
@@ -308,13 +363,19 @@ class CpuFunction:
             kernel_ns = module._run_cpu_ns(handle)
             failed = module._finish(handle, 0 if stopped is None else 1,
                                     -1 if stopped is not None or status is None else status,
-                                    error, _ERROR_BYTES)
+                                    error, _ERROR_BYTES, record, 0 if record is None else len(record))
             del keep
             _costs.add(before, os.times(), kernel_ns)
         if stopped is not None:
             raise KernelLaunchError(stopped)
         if failed:
             raise KernelLaunchError(error.value.decode(errors="replace"))
+        if record is not None:
+            result = counters.read(record, self, grid, block, names=[g[3] for g in guarded])
+            if collector is not None:
+                collector.add(result)
+            if settings.races and result.races:
+                raise KernelLaunchError(result.race_report())
 
     def _stopped(self, handle, what: str, grid, block) -> str:
         """Stop a running launch's worker process; the message saying where it was."""

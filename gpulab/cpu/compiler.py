@@ -22,6 +22,7 @@ from ..signature import KernelSignature, parse_kernels, strip_comments
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
 RUNTIME = HERE / "runtime.cpp"
+INSTRUMENT = HERE / "instrument.cpp"
 PRELUDE = INCLUDE_DIR / "gpulab_cuda_cpu.h"
 
 # -fstack-clash-protection makes a large local array touch its stack page by
@@ -29,8 +30,15 @@ PRELUDE = INCLUDE_DIR / "gpulab_cuda_cpu.h"
 # instead of silently writing into another thread's stack.
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
          "-fvisibility=hidden", "-fstack-clash-protection", "-Wno-unknown-pragmas", "-Wno-attributes")
+# An instrumented build (counters, race checking) compiles the kernel's source
+# with ThreadSanitizer's load/store hooks and a hook per basic block, which the
+# runtime, compiled apart without them, defines (instrument.cpp).  No
+# vectorisation, so that each lane's load stays one access, as on a GPU.
+INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0",
+                    "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
+                    "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED")
 # Bump when the generated code changes in a way the hashed inputs do not show.
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
 
 _EXTERN_SHARED = re.compile(
     r"^([ \t]*)extern[ \t]+__shared__[ \t]+(.+?)[ \t]*\b([A-Za-z_]\w*)[ \t]*\[[ \t]*\][ \t]*;", re.M)
@@ -49,6 +57,8 @@ class Built:
     library: Path
     kernels: dict[str, KernelSignature]
     symbols: tuple[str, ...]
+    constants: tuple[str, ...] = ()
+    instrumented: bool = False
 
 
 def cache_dir() -> Path:
@@ -127,8 +137,19 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def generated_tail(kernels: dict[str, KernelSignature], symbols: tuple[str, ...]) -> str:
-    lines = ['#line 1 "<gpulab-cpu generated code>"', f"#include {_c_string(str(RUNTIME))}"]
+def constant_symbols(source: str) -> tuple[str, ...]:
+    """The names of the ``__constant__`` variables among :func:`global_symbols`."""
+    clean = strip_comments(source)
+    names = global_symbols(source)
+    return tuple(n for n in names
+                 if re.search(r"__constant__[^;{}()]*?\b" + re.escape(n) + r"\s*(?:\[[^;]*\])?\s*(?:=[^;]*)?;", clean))
+
+
+def generated_tail(kernels: dict[str, KernelSignature], symbols: tuple[str, ...],
+                   instrumented: bool = False) -> str:
+    lines = ['#line 1 "<gpulab-cpu generated code>"']
+    if not instrumented:  # an instrumented module links the runtime compiled apart
+        lines.append(f"#include {_c_string(str(RUNTIME))}")
     for name in kernels:
         lines.append(f'GPULAB_EXPORT void gpulab_thunk_{name}(void** args) '
                      f'{{ gpulab::invoke_kernel({name}, args); }}')
@@ -166,21 +187,24 @@ def _compiler_options(options: tuple[str, ...]) -> list[str]:
     return kept
 
 
-def build(source: str, *, filename: str, include_dirs=(), options=()) -> Built:
+def build(source: str, *, filename: str, include_dirs=(), options=(), instrumented: bool = False) -> Built:
     kernels = parse_kernels(source)
     symbols = global_symbols(source)
+    constants = constant_symbols(source)
     user_dir = Path(filename).resolve().parent
     search = [d for d in [user_dir, *map(Path, include_dirs)] if d.is_dir()]
     text = (f"#line 1 {_c_string(filename)}\n" + rewrite_dynamic_shared(source)
-            + "\n" + generated_tail(kernels, symbols))
+            + "\n" + generated_tail(kernels, symbols, instrumented))
     extra = _compiler_options(tuple(options))
-    command_flags = [*FLAGS, *extra, "-I", str(INCLUDE_DIR), *(f"-I{d}" for d in search),
-                     "-include", str(PRELUDE)]
+    command_flags = [*FLAGS, *(INSTRUMENT_FLAGS if instrumented else ()), *extra, "-I", str(INCLUDE_DIR),
+                     *(f"-I{d}" for d in search), "-include", str(PRELUDE)]
 
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, compiler_identity(), " ".join(command_flags), text):
         digest.update(part.encode() + b"\0")
     digest.update(_runtime_sources())
+    if instrumented:
+        digest.update(INSTRUMENT.read_bytes())
     for path in _included_files(source, search, set()):
         digest.update(str(path).encode() + b"\0" + path.read_bytes())
     key = digest.hexdigest()[:32]
@@ -188,11 +212,38 @@ def build(source: str, *, filename: str, include_dirs=(), options=()) -> Built:
     folder = cache_dir()
     library = folder / f"{key}.so"
     if not library.exists():
-        _compile(text, library, command_flags, filename, source)
-    return Built(library=library, kernels=kernels, symbols=symbols)
+        runtime = _instrumented_runtime() if instrumented else None
+        _compile(text, library, command_flags, filename, source, runtime)
+    return Built(library=library, kernels=kernels, symbols=symbols, constants=constants,
+                 instrumented=instrumented)
 
 
-def _compile(text: str, library: Path, flags: list[str], filename: str, source: str) -> None:
+def _instrumented_runtime() -> Path:
+    """The runtime with the hooks of instrumented builds, compiled once (without
+    the hooks' instrumentation) into an object file every such module links."""
+    flags = [f for f in FLAGS if f != "-shared"] + ["-c", "-DGPULAB_INSTRUMENTED", "-I", str(INCLUDE_DIR),
+                                                     "-include", str(PRELUDE)]
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, compiler_identity(), " ".join(flags)):
+        digest.update(part.encode() + b"\0")
+    digest.update(_runtime_sources())
+    digest.update(INSTRUMENT.read_bytes())
+    obj = cache_dir() / f"runtime-{digest.hexdigest()[:24]}.o"
+    if not obj.exists():
+        with tempfile.TemporaryDirectory(dir=obj.parent, prefix="build-") as tmp:
+            out = Path(tmp) / "runtime.o"
+            result = subprocess.run(["g++", *flags, "-x", "c++", str(RUNTIME), "-o", str(out)],
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise KernelCompileError(f"the CPU backend's instrumented runtime did not compile:\n"
+                                         f"{result.stderr[-3000:]}", path=str(RUNTIME), line=None,
+                                         log=result.stderr)
+            os.replace(out, obj)
+    return obj
+
+
+def _compile(text: str, library: Path, flags: list[str], filename: str, source: str,
+             runtime: Path | None = None) -> None:
     folder = library.parent
     with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as tmp:
         cpp = Path(tmp) / "module.cpp"
@@ -200,10 +251,21 @@ def _compile(text: str, library: Path, flags: list[str], filename: str, source: 
         # Relative includes must resolve against the user's folder, not the temp one.
         user_dir = str(Path(filename).resolve().parent)
         out = Path(tmp) / "module.so"
-        command = ["g++", *flags, "-iquote", user_dir, str(cpp), "-o", str(out)]
+        if runtime is None:
+            command = ["g++", *flags, "-iquote", user_dir, str(cpp), "-o", str(out)]
+        else:
+            obj = Path(tmp) / "module.o"
+            command = ["g++", *[f for f in flags if f != "-shared"], "-c", "-iquote", user_dir, str(cpp),
+                       "-o", str(obj)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise _compile_error(result.stderr or result.stdout, filename, source)
+        if runtime is not None:
+            link = ["g++", "-shared", "-pthread", str(obj), str(runtime), "-o", str(out), "-ldl"]
+            result = subprocess.run(link, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise KernelCompileError(f"{filename}: linking the instrumented module failed:\n"
+                                         f"{result.stderr[-3000:]}", path=filename, line=None, log=result.stderr)
         os.replace(out, library)  # atomic: a concurrent process sees all or nothing
 
 

@@ -27,13 +27,19 @@
 #endif
 #include <atomic>
 #include <new>
+#ifdef GPULAB_INSTRUMENTED
+#include <dlfcn.h>
+#include <link.h>
+#include <array>
+#include <unordered_map>
+#include <vector>
+#endif
 #if !defined(__x86_64__) || defined(GPULAB_USE_UCONTEXT)
 #define GPULAB_UCONTEXT 1
 #include <ucontext.h>
 #endif
 #pragma pop_macro("__noinline__")
 
-#define GPULAB_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace gpulab {
 
@@ -135,10 +141,14 @@ struct Shared {
 };
 
 struct Launch;
+struct Instr;
+struct Counts;
+struct Shadow;
 
 struct Worker {
     Launch* launch;
     int index;
+    Instr* instr;                  // counters and race checking (instrumented builds)
     pthread_t thread;
     Fiber* fibers;
     int nthreads;
@@ -183,9 +193,30 @@ struct Launch {
     int nguarded;
     int bounds_checked;
     Shared* shared;
+    int nsymbols;
+    void* const* symbol_address;
+    const size_t* symbol_bytes;
+    const int* symbol_constant;
+    Counts* counts;                // null unless instrumented
+    Shadow** global_shadow;        // per array argument, for race checking
 };
 
 thread_local Worker* current_worker;
+
+#ifdef GPULAB_INSTRUMENTED
+void instr_block_start(Worker* w);
+void instr_flush(Worker* w);
+void instr_barrier(Worker* w);
+void instr_warp_sync(Worker* w, int warp);
+void instr_merge(Worker* w);
+Instr* instr_setup(Worker* w);
+#else
+inline void instr_block_start(Worker*) {}
+inline void instr_flush(Worker*) {}
+inline void instr_barrier(Worker*) {}
+inline void instr_warp_sync(Worker*, int) {}
+inline void instr_merge(Worker*) {}
+#endif
 
 // The fault handler cannot touch thread_local storage safely on a thread that
 // never used it, so it finds its worker by thread id in this table.
@@ -350,6 +381,7 @@ bool release_block_barrier(Worker* w) {
         count += f.barrier_predicate;
     }
     w->barrier_result = count;
+    instr_barrier(w);
     for (int i = 0; i < w->nthreads; ++i) w->fibers[i].state = READY;
     w->block_waiting = 0;
     return true;
@@ -434,6 +466,7 @@ bool release_warps(Worker* w) {
             if (group >> l & 1u) lanes[l].warp_result = warp_result(lanes, group, l);
         for (int l = 0; l < 32; ++l)
             if (group >> l & 1u) { lanes[l].state = READY; --w->warp_waiting; }
+        instr_warp_sync(w, f.warp);
         released = true;
     }
     return released;
@@ -451,6 +484,7 @@ void prepare_block(Worker* w, long block) {
     }
     for (int i = 0; i < 32; ++i) w->live_lanes[i] = w->existing_lanes[i];
     w->block_waiting = w->warp_waiting = w->done = 0;
+    instr_block_start(w);
     unsigned long long state = L->seed ^ (0xD1B54A32D192ED03ull * (unsigned long long)(block + 1));
     w->rng = splitmix(state);
 }
@@ -462,6 +496,7 @@ bool run_block(Worker* w, long block) {
     L->shared->running_block[w->index] = block;
     prepare_block(w, block);
     const bool ok = run_block_steps(w);
+    if (ok) instr_flush(w);
     L->shared->running_block[w->index] = -1;
     if (ok) L->shared->blocks_done.fetch_add(1, std::memory_order_relaxed);
     return ok;
@@ -685,6 +720,9 @@ void* worker_main(void* arg) {
     sigaltstack(&alt, nullptr);
 
     if (setup_worker(w)) {
+#ifdef GPULAB_INSTRUMENTED
+        if (L->counts) w->instr = instr_setup(w);
+#endif
         if (sigsetjmp(w->fault_jump, 1)) {
             report_fault(w);
         } else {
@@ -698,6 +736,7 @@ void* worker_main(void* arg) {
         }
     }
     w->running = nullptr;
+    instr_merge(w);
     alt.ss_flags = SS_DISABLE;
     sigaltstack(&alt, nullptr);
     if (slot >= 0) worker_slots[slot].store(nullptr);
@@ -706,6 +745,14 @@ void* worker_main(void* arg) {
     current_worker = nullptr;
     return nullptr;
 }
+
+#ifdef GPULAB_INSTRUMENTED
+}  // namespace
+}  // namespace gpulab
+#include "instrument.cpp"
+namespace gpulab {
+namespace {
+#endif
 
 // ------------------------------------------------------------ argument copies
 
@@ -888,17 +935,6 @@ extern "C" void gpulab_assert_fail(const char* expr, const char* file, int line,
     gpulab::trap(what, file, line);
 }
 
-namespace gpulab {
-template <class... P, size_t... I>
-static inline void invoke_unpacked(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
-    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
-}
-// Unpacks CUDA's launch convention (args[i] points at the i-th argument's
-// value) with the types deduced from the kernel's own declaration.
-template <class... P> static inline void invoke_kernel(void (*kernel)(P...), void** args) {
-    invoke_unpacked(kernel, args, std::index_sequence_for<P...>{});
-}
-}  // namespace gpulab
 
 namespace gpulab {
 namespace {
@@ -959,6 +995,7 @@ void run_launch(Launch& L, int nworkers) {
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    if (L.counts) L.global_shadow = static_cast<Shadow**>(calloc(L.nguarded + 1, sizeof(Shadow*)));
     timespec t0, t1;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
     run_launch(L, L.shared->nworkers);
@@ -1017,13 +1054,21 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
                                         const int* guarded_writable, int bounds_checked, int schedule,
                                         unsigned long long seed, int nworkers, int nsymbols,
                                         void* const* symbol_address, const size_t* symbol_bytes,
-                                        unsigned alarm_seconds, char* error, size_t error_size) {
+                                        const int* symbol_constant, int instrument, unsigned alarm_seconds,
+                                        char* error, size_t error_size) {
     using namespace gpulab;
     Pending* P = static_cast<Pending*>(calloc(1, sizeof(Pending)));
     size_t symbols_total = 0;
     for (int i = 0; i < nsymbols; ++i) symbols_total += symbol_bytes[i];
     const long page = sysconf(_SC_PAGESIZE);
-    const size_t shared_total = (sizeof(Shared) + symbols_total + page - 1) / page * page;
+#ifdef GPULAB_INSTRUMENTED
+    const size_t counts_bytes = instrument ? sizeof(Counts) : 0;
+#else
+    const size_t counts_bytes = 0;
+    instrument = 0;
+#endif
+    const size_t counts_offset = (sizeof(Shared) + symbols_total + 63) / 64 * 64;
+    const size_t shared_total = (counts_offset + counts_bytes + page - 1) / page * page;
     void* shared = P ? mmap(nullptr, shared_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
                      : MAP_FAILED;
     if (shared == MAP_FAILED) {
@@ -1058,6 +1103,19 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
     L.nguarded = nguarded;
     L.bounds_checked = bounds_checked;
     L.shared = P->shared;
+    L.nsymbols = nsymbols;
+    L.symbol_address = symbol_address;
+    L.symbol_bytes = symbol_bytes;
+    L.symbol_constant = symbol_constant;
+    L.counts = nullptr;
+    L.global_shadow = nullptr;
+#ifdef GPULAB_INSTRUMENTED
+    if (instrument) {
+        L.counts = new (static_cast<char*>(shared) + counts_offset) Counts();
+        L.counts->enabled = 1;
+        L.counts->races_enabled = (instrument & 2) != 0;
+    }
+#endif
 
     P->substituted = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
     P->pointer_values = static_cast<void**>(calloc(nargs + 1, sizeof(void*)));
@@ -1114,6 +1172,15 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
     return P;
 }
 
+// The size of the counters' record (0 in a build without them).
+GPULAB_EXPORT size_t gpulab_counts_bytes() {
+#ifdef GPULAB_INSTRUMENTED
+    return sizeof(gpulab::Counts);
+#else
+    return 0;
+#endif
+}
+
 GPULAB_EXPORT int gpulab_launch_pid(void* handle) { return static_cast<gpulab::Pending*>(handle)->pid; }
 
 // CPU time the worker process spent running the blocks (0 until it has).
@@ -1153,11 +1220,18 @@ GPULAB_EXPORT void gpulab_launch_progress(void* handle, char* text, size_t size)
 // copies the results back and frees everything.  'how': 0 the process ended
 // by itself with 'wait_status' (-1 if unknown), 1 it was stopped (the caller
 // words that message).  Returns 0, or 1 with a message in 'error'.
-GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, char* error, size_t error_size) {
+GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, char* error, size_t error_size,
+                                       void* counts_out, size_t counts_bytes) {
     using namespace gpulab;
     Pending* P = static_cast<Pending*>(handle);
     Launch& L = P->L;
     Shared* S = P->shared;
+#ifdef GPULAB_INSTRUMENTED
+    if (L.counts && counts_out && counts_bytes == sizeof(Counts)) memcpy(counts_out, L.counts, sizeof(Counts));
+#else
+    (void)counts_out;
+    (void)counts_bytes;
+#endif
     L.failed.store(0);
     int status = 0;
     if (how == 0) {

@@ -49,9 +49,15 @@ static inline float half_bits_to_float(unsigned short h) {
 struct __half_raw { unsigned short x; };
 
 struct __attribute__((aligned(2))) __half {
+#ifdef GPULAB_INSTRUMENTED
+    // Constant-initialised, so that a __shared__ (thread_local static) array
+    // of halves needs no guard variable, whose accesses would look like races.
+    unsigned short __x = 0;
+#else
     unsigned short __x;
+#endif
     __half() = default;
-    __half(__half_raw r) : __x(r.x) {}
+    constexpr __half(__half_raw r) : __x(r.x) {}
     __half(float f) : __x(gpulab::float_to_half_bits(f)) {}
     __half(double f) : __x(gpulab::float_to_half_bits((float)f)) {}
     __half(int i) : __x(gpulab::float_to_half_bits((float)i)) {}
@@ -65,7 +71,7 @@ typedef __half half;
 struct __attribute__((aligned(4))) __half2 {
     __half x, y;
     __half2() = default;
-    __half2(__half a, __half b) : x(a), y(b) {}
+    constexpr __half2(__half a, __half b) : x(a), y(b) {}
 };
 typedef __half2 half2;
 

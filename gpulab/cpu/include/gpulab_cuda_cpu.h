@@ -31,6 +31,13 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define GPULAB_CPU_BACKEND 1
+// Code the counters and race checking must not see (an instrumented build
+// compiles the kernel's source with ThreadSanitizer's hooks and coverage).
+#ifdef GPULAB_INSTRUMENTED
+#define GPULAB_UNCOUNTED __attribute__((no_sanitize_thread, no_sanitize_coverage, noinline))
+#else
+#define GPULAB_UNCOUNTED
+#endif
 
 struct uint3 { unsigned int x, y, z; };
 struct dim3 {
@@ -283,5 +290,18 @@ static inline int __mul24(int a, int b) { return a * b; }
 static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 static inline unsigned __sad(int a, int b, unsigned c) { return c + (unsigned)(a > b ? a - b : b - a); }
+
+#define GPULAB_EXPORT extern "C" __attribute__((visibility("default")))
+namespace gpulab {
+template <class... P, size_t... I>
+GPULAB_UNCOUNTED static inline void invoke_unpacked(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+}
+// Unpacks CUDA's launch convention (args[i] points at the i-th argument's
+// value) with the types deduced from the kernel's own declaration.
+template <class... P> static inline void invoke_kernel(void (*kernel)(P...), void** args) {
+    invoke_unpacked(kernel, args, std::index_sequence_for<P...>{});
+}
+}  // namespace gpulab
 
 #endif  // GPULAB_CUDA_CPU_H

@@ -160,7 +160,7 @@ static inline void fill_fragment(fragment<Use, m, n, k, T, Layout>& f,
 
 // A or B: the layout is the fragment's.
 template <class Use, int m, int n, int k, class T, class Layout>
-static inline typename std::enable_if<!std::is_same<Use, accumulator>::value>::type
+GPULAB_UNCOUNTED static inline typename std::enable_if<!std::is_same<Use, accumulator>::value>::type
 load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f,
                  const typename fragment<Use, m, n, k, T, Layout>::storage_element_type* p, unsigned ldm,
                  const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
@@ -178,7 +178,7 @@ load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f,
 
 // An accumulator: the layout is given.
 template <int m, int n, int k, class T>
-static inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& f,
+GPULAB_UNCOUNTED static inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& f,
                                     const typename fragment<accumulator, m, n, k, T>::storage_element_type* p,
                                     unsigned ldm, layout_t layout,
                                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
@@ -195,7 +195,7 @@ static inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& f,
 }
 
 template <int m, int n, int k, class T>
-static inline void store_matrix_sync(typename fragment<accumulator, m, n, k, T>::storage_element_type* p,
+GPULAB_UNCOUNTED static inline void store_matrix_sync(typename fragment<accumulator, m, n, k, T>::storage_element_type* p,
                                      const fragment<accumulator, m, n, k, T>& f, unsigned ldm, layout_t layout,
                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     typedef fragment<accumulator, m, n, k, T> F;
@@ -212,7 +212,7 @@ static inline void store_matrix_sync(typename fragment<accumulator, m, n, k, T>:
 
 // d = a * b + c; d may be c.
 template <int m, int n, int k, class Tab, class La, class Lb, class Td, class Tc>
-static inline void mma_sync(fragment<accumulator, m, n, k, Td>& d, const fragment<matrix_a, m, n, k, Tab, La>& a,
+GPULAB_UNCOUNTED static inline void mma_sync(fragment<accumulator, m, n, k, Td>& d, const fragment<matrix_a, m, n, k, Tab, La>& a,
                             const fragment<matrix_b, m, n, k, Tab, Lb>& b, const fragment<accumulator, m, n, k, Tc>& c,
                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     typedef typename fragment<accumulator, m, n, k, Td>::storage_element_type Sd;
