@@ -518,8 +518,8 @@ def _check_kernel(exercise: Exercise, backend=None) -> Passed:
         raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): {len(failed)} of {len(checks)} "
                              f"checks disagree with the float64 reference:\n{failed.to_string(index=False)}"
                              + (f"\nHint: {exercise.hint}" if exercise.hint else ""))
-    return Passed(exercise, [f"{len(checks)} checks against the float64 reference on the {be.name} backend"
-                             + (" with bounds checking" if be.name == "cpu" else "")], checks)
+    return Passed(exercise, [f"{len(checks)} checks against the float64 reference, {be.caption}"
+                             + (", with bounds checking" if be.name == "cpu" else "")], checks)
 
 
 def bounds_checking(backend_name: str, **extra):
