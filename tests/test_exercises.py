@@ -1,5 +1,7 @@
 """Every exercise's public check, on the lab's own answers: in the instructor's copy they
 pass; in a student copy each unsolved exercise fails with "exercise not solved yet"."""
+import json
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,31 @@ def test_unsolved_function_exercise_says_so():
 def test_wrong_function_answer_is_explained():
     with pytest.raises(exercises.ExerciseFailed, match="Hint: Two halves share"):
         exercises.check("fcnet.2", {"ways": lambda vectors, features, row_halves=72: 32})
+
+
+def test_every_solution_belongs_to_a_declared_exercise():
+    """A solution block outside the declared exercises' files and cells would be stripped
+    from the student copy but never checked or graded: declare it in gpulab/exercises.py."""
+    declared_files = {e.file for e in EXERCISES if e.kind == "kernel"}
+    declared_cells = {(e.file, e.cell) for e in EXERCISES if e.kind == "function"}
+    undeclared = []
+    for path in sorted((paths.REPO / "kernels").rglob("*.cu*")):
+        relative = path.relative_to(paths.REPO).as_posix()
+        if "// BEGIN SOLUTION" in path.read_text() and relative not in declared_files:
+            undeclared.append(relative)
+    for path in sorted((paths.REPO / "book").rglob("*.ipynb")):
+        relative = path.relative_to(paths.REPO).as_posix()
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and "# BEGIN SOLUTION" in source \
+                    and (relative, cell.get("id")) not in declared_cells:
+                undeclared.append(f"{relative} cell {cell.get('id')}")
+    assert not undeclared, f"solutions outside any declared exercise: {undeclared}"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_the_book_has_a_check_cell_for_every_exercise(exercise):
+    notebook = paths.REPO / "book" / exercise.chapter / f"{exercise.chapter}.ipynb"
+    sources = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]]
+    assert any(f'exercises.check("{exercise.id}"' in s for s in sources), \
+        f"{notebook.name} has no cell calling exercises.check(\"{exercise.id}\", ...)"
