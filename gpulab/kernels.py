@@ -416,9 +416,20 @@ def resource_table(module: Module) -> pd.DataFrame:
     """Registers, static shared memory, local (spilled) memory and the largest
     block each kernel of ``module`` can launch with, as compiled for this GPU.
 
-    On the CPU backend these figures do not exist; the table says so instead of
-    inventing them (recorded runs carry the GPU's figures)."""
+    On the CPU backend the figures come from NVRTC compiling the file for the
+    recording GPU (an H100, sm_90) without a GPU, where NVRTC is installed
+    (``attrs["source"]`` says so); where it is not, the table says why in
+    ``attrs["unavailable"]`` instead of inventing figures."""
     rows = []
+    cpu_figures, why = None, None
+    if module.backend.name != "gpu":
+        from .cpu import resources
+        why = resources.unavailable()
+        if why is None:
+            try:
+                cpu_figures = resources.compile_resources(module.path)
+            except (KernelCompileError, RuntimeError) as exc:
+                why = str(exc)
     for name in module.kernel_names:
         if module.backend.name == "gpu":
             attrs = module.get_function(name).raw.attributes
@@ -427,11 +438,21 @@ def resource_table(module: Module) -> pd.DataFrame:
                          "local_bytes": attrs["local_size_bytes"],
                          "const_bytes": attrs["const_size_bytes"],
                          "max_threads_per_block": attrs["max_threads_per_block"]})
+        elif cpu_figures is not None and name in cpu_figures.index:
+            figures = cpu_figures.loc[name]
+            rows.append({"kernel": name, "registers": int(figures["registers"]),
+                         "static_shared_bytes": int(figures["static_shared_bytes"]),
+                         "local_bytes": int(figures["local_bytes"]), "const_bytes": None,
+                         "max_threads_per_block": None})
         else:
             rows.append({"kernel": name, "registers": None, "static_shared_bytes": None,
                          "local_bytes": None, "const_bytes": None, "max_threads_per_block": None})
     table = pd.DataFrame(rows).set_index("kernel")
     table.attrs["backend"] = module.backend.name
+    if cpu_figures is not None:
+        table.attrs["source"] = cpu_figures.attrs["source"]
+    if why:
+        table.attrs["unavailable"] = why
     return table
 
 

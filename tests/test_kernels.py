@@ -132,8 +132,10 @@ def test_resource_table(saxpy):
         assert table.loc["saxpy", "max_threads_per_block"] >= 256
         occ = kernels.occupancy(saxpy.saxpy, 256)
         assert 0 < occ["occupancy"] <= 1
-    else:
+    elif "unavailable" in table.attrs:      # no NVRTC here: no invented figures
         assert table["registers"].isna().all()
+    else:                                   # NVRTC's figures for an H100, without a GPU
+        assert table.loc["saxpy", "registers"] > 0 and "NVRTC" in table.attrs["source"]
 
 
 def test_show_source_renders_the_file_or_one_kernel():
