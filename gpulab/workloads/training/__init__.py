@@ -1,0 +1,28 @@
+"""The training chapter's workload: a 32,754-128-4 bag-of-words classifier
+trained with mini-batch SGD, declared once.
+
+* :mod:`.data`: the synthetic corpus and its Bayes-optimal accuracy;
+* :mod:`.reference`: the network, its gradients and SGD in float64 NumPy;
+* :mod:`.steps`: the ladder, each step a list of kernel launches;
+* :mod:`.checks`: every step against the reference (one step, loss curves);
+* :mod:`.record`: the benchmarks ``python -m gpulab record training`` runs,
+  and the helpers the notebook reads the recorded run with.
+"""
+from .data import TOPICS, VOCAB, Corpus
+from .reference import HIDDEN, LEARNING_RATE
+from .steps import STEPS, BoundStep, Config, Dims, Op, Step, buffers, step, step_kernels, steps
+from .checks import CHECK_DIMS, check_curves, check_step, check_steps, loss_curve, reference_curve
+
+CHAPTER = "training"
+TITLE = "Training a one-hidden-layer classifier on the GPU, from one kernel per operation to a fused step"
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False):
+    """Every experiment of the chapter on the GPU (see :mod:`.record`)."""
+    from .record import benchmark_all as run
+    return run(repeats=repeats, quick=quick)
+
+
+__all__ = ["CHAPTER", "TITLE", "TOPICS", "VOCAB", "HIDDEN", "LEARNING_RATE", "Corpus", "STEPS", "BoundStep",
+           "Config", "Dims", "Op", "Step", "buffers", "step", "step_kernels", "steps", "CHECK_DIMS",
+           "check_curves", "check_step", "check_steps", "loss_curve", "reference_curve", "benchmark_all"]

@@ -1,0 +1,109 @@
+"""Every step against the float64 reference: one SGD step (every intermediate
+and every parameter update) and a short training run's loss curve."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...check import compare
+from ...kernels import get_backend
+from . import data, reference
+from .steps import STEPS, BoundStep, Config, Dims, Step, buffers, step_kernels
+
+#: Check sizes: an odd batch (no block shape divides it) and an odd vocabulary.
+CHECK_DIMS = (Dims(B=37, V=1001), Dims(B=130, V=2999))
+#: The learning rate of the one-step check: large, so that the update
+#: W_new - W_old stands well above float32's rounding of W itself.
+CHECK_LR = 16.0
+#: Loss-curve tolerance: largest relative difference per SGD step.
+CURVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+
+
+def check_params(d: Dims, seed: int = 0) -> dict:
+    """Glorot weights with non-zero biases (so every bias path is exercised)."""
+    params = reference.init_params(d.V, d.H, seed=seed + 1)
+    rng = np.random.default_rng(seed + 2)
+    params["b1"] = rng.normal(0, 0.5, d.H).astype(np.float32)
+    params["b2"] = rng.normal(0, 0.5, d.C).astype(np.float32)
+    params["W2"] = params["W2"][:, :d.C]
+    return params
+
+
+def check_step(step_: Step, backend=None, dims: Dims = CHECK_DIMS[0], seed: int = 0,
+               config: Config | None = None) -> pd.DataFrame:
+    """One SGD step of ``step_`` from fresh weights on a fresh batch against
+    the float64 reference: the loss, the intermediates the step stores, and
+    the update of every parameter (new - old against -lr x gradient)."""
+    be = get_backend(backend)
+    config = config or Config(lr=CHECK_LR)
+    batch = data.sample(dims.B, dims.V, stream=100 + seed)
+    params = check_params(dims, seed)
+    bufs = buffers(be, step_, dims, batch, params)
+    BoundStep(step_, dims, bufs, config, be)()
+    be.synchronize()
+    p64 = {k: v.astype(np.float64) for k, v in params.items()}
+    acts = reference.forward(batch, p64)
+    grads = reference.backward(batch, batch.labels, p64, acts)
+    refs = {"loss": np.array([reference.loss(acts["P"], batch.labels)]), "p": acts["P"], "h": acts["H"],
+            "dz2": grads["dZ2"], "dz1": grads["dZ1"]}
+    rows = []
+    for name, ref in refs.items():
+        if name in bufs:
+            rows.append(_row(step_, dims, name, be.to_host(bufs[name]), ref))
+    for k in reference.PARAMS:
+        delta = be.to_host(bufs[k]).astype(np.float64) - p64[k]
+        rows.append(_row(step_, dims, f"update of {k}", delta, -config.lr * grads["d" + k]))
+    return pd.DataFrame(rows)
+
+
+def _row(step_: Step, d: Dims, name: str, out, ref) -> dict:
+    r = compare(np.asarray(out).reshape(np.shape(ref)), ref, step_.precision, name=f"{step_.label}: {name}")
+    return {"step": step_.number, "B": d.B, "V": d.V, "quantity": name, "rel_error": r.rel_error,
+            "tolerance": r.tolerance, "unwritten": r.unwritten, "passed": r.passed}
+
+
+def check_steps(backend=None, steps=None, dims=CHECK_DIMS, seed: int = 0) -> pd.DataFrame:
+    """:func:`check_step` for every step and check size; one row per quantity."""
+    return pd.concat([check_step(s, backend, d, seed + i) for s in (steps or STEPS)
+                      for i, d in enumerate(dims)], ignore_index=True)
+
+
+def loss_curve(step_: Step, backend=None, dims: Dims = Dims(B=64, V=1001), steps: int = 6,
+               lr: float = reference.LEARNING_RATE, seed: int = 0) -> np.ndarray:
+    """The loss of ``steps`` consecutive SGD steps run with ``step_``'s
+    kernels from the reference's initial weights, on consecutive batches."""
+    be = get_backend(backend)
+    config = Config(lr=lr)
+    corpus_ = data.sample(dims.B * steps, dims.V, stream=200 + seed)
+    params = reference.init_params(dims.V, dims.H)
+    fns = step_kernels(step_, dims, config, be)
+    losses = np.empty(steps)
+    for s in range(steps):
+        batch = corpus_.rows(s * dims.B, (s + 1) * dims.B)
+        bufs = buffers(be, step_, dims, batch, params)
+        BoundStep(step_, dims, bufs, config, be, fns)()
+        be.synchronize()
+        losses[s] = float(be.to_host(bufs["loss"])[0])
+        params = {k: be.to_host(bufs[k]) for k in reference.PARAMS}
+    return losses
+
+
+def reference_curve(dims: Dims = Dims(B=64, V=1001), steps: int = 6, lr: float = reference.LEARNING_RATE,
+                    seed: int = 0) -> np.ndarray:
+    corpus_ = data.sample(dims.B * steps, dims.V, stream=200 + seed)
+    return reference.train(corpus_, reference.init_params(dims.V, dims.H), dims.B, steps, lr)[1]
+
+
+def check_curves(backend=None, steps=None, dims: Dims = Dims(B=64, V=1001), n: int = 6) -> pd.DataFrame:
+    """Each step's loss curve against the float64 reference's: the largest
+    relative difference over ``n`` SGD steps, and whether it is within
+    :data:`CURVE_TOLERANCE`."""
+    ref = reference_curve(dims, n)
+    rows = []
+    for s in steps or STEPS:
+        curve = loss_curve(s, backend, dims, n)
+        worst = float(np.max(np.abs(curve - ref) / np.abs(ref))) if np.isfinite(curve).all() else np.inf
+        rows.append({"step": s.number, "first loss": curve[0], f"loss after {n} steps": curve[-1],
+                     "reference": ref[-1], "largest relative difference": worst,
+                     "tolerance": CURVE_TOLERANCE[s.precision], "passed": worst <= CURVE_TOLERANCE[s.precision]})
+    return pd.DataFrame(rows)
