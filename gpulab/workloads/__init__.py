@@ -10,6 +10,7 @@ CHAPTERS = {
     "measuring": "gpulab.workloads.measuring",
     "alexnet": "gpulab.workloads.alexnet",
     "fcnet": "gpulab.workloads.fcnet",
+    "training": "gpulab.workloads.training",
 }
 
 

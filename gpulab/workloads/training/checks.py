@@ -2,6 +2,8 @@
 and every parameter update) and a short training run's loss curve."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -15,6 +17,9 @@ CHECK_DIMS = (Dims(B=37, V=1001), Dims(B=130, V=2999))
 #: The learning rate of the one-step check: large, so that the update
 #: W_new - W_old stands well above float32's rounding of W itself.
 CHECK_LR = 16.0
+#: The loss curves' learning rate: with a 1,001-word vocabulary every word is
+#: ~30x more frequent than in the chapter's, so the chapter's rate would be too large.
+CURVE_LR = 0.1
 #: Loss-curve tolerance: largest relative difference per SGD step.
 CURVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 
@@ -69,11 +74,12 @@ def check_steps(backend=None, steps=None, dims=CHECK_DIMS, seed: int = 0) -> pd.
 
 
 def loss_curve(step_: Step, backend=None, dims: Dims = Dims(B=64, V=1001), steps: int = 6,
-               lr: float = reference.LEARNING_RATE, seed: int = 0) -> np.ndarray:
+               lr: float = CURVE_LR, seed: int = 0, config: Config | None = None) -> np.ndarray:
     """The loss of ``steps`` consecutive SGD steps run with ``step_``'s
-    kernels from the reference's initial weights, on consecutive batches."""
+    kernels from the reference's initial weights, on consecutive batches
+    (``config``: a launch configuration other than the default)."""
     be = get_backend(backend)
-    config = Config(lr=lr)
+    config = replace(config, lr=lr) if config is not None else Config(lr=lr)
     corpus_ = data.sample(dims.B * steps, dims.V, stream=200 + seed)
     params = reference.init_params(dims.V, dims.H)
     fns = step_kernels(step_, dims, config, be)
@@ -88,10 +94,30 @@ def loss_curve(step_: Step, backend=None, dims: Dims = Dims(B=64, V=1001), steps
     return losses
 
 
-def reference_curve(dims: Dims = Dims(B=64, V=1001), steps: int = 6, lr: float = reference.LEARNING_RATE,
+def reference_curve(dims: Dims = Dims(B=64, V=1001), steps: int = 6, lr: float = CURVE_LR,
                     seed: int = 0) -> np.ndarray:
     corpus_ = data.sample(dims.B * steps, dims.V, stream=200 + seed)
     return reference.train(corpus_, reference.init_params(dims.V, dims.H), dims.B, steps, lr)[1]
+
+
+#: A configuration is broken when its loss curve leaves the reference
+#: configuration's by more than this (relative, at any step), or is not finite.
+BROKEN_DEVIATION = 1e-3
+
+
+def curve_deviation(curve, ref) -> float:
+    """Largest relative difference between two loss curves (inf if ``curve`` is not finite)."""
+    curve, ref = np.asarray(curve, np.float64), np.asarray(ref, np.float64)
+    if curve.shape != ref.shape:
+        raise ValueError(f"loss curves of different lengths: {curve.shape} and {ref.shape}")
+    if not np.isfinite(curve).all():
+        return float("inf")
+    return float(np.max(np.abs(curve - ref) / np.abs(ref)))
+
+
+def is_broken(curve, ref, tolerance: float = BROKEN_DEVIATION) -> bool:
+    """Whether a configuration's training diverged from the reference configuration's."""
+    return curve_deviation(curve, ref) > tolerance
 
 
 def check_curves(backend=None, steps=None, dims: Dims = Dims(B=64, V=1001), n: int = 6) -> pd.DataFrame:
@@ -102,7 +128,7 @@ def check_curves(backend=None, steps=None, dims: Dims = Dims(B=64, V=1001), n: i
     rows = []
     for s in steps or STEPS:
         curve = loss_curve(s, backend, dims, n)
-        worst = float(np.max(np.abs(curve - ref) / np.abs(ref))) if np.isfinite(curve).all() else np.inf
+        worst = curve_deviation(curve, ref)
         rows.append({"step": s.number, "first loss": curve[0], f"loss after {n} steps": curve[-1],
                      "reference": ref[-1], "largest relative difference": worst,
                      "tolerance": CURVE_TOLERANCE[s.precision], "passed": worst <= CURVE_TOLERANCE[s.precision]})

@@ -11,6 +11,7 @@ the checks, the per-kernel breakdown and the streams timeline.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -26,6 +27,7 @@ F4 = "training/04_unroll4.cu"
 F5 = "training/05_shared_tiles.cu"
 F6 = "training/06_restrict_readonly.cu"
 F7 = "training/07_register_tiles.cu"
+F8 = "training/08_tensor_cores.cu"
 F9 = "training/09_sparse_first_layer.cu"
 F10 = "training/10_cuda_graph.cu"
 
@@ -45,6 +47,11 @@ class Dims:
                 raise ValueError(f"{name} must be a positive size, got {getattr(self, name)}")
         if self.C > 8:
             raise ValueError(f"the kernels handle at most 8 classes, got C = {self.C}")
+
+    @property
+    def Vp(self) -> int:
+        """The vocabulary padded to a multiple of 8 (the fp16 copies of step 8)."""
+        return _cdiv(self.V, 8) * 8
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class Step:
     file: str
     title: str
     build: Callable[[Dims, Config], list[Op]] = field(repr=False)
-    input: str = "dense"           # "dense": X is B x V; "sparse": CSR rows
+    input: str = "dense"           # "dense": X is B x V; "dense16": B x Vp in fp16; "sparse": CSR rows
     precision: str = "fp32"
     graph: bool = False            # the step is timed as a captured CUDA graph
 
@@ -234,6 +241,26 @@ def _step7(d: Dims, cfg: Config) -> list[Op]:
     ]
 
 
+def _step8(d: Dims, cfg: Config) -> list[Op]:
+    B, V, H, C = d.B, d.V, d.H, d.C
+    if H % 8:
+        raise ValueError(f"step 8 loads 8 halves at a time: H must be a multiple of 8, got {H}")
+    head = "head: H, P, loss terms, dZ2, dZ1"
+    return [
+        Op("Z1 = b1", F7, "fill_bias", (_cdiv(B * H, 256),), (256,), (B, H, "b1", "z1")),
+        Op("Z1 += X W1 (fp16 tensor cores, split-K)", F8, "forward_product_tc",
+           (_cdiv(H, 128), _cdiv(B, 128), split_k(d)), (256,), (B, d.Vp, H, "x16", "W1h", "z1")),
+        Op(head, F7, "dense_head", (B,), (128,),
+           (B, H, C, 1.0 / B, "labels", "z1", "W2", "b2", "h", "dz2", "dz1", "loss_terms")),
+        Op("W2, b1, b2 updates, loss", F7, "dense_small_updates", (H,), (256,),
+           (B, H, C, cfg.lr, "h", "dz2", "dz1", "loss_terms", "W2", "b1", "b2", "loss"), stream=1, after=(head,)),
+        Op("dZ1 to fp16, scaled by B", F8, "to_half_scaled", (_cdiv(B * H, 256),), (256,),
+           (B * H, float(B), "dz1", "dz1h")),
+        Op("W1 -= lr X^T dZ1 (fp16 tensor cores); W1h = half(W1)", F8, "w1_gradient_step_tc",
+           (_cdiv(H, 128), _cdiv(d.Vp, 128)), (256,), (B, V, d.Vp, H, cfg.lr / B, "x16", "dz1h", "W1", "W1h")),
+    ]
+
+
 def _step9(d: Dims, cfg: Config) -> list[Op]:
     B, H, C = d.B, d.H, d.C
     return [
@@ -254,6 +281,8 @@ STEPS = [
     Step(5, F5, "shared-memory tiles, padded", lambda d, c: _fused_ops(d, c, _K5, streams=True)),
     Step(6, F6, "__restrict__ and read-only loads", lambda d, c: _fused_ops(d, c, _K6, streams=True)),
     Step(7, F7, "register tiles, no transposes, fused epilogues", _step7),
+    Step(8, F8, "mixed precision: fp16 tensor cores, fp32 master weights", _step8, input="dense16",
+         precision="fp16"),
     Step(9, F9, "sparse first layer (gather, scatter-add)", _step9, input="sparse"),
     Step(10, F10, "sparse, whole step in a CUDA graph", _step9, input="sparse", graph=True),
 ]
@@ -282,10 +311,11 @@ def scratch_shapes(d: Dims) -> dict[str, tuple]:
             "loss_terms": (B,), "loss": (1,)}
 
 
-def buffers(be: Backend, step_: Step, d: Dims, batch, params: dict) -> dict:
+def buffers(be: Backend, step_: Step, d: Dims, batch, params: dict, inputs: bool = True) -> dict:
     """Device buffers for one step on ``batch`` (a :class:`~.data.Corpus` of B
     documents): the parameters (copies: the step updates them in place), the
-    batch in the step's input form, and every intermediate it uses, poisoned."""
+    batch in the step's input form (unless ``inputs`` is False: the caller
+    supplies them), and every intermediate it uses, poisoned."""
     if batch.docs != d.B or batch.vocab != d.V:
         raise ValueError(f"the batch has {batch.docs} documents over {batch.vocab} words; "
                          f"the dimensions say B = {d.B}, V = {d.V}")
@@ -294,16 +324,33 @@ def buffers(be: Backend, step_: Step, d: Dims, batch, params: dict) -> dict:
     bufs["labels"] = be.to_device(batch.labels.astype(np.int32))
     if "yhot" in used:
         bufs["yhot"] = be.to_device(np.eye(d.C, dtype=np.float32)[batch.labels])
-    if step_.input == "sparse":
+    if not inputs:
+        pass
+    elif step_.input == "sparse":
         bufs["indptr"] = be.to_device(batch.indptr.astype(np.int32))
         bufs["indices"] = be.to_device(batch.indices.astype(np.int32))
         bufs["values"] = be.to_device(batch.values)
+    elif step_.input == "dense16":
+        x16 = np.zeros((d.B, d.Vp), np.float16)
+        x16[:, :d.V] = batch.dense(np.float32)
+        bufs["x16"] = be.to_device(x16)
     else:
         bufs["x"] = be.to_device(batch.dense(np.float32))
+    if "W1h" in used:
+        bufs["W1h"] = be.to_device(half_copy(params["W1"], d.Vp))
     for name, shape in scratch_shapes(d).items():
         if name in used:
             bufs[name] = be.poisoned(shape, np.float32)
+    if "dz1h" in used:
+        bufs["dz1h"] = be.poisoned((d.B, d.H), np.float16)
     return bufs
+
+
+def half_copy(w1: np.ndarray, rows: int) -> np.ndarray:
+    """W1 in fp16, zero-padded to ``rows`` rows (step 8's W1h)."""
+    out = np.zeros((rows, w1.shape[1]), np.float16)
+    out[:len(w1)] = w1
+    return out
 
 
 def step_kernels(step_: Step, d: Dims, config: Config = Config(), backend=None) -> dict:
@@ -341,33 +388,38 @@ class BoundStep:
             self._fork = cupy.cuda.Event(disable_timing=True)
             self._joins = {s: cupy.cuda.Event(disable_timing=True) for s in self._streams}
 
-    def __call__(self, hook=None):
-        """Run the step; ``hook(i, "start"|"end", stream)`` is called around op i
-        (the timeline records events there)."""
+    def __call__(self, wrap=None):
+        """Run the step. ``wrap(op, stream)``, if given, returns a context
+        manager entered around each launch (the timeline records events there)."""
         if self.backend.name != "gpu" or len(self.streams) == 1:
-            for i, launch in enumerate(self.launches):
-                if hook:
-                    hook(i, "start", None)
-                launch()
-                if hook:
-                    hook(i, "end", None)
+            stream = None
+            if self.backend.name == "gpu":
+                import cupy
+                stream = cupy.cuda.get_current_stream()
+            for op, launch in zip(self.ops, self.launches):
+                with (wrap(op, stream) if wrap else nullcontext()):
+                    launch()
             return
         import cupy
         main = cupy.cuda.get_current_stream()
         self._fork.record(main)
         for s in self._streams.values():
             s.wait_event(self._fork)
-        for i, (op, launch) in enumerate(zip(self.ops, self.launches)):
-            stream = main if op.stream == 0 else self._streams[op.stream]
+        for op, launch in zip(self.ops, self.launches):
+            stream = self.stream_of(op, main)
             for name in op.after:
                 stream.wait_event(self._events[name])
             with stream:
-                if hook:
-                    hook(i, "start", stream)
-                launch()
-                if hook:
-                    hook(i, "end", stream)
+                with (wrap(op, stream) if wrap else nullcontext()):
+                    launch()
                 self._events[op.name].record(stream)
         for s, stream in self._streams.items():
             self._joins[s].record(stream)
             main.wait_event(self._joins[s])
+
+    def stream_of(self, op: Op, main=None):
+        """The CuPy stream ``op`` runs on (GPU only)."""
+        if op.stream == 0 or len(self.streams) == 1:
+            import cupy
+            return main or cupy.cuda.get_current_stream()
+        return self._streams[op.stream]

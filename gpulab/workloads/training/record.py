@@ -1,0 +1,458 @@
+"""The recorded run: everything ``python -m gpulab record training`` measures on the GPU.
+
+Experiments (the ``experiment`` column of the timing rows):
+
+* ``ladder``: one SGD step of every ladder step at batch sizes 32 to 2,048,
+  eager (``mode`` "eager") and captured in a CUDA graph ("graph"), each step
+  first checked against the float64 reference at full size (V = 32,754);
+* ``vendor``: PyTorch on the same batch (dense; sparse first layer), eager and
+  in a CUDA graph, checked the same way (:mod:`.baselines`);
+* ``breakdown``: each kernel of one step at batch 1,024, timed alone with
+  events inside the step (the report's nvprof table);
+* ``ceilings``: the measured copy bandwidth and SGEMM rate.
+
+Side tables: ``timeline`` (steps 2 and 3 at batch 1,024, from CUDA events),
+``sweep`` (batch size x block shape, the report's bounds test and ours, with
+loss and accuracy and a ``broken`` flag), ``curves`` (training runs to
+convergence: loss per step, test accuracy per epoch), ``checks``.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from ... import roofline
+from ...check import compare
+from ...errors import CheckFailed
+from ...kernels import get_backend
+from . import baselines, data, reference
+from .checks import curve_deviation, is_broken
+from .steps import STEPS, BoundStep, Config, Dims, Step, buffers, step, step_kernels
+
+BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
+MAIN_BATCH = 1024
+#: The check's learning rate: large, so the update stands above fp32 rounding of W1.
+CHECK_LR = 300.0
+SWEEP_BLOCKS = ((8, 8), (16, 16), (32, 8), (32, 32), (64, 4), (128, 2))
+SWEEP_DOCS = 8192          # every sweep point trains on the same 8,192 documents
+EPOCHS = 20
+#: Time one variant may take to be timed (ms): slow ones get fewer repeats.
+TIMING_BUDGET_MS = 500.0
+
+
+def flops_per_step(d: Dims, sparse_nnz: int | None = None) -> float:
+    """The step's multiply-adds x 2: the dense products X W1 and X^T dZ1
+    (or, sparse, the gather and scatter over the non-zeros), plus the output layer's."""
+    first = 2 * 2 * (sparse_nnz if sparse_nnz is not None else d.B * d.V) * d.H
+    return float(first + 3 * 2 * d.B * d.H * d.C)
+
+
+def bytes_per_step(d: Dims, sparse_nnz: int | None = None) -> float:
+    """The fewest bytes: read the batch once, read and write W1 once (fp32)."""
+    x = sparse_nnz * 8 + (d.B + 1) * 4 if sparse_nnz is not None else d.B * d.V * 4
+    return float(x + 2 * 4 * d.V * d.H)
+
+
+class GpuData:
+    """The training set on the GPU: CSR arrays for every document, and dense
+    rows for the dense steps (built on the device, 5.4 GB for 40,960 documents)."""
+
+    def __init__(self, train: data.Corpus, dense_docs: int):
+        import cupy
+        self.train = train
+        self.indptr = cupy.asarray(train.indptr.astype(np.int32))
+        self.indices = cupy.asarray(train.indices)
+        self.values = cupy.asarray(train.values)
+        self.labels = cupy.asarray(train.labels)
+        n = min(dense_docs, train.docs)
+        part = train.rows(0, n)
+        self.dense = cupy.zeros((n, train.vocab), cupy.float32)
+        rows = cupy.asarray(np.repeat(np.arange(n), np.diff(part.indptr)))
+        self.dense[rows, self.indices[:part.nnz]] = self.values[:part.nnz]
+        self.dense16 = cupy.zeros((n, Dims(1, train.vocab).Vp), cupy.float16)
+        self.dense16[rows, self.indices[:part.nnz]] = self.values[:part.nnz].astype(cupy.float16)
+
+    def batch_buffers(self, step_: Step, d: Dims, first: int, params: dict, bufs: dict | None = None) -> dict:
+        """Buffers for the batch of documents first..first+B-1: views into the
+        device copies (the sparse steps read the CSR arrays with absolute offsets)."""
+        be = get_backend("gpu")
+        if bufs is None:
+            bufs = buffers(be, step_, d, self.train.rows(0, d.B), params, inputs=False)
+        bufs["labels"] = self.labels[first:first + d.B]
+        if step_.input == "sparse":
+            bufs["indptr"] = self.indptr[first:first + d.B + 1]
+            bufs["indices"], bufs["values"] = self.indices, self.values
+        elif step_.input == "dense16":
+            bufs["x16"] = self.dense16[first:first + d.B]
+        else:
+            bufs["x"] = self.dense[first:first + d.B]
+        return bufs
+
+
+def _check_full_size(step_: Step, gd: GpuData, params: dict, batch_ref: dict) -> dict:
+    d = Dims(MAIN_BATCH, data.VOCAB)
+    bufs = gd.batch_buffers(step_, d, 0, params)
+    BoundStep(step_, d, bufs, Config(lr=CHECK_LR), "gpu")()
+    import cupy
+    cupy.cuda.get_current_stream().synchronize()
+    out = {"loss": compare(bufs["loss"], batch_ref["loss"], step_.precision).rel_error,
+           "update of W1": compare(bufs["W1"].astype(cupy.float64) - cupy.asarray(params["W1"], cupy.float64),
+                                   batch_ref["dW1"], step_.precision).rel_error,
+           "update of W2": compare(bufs["W2"].astype(cupy.float64) - cupy.asarray(params["W2"], cupy.float64),
+                                   batch_ref["dW2"], step_.precision).rel_error}
+    tol = compare(np.ones(1), np.ones(1), step_.precision).tolerance
+    if max(out.values()) > tol:
+        raise CheckFailed(f"{step_.label} at B = {MAIN_BATCH}, V = {data.VOCAB}: relative errors {out}, "
+                          f"tolerance {tol}")
+    return out
+
+
+def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=print, steps_=STEPS) -> list[dict]:
+    from ...timing import benchmark, graph_benchmark
+    rows = []
+    for step_ in steps_:
+        for b in batches:
+            d = Dims(b, data.VOCAB)
+            nnz = int(gd.train.indptr[b]) if step_.input == "sparse" else None
+            bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
+            bound = BoundStep(step_, d, bufs, Config(), "gpu")
+            labels = {"step": step_.number, "batch": b, "precision": step_.precision, "input": step_.input,
+                      "kernels": len(bound.ops)}
+            work = {"flops": flops_per_step(d, nnz), "bytes": bytes_per_step(d, nnz)}
+            if not step_.graph:
+                t = benchmark(bound, repeats=repeats, budget_ms=TIMING_BUDGET_MS)
+                rows.append(t.row("ladder", step_.label, b, mode="eager", **work, **labels))
+                eager = rows[-1]["median_ms"]
+            else:
+                eager = 0.0
+            if step_.graph or eager < 5.0:
+                t = graph_benchmark(bound, launches=10, repeats=max(20, repeats // 2), budget_ms=TIMING_BUDGET_MS)
+                rows.append(t.row("ladder", step_.label, b, mode="graph", **work, **labels))
+            log(f"{step_.label:55s} B={b:5d} eager {eager:9.4f} ms, graph "
+                f"{rows[-1]['median_ms'] if rows[-1]['mode'] == 'graph' else float('nan'):9.4f} ms", flush=True)
+    return rows
+
+
+def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), log=print):
+    from ... import baselines as vendor
+    rows, skipped = [], []
+    for b in batches:
+        d = Dims(b, data.VOCAB)
+        batch = gd.train.rows(0, b)
+        ref = baselines.reference_output(params, batch, CHECK_LR)
+        paths = baselines.torch_paths(params, batch, gd.dense[:b], lr=CHECK_LR)
+        paths += vendor.graph_paths(paths, launches=10)
+        for p in paths:
+            sparse = "dense" not in p.label
+            nnz = batch.nnz if sparse else None
+            result = vendor.measure([p], reference=ref, experiment="vendor", size=b, repeats=repeats,
+                                    flops=flops_per_step(d, nnz), bytes=bytes_per_step(d, nnz),
+                                    labels={"batch": b, "input": "sparse" if sparse else "dense"},
+                                    on_failure="skip", log=log)
+            rows += result.rows
+            skipped += result.skipped
+    return rows, skipped
+
+
+def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30) -> list[dict]:
+    """Each op of a step at batch 1,024 timed with events around it, inside the running step."""
+    import cupy
+    rows = []
+    d = Dims(MAIN_BATCH, data.VOCAB)
+    for step_ in STEPS:
+        if numbers is not None and step_.number not in numbers:
+            continue
+        bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
+        bound = BoundStep(step_, d, bufs, Config(), "gpu")
+        samples = {op.name: [] for op in bound.ops}
+        for r in range(repeats + 3):
+            marks = []
+
+            def wrap(op, stream, marks=marks):
+                from contextlib import contextmanager
+
+                @contextmanager
+                def span():
+                    a, b = cupy.cuda.Event(), cupy.cuda.Event()
+                    a.record(stream)
+                    yield
+                    b.record(stream)
+                    marks.append((op.name, a, b))
+                return span()
+            bound(wrap)
+            cupy.cuda.get_current_stream().synchronize()
+            if r >= 3:
+                for name, a, b in marks:
+                    samples[name].append(cupy.cuda.get_elapsed_time(a, b))
+        for i, op in enumerate(bound.ops):
+            s = np.asarray(samples[op.name])
+            rows.append({"experiment": "breakdown", "variant": step_.label, "size": MAIN_BATCH, "phase": "kernel",
+                         "median_ms": float(np.median(s)), "q1_ms": float(np.percentile(s, 25)),
+                         "q3_ms": float(np.percentile(s, 75)), "min_ms": float(s.min()), "max_ms": float(s.max()),
+                         "repeats": len(s), "flops": 0.0, "bytes": 0.0, "step": step_.number, "op": op.name,
+                         "kernel": op.kernel, "order": i, "stream": op.stream})
+    return rows
+
+
+def timeline(gd: GpuData, params: dict, numbers=(2, 3)) -> pd.DataFrame:
+    """One SGD step of each of ``numbers`` at batch 1,024 as a timeline: a lane per stream."""
+    import cupy
+    from ... import timeline as tl_mod
+    frames = []
+    d = Dims(MAIN_BATCH, data.VOCAB)
+    for number in numbers:
+        step_ = step(number)
+        bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
+        bound = BoundStep(step_, d, bufs, Config(), "gpu")
+        for _ in range(3):
+            bound()
+        cupy.cuda.Device().synchronize()
+        tl = tl_mod.Timeline()
+        main = tl.stream("stream 0")
+        for s, stream in getattr(bound, "_streams", {}).items():
+            tl.stream(f"stream {s}", stream)
+        with main:
+            bound(lambda op, stream: tl.span(stream, "kernel", op.name))
+        frames.append(tl.rows().assign(step=number, variant=step_.label))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ----------------------------------------------------------------- training runs
+def evaluate(W: dict, test_dense):
+    """The logits of the dense test set under parameters W (CuPy arrays)."""
+    import cupy
+    z1 = test_dense @ W["W1"] + W["b1"]
+    h = 1.0 / (1.0 + cupy.exp(-z1))
+    return h @ W["W2"] + W["b2"]
+
+
+class Trainer:
+    """Trains with one ladder step over consecutive batches of the training
+    set: every batch bound once (the graph step: captured once per batch)."""
+
+    def __init__(self, step_: Step, gd: GpuData, params: dict, b: int, config: Config = Config(), docs=None):
+        import cupy
+        self.step, self.b = step_, b
+        d = Dims(b, data.VOCAB)
+        self.batches = (docs or gd.train.docs) // b
+        if step_.input != "sparse" and self.batches * b > gd.dense.shape[0]:
+            self.batches = gd.dense.shape[0] // b
+        fns = step_kernels(step_, d, config, "gpu")
+        self.params = {k: cupy.asarray(v) for k, v in params.items()}
+        base = gd.batch_buffers(step_, d, 0, params)
+        base.update(self.params)
+        if "W1h" in base:          # step 8's fp16 copy of W1 must follow the master weights
+            self.params["W1h"] = base["W1h"]
+        self.loss = base["loss"]
+        self.bound = []
+        for i in range(self.batches):
+            bufs = gd.batch_buffers(step_, d, i * b, params, dict(base))
+            self.bound.append(BoundStep(step_, d, bufs, config, "gpu", fns))
+        self.graphs = None
+        if step_.graph:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.graphs = []
+            with self.stream:
+                for bound in self.bound:
+                    self.stream.begin_capture()
+                    try:
+                        bound()
+                    finally:
+                        self.graphs.append(self.stream.end_capture())
+
+    def epoch(self, losses) -> None:
+        """One pass; the loss of every step is copied (on the device) into ``losses``."""
+        import cupy
+        if self.graphs is not None:
+            with self.stream:
+                for i, g in enumerate(self.graphs):
+                    g.launch(self.stream)
+                    losses[i:i + 1] = self.loss
+            self.stream.synchronize()
+            return
+        for i, bound in enumerate(self.bound):
+            bound()
+            losses[i:i + 1] = self.loss
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9, 10), epochs: int = EPOCHS,
+                 b: int = MAIN_BATCH, lr: float = reference.LEARNING_RATE, log=print) -> pd.DataFrame:
+    """Training runs to convergence: our steps and PyTorch fp32 (the fp32
+    reference), same initial weights, same batches, same learning rate."""
+    import cupy
+    test_dense = cupy.zeros((test.docs, test.vocab), cupy.float32)
+    rows_ = cupy.asarray(np.repeat(np.arange(test.docs), np.diff(test.indptr)))
+    test_dense[rows_, cupy.asarray(test.indices)] = cupy.asarray(test.values)
+    test_labels = cupy.asarray(test.labels)
+    out = []
+    runs = [(n, step(n)) for n in numbers] + [("torch", None)]
+    for name, step_ in runs:
+        if step_ is not None:
+            tr = Trainer(step_, gd, params, b, Config(lr=lr))
+            n_batches, label = tr.batches, step_.label
+        else:
+            tr = _TorchTrainer(gd, params, b, lr)
+            n_batches, label = tr.batches, "PyTorch eager fp32, dense X"
+        losses = cupy.zeros(n_batches, cupy.float32)
+        start = time.perf_counter()
+        for e in range(epochs):
+            t0 = cupy.cuda.Event()
+            t1 = cupy.cuda.Event()
+            t0.record()
+            tr.epoch(losses)
+            t1.record()
+            t1.synchronize()
+            ms = cupy.cuda.get_elapsed_time(t0, t1)
+            logits = evaluate(tr.params, test_dense)
+            acc = float((logits.argmax(axis=1) == test_labels).mean())
+            for i, l in enumerate(cupy.asnumpy(losses)):
+                out.append({"variant": label, "epoch": e + 1, "batch_index": i, "loss": float(l),
+                            "test_accuracy": acc, "epoch_ms": ms})
+            log(f"{label:55s} epoch {e + 1}: loss {float(losses[-5:].mean()):.4f}, test accuracy {acc:.4f}, "
+                f"{ms:.1f} ms", flush=True)
+        log(f"  ({time.perf_counter() - start:.1f} s)")
+    return pd.DataFrame(out)
+
+
+class _TorchTrainer:
+    """PyTorch eager fp32 on dense X, in place: the fp32 reference training run."""
+
+    def __init__(self, gd: GpuData, params: dict, b: int, lr: float):
+        import cupy
+        import torch
+        import torch.nn.functional as F
+        self.b, self.lr = b, lr
+        self.batches = min(gd.train.docs, gd.dense.shape[0]) // b
+        self.x = torch.from_dlpack(gd.dense)
+        self.y = torch.as_tensor(gd.train.labels.astype(np.int64), device="cuda")
+        self.w = {k: torch.as_tensor(v, device="cuda").clone().requires_grad_(True) for k, v in params.items()}
+        self.F = F
+        self.params = {k: cupy.from_dlpack(v.detach()) for k, v in self.w.items()}
+
+    def epoch(self, losses):
+        import cupy
+        import torch
+        w, F = self.w, self.F
+        for i in range(self.batches):
+            x = self.x[i * self.b:(i + 1) * self.b]
+            h = torch.sigmoid(torch.addmm(w["b1"], x, w["W1"]))
+            loss = F.cross_entropy(torch.addmm(w["b2"], h, w["W2"]), self.y[i * self.b:(i + 1) * self.b])
+            grads = torch.autograd.grad(loss, [w[k] for k in reference.PARAMS])
+            with torch.no_grad():
+                for k, g in zip(reference.PARAMS, grads):
+                    w[k].sub_(g, alpha=self.lr)
+            losses[i:i + 1] = cupy.from_dlpack(loss.detach().view(1))
+        torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------- the sweep
+def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches=BATCHES,
+          blocks=SWEEP_BLOCKS, lr: float = reference.LEARNING_RATE, log=print) -> pd.DataFrame:
+    """Batch size x block shape for step ``number``'s kernels, with our bounds
+    test and with the report's: each point trains on the same SWEEP_DOCS
+    documents from the same weights; its loss curve is compared with the
+    reference configuration's (block 16 x 16, our test) at that batch size."""
+    import cupy
+    test_dense = cupy.zeros((test.docs, test.vocab), cupy.float32)
+    rows_ = cupy.asarray(np.repeat(np.arange(test.docs), np.diff(test.indptr)))
+    test_dense[rows_, cupy.asarray(test.indices)] = cupy.asarray(test.values)
+    test_labels = cupy.asarray(test.labels)
+    out = []
+    for b in batches:
+        ref_curve = None
+        for guard, options in (("ours", ()), ("report's", ("-DREPORT_GUARD",))):
+            for blk in ((16, 16),) + tuple(x for x in blocks if x != (16, 16)):
+                tr = Trainer(step(number), gd, params, b, Config(block=blk, lr=lr, options=options), docs=SWEEP_DOCS)
+                losses = cupy.zeros(tr.batches, cupy.float32)
+                t0, t1 = cupy.cuda.Event(), cupy.cuda.Event()
+                t0.record()
+                tr.epoch(losses)
+                t1.record()
+                t1.synchronize()
+                curve = cupy.asnumpy(losses).astype(np.float64)
+                with np.errstate(all="ignore"):
+                    logits = evaluate(tr.params, test_dense)
+                    acc = float((logits.argmax(axis=1) == test_labels).mean())
+                if ref_curve is None:
+                    ref_curve = curve
+                dev = curve_deviation(curve, ref_curve)
+                out.append({"batch": b, "block": f"{blk[0]} x {blk[1]}", "threads": blk[0] * blk[1], "guard": guard,
+                            "steps": tr.batches, "step_ms": cupy.cuda.get_elapsed_time(t0, t1) / tr.batches,
+                            "final_loss": curve[-1], "test_accuracy": acc, "loss_deviation": dev,
+                            "broken": is_broken(curve, ref_curve)})
+                log(f"sweep B={b:5d} block {blk} {guard:9s}: loss {curve[-1]:.4f} acc {acc:.4f} "
+                    f"dev {dev:.2e} {'BROKEN' if out[-1]['broken'] else ''}", flush=True)
+                del tr
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------- the whole run
+def benchmark_all(repeats: int = 100, quick: bool = False, log=print):
+    import cupy
+    train, test = data.corpus()
+    params = reference.init_params()
+    gd = GpuData(train, dense_docs=train.docs if not quick else 8192)
+    # The full-size check of every step (B = 1,024, V = 32,754), before any timing.
+    batch = train.rows(0, MAIN_BATCH)
+    p64 = {k: v.astype(np.float64) for k, v in params.items()}
+    acts = reference.forward(batch, p64)
+    grads = reference.backward(batch, batch.labels, p64, acts)
+    batch_ref = {"loss": np.array([reference.loss(acts["P"], batch.labels)]),
+                 "dW1": -CHECK_LR * grads["dW1"], "dW2": -CHECK_LR * grads["dW2"]}
+    problems = []
+
+    def attempt(name, fn, default):
+        """Run one experiment; a failure is logged and listed, the run goes on."""
+        try:
+            return fn()
+        except CheckFailed:
+            raise
+        except Exception as exc:
+            import traceback
+            traceback.print_exc()
+            problems.append({"experiment": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            return default
+    checks, passed = [], []
+    for s in STEPS:       # a step that fails its check is listed, and not timed
+        try:
+            errs, ok, why = _check_full_size(s, gd, params, batch_ref), True, ""
+            passed.append(s)
+        except Exception as exc:
+            errs, ok, why = {}, False, f"{type(exc).__name__}: {exc}"[:500]
+        checks.append({"step": s.number, "variant": s.label, "passed": ok, "error": why,
+                       **{f"rel_error {k}": v for k, v in errs.items()}})
+        log(f"checked {s.label}: {errs if ok else why}", flush=True)
+    batches = BATCHES if not quick else (32, 1024)
+    rows = time_ladder(gd, params, repeats, batches, log=log, steps_=passed)
+    vrows, skipped = attempt("vendor", lambda: time_vendor(gd, params, repeats, log=log), ([], []))
+    rows += vrows
+    rows += attempt("breakdown", lambda: breakdown(gd, params), [])
+    rows += roofline.measure_ceilings(repeats=20)
+    tables = {"checks": pd.DataFrame(checks)}
+    for name, fn in (("timeline", lambda: timeline(gd, params)),
+                     ("sweep", lambda: sweep(gd, test, params, batches=batches if not quick else (64, 1024),
+                                             log=log)),
+                     ("curves", lambda: train_curves(gd, test, params, epochs=EPOCHS if not quick else 2,
+                                                     log=log))):
+        table = attempt(name, fn, None)
+        if table is not None:
+            tables[name] = table
+    if skipped:
+        tables["vendor_skipped"] = pd.DataFrame(skipped)
+    if problems:
+        tables["problems"] = pd.DataFrame(problems)
+    bayes, err = data.bayes_accuracy()
+    tables["bayes"] = pd.DataFrame([{"bayes_accuracy": bayes, "standard_error": err,
+                                     "bayes_on_test_set": float((data.bayes_predict(test) == test.labels).mean())}])
+    del gd
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rows, tables
+
+
+if __name__ == "__main__":       # a quick look on a GPU: python -m gpulab.workloads.training.record
+    r, t = benchmark_all(repeats=20, quick="--quick" in sys.argv)
+    print(pd.DataFrame(r).groupby(["experiment", "variant", "size"])["median_ms"].first().to_string())

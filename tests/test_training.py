@@ -1,0 +1,158 @@
+"""The training chapter: its data, its float64 reference, every ladder step
+through the same checks the book runs, and the sweep's broken-run detector."""
+import numpy as np
+import pytest
+
+from gpulab.workloads import training
+from gpulab.workloads.training import checks, data, reference
+from gpulab.workloads.training.steps import Config, Dims
+
+
+# ----------------------------------------------------------------- the data
+def test_the_corpus_is_what_the_chapter_says():
+    c = data.sample(2000, stream=7)
+    assert c.vocab == 32_754 and c.docs == 2000
+    assert set(np.unique(c.labels)) == set(range(data.TOPICS))
+    assert (np.diff(c.indptr) > 0).all() and c.indptr[-1] == c.nnz
+    density = c.nnz / (c.docs * c.vocab)
+    assert 0.002 < density < 0.005                       # about 0.35% non-zeros
+    assert 100 < np.median(c.lengths) < 140              # median 120 words
+    row = c.indices[c.indptr[5]:c.indptr[6]]
+    assert (np.diff(row) > 0).all()                      # ascending, no repeats within a document
+    assert np.allclose(np.linalg.norm(c.dense()[:50], axis=1), data.INPUT_NORM, rtol=1e-5)
+    topics = data.topic_distributions()
+    assert np.allclose(topics.sum(axis=1), 1) and (topics > 0).all()
+    shared = topics[:, :data.SHARED_WORDS] / topics[:, :1]           # the function words: Zipf in every topic
+    assert np.allclose(shared, data.zipf()[:data.SHARED_WORDS] / data.zipf()[0])
+    assert (np.diff(data.zipf()) < 0).all()
+
+
+def test_the_corpus_is_deterministic_and_streams_differ():
+    a, b = data.sample(300, stream=1), data.sample(300, stream=1)
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(a.labels, b.labels)
+    c = data.sample(300, stream=2)
+    assert not np.array_equal(a.labels, c.labels)
+    with pytest.raises(ValueError, match="positive number of documents"):
+        data.sample(0)
+    with pytest.raises(ValueError, match="rows must satisfy"):
+        a.rows(10, 5)
+
+
+def test_the_bayes_accuracy_is_the_bayes_classifiers_hit_rate():
+    # E[max_k P(k | doc)] must equal the rate at which the Bayes classifier is
+    # right, within the sampling error of each (a small vocabulary keeps it fast).
+    acc, err = data.bayes_accuracy(vocab=3000, docs=20_000)
+    fresh = data.sample(20_000, vocab=3000, stream=55)
+    hits = (data.bayes_predict(fresh) == fresh.labels).mean()
+    assert abs(hits - acc) < 4 * np.sqrt(acc * (1 - acc) / 20_000) + 4 * err
+    assert 0.25 < acc < 1
+
+
+def test_the_posterior_is_the_generating_models():
+    c = data.sample(40, vocab=500, stream=3)
+    logp = np.log(data.topic_distributions(500))
+    direct = np.zeros((c.docs, data.TOPICS))
+    for d in range(c.docs):
+        words, counts = c.indices[c.indptr[d]:c.indptr[d + 1]], c.counts[c.indptr[d]:c.indptr[d + 1]]
+        direct[d] = (counts[:, None] * logp[:, words].T).sum(axis=0)
+    direct = np.exp(direct - direct.max(axis=1, keepdims=True))
+    direct /= direct.sum(axis=1, keepdims=True)
+    assert np.allclose(np.exp(data.log_posterior(c)), direct)
+
+
+# ----------------------------------------------------------------- the reference
+def test_gradients_match_finite_differences():
+    c = data.sample(23, vocab=300, stream=9)
+    rng = np.random.default_rng(4)
+    params = {k: v.astype(np.float64) + 0.2 * rng.standard_normal(v.shape)
+              for k, v in reference.init_params(vocab=300, hidden=9).items()}
+    acts = reference.forward(c, params)
+    grads = reference.backward(c, c.labels, params, acts)
+    eps = 1e-6
+    for k in reference.PARAMS:
+        for _ in range(3):
+            idx = tuple(rng.integers(0, n) for n in params[k].shape)
+            if k == "W1":      # a word the batch contains, so the gradient is not trivially 0
+                idx = (int(c.indices[rng.integers(0, c.nnz)]), idx[1])
+            plus = {q: v.copy() for q, v in params.items()}
+            minus = {q: v.copy() for q, v in params.items()}
+            plus[k][idx] += eps
+            minus[k][idx] -= eps
+            numeric = (reference.loss(reference.forward(c, plus)["P"], c.labels)
+                       - reference.loss(reference.forward(c, minus)["P"], c.labels)) / (2 * eps)
+            assert grads["d" + k][idx] == pytest.approx(numeric, rel=1e-5, abs=1e-9), (k, idx)
+
+
+def test_the_sparse_and_dense_reference_agree():
+    c = data.sample(31, vocab=700, stream=4)
+    params = reference.init_params(vocab=700)
+    sparse = reference.sgd_step(c, c.labels, params)
+    dense = reference.sgd_step(c.dense(np.float64), c.labels, params)
+    assert sparse[1] == pytest.approx(dense[1], rel=1e-12)
+    for k in reference.PARAMS:
+        assert np.allclose(sparse[0][k], dense[0][k], rtol=1e-12, atol=1e-15)
+
+
+# ----------------------------------------------------------------- the ladder
+@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: f"{s.number:02d}")
+def test_every_step_matches_the_reference(backend, step):
+    result = training.check_steps(backend, steps=[step])
+    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert (result["unwritten"] == 0).all()
+    assert {"update of W1", "update of b1", "update of W2", "update of b2", "loss", "dz1"} <= set(result["quantity"])
+    assert set(result["B"]) == {d.B for d in training.CHECK_DIMS}
+
+
+@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: f"{s.number:02d}")
+def test_every_steps_loss_curve_matches_the_reference(step):
+    result = training.check_curves("cpu", steps=[step], n=4)
+    assert result["passed"].all(), result.to_string()
+    assert np.isfinite(result["loss after 4 steps"]).all()
+
+
+def test_the_reports_bounds_test_is_caught():
+    # The report's unrolled kernels skipped partial groups of four: with it,
+    # W2 (4 columns) is never updated -- no error, just a wrong step.
+    step = training.step(4)
+    ours = training.check_step(step, "cpu", Dims(37, 1001), config=Config(lr=checks.CHECK_LR))
+    report = training.check_step(step, "cpu", Dims(37, 1001),
+                                 config=Config(lr=checks.CHECK_LR, options=("-DREPORT_GUARD",)))
+    assert ours["passed"].all()
+    failed = set(report.loc[~report["passed"], "quantity"])
+    assert "update of W2" in failed and "update of b2" in failed
+
+
+def test_the_sweep_marks_a_diverging_configuration_as_broken():
+    step = training.step(6)
+    d = Dims(B=40, V=1001)
+    ref = training.loss_curve(step, "cpu", d, steps=3)
+    same = training.loss_curve(step, "cpu", d, steps=3, config=Config(block=(32, 8)))
+    report = training.loss_curve(step, "cpu", d, steps=3, config=Config(block=(64, 4), options=("-DREPORT_GUARD",)))
+    assert not checks.is_broken(same, ref)
+    assert checks.is_broken(report, ref)
+    assert checks.is_broken([1.0, np.nan, 1.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="different lengths"):
+        checks.curve_deviation([1.0], [1.0, 2.0])
+
+
+def test_streams_respect_every_dependency():
+    for step in training.STEPS:
+        ops = step.ops(Dims(1024, data.VOCAB))
+        names = [op.name for op in ops]
+        assert len(set(names)) == len(names)
+        for i, op in enumerate(ops):
+            assert all(names.index(a) < i for a in op.after), (step.number, op.name)
+    streamed = training.step(3).ops(Dims(1024, data.VOCAB))
+    assert {op.stream for op in streamed} == {0, 1, 2}
+    assert {op.stream for op in training.step(2).ops(Dims(1024, data.VOCAB))} == {0}
+
+
+def test_bad_dimensions_are_refused_clearly():
+    with pytest.raises(ValueError, match="positive size"):
+        Dims(0, 10)
+    with pytest.raises(ValueError, match="at most 8 classes"):
+        Dims(4, 10, C=9)
+    c = data.sample(5, vocab=1001)
+    with pytest.raises(ValueError, match="dimensions say B = 6"):
+        training.buffers(__import__("gpulab").get_backend("cpu"), training.step(9), Dims(6, 1001), c,
+                         reference.init_params(1001))
