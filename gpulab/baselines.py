@@ -127,8 +127,10 @@ def precision_mode(precision: str):
         torch.backends.cudnn.benchmark = True
     linalg = _cupy_linalg()
     if linalg is not None:
+        # CuPy's signatures: get_compute_type(dtype), set_compute_type(dtype, compute_type)
         saved["cupy"] = linalg.get_compute_type(np.dtype(np.float32))
-        linalg.set_compute_type(linalg.COMPUTE_TYPE_TF32 if tf32 else linalg.COMPUTE_TYPE_DEFAULT)
+        linalg.set_compute_type(np.dtype(np.float32),
+                                linalg.COMPUTE_TYPE_TF32 if tf32 else linalg.COMPUTE_TYPE_DEFAULT)
     try:
         yield
     finally:
@@ -137,7 +139,7 @@ def precision_mode(precision: str):
             torch.backends.cudnn.allow_tf32 = saved["cudnn"]
             torch.backends.cudnn.benchmark = saved["benchmark"]
         if linalg is not None:
-            linalg.set_compute_type(saved["cupy"])
+            linalg.set_compute_type(np.dtype(np.float32), saved["cupy"])
 
 
 def _try_import(name: str):

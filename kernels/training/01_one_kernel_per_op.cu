@@ -19,7 +19,7 @@
 // Layouts: every matrix row-major; the batch X is B x V (row i: document i).
 
 // C[M x N] = A[M x K] B[K x N]
-__global__ void matmul(int M, int N, int K, const float* A, const float* B, float* C) {
+extern "C" __global__ void matmul(int M, int N, int K, const float* A, const float* B, float* C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -30,33 +30,33 @@ __global__ void matmul(int M, int N, int K, const float* A, const float* B, floa
 }
 
 // out[N x M] = in[M x N]^T
-__global__ void transpose(int M, int N, const float* in, float* out) {
+extern "C" __global__ void transpose(int M, int N, const float* in, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) out[(long)col * M + row] = in[(long)row * N + col];
 }
 
 // z[i, j] += b[j] for a rows x cols matrix
-__global__ void add_bias(int rows, int cols, float* z, const float* b) {
+extern "C" __global__ void add_bias(int rows, int cols, float* z, const float* b) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) z[row * cols + col] += b[col];
 }
 
-__global__ void sigmoid(int rows, int cols, const float* z, float* h) {
+extern "C" __global__ void sigmoid(int rows, int cols, const float* z, float* h) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) h[row * cols + col] = 1.0f / (1.0f + expf(-z[row * cols + col]));
 }
 
-__global__ void exponential(int rows, int cols, const float* z, float* e) {
+extern "C" __global__ void exponential(int rows, int cols, const float* z, float* e) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) e[row * cols + col] = expf(z[row * cols + col]);
 }
 
 // p[i, :] = e[i, :] / sum(e[i, :]); one thread per row (the report's Softmax)
-__global__ void softmax_normalize(int rows, int cols, const float* e, float* p) {
+extern "C" __global__ void softmax_normalize(int rows, int cols, const float* e, float* p) {
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (threadIdx.x == 0 && row < rows) {
         float total = 0.0f;
@@ -65,42 +65,42 @@ __global__ void softmax_normalize(int rows, int cols, const float* e, float* p) 
     }
 }
 
-__global__ void logarithm(int rows, int cols, const float* p, float* out) {
+extern "C" __global__ void logarithm(int rows, int cols, const float* p, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) out[row * cols + col] = logf(p[row * cols + col]);
 }
 
 // out = a * b, element-wise
-__global__ void multiply(int rows, int cols, const float* a, const float* b, float* out) {
+extern "C" __global__ void multiply(int rows, int cols, const float* a, const float* b, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) out[row * cols + col] = a[row * cols + col] * b[row * cols + col];
 }
 
 // out = a - b, element-wise
-__global__ void subtract(int rows, int cols, const float* a, const float* b, float* out) {
+extern "C" __global__ void subtract(int rows, int cols, const float* a, const float* b, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) out[row * cols + col] = a[row * cols + col] - b[row * cols + col];
 }
 
 // out = s * a, element-wise
-__global__ void scale(int rows, int cols, float s, const float* a, float* out) {
+extern "C" __global__ void scale(int rows, int cols, float s, const float* a, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) out[row * cols + col] = s * a[row * cols + col];
 }
 
 // out = 1 - a, element-wise
-__global__ void one_minus(int rows, int cols, const float* a, float* out) {
+extern "C" __global__ void one_minus(int rows, int cols, const float* a, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) out[row * cols + col] = 1.0f - a[row * cols + col];
 }
 
 // out[j] = s * sum_i a[i, j]: one thread per column (bias gradients, the loss)
-__global__ void column_sum(int rows, int cols, float s, const float* a, float* out) {
+extern "C" __global__ void column_sum(int rows, int cols, float s, const float* a, float* out) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (threadIdx.y == 0 && blockIdx.y == 0 && col < cols) {
         float total = 0.0f;

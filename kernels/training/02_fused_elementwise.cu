@@ -20,7 +20,7 @@
 // not): the same result, but exp can no longer overflow once the weights grow.
 
 // h = sigmoid(z + b), z and h rows x cols, b one per column
-__global__ void bias_sigmoid(int rows, int cols, const float* z, const float* b, float* h) {
+extern "C" __global__ void bias_sigmoid(int rows, int cols, const float* z, const float* b, float* h) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) h[row * cols + col] = 1.0f / (1.0f + expf(-(z[row * cols + col] + b[col])));
@@ -28,12 +28,12 @@ __global__ void bias_sigmoid(int rows, int cols, const float* z, const float* b,
 
 // One thread per document (row): p = softmax(z + b), its loss -log p[label],
 // and dz = (p - onehot(label)) * inv_batch, the gradient of the mean loss.
-__global__ void bias_softmax_xent(int rows, int cols, float inv_batch, const float* z, const float* b,
+extern "C" __global__ void bias_softmax_xent(int rows, int cols, float inv_batch, const float* z, const float* b,
                                   const int* labels, float* p, float* dz, float* loss_terms) {
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (threadIdx.x == 0 && row < rows) {
-        float top = -INFINITY;
-        for (int c = 0; c < cols; ++c) top = fmaxf(top, z[row * cols + c] + b[c]);
+        float top = z[row * cols] + b[0];
+        for (int c = 1; c < cols; ++c) top = fmaxf(top, z[row * cols + c] + b[c]);
         float total = 0.0f;
         for (int c = 0; c < cols; ++c) total += expf(z[row * cols + c] + b[c] - top);
         int label = labels[row];
@@ -47,7 +47,7 @@ __global__ void bias_softmax_xent(int rows, int cols, float inv_batch, const flo
 }
 
 // dz1 = dh * h * (1 - h): the sigmoid's derivative applied to the back-propagated error
-__global__ void layer_error(int rows, int cols, const float* dh, const float* h, float* dz) {
+extern "C" __global__ void layer_error(int rows, int cols, const float* dh, const float* h, float* dz) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) {
@@ -57,7 +57,7 @@ __global__ void layer_error(int rows, int cols, const float* dh, const float* h,
 }
 
 // w -= lr * dw
-__global__ void sgd_update(int rows, int cols, float lr, float* w, const float* dw) {
+extern "C" __global__ void sgd_update(int rows, int cols, float lr, float* w, const float* dw) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < rows && col < cols) w[(long)row * cols + col] -= lr * dw[(long)row * cols + col];

@@ -17,7 +17,7 @@
 // at the end of the chapter shows which launch shapes it broke).
 #include "unroll_guard.cuh"
 
-__global__ void matmul_unroll4(int M, int N, int K, const float* A, const float* B, float* C) {
+extern "C" __global__ void matmul_unroll4(int M, int N, int K, const float* A, const float* B, float* C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -29,7 +29,7 @@ __global__ void matmul_unroll4(int M, int N, int K, const float* A, const float*
 }
 
 // out[N x M] = in[M x N]^T, four columns per thread
-__global__ void transpose_unroll4(int M, int N, const float* in, float* out) {
+extern "C" __global__ void transpose_unroll4(int M, int N, const float* in, float* out) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
 #pragma unroll
@@ -40,7 +40,7 @@ __global__ void transpose_unroll4(int M, int N, const float* in, float* out) {
     }
 }
 
-__global__ void bias_sigmoid_unroll4(int rows, int cols, const float* z, const float* b, float* h) {
+extern "C" __global__ void bias_sigmoid_unroll4(int rows, int cols, const float* z, const float* b, float* h) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
 #pragma unroll
@@ -51,7 +51,7 @@ __global__ void bias_sigmoid_unroll4(int rows, int cols, const float* z, const f
     }
 }
 
-__global__ void layer_error_unroll4(int rows, int cols, const float* dh, const float* h, float* dz) {
+extern "C" __global__ void layer_error_unroll4(int rows, int cols, const float* dh, const float* h, float* dz) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
 #pragma unroll
@@ -64,7 +64,7 @@ __global__ void layer_error_unroll4(int rows, int cols, const float* dh, const f
     }
 }
 
-__global__ void sgd_update_unroll4(int rows, int cols, float lr, float* w, const float* dw) {
+extern "C" __global__ void sgd_update_unroll4(int rows, int cols, float lr, float* w, const float* dw) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
 #pragma unroll

@@ -26,7 +26,7 @@
 #define TTILE 32
 
 // C[M x N] = A[M x K] B[K x N]; launched with 16 x 16 threads.
-__global__ void matmul_tiled(int M, int N, int K, const float* A, const float* B, float* C) {
+extern "C" __global__ void matmul_tiled(int M, int N, int K, const float* A, const float* B, float* C) {
     __shared__ float As[TILE][TILE];
     __shared__ float Bs[TILE][TILE + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -45,7 +45,7 @@ __global__ void matmul_tiled(int M, int N, int K, const float* A, const float* B
 
 // out[N x M] = in[M x N]^T through a padded 32 x 32 tile; launched with 32 x 8
 // threads, each moving 4 elements of the tile.
-__global__ void transpose_tiled(int M, int N, const float* in, float* out) {
+extern "C" __global__ void transpose_tiled(int M, int N, const float* in, float* out) {
     __shared__ float tile[TTILE][TTILE + 1];     // +1: the column reads below hit 32 different banks
     int x = blockIdx.x * TTILE + threadIdx.x;
     int y0 = blockIdx.y * TTILE;

@@ -18,7 +18,7 @@
 #define TILE 16
 #define TTILE 32
 
-__global__ void matmul_tiled_ro(int M, int N, int K, const float* __restrict__ A,
+extern "C" __global__ void matmul_tiled_ro(int M, int N, int K, const float* __restrict__ A,
                                 const float* __restrict__ B, float* __restrict__ C) {
     __shared__ float As[TILE][TILE];
     __shared__ float Bs[TILE][TILE + 1];
@@ -36,7 +36,7 @@ __global__ void matmul_tiled_ro(int M, int N, int K, const float* __restrict__ A
     if (row < M && col < N) C[(long)row * N + col] = sum;
 }
 
-__global__ void transpose_tiled_ro(int M, int N, const float* __restrict__ in, float* __restrict__ out) {
+extern "C" __global__ void transpose_tiled_ro(int M, int N, const float* __restrict__ in, float* __restrict__ out) {
     __shared__ float tile[TTILE][TTILE + 1];
     int x = blockIdx.x * TTILE + threadIdx.x;
     int y0 = blockIdx.y * TTILE;
@@ -49,7 +49,7 @@ __global__ void transpose_tiled_ro(int M, int N, const float* __restrict__ in, f
         if (oy0 + j < N && ox < M) out[(long)(oy0 + j) * M + ox] = tile[threadIdx.x][j];
 }
 
-__global__ void bias_sigmoid_ro(int rows, int cols, const float* __restrict__ z, const float* __restrict__ b,
+extern "C" __global__ void bias_sigmoid_ro(int rows, int cols, const float* __restrict__ z, const float* __restrict__ b,
                                 float* __restrict__ h) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
@@ -61,7 +61,7 @@ __global__ void bias_sigmoid_ro(int rows, int cols, const float* __restrict__ z,
     }
 }
 
-__global__ void layer_error_ro(int rows, int cols, const float* __restrict__ dh, const float* __restrict__ h,
+extern "C" __global__ void layer_error_ro(int rows, int cols, const float* __restrict__ dh, const float* __restrict__ h,
                                float* __restrict__ dz) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
@@ -75,7 +75,7 @@ __global__ void layer_error_ro(int rows, int cols, const float* __restrict__ dh,
     }
 }
 
-__global__ void sgd_update_ro(int rows, int cols, float lr, float* __restrict__ w, const float* __restrict__ dw) {
+extern "C" __global__ void sgd_update_ro(int rows, int cols, float lr, float* __restrict__ w, const float* __restrict__ dw) {
     int first = blockIdx.x * blockDim.x * 4 + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
 #pragma unroll

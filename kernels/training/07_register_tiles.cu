@@ -100,26 +100,26 @@ __device__ void gemm_tile(int M, int N, int K, float lr, const float* __restrict
 }
 
 // Z1 (B x H, holding the bias) += X (B x V) W1 (V x H); grid (ceil(H/128), ceil(B/128), splits)
-__global__ void __launch_bounds__(256) forward_product(int B, int V, int H, const float* __restrict__ X,
+extern "C" __global__ void __launch_bounds__(256) forward_product(int B, int V, int H, const float* __restrict__ X,
                                                        const float* __restrict__ W1, float* __restrict__ Z1) {
     gemm_tile<0, 0>(B, H, V, 0.0f, X, W1, Z1);
 }
 
 // W1 (V x H) -= lr * X^T (V x B) dZ1 (B x H); grid (ceil(H/128), ceil(V/128), 1)
-__global__ void __launch_bounds__(256) w1_gradient_step(int B, int V, int H, float lr,
+extern "C" __global__ void __launch_bounds__(256) w1_gradient_step(int B, int V, int H, float lr,
                                                         const float* __restrict__ X,
                                                         const float* __restrict__ dZ1, float* __restrict__ W1) {
     gemm_tile<1, 1>(V, H, B, lr, X, dZ1, W1);
 }
 
 // Z1[i, :] = b1 (the split-K partial products are added onto it)
-__global__ void fill_bias(int B, int H, const float* __restrict__ b1, float* __restrict__ Z1) {
+extern "C" __global__ void fill_bias(int B, int H, const float* __restrict__ b1, float* __restrict__ Z1) {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < (long)B * H) Z1[e] = b1[e % H];
 }
 
 // One block per document: the head of head.cuh on a dense row of Z1.
-__global__ void dense_head(int B, int H, int C, float inv_batch, const int* __restrict__ labels,
+extern "C" __global__ void dense_head(int B, int H, int C, float inv_batch, const int* __restrict__ labels,
                            const float* __restrict__ Z1, const float* __restrict__ W2,
                            const float* __restrict__ b2, float* __restrict__ h, float* __restrict__ dz2,
                            float* __restrict__ dz1, float* __restrict__ loss_terms) {
@@ -131,7 +131,7 @@ __global__ void dense_head(int B, int H, int C, float inv_batch, const int* __re
 }
 
 // H blocks: W2, b1, b2 and the loss (head.cuh's small_updates).
-__global__ void dense_small_updates(int B, int H, int C, float lr, const float* __restrict__ h,
+extern "C" __global__ void dense_small_updates(int B, int H, int C, float lr, const float* __restrict__ h,
                                     const float* __restrict__ dz2, const float* __restrict__ dz1,
                                     const float* __restrict__ loss_terms, float* __restrict__ W2,
                                     float* __restrict__ b1, float* __restrict__ b2, float* __restrict__ loss) {

@@ -49,7 +49,11 @@ __device__ void wmma_gemm_tile(int M, int N, int K, const __half* __restrict__ A
     int kbegin = blockIdx.z * chunk, kend = min(K, kbegin + chunk);
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+    // Every loop over the fragments is unrolled: a fragment array indexed at
+    // run time would live in local memory (it did: a 256-byte stack frame).
+#pragma unroll
     for (int i = 0; i < 2; ++i)
+#pragma unroll
         for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
     for (int k0 = kbegin; k0 < kend; k0 += TBK) {
@@ -71,19 +75,24 @@ __device__ void wmma_gemm_tile(int M, int N, int K, const __half* __restrict__ A
             *(uint4*)&Bs[kb * (TBN + APAD) + nb] = b;
         }
         __syncthreads();
+#pragma unroll
         for (int kk = 0; kk < TBK; kk += 16) {
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[4];
+#pragma unroll
             for (int j = 0; j < 4; ++j)
                 wmma::load_matrix_sync(bf[j], &Bs[kk * (TBN + APAD) + wn * 64 + j * 16], TBN + APAD);
+#pragma unroll
             for (int i = 0; i < 2; ++i) {
                 int mrow = wm * 32 + i * 16;
                 if (TRANS_A) {
                     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::col_major> af;
                     wmma::load_matrix_sync(af, &As[kk * (TBM + APAD) + mrow], TBM + APAD);
+#pragma unroll
                     for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], af, bf[j], acc[i][j]);
                 } else {
                     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> af;
                     wmma::load_matrix_sync(af, &As[mrow * (TBK + APAD) + kk], TBK + APAD);
+#pragma unroll
                     for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], af, bf[j], acc[i][j]);
                 }
             }
@@ -91,7 +100,9 @@ __device__ void wmma_gemm_tile(int M, int N, int K, const __half* __restrict__ A
         __syncthreads();
     }
     // Epilogue, one 16 x 16 fragment at a time through this warp's staging tile.
+#pragma unroll
     for (int i = 0; i < 2; ++i)
+#pragma unroll
         for (int j = 0; j < 4; ++j) {
             wmma::store_matrix_sync(stage[warp], acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
@@ -112,19 +123,19 @@ __device__ void wmma_gemm_tile(int M, int N, int K, const __half* __restrict__ A
 }
 
 // Z1 (B x H, holding the bias) += X16 (B x Vp) W1h (Vp x H); grid (ceil(H/128), ceil(B/128), splits)
-__global__ void __launch_bounds__(256) forward_product_tc(int B, int Vp, int H, const __half* __restrict__ X16,
+extern "C" __global__ void __launch_bounds__(256) forward_product_tc(int B, int Vp, int H, const __half* __restrict__ X16,
                                                           const __half* __restrict__ W1h, float* __restrict__ Z1) {
     wmma_gemm_tile<0, 0>(B, H, Vp, X16, W1h, Z1, nullptr, 0.0f, 0);
 }
 
 // dz1h = half(B * dz1): the per-document gradient, large enough for fp16
-__global__ void to_half_scaled(int n, float s, const float* __restrict__ x, __half* __restrict__ out) {
+extern "C" __global__ void to_half_scaled(int n, float s, const float* __restrict__ x, __half* __restrict__ out) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e < n) out[e] = __float2half(s * x[e]);
 }
 
 // W1 (V x H) -= lr / B * X16^T (Vp x B) dz1h (B x H); W1h = half(W1). grid (ceil(H/128), ceil(Vp/128))
-__global__ void __launch_bounds__(256) w1_gradient_step_tc(int B, int V, int Vp, int H, float lr_over_scale,
+extern "C" __global__ void __launch_bounds__(256) w1_gradient_step_tc(int B, int V, int Vp, int H, float lr_over_scale,
                                                            const __half* __restrict__ X16,
                                                            const __half* __restrict__ dz1h,
                                                            float* __restrict__ W1, __half* __restrict__ W1h) {

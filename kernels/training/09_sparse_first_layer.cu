@@ -24,7 +24,7 @@
 #include "head.cuh"
 
 // One block per document, blockDim.x threads (128: one per hidden unit).
-__global__ void sparse_forward_backward(int B, int H, int C, float inv_batch, const int* __restrict__ indptr,
+extern "C" __global__ void sparse_forward_backward(int B, int H, int C, float inv_batch, const int* __restrict__ indptr,
                                         const int* __restrict__ indices, const float* __restrict__ values,
                                         const int* __restrict__ labels, const float* __restrict__ W1,
                                         const float* __restrict__ b1, const float* __restrict__ W2,
@@ -45,7 +45,7 @@ __global__ void sparse_forward_backward(int B, int H, int C, float inv_batch, co
 
 // H + B blocks: block j < H updates W2[j, :], b1[j] (and block 0 b2 and the
 // loss); block H + i scatter-adds document i's contribution into W1.
-__global__ void sparse_update(int B, int H, int C, float lr, const int* __restrict__ indptr,
+extern "C" __global__ void sparse_update(int B, int H, int C, float lr, const int* __restrict__ indptr,
                               const int* __restrict__ indices, const float* __restrict__ values,
                               const float* __restrict__ h, const float* __restrict__ dz2,
                               const float* __restrict__ dz1, const float* __restrict__ loss_terms,

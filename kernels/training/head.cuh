@@ -41,11 +41,9 @@ __device__ void head_forward_backward(int H, int C, float inv_batch, int label, 
         for (int c = 0; c < C; ++c) part[c] += hj * W2[j * C + c];
     }
     float z2[MAX_CLASSES];
-    float top = -INFINITY;
-    for (int c = 0; c < C; ++c) {
-        z2[c] = block_sum(part[c], red) + b2[c];
-        top = fmaxf(top, z2[c]);
-    }
+    for (int c = 0; c < C; ++c) z2[c] = block_sum(part[c], red) + b2[c];
+    float top = z2[0];
+    for (int c = 1; c < C; ++c) top = fmaxf(top, z2[c]);
     float total = 0.0f;
     for (int c = 0; c < C; ++c) total += expf(z2[c] - top);
     if (threadIdx.x == 0) {

@@ -82,6 +82,9 @@ class GpuData:
         if bufs is None:
             bufs = buffers(be, step_, d, self.train.rows(0, d.B), params, inputs=False)
         bufs["labels"] = self.labels[first:first + d.B]
+        if "yhot" in bufs:           # step 1 reads the labels one-hot
+            import cupy
+            bufs["yhot"] = cupy.eye(d.C, dtype=cupy.float32)[bufs["labels"]]
         if step_.input == "sparse":
             bufs["indptr"] = self.indptr[first:first + d.B + 1]
             bufs["indices"], bufs["values"] = self.indices, self.values
@@ -351,7 +354,8 @@ class _TorchTrainer:
 
 # ----------------------------------------------------------------- the sweep
 def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches=BATCHES,
-          blocks=SWEEP_BLOCKS, lr: float = reference.LEARNING_RATE, log=print) -> pd.DataFrame:
+          blocks=SWEEP_BLOCKS, lr: float = reference.LEARNING_RATE, log=print,
+          deadline: float = float("inf")) -> pd.DataFrame:
     """Batch size x block shape for step ``number``'s kernels, with our bounds
     test and with the report's: each point trains on the same SWEEP_DOCS
     documents from the same weights; its loss curve is compared with the
@@ -366,6 +370,9 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
         ref_curve = None
         for guard, options in (("ours", ()), ("report's", ("-DREPORT_GUARD",))):
             for blk in ((16, 16),) + tuple(x for x in blocks if x != (16, 16)):
+                if time.perf_counter() > deadline:
+                    log("sweep: time budget spent; the remaining points are not measured")
+                    return pd.DataFrame(out)
                 tr = Trainer(step(number), gd, params, b, Config(block=blk, lr=lr, options=options), docs=SWEEP_DOCS)
                 losses = cupy.zeros(tr.batches, cupy.float32)
                 t0, t1 = cupy.cuda.Event(), cupy.cuda.Event()
@@ -391,8 +398,14 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
 
 
 # ----------------------------------------------------------------- the whole run
-def benchmark_all(repeats: int = 100, quick: bool = False, log=print):
+#: Seconds the whole run may take before the experiments still to come are
+#: skipped (and listed in the run's ``problems`` table): the sweep comes last.
+RUN_BUDGET_S = 330.0
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: float = RUN_BUDGET_S):
     import cupy
+    deadline = time.perf_counter() + budget_s
     train, test = data.corpus()
     params = reference.init_params()
     gd = GpuData(train, dense_docs=train.docs if not quick else 8192)
@@ -427,20 +440,29 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print):
                        **{f"rel_error {k}": v for k, v in errs.items()}})
         log(f"checked {s.label}: {errs if ok else why}", flush=True)
     batches = BATCHES if not quick else (32, 1024)
-    rows = time_ladder(gd, params, repeats, batches, log=log, steps_=passed)
+    rows = []
+    for s in passed:
+        rows += attempt(f"ladder {s.number}", lambda: time_ladder(gd, params, repeats, batches, log=log,
+                                                                  steps_=[s]), [])
     vrows, skipped = attempt("vendor", lambda: time_vendor(gd, params, repeats, log=log), ([], []))
     rows += vrows
-    rows += attempt("breakdown", lambda: breakdown(gd, params), [])
-    rows += roofline.measure_ceilings(repeats=20)
     tables = {"checks": pd.DataFrame(checks)}
-    for name, fn in (("timeline", lambda: timeline(gd, params)),
+    for name, fn in (("curves", lambda: train_curves(gd, test, params, epochs=EPOCHS if not quick else 2,
+                                                     log=log)),
+                     ("breakdown", lambda: breakdown(gd, params)),
+                     ("timeline", lambda: timeline(gd, params)),
+                     ("ceilings", lambda: roofline.measure_ceilings(repeats=20)),
                      ("sweep", lambda: sweep(gd, test, params, batches=batches if not quick else (64, 1024),
-                                             log=log)),
-                     ("curves", lambda: train_curves(gd, test, params, epochs=EPOCHS if not quick else 2,
-                                                     log=log))):
-        table = attempt(name, fn, None)
-        if table is not None:
-            tables[name] = table
+                                             log=log, deadline=deadline))):
+        if time.perf_counter() > deadline:
+            problems.append({"experiment": name, "error": f"skipped: the run's time budget of {budget_s:.0f} s "
+                                                          "was spent"})
+            continue
+        result = attempt(name, fn, None)
+        if isinstance(result, list):
+            rows += result
+        elif result is not None:
+            tables[name] = result
     if skipped:
         tables["vendor_skipped"] = pd.DataFrame(skipped)
     if problems:
