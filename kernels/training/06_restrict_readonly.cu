@@ -9,11 +9,11 @@
 // pointer aliases these, so it may keep loaded values in registers, reorder
 // loads ahead of stores, and use the read-only path by itself.
 //
-// Prediction: little. Since compute capability 3.5 ordinary global loads
-// already go through L1 and since Volta L1 and the texture cache are one
-// unit, so __ldg buys nothing a coalesced load did not have. What remains is
-// the aliasing promise, which can let the compiler hoist or batch loads:
-// within a few percent of step 5.
+// Prediction: little. On Volta and later GPUs (the H100 included) the L1 data
+// cache and the texture cache are one unit, and ordinary global loads are
+// cached in it already, so __ldg's read-only path is no longer a separate,
+// faster road. What remains is the aliasing promise, which can let the
+// compiler hoist or batch loads: within a few percent of step 5.
 #include "unroll_guard.cuh"
 #define TILE 16
 #define TTILE 32

@@ -20,8 +20,8 @@
 //    dZ1) is one kernel with a block per document (head.cuh), and the small
 //    parameters' updates one more (small_updates). Five launches per step.
 //
-// Prediction: 17 GFLOP at 60-70% of the FP32 rate (~50 TFLOP/s measured for
-// cuBLAS SGEMM on the H100) is ~0.5 ms; the rest adds tens of microseconds.
+// Prediction: 17 GFLOP at 60-70% of the FP32 rate (about 51 TFLOP/s measured
+// for cuBLAS SGEMM on the H100 in chapter 2) is ~0.5 ms; the rest adds tens of microseconds.
 // Tens of times faster than step 6.
 #include "head.cuh"
 
