@@ -34,7 +34,7 @@ import pandas as pd
 
 from . import exercises as ex_mod
 from . import paths
-from .errors import KernelCompileError, KernelLaunchError
+from .errors import GpulabError, KernelCompileError, KernelLaunchError
 
 #: Row columns of grades.csv.
 COLUMNS = ["student", "exercise", "chapter", "title", "points", "max_points", "passed_checks",
@@ -283,7 +283,7 @@ def _first_problem(checks: list[dict]) -> str:
 def students(submissions: Path) -> list[Path]:
     folders = sorted(p for p in Path(submissions).iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
     if not folders:
-        raise FileNotFoundError(f"{submissions} has no student folders; expected one folder per student, "
+        raise GpulabError(f"{submissions} has no student folders; expected one folder per student, "
                                 "each a copy of the student version with their edits")
     return folders
 
@@ -296,7 +296,11 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     its suffix, plus ``-feedback/``). Returns the grades."""
     submissions, out = Path(submissions), Path(out)
     if not submissions.is_dir():
-        raise FileNotFoundError(f"submissions folder {submissions} does not exist")
+        raise GpulabError(f"submissions folder {submissions} does not exist (expected a folder with one "
+                          "sub-folder per student)")
+    if not ex_mod.solutions_present():
+        raise GpulabError(f"{paths.REPO} is a student copy (no solutions, no hidden checks): grade from the "
+                           "instructors' copy of the lab")
     chosen = [ex_mod.get(i) for i in only] if only else list(ex_mod.EXERCISES)
     feedback = Path(feedback) if feedback else out.with_name(out.stem + "-feedback")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))

@@ -117,3 +117,11 @@ def test_sample_submissions_get_the_expected_grades(tmp_path):
         assert "hidden_checks" not in text and "perturb" not in text
     assert "out-of-bounds read of argument 'w'" in texts["cy.md"]
     assert "time limit of 20 s" in texts["cy.md"]
+
+
+def test_grade_says_what_it_expected(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gpulab", "grade", str(tmp_path), "--out",
+                             str(tmp_path / "g.csv")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "has no student folders; expected one folder per student" in result.stderr
+    assert "Traceback" not in result.stderr
