@@ -98,6 +98,7 @@ class Exercise:
     inputs: Callable[[dict], dict] | None = field(default=None, compare=False, repr=False)
     uses_run: bool = False   # function exercises: inputs come from the chapter's recorded run
     tolerance: float = 0.01  # relative, for numbers in a function's answer
+    reveal: bool = True      # a wrong public answer is shown next to the right one
     hint: str = ""           # shown with a wrong answer: the usual mistakes
 
     def __post_init__(self):
@@ -201,7 +202,7 @@ EXERCISES: list[Exercise] = [
              signature="ways(vectors, features, row_halves=72)",
              public=({"vectors": _LANES, "features": [5] * 32},
                      {"vectors": [i % 8 for i in _LANES], "features": [4 + i // 8 for i in _LANES]}),
-             inputs=_fcnet_2, tolerance=0.0,
+             inputs=_fcnet_2, tolerance=0.0, reveal=False,
              hint="Two halves share one 4-byte word: count distinct words per bank (word % 32), "
                   "not lanes, and take the largest count."),
     Exercise("fcnet.3", "fcnet", "how far from each floor?", 2, "function",
@@ -223,7 +224,7 @@ EXERCISES: list[Exercise] = [
              "book/alexnet/alexnet.ipynb", cell="4adb18aa", function="largest_batch",
              signature="largest_batch(step, capacity=80e9)",
              public=({"step": "07", "capacity": 80e9}, {"step": "13", "capacity": 80e9}),
-             inputs=_alexnet_2, tolerance=0.0,
+             inputs=_alexnet_2, tolerance=0.0, reveal=False,
              hint="Double N while every layer's alexnet.footprint_bytes(step, layer, N) fits; "
                   "return the last N that fitted (a power of two)."),
     Exercise("alexnet.3", "alexnet", "which layer holds step 14 back?", 2, "function",
@@ -357,8 +358,9 @@ def plain(value):
     return value
 
 
-def differences(got, expected, tolerance: float, where: str = "your answer") -> list[str]:
-    """What is wrong with ``got`` against ``expected``, in words (empty when it is right)."""
+def differences(got, expected, tolerance: float, where: str = "your answer", reveal: bool = True) -> list[str]:
+    """What is wrong with ``got`` against ``expected``, in words (empty when it is right).
+    ``reveal=False`` says which parts are wrong without showing the right values."""
     if isinstance(expected, dict):
         if not isinstance(got, dict):
             return [f"{where} should be a dict with keys {sorted(expected)}, got {type(got).__name__}"]
@@ -367,22 +369,24 @@ def differences(got, expected, tolerance: float, where: str = "your answer") -> 
         problems += [f"{where} has unexpected keys {extra}"] if extra else []
         for key in expected:
             if key in got:
-                problems += differences(got[key], expected[key], tolerance, f"{where}[{key!r}]")
+                problems += differences(got[key], expected[key], tolerance, f"{where}[{key!r}]", reveal)
         return problems
     if isinstance(expected, list):
         if not isinstance(got, list) or len(got) != len(expected):
             return [f"{where} should be a list of {len(expected)} items"]
         return [p for i, (g, e) in enumerate(zip(got, expected))
-                for p in differences(g, e, tolerance, f"{where}[{i}]")]
-    if isinstance(expected, bool) or isinstance(expected, str):
+                for p in differences(g, e, tolerance, f"{where}[{i}]", reveal)]
+    if isinstance(expected, (bool, str)):
         if str(got).strip().casefold() != str(expected).strip().casefold():
-            return [f"{where} is {got!r}, expected {expected!r}"]
+            return [f"{where} is {got!r}, " + (f"expected {expected!r}" if reveal else "which is not right")]
         return []
     if isinstance(expected, (int, float)):
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             return [f"{where} should be a number, got {type(got).__name__} {got!r}"]
         if math.isclose(got, expected, rel_tol=tolerance, abs_tol=1e-12):
             return []
+        if not reveal:
+            return [f"{where} is {got:.4g}, which is not right"]
         text = f"{where} is {got:.4g}, expected {expected:.4g}"
         text += f" (within {tolerance:.0%})" if tolerance else " exactly"
         if expected and got and (ratio := got / expected) > 0:
@@ -393,7 +397,7 @@ def differences(got, expected, tolerance: float, where: str = "your answer") -> 
                 text += ": this is the reciprocal -- is the ratio upside down?"
         return [text]
     if got != expected:
-        return [f"{where} is {got!r}, expected {expected!r}"]
+        return [f"{where} is {got!r}, " + (f"expected {expected!r}" if reveal else "which is not right")]
     return []
 
 
@@ -491,7 +495,7 @@ def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Pass
         got = plain(fn(**exercise.inputs(case)))
         if got is None:         # the student copy's skeleton: a docstring and the placeholder
             raise not_solved(exercise)
-        wrong = differences(got, expected, exercise.tolerance)
+        wrong = differences(got, expected, exercise.tolerance, reveal=exercise.reveal)
         label = describe_case(case)
         if wrong:
             problems += [f"  on {label}: {p}" for p in wrong]

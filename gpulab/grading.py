@@ -186,7 +186,7 @@ def _evaluate_function(exercise, notebook: Path, rec: _Recorder) -> None:
         if got is None:
             rec.done("not solved", "exercise not solved yet: the function returns None")
             continue
-        wrong = ex_mod.differences(got, expected, exercise.tolerance)
+        wrong = ex_mod.differences(got, expected, exercise.tolerance, reveal=exercise.reveal)
         if not wrong:
             rec.done("passed")
         else:

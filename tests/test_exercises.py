@@ -52,8 +52,12 @@ def test_unsolved_function_exercise_says_so():
 
 
 def test_wrong_function_answer_is_explained():
-    with pytest.raises(exercises.ExerciseFailed, match="Hint: Two halves share"):
+    with pytest.raises(exercises.ExerciseFailed, match="Hint: Two halves share") as info:
         exercises.check("fcnet.2", {"ways": lambda vectors, features, row_halves=72: 32})
+    assert "your answer is 32, which is not right" in str(info.value)
+    assert "expected" not in str(info.value)           # fcnet.2 does not give its answers away
+    with pytest.raises(exercises.ExerciseFailed, match="expected"):
+        exercises.check("alexnet.1b", {"speedup_over_step_2": lambda totals: 1e-3})
 
 
 def test_every_solution_belongs_to_a_declared_exercise():
