@@ -1,0 +1,1 @@
+"""The LeNet chapter's workload (placeholder while the package is built)."""
