@@ -11,6 +11,7 @@ CHAPTERS = {
     "alexnet": "gpulab.workloads.alexnet",
     "fcnet": "gpulab.workloads.fcnet",
     "training": "gpulab.workloads.training",
+    "lenet": "gpulab.workloads.lenet",
 }
 
 

@@ -1,1 +1,25 @@
-"""The LeNet chapter's workload (placeholder while the package is built)."""
+"""The LeNet chapter's workload: two convolution layers of a small network, on real digits.
+
+Declared once and read by the notebook, the tests and ``python -m gpulab record lenet``:
+:mod:`.data` (the digits and their augmentation), :mod:`.network` (the layers' shapes, the
+trained weights, the float64 reference), :mod:`.steps` (the ladder and how each step is
+launched), :mod:`.baselines` (cuDNN and PyTorch in the same run) and :mod:`.record` (the
+benchmark of the recorded run).
+"""
+from .data import CLASSES, IMAGE, TEST_BATCH, DataError, load_digits, test_batch, test_inputs
+from .network import (CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, accuracy, forward, load_weights, pool2,
+                      predict)
+from .steps import (CHECK_SIZES, EXERCISE, STEP, STEPS, Forward, Step, assert_passed, check_forward,
+                    check_steps, layer_launch, run_forward, run_layer)
+
+CHAPTER = "lenet"
+TITLE = "A LeNet-style network's two convolution layers, on real handwritten digits"
+#: The report's batch sizes.
+BATCHES = (100, 1_000, 10_000)
+MAIN_N = 10_000
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False):
+    """Every experiment of the chapter on the GPU (see :mod:`.record`)."""
+    from .record import benchmark_all as run
+    return run(repeats=repeats, quick=quick)

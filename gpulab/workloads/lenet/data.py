@@ -77,6 +77,9 @@ def load_npz(path: Path, expected: dict, what: str, regenerate: str) -> dict[str
             raise DataError(f"{what} file {paths.display_path(path)} lacks the array '{name}' "
                             f"(it has {sorted(arrays)}); {regenerate}")
         a = arrays[name]
+        if not isinstance(a, np.ndarray):
+            raise DataError(f"{what} file {paths.display_path(path)} is corrupted: '{name}' is not a "
+                            f"NumPy array; {regenerate}")
         ok_shape = len(a.shape) == len(shape) and all(e is None or e == s for e, s in zip(shape, a.shape))
         if a.dtype != np.dtype(dtype) or not ok_shape:
             want = "(" + ", ".join("any" if e is None else str(e) for e in shape) + ")"

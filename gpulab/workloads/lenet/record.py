@@ -1,0 +1,346 @@
+"""The recorded run: ``python -m gpulab record lenet`` (GPU only).
+
+Experiments (tidy rows; see :mod:`gpulab.timing`):
+
+- ``ladder``: every step's two layers at N = 100, 1,000 and 10,000, phase ``layer``
+  (convolution, ReLU and pool: the pooled output from the layer's input) and, for steps that
+  write the pre-pool output, phase ``conv`` (the convolution kernel alone, the report's "op
+  time"); cuDNN's paths (conv alone, and conv + ReLU + pool) beside them.
+- ``forward``: each step's whole forward pass (device input to predictions), with its
+  accuracy on the test images and its agreement with the reference's predictions; PyTorch's
+  forward passes beside them (eager and in CUDA graphs).
+- ``pipeline``: the forward pass from pinned host memory and back, on one stream and on 4
+  chunks x 4 streams (step 2); the ``timeline`` side table holds one such run's events.
+- ``transfers``: copy in, kernels, copy out of the best steps, pageable and pinned.
+- ``ceilings``: the device's measured memory bandwidth and FP32 rate.
+
+Every kernel is checked against the float64 reference at the size it is timed at before it
+is timed (a failure raises); every variant reads the same inputs.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+
+from ... import baselines as vendor
+from ...check import check, compare
+from . import baselines as lenet_baselines
+from .data import test_inputs
+from .network import CONV1, CONV2, LAYERS, flops, forward, load_weights
+from .steps import STEP, STEPS, Forward, Step
+
+BATCHES = (100, 1_000, 10_000)
+TIMING_BUDGET_MS = 250.0
+PIPELINE_STEPS = ("01", "12", "12h")
+PIPELINE_CHUNKS = (1, 4)
+PROFILE_STEPS = ("01", "03", "05", "07", "08", "09", "10", "11")
+PROFILE_N = 1000
+#: cuDNN may use Winograd or FFT for fp32, which round differently from a direct sum.
+CUDNN_FP32_TOLERANCE = 1e-4
+
+
+def _layer_work(layer, N: int, step: Step, phase: str) -> dict:
+    itemsize = 2 if step.precision == "fp16" else 4
+    return {"flops": layer.flops(N), "bytes": layer.bytes(N, itemsize, fused=(phase == "layer"))}
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False):
+    import cupy
+
+    from ... import roofline
+    from ...timing import benchmark, graph_benchmark
+
+    started = time.perf_counter()
+
+    def progress(text):
+        print(f"lenet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
+
+    batches = BATCHES[:2] if quick else BATCHES
+    weights = load_weights()
+    x_host, labels = test_inputs(max(batches))
+    ref_pred = weights["test_predictions"][:max(batches)]
+    x_all = cupy.asarray(x_host)
+    progress("reference (float64 on the GPU)")
+    ref = forward(x_all, weights, xp=cupy)               # pool1, pool2, logits in float64
+    rows, checks, skipped = [], [], []
+
+    def timed(fn, experiment, variant, N, phase, graph=False, **labels_):
+        t = (graph_benchmark(fn, launches=5, repeats=repeats, budget_ms=TIMING_BUDGET_MS) if graph
+             else benchmark(fn, repeats=repeats, budget_ms=TIMING_BUDGET_MS))
+        rows.append(t.row(experiment, variant, N, phase, **labels_))
+        return t.median_ms
+
+    # ------------------------------------------------------------ the ladder and each step's forward pass
+    scratch: dict = {}
+    for N in batches:
+        x = x_all[:N]
+        for step in STEPS:
+            if step.streams:
+                continue                                  # step 2's kernels are step 1's: see "pipeline"
+            fwd = Forward(step, N, x, weights, "gpu", scratch)
+            fwd.run()
+            cupy.cuda.get_current_stream().synchronize()
+            for layer, key in ((CONV1, "pool1"), (CONV2, "pool2")):
+                result = check(fwd.pooled[layer.name], ref[key][:N], step.precision,
+                               name=f"{step.label} {layer.name} N={N}")
+                checks.append({"step": step.number, "layer": layer.name, "size": N, "rel_error": result.rel_error})
+            result = check(fwd.logits, ref["logits"][:N], step.precision, name=f"{step.label} logits N={N}")
+            pred = cupy.asnumpy(fwd.predictions)
+            quality = {"accuracy": float((pred == labels[:N]).mean()),
+                       "agree_with_reference": float((pred == ref_pred[:N]).mean()),
+                       "rel_error": result.rel_error}
+            checks.append({"step": step.number, "layer": "logits", "size": N, **quality})
+            common = {"step": step.number, "precision": step.precision}
+            if not step.graph:
+                for layer in LAYERS:
+                    timed(fwd.layers[layer.name], "ladder", step.label, N, "layer", layer=layer.name, **common,
+                          **_layer_work(layer, N, step, "layer"))
+                    if layer.name in fwd.convs:
+                        timed(fwd.convs[layer.name], "ladder", step.label, N, "conv", layer=layer.name, **common,
+                              **_layer_work(layer, N, step, "conv"))
+            total = sum(flops(N).values())
+            timed(fwd.run, "forward", step.label, N, "forward", graph=step.graph, layer="all", flops=total,
+                  mode="graph" if step.graph else "eager", **common, **quality)
+            progress(f"N={N} step {step.number}: layers " + ", ".join(
+                f"{r['layer']} {r['median_ms']:.3g}" for r in rows[-3:] if r["experiment"] == "ladder")
+                + f"; forward {rows[-1]['median_ms']:.3g} ms, accuracy {quality['accuracy']:.4f}")
+            del fwd
+        scratch.clear()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+        # ------------------------------------------------------------ cuDNN and PyTorch, same inputs
+        for layer, layer_in, w in ((CONV1, x, weights["conv1"]),
+                                   (CONV2, ref["pool1"][:N].astype(cupy.float32), weights["conv2"])):
+            y64 = forward_conv64(layer_in, w)
+            pooled64 = _pool_relu(y64)
+            for pooled, reference, phase in ((False, y64, "conv"), (True, pooled64, "layer")):
+                paths = lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
+                got, miss = vendor.measure(paths, reference=reference, experiment="ladder", size=N,
+                                           flops=layer.flops(N), phase=phase, budget_ms=TIMING_BUDGET_MS,
+                                           labels={"layer": layer.name, "step": "cuDNN"}, on_failure="skip",
+                                           log=progress)
+                rows.extend(got)
+                skipped.extend(miss)
+            del y64, pooled64
+        got, miss = vendor.measure(lenet_baselines.forward_paths(x, weights), reference=ref["logits"][:N],
+                                   experiment="forward", size=N, flops=sum(flops(N).values()), phase="forward",
+                                   budget_ms=TIMING_BUDGET_MS, labels={"layer": "all", "step": "PyTorch"},
+                                   on_failure="skip", log=progress)
+        rows.extend(got)
+        skipped.extend(miss)
+        _torch_empty_cache()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+    # ------------------------------------------------------------ copies and streams
+    progress("pipeline and timeline")
+    N = max(batches)
+    logits64 = cupy.asnumpy(ref["logits"][:N])
+    timeline_rows = []
+    for number in PIPELINE_STEPS:
+        step = STEP[number]
+        for chunks in PIPELINE_CHUNKS:
+            total, tl = pipeline(step, x_host[:N], weights, chunks, reference=logits64,
+                                 repeats=5 if number == "01" else 20)
+            rows.append({**total, "step": number, "precision": step.precision, "layer": "all"})
+            timeline_rows.append(tl.assign(variant=step.label, chunks=chunks, size=N))
+            progress(f"pipeline step {number}, {chunks} stream(s): {total['median_ms']:.3g} ms")
+    rows.extend(transfer_rows(STEP["12"], x_host[:N], weights, repeats))
+
+    progress("ceilings")
+    rows.extend(roofline.measure_ceilings(repeats=10))
+    tables = {"checks": pd.DataFrame(checks), "timeline": pd.concat(timeline_rows, ignore_index=True),
+              "skipped": pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"]),
+              "resources": resources_table()}
+    progress("profile")
+    profile = profile_table()
+    if profile is not None:
+        tables["profile"] = profile
+    progress("done")
+    return rows, tables
+
+
+def forward_conv64(x, w):
+    """The float64 pre-pool convolution on the GPU (CuPy), 100 images at a time."""
+    import cupy
+
+    from .network import conv
+    return cupy.concatenate([conv(x[i:i + 100], w, xp=cupy) for i in range(0, len(x), 100)])
+
+
+def _pool_relu(y):
+    import cupy
+
+    from .network import pool2
+    return pool2(cupy.maximum(y, 0), cupy)
+
+
+def _torch_empty_cache():
+    try:
+        import torch
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def pipeline(step: Step, x_host: np.ndarray, weights: dict, chunks: int, reference: np.ndarray,
+             repeats: int = 10):
+    """The forward pass from pinned host memory: the batch in ``chunks`` pieces, each on its
+    own stream (copy in, forward pass, copy the logits out). Returns the ``pipeline`` row
+    (events from the first copy to the last; the logits checked against ``reference``) and
+    the timeline of one more run."""
+    import cupy
+    import cupyx
+
+    from ...timeline import Timeline
+    from ...timing import Timing
+
+    N = len(x_host)
+    pinned = cupyx.empty_pinned(x_host.shape, np.float32)
+    pinned[...] = x_host
+    out = cupyx.empty_pinned((N, 10), np.float32)
+    x_dev = cupy.empty(x_host.shape, cupy.float32)
+    bounds = np.linspace(0, N, chunks + 1).astype(int)
+    parts = [(lo, hi, Forward(step, hi - lo, x_dev[lo:hi], weights, "gpu")) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in parts]
+    main = cupy.cuda.Stream(non_blocking=True)
+
+    def enqueue(span):
+        for s, (lo, hi, fwd) in zip(streams, parts):
+            with span(s, "h2d", f"images {lo}-{hi}"):
+                x_dev[lo:hi].set(pinned[lo:hi], stream=s)
+            with span(s, "kernel", "forward"):
+                fwd.run()
+            with span(s, "d2h", "logits"):
+                fwd.logits.get(stream=s, out=out[lo:hi], blocking=False)
+
+    @contextmanager
+    def plain(stream, kind, label):       # the same enqueueing, without events
+        with stream:
+            yield
+
+    samples = []
+    for i in range(repeats + 2):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(main)
+        for s in streams:
+            s.wait_event(start)
+        enqueue(plain)
+        for s in streams:
+            main.wait_event(s.record())
+        end.record(main)
+        end.synchronize()
+        if i >= 2:
+            samples.append(cupy.cuda.get_elapsed_time(start, end))
+    check(out, reference, step.precision, name=f"pipeline {step.label}, {chunks} stream(s)")
+    tl = Timeline(main)
+    for k, s in enumerate(streams):
+        tl.stream(f"stream {k}", s)
+    enqueue(tl.span)
+    row = Timing(samples).row("pipeline", f"{step.label}, {chunks} stream(s)", N, "total",
+                              bytes=float(x_host.nbytes + out.nbytes), chunks=chunks, memory="pinned")
+    return row, tl.rows()
+
+
+def transfer_rows(step: Step, x_host: np.ndarray, weights: dict, repeats: int) -> list[dict]:
+    """Copy in, forward pass, copy out, on one stream, from pageable and from pinned memory."""
+    import cupy
+
+    from ... import transfers
+
+    N = len(x_host)
+    bound = {}
+
+    def launch(inputs, output):
+        key = (inputs[0].data.ptr, output.data.ptr)
+        if key not in bound:              # built once per buffer pair, outside the timed region
+            bound[key] = Forward(step, N, inputs[0], weights, "gpu")
+        fwd = bound[key]
+        fwd.run()
+        cupy.copyto(output, fwd.logits)   # a device copy of 400 KB, inside "kernel"
+
+    out = []
+    for memory in ("pageable", "pinned"):
+        for row in transfers.transfer_breakdown(launch, [x_host], (N, 10), np.float32, memory=memory,
+                                                repeats=max(5, repeats // 10), size=N,
+                                                variant=f"{step.label}, {memory}"):
+            out.append({**row, "step": step.number, "precision": step.precision, "layer": "all"})
+    return out
+
+
+def resources_table() -> pd.DataFrame:
+    """Registers, shared and local memory of every kernel, as compiled for this GPU, per layer."""
+    from ...kernels import get_backend, resource_table
+    from .steps import _module
+    be = get_backend("gpu")
+    frames = []
+    for step in STEPS:
+        if step.streams or step.graph:
+            continue
+        for layer in LAYERS:
+            table = resource_table(_module(step, layer, be)).reset_index()
+            frames.append(table.assign(step=step.number, layer=layer.name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def profile_table() -> pd.DataFrame | None:
+    """Nsight Compute's counters for :data:`PROFILE_STEPS` at N = 1,000 (both layers), or
+    None where ncu is missing or fails (the reason is printed)."""
+    from ... import profiler
+    from ..alexnet import PROFILE_EXTRA_METRICS, PROFILE_STALL_METRICS
+    if profiler.ncu_path() is None:
+        print("lenet: no ncu here, so the run has no profile table")
+        return None
+    driver = [sys.executable, "-m", "gpulab.workloads.lenet.record", "profile-target"]
+    base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
+    for metrics in (base + list(PROFILE_STALL_METRICS), base):
+        try:
+            raw = profiler.profile(driver, metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
+            table = profiler.per_launch(raw).rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
+            break
+        except Exception as exc:       # a profiler failure must not lose the timings
+            print(f"lenet: the profile with {len(metrics)} metrics failed: {str(exc)[-1500:]}")
+    else:
+        return None
+    table = table.sort_values("id").reset_index(drop=True)
+    launches = _profile_launches()
+    if len(launches) != len(table):
+        print(f"lenet: expected {len(launches)} profiled launches, got {len(table)}; labels left out")
+        return table
+    table.insert(0, "step", [s for s, _ in launches])
+    table.insert(1, "layer", [layer for _, layer in launches])
+    table["size"] = PROFILE_N
+    return table
+
+
+def _profile_launches() -> list[tuple[str, str]]:
+    """(step, layer) of every kernel launch the profile target makes, in order."""
+    out = []
+    for number in PROFILE_STEPS:
+        step = STEP[number]
+        for layer in LAYERS:
+            out += [(number, layer.name)] * (2 if step.kind == "im2col" else 1)
+    return out
+
+
+def profile_target() -> None:
+    """Each of :data:`PROFILE_STEPS` once at N = 1,000, layer by layer (ncu's child process)."""
+    import cupy
+    weights = load_weights()
+    x, _ = test_inputs(PROFILE_N)
+    x = cupy.asarray(x)
+    for number in PROFILE_STEPS:
+        fwd = Forward(STEP[number], PROFILE_N, x, weights, "gpu")
+        fwd.layers["conv1"]()
+        fwd.layers["conv2"]()
+    cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["profile-target"]:
+        profile_target()
+    else:
+        print("usage: python -m gpulab.workloads.lenet.record profile-target  (the child run ncu profiles)")

@@ -1,0 +1,121 @@
+"""Reading the recorded run: the tables the chapter shows, computed from its rows.
+
+The run's ``ladder`` rows hold one time per step, layer, batch size and phase
+(``layer``: conv + ReLU + pool; ``conv``: the convolution kernel alone), the
+``forward`` rows one per step and batch size with the accuracy; vendor rows
+(cuDNN, PyTorch) have a ``library``. These helpers add the two layers up,
+pick the fastest step or vendor path of a precision, and state the targets.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import baselines
+
+#: The chapter's targets at N = 10,000 (the issue's): ms for conv1 + conv2, and speedups.
+TARGETS = {"fp32_convs_ms": 2.5, "fp16_convs_ms": 1.2, "fp16_accuracy_points": 0.5, "forward_speedup": 3.0}
+OUR_FP32, OUR_FP16 = "fp32", "fp16"
+
+
+def step_labels(table: pd.DataFrame) -> pd.DataFrame:
+    """``step`` as text ("01", "12h", "cuDNN"): CSV reading turns "01" into 1 where it can."""
+    def label(value):
+        text = str(value)
+        return f"{int(float(text)):02d}" if text.replace(".", "", 1).isdigit() else text
+    return table.assign(step=table["step"].map(label)) if "step" in table.columns else table
+
+
+def both_layers(ladder: pd.DataFrame, phase: str = "layer") -> pd.DataFrame:
+    """conv1 + conv2 per variant and batch size in ``phase``: the sum of the two medians
+    (and of the quartiles, an approximation of the sum's spread); variants measured on
+    both layers only."""
+    rows = ladder[ladder["phase"] == phase]
+    keys = [c for c in ("variant", "size", "phase", "step", "precision", "library") if c in rows.columns]
+    totals = (rows.groupby(keys, sort=False, dropna=False)
+              .agg(median_ms=("median_ms", "sum"), q1_ms=("q1_ms", "sum"), q3_ms=("q3_ms", "sum"),
+                   flops=("flops", "sum"), bytes=("bytes", "sum"), layers=("layer", "nunique"))
+              .reset_index())
+    return totals[totals["layers"] == 2].drop(columns="layers").reset_index(drop=True)
+
+
+def ours(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[~baselines.is_vendor(rows)]
+
+
+def per_layer(ladder: pd.DataFrame, N: int, phase: str = "layer") -> pd.DataFrame:
+    """Time per step and layer at batch size N (ms): one row per variant, conv1 and conv2 columns."""
+    rows = ladder[(ladder["size"] == N) & (ladder["phase"] == phase)]
+    table = rows.pivot_table(index="variant", columns="layer", values="median_ms", sort=False)
+    table["conv1 + conv2"] = table.sum(axis=1, min_count=2)
+    return table
+
+
+def fastest_step(totals: pd.DataFrame, N: int, precision: str) -> pd.Series:
+    """Our fastest step of ``precision`` at batch size N."""
+    rows = ours(totals)
+    rows = rows[(rows["size"] == N) & (rows["precision"] == precision)]
+    return rows.loc[rows["median_ms"].idxmin()]
+
+
+def vendor_convs_ms(ladder: pd.DataFrame, N: int, precision: str, phase: str) -> tuple[float, str]:
+    """The fastest vendor path of matching precision for each layer at N, summed over the
+    two layers (ms), and the paths' names."""
+    total, names = 0.0, []
+    for layer in ("conv1", "conv2"):
+        best = baselines.fastest(ladder, precision, size=N, layer=layer, phase=phase)
+        if best is None:
+            return np.nan, "none recorded"
+        total += float(best["median_ms"])
+        names.append(f"{layer}: {best['variant']}")
+    return total, "; ".join(names)
+
+
+def forward_table(forward: pd.DataFrame, N: int) -> pd.DataFrame:
+    """Every forward pass at batch size N: ours with accuracy and agreement with the
+    reference's predictions, the vendor's with their precision and mode."""
+    rows = forward[forward["size"] == N].copy()
+    columns = [c for c in ("variant", "precision", "mode", "median_ms", "q1_ms", "q3_ms", "accuracy",
+                           "agree_with_reference") if c in rows.columns]
+    return rows[columns].sort_values("median_ms").reset_index(drop=True)
+
+
+def targets_table(ladder: pd.DataFrame, forward: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
+    """The chapter's targets at batch size N against the run: what was reached, and how it
+    compares with the fastest vendor path of matching precision in the same run."""
+    totals = both_layers(ladder, "layer")
+    out = []
+    for precision, key in ((OUR_FP32, "fp32_convs_ms"), (OUR_FP16, "fp16_convs_ms")):
+        best = fastest_step(totals, N, precision)
+        conv_only, conv_names = vendor_convs_ms(ladder, N, precision, "conv")
+        layer_ms, _ = vendor_convs_ms(ladder, N, precision, "layer")
+        out.append({"target": f"best {precision} steps, conv1 + conv2 (with ReLU and pool)",
+                    "limit": f"<= {TARGETS[key]} ms", "reached": f"{best['median_ms']:.3f} ms ({best['variant']})",
+                    "met": bool(best["median_ms"] <= TARGETS[key]),
+                    "vendor, conv only": f"{conv_only:.3f} ms", "x vendor conv only": conv_only / best["median_ms"],
+                    "vendor, conv + ReLU + pool": f"{layer_ms:.3f} ms",
+                    "x vendor conv + ReLU + pool": layer_ms / best["median_ms"]})
+    ours_fwd = ours(forward[forward["size"] == N])
+    fp32_acc = float(ours_fwd[ours_fwd["precision"] == "fp32"]["accuracy"].iloc[0])
+    fp16 = ours_fwd[ours_fwd["precision"] == "fp16"]
+    change = 100 * (float(fp16["accuracy"].min()) - fp32_acc) if len(fp16) else np.nan
+    out.append({"target": "reduced precision: accuracy change against fp32",
+                "limit": f"within {TARGETS['fp16_accuracy_points']} points",
+                "reached": f"{change:+.2f} points", "met": bool(abs(change) <= TARGETS["fp16_accuracy_points"])})
+    for precision in (OUR_FP32, OUR_FP16):
+        mine = ours_fwd[ours_fwd["precision"] == precision]
+        best = mine.loc[mine["median_ms"].idxmin()]
+        vendor = baselines.fastest(forward, precision, size=N)
+        vendor_ms = float(vendor["median_ms"]) if vendor is not None else np.nan
+        speedup = vendor_ms / float(best["median_ms"])
+        out.append({"target": f"whole forward pass, {precision}", "limit": f">= {TARGETS['forward_speedup']}x PyTorch's fastest",
+                    "reached": f"{best['median_ms']:.3f} ms ({best['variant']}); x{speedup:.2f} vs "
+                               f"{vendor_ms:.3f} ms ({vendor['variant'] if vendor is not None else 'none'})",
+                    "met": bool(speedup >= TARGETS["forward_speedup"])})
+    return pd.DataFrame(out)
+
+
+def accuracy_table(forward: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
+    """Each step's accuracy on the N test images and its agreement with the float64 reference."""
+    rows = ours(forward[forward["size"] == N])
+    return rows[["variant", "precision", "accuracy", "agree_with_reference"]].reset_index(drop=True)

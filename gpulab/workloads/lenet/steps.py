@@ -1,0 +1,342 @@
+"""The ladder: one kernel file per step, how each is launched per layer, and the forward pass.
+
+Every step computes both convolution layers. Steps 1-9 write the convolution's
+pre-pool output ``y`` and finish the layer with the shared ``relu_pool``
+kernel; from step 10 on, ReLU and the pool are in the convolution kernel's
+epilogue and only the pooled output is written. The fully-connected layers
+(``kernels/lenet/fc_layers.cu``) are the same for every step: they complete
+the network, so that every step's predictions can be compared with the
+reference's. Step 2 changes only the host code (chunks on streams), step 12
+only how the forward pass is launched (one CUDA graph).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ...check import compare
+from ...errors import CheckFailed
+from ...kernels import Backend, get_backend, load_module
+from .network import CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, forward
+
+CLASSES = 10
+TILE = 16                 # the report's TILE_WIDTH (steps 1-9)
+IM2COL_CHUNK = 1000       # step 4: images unrolled at a time (the report's mini-batch)
+RELU_POOL_BLOCK = 256
+FC2_BLOCK = 128
+#: Step 10's block shape per layer: pooled rows per block (BY), pooled columns per thread (PX).
+FUSED_SHAPE = {"conv1": {"BY": 8, "PX": 2}, "conv2": {"BY": 17, "PX": 1}}
+#: Step 11's dynamic shared memory (SMEM_BYTES in its kernel file).
+WMMA_KP, WMMA_WARPS = 208, 8
+WMMA_SHARED = 2 * 16 * WMMA_KP + 2 * WMMA_WARPS * 16 * WMMA_KP + 4 * WMMA_WARPS * 256 + 4 * WMMA_KP + 2 * 4 * 40 * 40
+CONSTANT_FLOATS = 16 * 4 * 7 * 7
+COMMON_FILES = {"relu_pool": "lenet/relu_pool.cu", "fc": "lenet/fc_layers.cu"}
+#: Sizes of the correctness checks: 1, odd, and a full conv2 block count not a multiple of anything.
+CHECK_SIZES = (1, 7, 100)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder. ``kind`` says how its kernels are launched (see
+    :func:`layer_launch`); ``fused``: the kernel writes the pooled output itself."""
+
+    number: str
+    file: str
+    title: str
+    kind: str
+    precision: str = "fp32"
+    fused: bool = False
+    streams: int = 0            # step 2: chunks on this many streams (host code only)
+    graph: bool = False         # step 12: the forward pass captured in a CUDA graph
+    report_name: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.title}"
+
+    @property
+    def act_dtype(self):
+        """The dtype of the pooled activations between layers."""
+        return np.float16 if self.precision == "fp16" else np.float32
+
+
+STEPS = [
+    Step("01", "lenet/01_direct_global.cu", "direct, global memory", "direct", report_name="baseline"),
+    Step("02", "lenet/02_streams.cu", "+ 4 streams (host side)", "direct", streams=4, report_name="streams"),
+    Step("03", "lenet/03_shared_tiled.cu", "shared-memory tiles", "tiled", report_name="tiled"),
+    Step("04", "lenet/04_im2col_matmul.cu", "im2col + tiled matmul", "im2col", report_name="unroll + matmul"),
+    Step("05", "lenet/05_implicit_gemm.cu", "implicit GEMM (fused unroll)", "gemm", report_name="fusion"),
+    Step("06", "lenet/06_constant_weights.cu", "weights in constant memory", "constant",
+         report_name="constant memory"),
+    Step("07", "lenet/07_restrict_unroll.cu", "+ __restrict__, unrolled loops", "unrolled",
+         report_name="restrict + unroll"),
+    Step("08", "lenet/08_channel_tree.cu", "channel sum: tree reduction", "tree", report_name="tree reduction"),
+    Step("09", "lenet/09_channel_atomics.cu", "channel sum: atomics", "atomic", report_name="atomics"),
+    Step("10", "lenet/10_fused_relu_pool.cu", "ReLU + pool fused, register tiles", "fused", fused=True),
+    Step("11", "lenet/11_tensor_cores.cu", "conv2 on tensor cores (fp16)", "wmma", precision="fp16", fused=True),
+    Step("12", "lenet/10_fused_relu_pool.cu", "fp32 forward pass in one CUDA graph", "fused", fused=True,
+         graph=True),
+    Step("12h", "lenet/11_tensor_cores.cu", "fp16 forward pass in one CUDA graph", "wmma", precision="fp16",
+         fused=True, graph=True),
+]
+STEP = {s.number: s for s in STEPS}
+#: Exercise 1: step 7 with ReLU and pool in the epilogue (one pooled output per thread).
+EXERCISE = Step("E1", "lenet/exercise_01_pool_epilogue.cu", "exercise: step 7 + fused ReLU and pool",
+                "exercise", fused=True)
+
+
+# ----------------------------------------------------------------- launching one layer
+def _tiles(layer: Conv) -> int:
+    side = -(-layer.E // TILE)
+    return side * side
+
+
+def _module(step: Step, layer: Conv, be: Backend):
+    """The step's kernel file compiled for ``layer`` (steps 6-11 specialise per layer)."""
+    if step.streams:        # step 2's file includes step 1's kernel unchanged
+        return load_module(STEP["01"].file, be)
+    if step.kind == "constant":
+        return load_module(step.file, be, options=(f"-DLENET_LAYER={layer.name[-1]}",))
+    if step.kind in ("unrolled", "tree", "atomic", "exercise"):
+        return load_module(step.file, be, options=(f"-DCONV_C={layer.C}",))
+    if step.kind in ("fused", "wmma") and (step.kind == "fused" or layer is CONV1):
+        shape = FUSED_SHAPE[layer.name]
+        opts = [f"-DCH={layer.C}", f"-DMF={layer.M}", f"-DIH={layer.H}", f"-DBY={shape['BY']}",
+                f"-DPX={shape['PX']}"]
+        return load_module(STEP["10"].file, be, options=tuple(opts))
+    return load_module(step.file, be)
+
+
+def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratch: dict | None = None) -> Callable:
+    """A no-argument function computing ``step``'s convolution of ``layer`` on device
+    arrays: into ``out`` = y (N x M x E x E, pre-pool) for unfused steps, into the pooled
+    output (N x M x P x P) for fused ones. ``w`` is float32 (fp16 for step 11's conv2)."""
+    half_out = step.precision == "fp16"
+    module = _module(step, layer, be)
+    dims = (N, layer.M, layer.C, layer.H, layer.W, layer.K)
+    grid, block = (N, layer.M, _tiles(layer)), (TILE, TILE)
+    if step.kind == "direct":
+        return module.conv_direct_global.bind(grid, block, (out, x, w, *dims))
+    if step.kind == "tiled":
+        shared = 4 * ((TILE + layer.K - 1) ** 2 + layer.K ** 2)
+        return module.conv_shared_tiled.bind(grid, block, (out, x, w, *dims), shared)
+    if step.kind == "im2col":
+        return _im2col_launch(module, layer, N, x, w, out, be, scratch)
+    if step.kind == "gemm":
+        return module.conv_implicit_gemm.bind((-(-layer.E * layer.E // TILE), -(-layer.M // TILE), N), block,
+                                              (x, w, out, *dims))
+    if step.kind in ("constant", "unrolled", "tree", "atomic"):
+        padded = np.zeros(CONSTANT_FLOATS, np.float32)
+        padded[:w.size] = be.to_host(w).ravel()
+        module.set_constant("w_const", padded)
+        if step.kind == "constant":
+            return module.conv_constant_weights.bind(grid, block, (out, x, *dims))
+        args = (out, x, N, layer.M, layer.H, layer.W)
+        if step.kind == "unrolled":
+            return module.conv_restrict_unroll.bind(grid, block, args)
+        if step.kind == "tree":
+            return module.conv_channel_tree.bind(grid, (TILE, TILE, layer.C), args)
+        kernel = module.conv_channel_atomics.bind(grid, (TILE, TILE, layer.C), args)
+        return _zero_then(out, kernel, be)
+    if step.kind == "exercise":
+        padded = np.zeros(CONSTANT_FLOATS, np.float32)
+        padded[:w.size] = be.to_host(w).ravel()
+        module.set_constant("w_const", padded)
+        return module.conv_relu_pool_direct.bind((N, layer.M, (-(-layer.P // TILE)) ** 2), (TILE, TILE),
+                                                 (out, x, N, layer.M, layer.H, layer.W))
+    if step.kind == "fused" or (step.kind == "wmma" and layer is CONV1):
+        shape = FUSED_SHAPE[layer.name]
+        fn = module.conv_relu_pool_half if half_out else module.conv_relu_pool
+        return fn.bind((-(-layer.P // shape["BY"]), N), (layer.P // shape["PX"], shape["BY"]),
+                                          (x, w, out, N))
+    if step.kind == "wmma":
+        fn = module.conv2_wmma_relu_pool_half if half_out else module.conv2_wmma_relu_pool
+        fn.allow_shared_memory(WMMA_SHARED)
+        return fn.bind((N,), (WMMA_WARPS * 32,), (x, w, out, N), WMMA_SHARED)
+    raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
+
+
+def _zero_then(out, kernel: Callable, be: Backend) -> Callable:
+    if be.name == "gpu":
+        def launch():
+            out.data.memset_async(0, out.nbytes)       # the atomic sums start from zero
+            kernel()
+    else:
+        def launch():
+            out[...] = 0
+            kernel()
+    return launch
+
+
+def _im2col_launch(module, layer: Conv, N: int, x, w, y, be: Backend, scratch: dict | None) -> Callable:
+    chunk = min(N, IM2COL_CHUNK)
+    key = f"unroll_{layer.name}"
+    plane = layer.E * layer.E
+    if scratch is not None and key in scratch and scratch[key].shape[0] >= chunk:
+        unrolled = scratch[key]
+    else:
+        unrolled = be.xp.empty((chunk, layer.taps, plane), np.float32)
+        if scratch is not None:
+            scratch[key] = unrolled
+    calls = []
+    for n0 in range(0, N, chunk):
+        nb = min(chunk, N - n0)
+        calls.append(module.im2col.bind((-(-layer.C * plane // 256), nb), (256,),
+                                        (x, unrolled, n0, layer.C, layer.H, layer.W, layer.K)))
+        calls.append(module.matmul_tiled.bind((-(-plane // TILE), -(-layer.M // TILE), nb), (TILE, TILE),
+                                              (w, unrolled, y, n0, layer.M, layer.taps, plane)))
+
+    def launch():
+        for call in calls:
+            call()
+    return launch
+
+
+# ----------------------------------------------------------------- the forward pass
+class Forward:
+    """Every buffer and launch of one step's forward pass for N images, allocated once.
+
+    ``layers["conv1"]`` / ``layers["conv2"]``: the layer (conv, ReLU, pool) into the pooled
+    activations; ``convs``: the convolution kernel alone (unfused steps); ``fc``: the two
+    fully-connected layers and the argmax; ``run()``: all of it, in order."""
+
+    def __init__(self, step: Step, N: int, x, weights: dict, backend=None, scratch: dict | None = None):
+        be = self.be = get_backend(backend)
+        self.step, self.N = step, N
+        xp = be.xp
+        half = step.precision == "fp16"
+        act = np.float16 if half else np.float32
+        self.x = x
+        self.w = {"conv1": be.to_device(weights["conv1"]),
+                  "conv2": be.to_device(weights["conv2"].astype(np.float16 if half else np.float32))}
+        self.fc = {k: be.to_device(weights[k]) for k in ("fc1", "fc1_bias", "fc2", "fc2_bias")}
+        self.pooled = {"conv1": be.poisoned(CONV1.pooled_shape(N), act), "conv2": be.poisoned(CONV2.pooled_shape(N), act)}
+        self.pre_pool = {} if step.fused else {layer.name: be.poisoned(layer.y_shape(N), np.float32)
+                                               for layer in LAYERS}
+        self.hidden = be.poisoned((N, HIDDEN), np.float32)
+        self.logits = be.poisoned((N, CLASSES), np.float32)
+        self.predictions = xp.full(N, -1, dtype=np.int32)
+        inputs = {"conv1": x, "conv2": self.pooled["conv1"]}
+        self.convs, self.layers = {}, {}
+        pool_module = load_module(COMMON_FILES["relu_pool"], be)
+        for layer in LAYERS:
+            if step.fused:
+                self.layers[layer.name] = layer_launch(step, layer, N, inputs[layer.name], self.w[layer.name],
+                                                       self.pooled[layer.name], be, scratch)
+                continue
+            conv = layer_launch(step, layer, N, inputs[layer.name], self.w[layer.name],
+                                self.pre_pool[layer.name], be, scratch)
+            planes = N * layer.M
+            pool = pool_module.relu_pool.bind((-(-planes * layer.P ** 2 // RELU_POOL_BLOCK),), (RELU_POOL_BLOCK,),
+                                              (self.pre_pool[layer.name], self.pooled[layer.name], planes, layer.E))
+            self.convs[layer.name] = conv
+            self.layers[layer.name] = _chain(conv, pool)
+        fc = load_module(COMMON_FILES["fc"], be)
+        fc1 = (fc.fc1_relu_half if half else fc.fc1_relu).bind(
+            (-(-N // 64),), (256,), (self.pooled["conv2"], self.fc["fc1"], self.fc["fc1_bias"], self.hidden, N))
+        fc2 = fc.fc2_argmax.bind((-(-N // FC2_BLOCK),), (FC2_BLOCK,),
+                                 (self.hidden, self.fc["fc2"], self.fc["fc2_bias"], self.logits, self.predictions, N))
+        self.fc_layers = _chain(fc1, fc2)
+        self.run = _chain(self.layers["conv1"], self.layers["conv2"], self.fc_layers)
+
+
+def _chain(*calls: Callable) -> Callable:
+    def run():
+        for call in calls:
+            call()
+    return run
+
+
+def run_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dict:
+    """One forward pass of ``step`` on host inputs (N x 1 x 86 x 86 float32); every
+    intermediate back on the host (pre-pool outputs for unfused steps)."""
+    be = get_backend(backend)
+    fwd = Forward(step, len(x), be.to_device(np.ascontiguousarray(x, dtype=np.float32)), weights, be)
+    fwd.run()
+    be.synchronize()
+    out = {f"pool{i + 1}": be.to_host(fwd.pooled[layer.name]) for i, layer in enumerate(LAYERS)}
+    out.update({layer.name: be.to_host(y) for layer, y in zip(LAYERS, fwd.pre_pool.values())})
+    out.update(hidden=be.to_host(fwd.hidden), logits=be.to_host(fwd.logits),
+               predictions=be.to_host(fwd.predictions))
+    return out
+
+
+def run_layer(step: Step, layer: Conv, x: np.ndarray, w: np.ndarray, backend=None) -> np.ndarray:
+    """One layer of ``step`` on host arrays, output poisoned first: the pooled output for
+    fused steps, the pre-pool convolution otherwise."""
+    be = get_backend(backend)
+    N = len(x)
+    half = step.precision == "fp16"
+    in_dtype = np.float16 if (half and layer is CONV2) else np.float32
+    dx = be.to_device(np.ascontiguousarray(x, dtype=in_dtype))
+    dw = be.to_device(w.astype(np.float16 if (half and layer is CONV2) else np.float32))
+    shape = layer.pooled_shape(N) if step.fused else layer.y_shape(N)
+    out = be.poisoned(shape, np.float16 if half else np.float32)
+    layer_launch(step, layer, N, dx, dw, out, be)()
+    be.synchronize()
+    return be.to_host(out)
+
+
+# ----------------------------------------------------------------- checks
+def layer_inputs(layer: Conv, N: int, seed: int) -> np.ndarray:
+    """Random inputs of a layer's shape, in [0, 1) (images, or activations after a ReLU)."""
+    rng = np.random.default_rng(np.random.SeedSequence((seed, layer.C)))
+    return rng.random(layer.x_shape(N), dtype=np.float32)
+
+
+def layer_reference(layer: Conv, x, w) -> np.ndarray:
+    """The float64 pre-pool convolution (the pooled output is :func:`network.pool2` of its ReLU)."""
+    from .network import conv
+    return conv(x, w)
+
+
+def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, weights: dict | None = None,
+                seed: int | None = None) -> pd.DataFrame:
+    """Every step's two layers against the float64 reference on random inputs of each size
+    (fresh seed per call unless given, written in the table), outputs poisoned with NaN.
+    Unfused steps are checked on the convolution's output, fused ones on the pooled output."""
+    from .network import load_weights, pool2
+    be = get_backend(backend)
+    weights = weights or load_weights()
+    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
+    rows = []
+    for step in steps or STEPS:
+        if step.graph or step.streams:
+            continue                        # host-side steps: their kernels are checked as steps 1, 10, 11
+        for N in sizes:
+            for layer in LAYERS:
+                x = layer_inputs(layer, N, seed + N)
+                if step.precision == "fp16" and layer is CONV2:
+                    x = x.astype(np.float16).astype(np.float32)   # what the step actually reads
+                w = weights[layer.name]
+                y64 = layer_reference(layer, x, w)
+                pooled64 = pool2(np.maximum(y64, 0))
+                out = run_layer(step, layer, x, w, be)
+                for what, got, ref in [("pooled", out, pooled64) if step.fused else ("conv", out, y64)]:
+                    result = compare(got, ref, step.precision, name=f"{step.label} {layer.name} {what} N={N}")
+                    rows.append({"step": step.number, "layer": layer.name, "output": what, "N": N,
+                                 "precision": step.precision, "seed": seed, "rel_error": result.rel_error,
+                                 "unwritten": result.unwritten, "status": "ok" if result.passed else "FAILED"})
+    return pd.DataFrame(rows)
+
+
+def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:
+    failed = checks[checks["status"] != "ok"]
+    if len(failed):
+        raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
+    return checks
+
+
+def check_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dict:
+    """A whole forward pass of ``step`` against the float64 reference: the logits'
+    relative error and how many predictions agree."""
+    out = run_forward(step, x, weights, backend)
+    ref = forward(x, weights)
+    result = compare(out["logits"], ref["logits"], step.precision, name=f"{step.label} logits")
+    ref_pred = ref["logits"].argmax(axis=1)
+    return {"step": step.number, "N": len(x), "rel_error": result.rel_error, "passed": result.passed,
+            "unwritten": result.unwritten, "agree": int((out["predictions"] == ref_pred).sum()),
+            "predictions": out["predictions"]}

@@ -1,0 +1,177 @@
+"""The LeNet chapter: its data, its reference network, every kernel, the accuracy pipeline."""
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.workloads import lenet
+from gpulab.workloads.lenet import data, network
+
+
+# ----------------------------------------------------------------- data preparation
+def test_the_split_is_stratified_and_the_test_batch_uses_test_digits_only():
+    d = lenet.load_digits()
+    train, test = np.bincount(d["train_labels"], minlength=10), np.bincount(d["test_labels"], minlength=10)
+    assert train.sum() + test.sum() == 1797                       # scikit-learn's bundled digits
+    assert np.allclose(test / test.sum(), train / train.sum(), atol=0.01)   # same class mix
+    assert d["test_source"].max() < len(d["test_images"])
+    counts = np.bincount(d["test_source"], minlength=len(d["test_images"]))
+    assert counts.min() >= data.TEST_BATCH // len(d["test_images"])          # every test digit used
+    # No test digit is also a training digit (the bundled copy has no writer labels, so this is
+    # the strongest separation it allows).
+    train_set = {img.tobytes() for img in d["train_images"]}
+    assert sum(img.tobytes() in train_set for img in d["test_images"]) <= 2
+
+
+def test_rendering_is_deterministic_and_matches_the_stored_digest():
+    images, labels = lenet.test_batch(data.TEST_BATCH)
+    assert images.shape == (data.TEST_BATCH, 86, 86) and images.dtype == np.uint8
+    assert data.digest(images) == str(lenet.load_digits()["test_sha256"])
+    first, _ = lenet.test_batch(5)
+    np.testing.assert_array_equal(first, images[:5])                # a prefix is the same images
+    x, _ = lenet.test_inputs(3)
+    assert x.shape == (3, 1, 86, 86) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    assert (images.reshape(len(images), -1).max(axis=1) > 200).all()   # every image shows a digit
+
+
+def test_augmentation_moves_the_digit():
+    d = lenet.load_digits()
+    rng = np.random.default_rng(0)
+    digit = np.repeat(d["test_images"][:1], 2, axis=0)
+    a = data.random_affines(2, rng)
+    two = data.render(digit, a)
+    assert not np.array_equal(two[0], two[1])                       # different maps, different images
+    # The identity-like map of an unscaled, centred digit puts its ink in the middle of the frame.
+    centred = data.random_affines(1, np.random.default_rng(1))
+    centred[0] = [[1 / 8, 0, 4 - 0.5 - (43 - 0.5) / 8], [0, 1 / 8, 4 - 0.5 - (43 - 0.5) / 8]]
+    img = data.render(digit[:1], centred)[0]
+    assert img[:6].max() == 0 and img[-6:].max() == 0 and img[:, :6].max() == 0 and img[:, -6:].max() == 0
+    assert img[30:56, 30:56].max() > 100
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "wrong_shape", "wrong_dtype", "changed_pixels"])
+def test_damaged_data_files_raise_a_clear_error(tmp_path, damage, monkeypatch):
+    path = tmp_path / "digits.npz"
+    shutil.copy(data.DIGITS_FILE, path)
+    if damage == "missing":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:5000])
+    else:
+        arrays = dict(np.load(path))
+        if damage == "wrong_shape":
+            arrays["test_affine"] = arrays["test_affine"][:, :1]
+        elif damage == "wrong_dtype":
+            arrays["test_images"] = arrays["test_images"].astype(np.float32)
+        else:
+            arrays["test_images"] = arrays["test_images"].copy()
+            arrays["test_images"][0, 3, 3] ^= 1
+        np.savez(path, **arrays)
+    if damage == "changed_pixels":
+        digits = data.load_digits(path)
+        with pytest.raises(data.DataError, match="SHA-256.*lenet_prepare"):
+            data.test_batch(data.TEST_BATCH, digits)
+        return
+    with pytest.raises(data.DataError, match="lenet_prepare.py"):
+        data.load_digits(path)
+
+
+def test_damaged_weights_raise_a_clear_error(tmp_path):
+    path = tmp_path / "weights.npz"
+    with pytest.raises(data.DataError, match="missing.*lenet_train.py"):
+        network.load_weights(path)
+    arrays = dict(np.load(network.WEIGHTS_FILE))
+    arrays["conv2"] = arrays["conv2"][:, :2]
+    np.savez(path, **arrays)
+    with pytest.raises(data.DataError, match="'conv2' should be float32 of shape \\(16, 4, 7, 7\\).*lenet_train"):
+        network.load_weights(path)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("conv1.npy", b"not an array")
+    with pytest.raises(data.DataError, match="(corrupted|lacks).*lenet_train"):
+        network.load_weights(path)
+
+
+# ----------------------------------------------------------------- the reference network
+def test_reference_convolution_matches_a_plain_loop():
+    rng = np.random.default_rng(5)
+    x = rng.random((2, 4, 12, 12))
+    w = rng.standard_normal((3, 4, 7, 7))
+    expected = np.empty((2, 3, 6, 6))
+    for e in range(6):
+        for f in range(6):
+            expected[:, :, e, f] = np.einsum("nchw,mchw->nm", x[:, :, e:e + 7, f:f + 7], w)
+    np.testing.assert_allclose(network.conv(x, w), expected, rtol=1e-12, atol=1e-12)
+    pooled = network.pool2(expected)
+    assert pooled.shape == (2, 3, 3, 3)
+    assert pooled[1, 2, 0, 1] == expected[1, 2, 0:2, 2:4].max()
+
+
+def test_layer_shapes_and_work():
+    assert (lenet.CONV1.E, lenet.CONV1.P, lenet.CONV2.E, lenet.CONV2.P) == (80, 40, 34, 17)
+    assert lenet.FLAT == 16 * 17 * 17
+    # The issue's memory floors: ~1.32 GB and ~1.0 GB at N = 10,000, unfused, fp32.
+    assert lenet.CONV1.bytes(10_000) == 4 * (10_000 * 86 * 86 + 196 + 10_000 * 4 * 80 * 80)
+    assert 0.99e9 < lenet.CONV2.bytes(10_000) < 1.0e9
+    assert lenet.CONV2.flops(1) == 2 * 16 * 34 * 34 * 4 * 49
+
+
+def test_the_trained_network_reproduces_its_stored_predictions():
+    w = lenet.load_weights()
+    x, labels = lenet.test_inputs(200)
+    pred = lenet.predict(x, w)
+    np.testing.assert_array_equal(pred, w["test_predictions"][:200])
+    assert lenet.accuracy(pred, labels) > 0.9
+    # The stored accuracy is that of the stored predictions on all 10,000 test images.
+    _, all_labels = lenet.test_batch(data.TEST_BATCH)
+    assert lenet.accuracy(w["test_predictions"], all_labels) == pytest.approx(float(w["test_accuracy"]))
+    assert float(w["test_accuracy"]) > 0.93
+
+
+# ----------------------------------------------------------------- every kernel
+KERNEL_STEPS = [s for s in lenet.STEPS if not (s.streams or s.graph)] + [lenet.EXERCISE]
+
+
+@pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
+def test_every_kernel_matches_the_reference_on_odd_batches(backend, step):
+    checks = lenet.check_steps(backend, steps=[step], sizes=lenet.CHECK_SIZES)
+    lenet.assert_passed(checks)
+    assert set(checks["N"]) == {1, 7, 100} and set(checks["layer"]) == {"conv1", "conv2"}
+    assert (checks["unwritten"] == 0).all()
+
+
+def test_a_kernel_that_skips_the_last_filter_is_caught():
+    step = lenet.STEP["01"]
+    layer = lenet.CONV2
+    x = lenet.steps.layer_inputs(layer, 3, seed=1)
+    w = lenet.load_weights()["conv2"]
+    module = gpulab.load_module(step.file, "cpu")
+    y = np.full(layer.y_shape(3), np.nan, np.float32)
+    module.conv_direct_global((3, layer.M - 1, 9), (16, 16), (y, x, w, 3, layer.M, layer.C, layer.H, layer.W, 7))
+    result = gpulab.compare(y, lenet.steps.layer_reference(layer, x, w))
+    assert not result.passed and result.unwritten == 3 * 34 * 34
+
+
+def test_the_fused_kernel_writes_only_the_pooled_output():
+    # Poisoned outputs: step 10 must fill every pooled value of a batch whose pooled rows
+    # (17) are not a multiple of anything but the block's own.
+    checks = lenet.check_steps("cpu", steps=[lenet.STEP["10"]], sizes=(3,), seed=11)
+    assert (checks["output"] == "pooled").all() and (checks["unwritten"] == 0).all()
+
+
+# ----------------------------------------------------------------- the accuracy pipeline
+@pytest.mark.parametrize("number", ["01", "10", "11"])
+def test_forward_passes_predict_like_the_reference(backend, number):
+    w = lenet.load_weights()
+    x, labels = lenet.test_inputs(7)
+    result = lenet.check_forward(lenet.STEP[number], x, w, backend)
+    assert result["passed"] and result["unwritten"] == 0
+    assert result["agree"] == 7
+    np.testing.assert_array_equal(result["predictions"], w["test_predictions"][:7])
+
+
+def test_accuracy_checks_its_arguments():
+    assert lenet.accuracy([1, 2, 3], [1, 2, 0]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="predictions for"):
+        lenet.accuracy([1, 2], [1, 2, 3])
