@@ -106,7 +106,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False):
             timed(fwd.run, "forward", step.label, N, "forward", graph=step.graph, layer="all", flops=total,
                   mode="graph" if step.graph else "eager", **common, **quality)
             progress(f"N={N} step {step.number}: layers " + ", ".join(
-                f"{r['layer']} {r['median_ms']:.3g}" for r in rows[-3:] if r["experiment"] == "ladder")
+                f"{r['layer']} {r['phase']} {r['median_ms']:.3g}" for r in rows[-5:-1]
+                if r["experiment"] == "ladder" and r["step"] == step.number)
                 + f"; forward {rows[-1]['median_ms']:.3g} ms, accuracy {quality['accuracy']:.4f}")
             del fwd
         scratch.clear()

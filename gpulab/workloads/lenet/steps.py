@@ -196,6 +196,19 @@ def _im2col_launch(module, layer: Conv, N: int, x, w, y, be: Backend, scratch: d
 
 
 # ----------------------------------------------------------------- the forward pass
+FC1_SLICES = FLAT // 16          # k-slices of 16 in fc1's sum
+FC1_TARGET_BLOCKS = 2 * 132      # enough blocks for two per SM on the H100
+
+
+def fc1_split(N: int) -> tuple[int, int]:
+    """(slices per split, splits) for fc1: the sum over 4624 inputs is cut so that there are
+    about FC1_TARGET_BLOCKS blocks (image tiles x splits), each with at least 8 slices."""
+    tiles = -(-N // 64)
+    splits = max(1, min(FC1_SLICES // 8, -(-FC1_TARGET_BLOCKS // tiles)))
+    per_split = -(-FC1_SLICES // splits)
+    return per_split, -(-FC1_SLICES // per_split)
+
+
 class Forward:
     """Every buffer and launch of one step's forward pass for N images, allocated once.
 
@@ -235,11 +248,13 @@ class Forward:
             self.convs[layer.name] = conv
             self.layers[layer.name] = _chain(conv, pool)
         fc = load_module(COMMON_FILES["fc"], be)
-        fc1 = (fc.fc1_relu_half if half else fc.fc1_relu).bind(
-            (-(-N // 64),), (256,), (self.pooled["conv2"], self.fc["fc1"], self.fc["fc1_bias"], self.hidden, N))
+        per_split, splits = fc1_split(N)
+        fc1 = (fc.fc1_half if half else fc.fc1).bind(
+            (-(-N // 64), splits), (256,), (self.pooled["conv2"], self.fc["fc1"], self.hidden, N, per_split))
         fc2 = fc.fc2_argmax.bind((-(-N // FC2_BLOCK),), (FC2_BLOCK,),
-                                 (self.hidden, self.fc["fc2"], self.fc["fc2_bias"], self.logits, self.predictions, N))
-        self.fc_layers = _chain(fc1, fc2)
+                                 (self.hidden, self.fc["fc1_bias"], self.fc["fc2"], self.fc["fc2_bias"], self.logits,
+                                  self.predictions, N))
+        self.fc_layers = _chain(_zero_then(self.hidden, fc1, be), fc2)
         self.run = _chain(self.layers["conv1"], self.layers["conv2"], self.fc_layers)
 
 
@@ -252,7 +267,8 @@ def _chain(*calls: Callable) -> Callable:
 
 def run_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dict:
     """One forward pass of ``step`` on host inputs (N x 1 x 86 x 86 float32); every
-    intermediate back on the host (pre-pool outputs for unfused steps)."""
+    intermediate back on the host (pre-pool outputs for unfused steps; ``hidden`` is fc1's
+    sum before its bias and ReLU, which fc2's kernel applies)."""
     be = get_backend(backend)
     fwd = Forward(step, len(x), be.to_device(np.ascontiguousarray(x, dtype=np.float32)), weights, be)
     fwd.run()
