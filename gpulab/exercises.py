@@ -179,7 +179,30 @@ def _alexnet_3(case: dict) -> dict:
             "fp32_rate": _ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
 
 
+def _lenet_2(case: dict) -> dict:
+    from .workloads.lenet import results
+    run = _run("lenet", case)
+    return {"ladder": results.step_labels(run.experiment("ladder")),
+            "fp32_rate": _ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
+
+
+def _lenet_3(case: dict) -> dict:
+    if "random" in case:             # synthetic lanes: copies and kernels at random times
+        rng = np.random.default_rng(case["random"])
+        n = 12
+        start = rng.uniform(0, 10, n)
+        return {"rows": pd.DataFrame({"lane": [f"stream {i % 3}" for i in range(n)],
+                                      "kind": rng.choice(["h2d", "kernel", "d2h"], n),
+                                      "label": "", "start_ms": start, "end_ms": start + rng.uniform(0.1, 3, n)})}
+    from .workloads.lenet import results
+    lanes = results.step_labels(_run("lenet", case).tables["timeline"])
+    rows = lanes[lanes["variant"].str.startswith(case["step"] + " ") & (lanes["chunks"] == case["chunks"])]
+    return {"rows": rows.reset_index(drop=True)}
+
+
 _LANES = list(range(32))
+#: The ids of the lenet notebook's exercise cells.
+LENET_CELLS = {"ex2": "e9cb45ac", "ex3": "e3cce15b"}
 
 #: Every exercise of the book, in reading order.
 EXERCISES: list[Exercise] = [
@@ -232,6 +255,21 @@ EXERCISES: list[Exercise] = [
              signature="step14_fractions(main, fp32_rate)", public=({},), inputs=_alexnet_3, uses_run=True,
              hint="Per layer: flops / median_ms is FLOP per ms; the FP32 rate is in GFLOP/s. "
                   "Key the dict by the layer number (an int)."),
+    Exercise("lenet.1", "lenet", "ReLU and pool in step 7's epilogue", 4, "kernel",
+             "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},),
+             hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
+                  "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
+    Exercise("lenet.2", "lenet", "how much of the FP32 rate does step 10 reach?", 2, "function",
+             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex2"], function="step10_fractions",
+             signature="step10_fractions(ladder, fp32_rate)", public=({},), inputs=_lenet_2, uses_run=True,
+             hint="Step 10's rows at N = 10,000 in phase 'layer'; flops / median_ms is FLOP per ms, and the "
+                  "FP32 rate is in GFLOP/s. Key the dict by layer name."),
+    Exercise("lenet.3", "lenet", "how much copy time did the streams hide?", 2, "function",
+             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex3"], function="hidden_copy_fraction",
+             signature="hidden_copy_fraction(rows)",
+             public=({"step": "01", "chunks": 4}, {"step": "01", "chunks": 1}), inputs=_lenet_3,
+             hint="Merge the copies' intervals (and the kernels') into disjoint ones first, so that a moment "
+                  "counts once; then add up the overlaps of the two sets and divide by the copies' total."),
 ]
 
 

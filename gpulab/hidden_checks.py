@@ -43,4 +43,10 @@ HIDDEN = {
         {"step": "07", "capacity": 8e9},
     ),
     "alexnet.3": ({"perturb": 6701}, {"perturb": 6803}),
+    "lenet.1": (
+        {"sizes": (2, 13), "seed": 9511},
+        {"sizes": (33,), "seed": 9613},
+    ),
+    "lenet.2": ({"perturb": 6911}, {"perturb": 7019}),
+    "lenet.3": ({"random": 7121}, {"random": 7229}, {"random": 7331}),
 }

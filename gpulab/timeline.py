@@ -168,6 +168,6 @@ def plot(rows: pd.DataFrame, *, title: str, caption: str | None = None, ax=None,
     ax.set_yticks([y_of[lane] for lane in lanes], lanes)
     ax.set_xlabel("time from the first event (ms)")
     ax.set_xlim(0, float(np.nextafter(rows["end_ms"].max(), np.inf)) * 1.01)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(set(rows["kind"])), fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)   # beside the lanes, clear of the title
     ax.grid(axis="y", visible=False)
     return plots._finish(fig, ax, title, caption)

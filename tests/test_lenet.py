@@ -175,3 +175,17 @@ def test_accuracy_checks_its_arguments():
     assert lenet.accuracy([1, 2, 3], [1, 2, 0]) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="predictions for"):
         lenet.accuracy([1, 2], [1, 2, 3])
+
+
+def test_preparing_again_gives_the_same_split_and_batch(tmp_path, monkeypatch):
+    pytest.importorskip("sklearn")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lenet_prepare", gpulab.paths.REPO / "tools" / "lenet_prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    monkeypatch.setattr(data, "DIGITS_FILE", tmp_path / "digits.npz")
+    monkeypatch.setattr(data, "DATA_DIR", tmp_path)
+    assert prepare.main() == 0
+    fresh, stored = data.load_digits(tmp_path / "digits.npz"), lenet.load_digits()
+    for name in data.DIGITS_ARRAYS:
+        np.testing.assert_array_equal(fresh[name], stored[name], err_msg=name)
