@@ -508,8 +508,11 @@ class Passed:
 
 
 def not_solved(exercise: Exercise) -> ExerciseNotSolved:
-    return ExerciseNotSolved(f"Exercise {exercise.id} ({exercise.title}): exercise not solved yet -- "
-                             f"write your answer in {exercise.where}, then run this cell again.")
+    if exercise.kind == "kernel":
+        task = f"Write the kernel in {exercise.file},"
+    else:
+        task = f"Complete {exercise.signature or exercise.function} in the cell above,"
+    return ExerciseNotSolved(f"Exercise {exercise.id}: exercise not solved yet.\n{task}\nthen run this cell again.")
 
 
 def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Passed:

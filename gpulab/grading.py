@@ -13,8 +13,9 @@ An exercise earns all its points when every check passes, else none. The grades 
 row per student and exercise; each student also gets a feedback file with the public
 checks' details and, for hidden checks, only their number and the kind of failure.
 
-Student code runs as the instructor's user: grade untrusted submissions in a container
-or a virtual machine.
+Student code runs as the instructor's user, in the process that checks it: the grader
+catches mistakes, not a submission written to fake its result. Grade untrusted
+submissions in a container or a virtual machine.
 """
 from __future__ import annotations
 

@@ -45,3 +45,26 @@ def test_the_repository_url_goes_into_buttons_and_the_colab_cell(tmp_path):
     namespace = {}
     exec(compile(source, "colab-setup", "exec"), namespace)      # off Colab it does nothing
     assert "subprocess" not in namespace
+
+
+def test_the_colab_cell_clones_the_branch_and_installs_the_lab(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    import types
+
+    src = _copy(tmp_path)
+    url = "https://github.com/someone/their-fork"
+    site.add_colab_cell(src / "book/fcnet/fcnet.ipynb", url, "student")
+    cell = next(c for c in json.loads((src / "book/fcnet/fcnet.ipynb").read_text())["cells"]
+                if c.get("id") == site.COLAB_CELL_ID)
+    calls, moved = [], []
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(subprocess, "run", lambda command, check: calls.append(command))
+    monkeypatch.setattr(os.path, "isdir", lambda path: False)
+    monkeypatch.setattr(os, "chdir", moved.append)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    exec(compile("".join(cell["source"]), "colab-setup", "exec"), {})
+    assert calls[0][:2] == ["git", "clone"] and calls[0][-3:] == ["student", url, "/content/gpulab"]
+    assert calls[1][-4:] == ["install", "-q", "-e", "/content/gpulab"]
+    assert moved == ["/content/gpulab/book/fcnet"] and sys.path[0] == "/content/gpulab"
