@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 
@@ -16,6 +17,9 @@ def main(argv=None) -> int:
     record.add_argument("--repeats", type=int, default=100, help="timed repeats per region")
     record.add_argument("--quick", action="store_true", help="fewer sizes (a smoke test; not for committing)")
     record.add_argument("--out", default=None, help="write under this folder instead of labdata/runs")
+    record.add_argument("--deadline-s", type=float, default=None,
+                        help="for chapters with optional parts (alexnet's scaling study): start none after "
+                             "this many seconds")
     student = sub.add_parser("student", help="copy the lab to a new folder with every solution stripped")
     student.add_argument("dest", help="a new, empty folder")
     grade = sub.add_parser("grade", help="grade a folder of student submissions (one sub-folder per student)")
@@ -82,7 +86,9 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         # The GPU's clocks, temperature and throttle reasons before, during and after the run.
         with device.GpuMonitor() as monitor:
-            result = module.benchmark_all(repeats=args.repeats, quick=args.quick)
+            options = {"deadline_s": args.deadline_s} if (
+                args.deadline_s is not None and "deadline_s" in inspect.signature(module.benchmark_all).parameters) else {}
+            result = module.benchmark_all(repeats=args.repeats, quick=args.quick, **options)
         rows, tables = result if isinstance(result, tuple) else (result, {})
         meta = dict(device.describe(), gpu_state=monitor.summary())
         path = runs.save_run(chapter, rows, meta, root=Path(args.out) if args.out else None, tables=tables)

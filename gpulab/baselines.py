@@ -127,10 +127,12 @@ def precision_mode(precision: str):
         torch.backends.cudnn.benchmark = True
     linalg = _cupy_linalg()
     if linalg is not None:
-        # CuPy's signatures: get_compute_type(dtype), set_compute_type(dtype, compute_type)
-        saved["cupy"] = linalg.get_compute_type(np.dtype(np.float32))
-        linalg.set_compute_type(np.dtype(np.float32),
-                                linalg.COMPUTE_TYPE_TF32 if tf32 else linalg.COMPUTE_TYPE_DEFAULT)
+        try:
+            saved["cupy"] = linalg.get_compute_type(np.float32)
+            linalg.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32 if tf32 else linalg.COMPUTE_TYPE_DEFAULT)
+        except Exception:            # another CuPy version's signature: leave CuPy's default (no tf32)
+            saved.pop("cupy", None)
+            linalg = None
     try:
         yield
     finally:
@@ -139,7 +141,7 @@ def precision_mode(precision: str):
             torch.backends.cudnn.allow_tf32 = saved["cudnn"]
             torch.backends.cudnn.benchmark = saved["benchmark"]
         if linalg is not None:
-            linalg.set_compute_type(np.dtype(np.float32), saved["cupy"])
+            linalg.set_compute_type(np.float32, saved["cupy"])
 
 
 def _try_import(name: str):
@@ -155,8 +157,7 @@ def _cupy_linalg():
         return None
     try:
         from cupy._core import _routines_linalg as linalg
-        linalg.get_compute_type
-        linalg.set_compute_type
+        linalg.get_compute_type, linalg.set_compute_type, linalg.COMPUTE_TYPE_TF32   # noqa: B018
         return linalg
     except Exception:
         return None
@@ -230,8 +231,15 @@ def measure(paths: Sequence[VendorPath], *, reference, experiment: str, size: in
                     raise CheckFailed(str(result))
                 skipped.append({"variant": path.label, "library": path.library, "precision": path.precision,
                                 "size": size, "reason": f"check failed: {result}"})
+                log(f"vendor path {_fmt(path)}: {skipped[-1]['reason']}")
                 continue
-            timing = benchmark(run, repeats=repeats, budget_ms=budget_ms, flush_l2=flush_l2)
+            try:
+                timing = benchmark(run, repeats=repeats, budget_ms=budget_ms, flush_l2=flush_l2)
+            except Exception as exc:
+                skipped.append({"variant": path.label, "library": path.library, "precision": path.precision,
+                                "size": size, "reason": f"timing failed: {type(exc).__name__}: {exc}"[:300]})
+                log(f"vendor path {_fmt(path)}: {skipped[-1]['reason']}")
+                continue
         if path.calls > 1:
             timing.samples_ms = timing.samples_ms / path.calls
             timing.method = f"cuda graph of {path.calls} calls"
@@ -263,9 +271,11 @@ def _release_memory() -> None:
 
 
 def is_vendor(rows: pd.DataFrame) -> pd.Series:
-    """Which rows are vendor paths (they have a ``library``)."""
+    """Which rows are vendor paths: they have a ``library`` (rows recorded before
+    this module: their variant names cuBLAS or cuDNN)."""
+    named = rows["variant"].astype(str).str.contains("cuBLAS|cuDNN", regex=True)
     if "library" not in rows.columns:
-        return pd.Series(False, index=rows.index)
+        return named
     return rows["library"].notna() & (rows["library"].astype(str) != "")
 
 
@@ -309,6 +319,21 @@ def fastest_table(rows: pd.DataFrame, by=("size",), precisions=("fp32", "tf32", 
                         "median_ms": best["median_ms"], "paths compared": int(
                             group["precision"].isin(MATCHING[precision]).sum())})
     return pd.DataFrame(out)
+
+
+def with_output(path: VendorPath, to_reference: Callable[[Any], Any], note: str = "") -> VendorPath:
+    """``path`` whose output is mapped by ``to_reference`` before the check
+    (e.g. the three images of a large batch that the reference covers); the
+    timed calls are unchanged."""
+    inner = path.setup
+
+    def setup():
+        run = inner()
+
+        def mapped():
+            return run(), to_reference
+        return mapped
+    return replace(path, setup=setup, note=(path.note + "; " + note).strip("; ") if note else path.note)
 
 
 # --------------------------------------------------------------------------- CUDA graphs
@@ -364,14 +389,17 @@ def _cupy_graph(run: Callable[[], Any], launches: int) -> Callable[[], Any]:
     import cupy
 
     stream = getattr(run, "stream", None) or cupy.cuda.Stream(non_blocking=True)
+    state = getattr(run, "state", {})
     with stream:
         run()
         stream.synchronize()
         stream.begin_capture()
+        state["capturing"] = True
         try:
             for _ in range(launches):
                 out = run()
         finally:
+            state["capturing"] = False
             graph = stream.end_capture()
     done = cupy.cuda.get_current_stream()
 
@@ -519,10 +547,11 @@ def cublas_chain(x, weights: Sequence[np.ndarray], relu: Sequence[bool], *, prec
                 raise RuntimeError(f"cublasGemmEx failed with status {status}")
 
         current = cupy.cuda.get_current_stream()
+        state = {"capturing": False}        # set by _cupy_graph while it captures
 
         def run():
             assert keep
-            if not _capturing(stream):
+            if not state["capturing"]:      # order the chain between the current stream's events
                 stream.wait_event(current.record())
             with stream:
                 h = h0
@@ -531,20 +560,13 @@ def cublas_chain(x, weights: Sequence[np.ndarray], relu: Sequence[bool], *, prec
                     if r:
                         cupy.maximum(o, 0, out=o)
                     h = o
-            if not _capturing(stream):
+            if not state["capturing"]:
                 current.wait_event(stream.record())
             return h
-        run.stream = stream
+        run.stream, run.state = stream, state
         return run
     return VendorPath(label, "cuBLAS (CuPy)", precision, "W@X", setup, capture="cupy",
                       note="cublasGemmEx on its own handle and stream, so that it can be captured")
-
-
-def _capturing(stream) -> bool:
-    try:
-        return bool(stream.is_capturing())
-    except Exception:
-        return False
 
 
 def _libcublas():

@@ -66,11 +66,18 @@ def _finish(fig, ax, title: str, caption: str | None, whole_figure: bool | None 
     return fig
 
 
+#: Markers for recorded runs drawn beside a live ladder (see speedup_ladder's ``others``).
+OTHER_MARKERS = ("D", "s", "^", "v", "P")
+
+
 def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None,
-                   vendor: pd.DataFrame | None = None, label: str = "variant", ax=None):
+                   vendor: pd.DataFrame | None = None, label: str = "variant", ax=None,
+                   others: dict | None = None):
     """Time per ladder step (rows in ladder order), with the speedup over the
     first step and over the previous one written beside each bar. ``vendor``
-    rows are drawn as dashed reference lines."""
+    rows are drawn as dashed reference lines. ``others`` ({GPU name: rows}):
+    recorded runs of the same steps, marked on each bar (a live run beside the
+    recorded H100 and H200 runs)."""
     fig, ax = _figure(ax, (8, 0.45 * len(rows) + 1.8))
     rows = rows.reset_index(drop=True)
     y = np.arange(len(rows))[::-1]
@@ -78,6 +85,14 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
     err = np.vstack([med - rows["q1_ms"].to_numpy(), rows["q3_ms"].to_numpy() - med])
     ax.barh(y, med, xerr=err, color="#4C72B0", alpha=0.85, capsize=2)
     ax.set_yticks(y, rows[label])
+    for k, (gpu, other) in enumerate((others or {}).items()):
+        times = other.drop_duplicates(label).set_index(label)["median_ms"]
+        shown = [(yy, times[v]) for yy, v in zip(y, rows[label]) if v in times.index]
+        if shown:
+            ax.plot([t for _, t in shown], [yy for yy, _ in shown], OTHER_MARKERS[k % len(OTHER_MARKERS)],
+                    ms=5, mfc="none", color="black", label=f"recorded: {gpu}")
+    if others:
+        ax.legend(fontsize=7, loc="lower right")
     ax.set_xscale("log")
     _log_axis(ax.xaxis)
     ax.set_xlabel("time per run (ms, median; whiskers: quartiles)")
@@ -259,4 +274,59 @@ def memory_hierarchy(facts: dict, *, title: str, caption: str | None = None):
     ax.annotate("", xy=(90, 92), xytext=(90, 8), arrowprops=dict(arrowstyle="->", color="#555555", lw=1.5))
     ax.text(92, 50, "closer to the threads:\nsmaller, faster,\nmore private", rotation=90, va="center",
             ha="left", fontsize=8.5, color="#555555")
+    return _finish(fig, ax, title, caption)
+
+
+PRECISION_COLORS = {"fp32": "#4C72B0", "tf32": "#8172B3", "fp16": "#DD8452", "bf16": "#C44E52"}
+
+
+def vendor_paths(rows: pd.DataFrame, *, title: str, caption: str | None = None, ax=None):
+    """Every vendor path of one workload: one bar each (colour: precision;
+    hatched: in a CUDA graph), fastest first; the fastest of each precision
+    class (fp32, tf32, fp16/bf16) is marked with a star: the baseline the
+    chapter's kernels are judged by."""
+    rows = rows.sort_values("median_ms").reset_index(drop=True)
+    fig, ax = _figure(ax, (9, 0.3 * len(rows) + 1.8))
+    y = np.arange(len(rows))[::-1]
+    modes = rows["mode"] if "mode" in rows else pd.Series("eager", index=rows.index)
+    for yy, (_, r), mode in zip(y, rows.iterrows(), modes):
+        ax.barh(yy, r["median_ms"], color=PRECISION_COLORS.get(r["precision"], "#8C8C8C"),
+                hatch="//" if mode == "graph" else None, edgecolor="white", alpha=0.9)
+    classes = {"fp32": ("fp32",), "tf32": ("tf32",), "fp16": ("fp16", "bf16")}
+    for members in classes.values():
+        inside = rows[rows["precision"].isin(members)]
+        if len(inside):
+            best = inside["median_ms"].idxmin()
+            ax.text(rows.loc[best, "median_ms"], y[best], "  ★ fastest " + "/".join(members), va="center",
+                    fontsize=8, fontweight="bold")
+    ax.set_yticks(y, rows["variant"], fontsize=7.5)
+    ax.set_xscale("log")
+    _log_axis(ax.xaxis)
+    ax.set_xlabel("time per inference (ms, median)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PRECISION_COLORS.values()]
+    handles.append(plt.Rectangle((0, 0), 1, 1, fc="white", ec="gray", hatch="//"))
+    ax.legend(handles, list(PRECISION_COLORS) + ["in a CUDA graph"], fontsize=7, loc="lower right")
+    ax.set_xlim(rows["median_ms"].min() / 1.5, rows["median_ms"].max() * 4)
+    return _finish(fig, ax, title, caption)
+
+
+def gpu_ratio(table: pd.DataFrame, *, title: str, caption: str | None = None, label: str = "variant",
+              ax=None):
+    """Per step, the second GPU's time over the first's (bars) against what the
+    roofline predicts (markers): about the bandwidth ratio for memory-bound
+    steps, about 1 for compute-bound ones (see :func:`gpulab.runs.gpu_ratio_table`)."""
+    fig, ax = _figure(ax, (8, 0.4 * len(table) + 1.8))
+    table = table.reset_index(drop=True)
+    y = np.arange(len(table))[::-1]
+    colors = ["#55A868" if b == "memory" else "#4C72B0" for b in table["bound"]]
+    ax.barh(y, table["ratio"], color=colors, alpha=0.85)
+    ax.plot(table["predicted"], y, "k|", ms=14, mew=2, label="roofline prediction")
+    ax.axvline(1.0, color="gray", lw=1)
+    ax.set_yticks(y, table[label], fontsize=8)
+    ax.set_xlabel(f"time on {table.attrs.get('b', 'GPU B')} / time on {table.attrs.get('a', 'GPU A')}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color="#55A868"), plt.Rectangle((0, 0), 1, 1, color="#4C72B0"),
+               ax.lines[0]]
+    ax.legend(handles, ["memory-bound (by the roofline)", "compute-bound", "roofline prediction"],
+              fontsize=7, loc="lower right")
+    ax.set_xlim(0, max(1.3, float(np.nanmax(table["ratio"])) * 1.1))
     return _finish(fig, ax, title, caption)

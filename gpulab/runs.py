@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,3 +224,70 @@ def _validate_meta(meta: dict, where: str) -> None:
                                "which software it was measured")
     if str(meta["gpu"]).startswith("none"):
         raise RecordedRunError(f"{where} was not measured on a GPU ({meta['gpu']})")
+
+
+def recorded_beside(run: RecordedRun, root: Path | None = None) -> dict:
+    """The recorded runs of ``run``'s chapter on every GPU, {GPU name: RecordedRun},
+    to draw beside a live run (empty when ``run`` is itself a recorded run)."""
+    if not run.live:
+        return {}
+    root = root or paths.RUNS
+    found = available_runs(root)
+    out = {}
+    for entry in found[found["chapter"] == run.chapter].itertuples():
+        try:
+            other = read_run(root / entry.folder / f"{run.chapter}.csv")
+        except RecordedRunError:
+            continue
+        out[other.gpu] = other
+    return out
+
+
+def gpu_pair(chapter: str, a: str = "H100", b: str = "H200", root: Path | None = None):
+    """The recorded runs of ``chapter`` on two GPUs (names matched by substring,
+    e.g. "H100" and "H200"), or None when either is missing."""
+    root = root or paths.RUNS
+    found = available_runs(root)
+    found = found[found["chapter"] == chapter]
+    picked = []
+    for key in (a, b):
+        match = found[found["gpu"].str.contains(key, case=False, regex=False)]
+        if match.empty:
+            return None
+        picked.append(read_run(root / match.sort_values("date").iloc[-1]["folder"] / f"{chapter}.csv"))
+    return tuple(picked)
+
+
+def gpu_ratio_table(rows_a: pd.DataFrame, rows_b: pd.DataFrame, gpu_a: str, gpu_b: str,
+                    keys=("variant",)) -> pd.DataFrame:
+    """Per step (rows matched on ``keys``), the time on ``gpu_b`` over the time on
+    ``gpu_a``, beside the roofline's prediction from the package's datasheet table
+    (:data:`gpulab.roofline.DATASHEET`): a step whose FLOPs and bytes put it
+    nearer the memory roof than the FP32 roof on ``gpu_a`` (achieved bandwidth
+    over peak, against achieved FLOP/s over peak) is memory-bound and should
+    speed up by the bandwidth ratio; a compute-bound one by the FP32-rate ratio."""
+    from .roofline import datasheet
+    sheet_a, sheet_b = datasheet(gpu_a), datasheet(gpu_b)
+    if sheet_a is None or sheet_b is None:
+        missing = gpu_a if sheet_a is None else gpu_b
+        raise RecordedRunError(f"the datasheet table (gpulab.roofline.DATASHEET) has no entry for {missing}")
+    keys = list(keys)
+    merged = rows_a.merge(rows_b, on=keys, suffixes=("_a", "_b"))
+    if merged.empty:
+        raise RecordedRunError(f"the runs on {gpu_a} and {gpu_b} have no rows in common on {keys}")
+    seconds = merged["median_ms_a"] / 1e3
+    memory_use = merged["bytes_a"] / seconds / (sheet_a["memory_gbs"] * 1e9)
+    compute_use = merged["flops_a"] / seconds / (sheet_a["fp32_tflops"] * 1e12)
+    bound = np.where(memory_use >= compute_use, "memory", "compute")
+    predicted = np.where(bound == "memory", sheet_a["memory_gbs"] / sheet_b["memory_gbs"],
+                         sheet_a["fp32_tflops"] / sheet_b["fp32_tflops"])
+    table = merged[keys].assign(time_a_ms=merged["median_ms_a"], time_b_ms=merged["median_ms_b"],
+                                ratio=merged["median_ms_b"] / merged["median_ms_a"], predicted=predicted,
+                                bound=bound, memory_use_a=memory_use, compute_use_a=compute_use)
+    table.attrs.update(a=gpu_a, b=gpu_b)
+    return table
+
+
+def gpu_comparison_caption(run_a: RecordedRun, run_b: RecordedRun) -> str:
+    """One caption naming both recorded runs."""
+    return f"recorded: {run_a.caption}  |  {run_b.caption}"

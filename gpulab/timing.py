@@ -173,7 +173,10 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
     reason = f"fixed {repeats} repeats" if rule is None else f"reached the maximum of {max_repeats} repeats"
     for i in range(max_repeats):
         if flusher:
+            # The host waits for the flush, so the timed call starts as an unflushed
+            # one does: on an idle GPU, after the host waited for the previous call.
             flusher.flush(stream)
+            stream.synchronize()
         t0 = time.perf_counter()
         start.record(stream)
         fn()
@@ -242,8 +245,9 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     graph and replayed: the host's launch overhead (several microseconds per
     CuPy launch) drops out, leaving the GPU's own time per call. What
     :func:`benchmark` reports for a tiny kernel is mostly that overhead.
-    Same stop rule and L2 flush as :func:`benchmark` (a flush happens before
-    each replay, so only the first of the ``launches`` calls starts cold).
+    Same stop rule as :func:`benchmark`. With ``flush_l2`` the graph holds one
+    call (``launches`` is ignored), so that every timed call starts with L2
+    flushed; compare it with ``launches=1`` unflushed, the same structure warm.
 
     ``stream``: capture on this stream (for work bound to a stream of its own,
     such as a cuBLAS handle); by default a new one."""
@@ -251,6 +255,8 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     import cupy
 
     stream = stream or cupy.cuda.Stream(non_blocking=True)
+    if flush_l2:
+        launches = 1
     with stream:
         fn()  # compile and load outside the capture
         stream.begin_capture()
@@ -305,20 +311,38 @@ def event_region(fn: Callable[[], object], stream=None) -> float:
     return cupy.cuda.get_elapsed_time(start, end)
 
 
-def warm_up_gpu(ms: float = 50.0, stream=None) -> None:
-    """Keep the GPU busy for about ``ms`` before a timed phase, so its clocks
-    have left their idle state: right after an idle gap (a pageable copy the
-    host waits on, a pause) the SM clock can sit far below its boost clock,
-    and the first kernels then run slower than the same kernels a moment
-    later (chapter 1 shows it)."""
+_SPIN = r"""
+extern "C" __global__ void gpulab_spin(long long nanoseconds, float *sink)
+{
+    unsigned long long start, now;
+    float acc = threadIdx.x;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        for (int i = 0; i < 64; ++i) acc = acc * 0.999f + 1.0f;     // keep the FMA pipes busy
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < (unsigned long long)nanoseconds);
+    if (acc == -1.0f) sink[0] = acc;                                 // never true: keeps the loop
+}
+"""
+
+
+def warm_up_gpu(ms: float = 5.0, stream=None) -> None:
+    """Queue ``ms`` of busy work on every SM, on ``stream``, so that the timed
+    work behind it runs at the clock the GPU reaches under load. After an idle
+    gap (a pageable copy the host waits on, a pause) the SM clock can sit far
+    below its boost clock, and the first kernels then run slower than the same
+    kernels a moment later: chapter 1 shows it. Not timed: call it before the
+    start event."""
     require_gpu("warming the GPU")
     import cupy
 
+    if "kernel" not in _WARM:
+        _WARM["kernel"] = cupy.RawKernel(_SPIN, "gpulab_spin")
+        _WARM["sink"] = cupy.zeros(1, dtype=cupy.float32)
+        _WARM["sms"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
     stream = stream or cupy.cuda.get_current_stream()
-    a = cupy.ones(4 * 2**20, dtype=cupy.float32)
-    deadline = time.perf_counter() + ms / 1e3
     with stream:
-        while time.perf_counter() < deadline:
-            for _ in range(20):
-                a *= 1.0000001
-            stream.synchronize()
+        _WARM["kernel"]((_WARM["sms"] * 4,), (256,), (np.int64(ms * 1e6), _WARM["sink"]))
+
+
+_WARM: dict = {}

@@ -16,8 +16,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .device import require_gpu
-from .timing import Timing
+from .device import gpu_state, require_gpu
+from .timing import Timing, warm_up_gpu
+
+#: Milliseconds of busy work before a timed kernel phase (see transfer_breakdown's ``warm``).
+WARM_MS = 2.0
 
 #: The ways of holding host data that chapter 1 compares.
 MEMORY_KINDS = ("pageable", "pinned", "managed", "managed+prefetch")
@@ -85,10 +88,17 @@ def prefetch_to_device(array, stream) -> None:
 
 def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_shape, out_dtype,
                        *, memory: str = "pageable", warmup: int = 3, repeats: int = 20,
-                       experiment: str = "transfers", variant: str = "", size: int = 0) -> list[dict]:
+                       experiment: str = "transfers", variant: str = "", size: int = 0,
+                       warm: bool = True) -> list[dict]:
     """Time h2d, kernel and d2h of one workload with host memory of kind
     ``memory`` (one of :data:`MEMORY_KINDS`); return tidy rows, one per phase
-    plus ``total``."""
+    plus ``total``.
+
+    ``warm``: before the kernel phase, busy work (outside the events) brings the
+    SM clock back up after the copy left the SMs idle; without it the kernel
+    phase after a pageable copy runs at a ramping clock and reads 2-4x slow on
+    small kernels. Each row records the SM clock read just after the repeats
+    (``sm_clock_mhz``, from NVML or nvidia-smi where present) and ``warmed``."""
     require_gpu("measuring transfers")
     if memory not in MEMORY_KINDS:
         raise ValueError(f"memory must be one of {MEMORY_KINDS}, got {memory!r}")
@@ -112,12 +122,17 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                 ev[0].record(stream)
                 for d, h in zip(device_inputs, sources):
                     d.set(h, stream=stream)
+                copied = cupy.cuda.Event()
+                copied.record(stream)
+                if warm:
+                    warm_up_gpu(WARM_MS, stream)
                 ev[1].record(stream)
                 launch(device_inputs, output)
                 ev[2].record(stream)
                 output.get(stream=stream, out=result, blocking=(memory == "pageable"))
                 ev[3].record(stream)
-                h2d, kernel, d2h = _elapsed(ev)
+                _, kernel, d2h = _elapsed(ev)
+                h2d = cupy.cuda.get_elapsed_time(ev[0], copied)
                 if i >= warmup:
                     for phase, ms in zip(PHASES + ("total",), (h2d, kernel, d2h, h2d + kernel + d2h)):
                         samples[phase].append(ms)
@@ -138,11 +153,15 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                     # The output too: its pages sit on the host since the host last read it.
                     for device_view in [d for d, _ in pairs] + [output]:
                         prefetch_to_device(device_view, stream)
+                mid = cupy.cuda.Event()
+                mid.record(stream)
+                if warm:
+                    warm_up_gpu(WARM_MS, stream)
                 prefetched.record(stream)
                 launch([d for d, _ in pairs], output)
                 done.record(stream)
                 done.synchronize()
-                h2d += cupy.cuda.get_elapsed_time(start, prefetched)
+                h2d += cupy.cuda.get_elapsed_time(start, mid)
                 kernel = cupy.cuda.get_elapsed_time(prefetched, done)
                 t0 = time.perf_counter()
                 np.array(output_host)  # the host reads the result: pages migrate back
@@ -151,9 +170,11 @@ def transfer_breakdown(launch: Launch, host_inputs: Sequence[np.ndarray], out_sh
                     for phase, ms in zip(PHASES + ("total",), (h2d, kernel, d2h, h2d + kernel + d2h)):
                         samples[phase].append(ms)
     stream.synchronize()
+    clock = gpu_state().get("sm_clock_mhz")
     moved = {"h2d": in_bytes, "kernel": 0, "d2h": out_bytes, "total": in_bytes + out_bytes}
     return [Timing(samples[phase], method=host_method.get(phase, "cuda events")).row(
-                experiment, variant or memory, size, phase, bytes=moved[phase], memory=memory)
+                experiment, variant or memory, size, phase, bytes=moved[phase], memory=memory,
+                warmed=bool(warm), sm_clock_mhz=clock if clock is not None else float("nan"))
             for phase in PHASES + ("total",)]
 
 

@@ -118,10 +118,12 @@ def test_the_recorded_run_has_every_experiment():
     run = gpulab.load_run(alexnet.CHAPTER)
     assert "H100" in run.gpu
     ladder = run.experiment("ladder")
-    expected = {s.label for s in alexnet.STEPS} | {f"{v} (PyTorch)" for v in alexnet.CUDNN_VARIANTS}
+    expected = {s.label for s in alexnet.STEPS}
     for N in alexnet.BATCHES:
         at_n = ladder[ladder["size"] == N]
         for layer in alexnet.LAYERS:
+            cudnn = at_n[(at_n["layer"] == layer.index) & (at_n["step"].astype(str) == "cuDNN")]
+            assert {"fp32", "tf32", "fp16"} <= set(cudnn["precision"]), (N, layer.name)
             missing = expected - set(at_n[at_n["layer"] == layer.index]["variant"])
             skipped = alexnet.step_labels(run.tables["skipped"])
             listed = set(skipped[(skipped["size"] == N) & (skipped["layer"] == layer.index)]["step"])
@@ -134,6 +136,26 @@ def test_the_recorded_run_has_every_experiment():
     assert "profile" in run.tables and set(alexnet.step_labels(run.tables["profile"])["step"]) >= {"02", "14", "16"}
     assert {"one core", "all cores"} <= {v.split(":")[0] for v in run.experiment("cpu")["variant"]}
     assert run.tables["checks"]["passed"].all()
+
+
+def test_the_fastest_cudnn_path_of_matching_precision_is_the_baseline():
+    totals = alexnet.layer_totals(gpulab.load_run(alexnet.CHAPTER).experiment("ladder"))
+    cudnn = alexnet.totals_at(totals, alexnet.MAIN_N, ["cuDNN"])
+    for precision, members in (("fp32", {"fp32"}), ("tf32", {"tf32"}), ("fp16", {"fp16", "bf16"})):
+        best = alexnet.vendor_best(totals, alexnet.MAIN_N, precision)
+        assert best["median_ms"] == cudnn[cudnn["precision"].isin(members)]["median_ms"].min()
+        assert best["precision"] in members
+
+
+def test_memory_budgets_come_from_the_device():
+    from gpulab import device
+    with device.simulate("T4"):
+        assert alexnet.memory_limit() == 0.5 * device.PROFILES["T4"].total_memory
+        why = alexnet.unfit_reason(alexnet.STEP["07"], alexnet.LAYERS[1], 128)
+        assert why and "GB of device memory" in why and "Tesla T4" in why
+        assert alexnet.unfit_reason(alexnet.STEP["14"], alexnet.LAYERS[1], 128) is None
+        fits_t4 = alexnet.memory_table([128])["fits"]
+    assert alexnet.memory_table([128])["fits"].sum() > fits_t4.sum()
 
 
 def test_step17_splits_k_only_where_the_tiles_are_too_few():

@@ -100,10 +100,10 @@ def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
     ladder = run.experiment("ladder")
     for step in fcnet.STEPS:
         assert set(ladder.loc[ladder["variant"] == step.label, "size"]) == set(fcnet.SIZES.values())
-    for baseline in ("cuBLAS fp32 chain", "cuBLAS fp16 chain"):
-        assert set(ladder.loc[ladder["variant"] == baseline, "size"]) == set(fcnet.SIZES.values())
-        graph = run.experiment("graph")
-        assert baseline in set(graph["variant"])
+    for case in fcnet.SIZES:
+        for precision in ("fp32", "fp16"):
+            assert fcnet.best_vendor(run.timings, case, precision, "eager") is not None, (case, precision)
+            assert fcnet.best_vendor(run.timings, case, precision, "graph") is not None, (case, precision)
     assert (ladder["rel_error"] <= ladder["precision"].map(gpulab.TOLERANCE)).all()
     assert not run.experiment("transfers").empty and not run.experiment("ceilings").empty
     profile = run.tables["profile"]
@@ -112,3 +112,27 @@ def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
         assert profile[column].notna().all()
     resources = run.tables["resources"]
     assert set(resources["variant"]) == {s.label for s in fcnet.STEPS}
+
+
+def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with_the_reason():
+    from gpulab import device
+    with device.simulate("T4"):
+        ok, skipped = fcnet.runnable_steps()
+        assert {(s["step"], s["variant"]) for s in skipped} == {
+            (14, "14 fp32 register tiles (large)"), (14, "14 fp32 register tiles (small)"),
+            (15, "15 tensor cores (wmma fp16)")}
+        assert all("Tesla T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
+        checks = fcnet.check_steps("cpu", steps=fcnet.steps(15), sizes=(1000,))
+        assert checks["note"].str.startswith("skipped: step 15").all()
+    with device.simulate("L4"):
+        assert [s["variant"] for s in fcnet.runnable_steps()[1]] == ["14 fp32 register tiles (large)"]
+    assert fcnet.runnable_steps()[1] == [] or device.gpu_available()
+
+
+def test_targets_use_the_fastest_vendor_path_of_matching_precision():
+    run = gpulab.load_run(fcnet.CHAPTER)
+    table = fcnet.targets(run).set_index("target")
+    for what, case, precision, experiment, mode, _ in fcnet.TARGETS:
+        best = fcnet.best_vendor(run.timings, case, precision, mode)
+        assert table.loc[what, "vendor (ms)"] == best["median_ms"]
+        assert table.loc[what, "floor (ms)"] > 0

@@ -118,10 +118,39 @@ CHECK_N = 2
 BATCHES = [1, 32, 128]
 SCALING_BATCHES = [256, 512, 1024, 2048]
 MAIN_N = 128
-#: Device memory a variant may use in the record (the H100 has 80 GB; leave room for the
-#: reference, the inputs of every precision and PyTorch's cache). Larger sizes are skipped
-#: and listed in the run's "skipped" table.
-MEMORY_LIMIT = 40e9
+#: The share of the device's memory one variant may use (the rest holds the reference, the
+#: inputs of every precision and PyTorch's cache). Larger sizes are skipped and listed, with
+#: the reason, in the run's "skipped" table. On the H100 (80 GB) the budget is 42.5 GB.
+MEMORY_FRACTION = 0.5
+#: The recording GPU's memory, for the budget on a machine without a GPU (an H100: 79.2 GiB).
+RECORDING_MEMORY_BYTES = 85_017_493_504
+
+
+def memory_limit(total_bytes: float | None = None) -> float:
+    """Bytes one variant may use: :data:`MEMORY_FRACTION` of this device's memory (or of
+    the simulated device's: :func:`gpulab.device.simulate`), else of ``total_bytes``, else
+    of the recording H100's."""
+    from ..device import limits
+    here = limits()
+    if here is not None:
+        return here.memory_budget(MEMORY_FRACTION)
+    return MEMORY_FRACTION * (total_bytes or RECORDING_MEMORY_BYTES)
+
+
+def unfit_reason(step: "Step", layer: "Layer", N: int) -> str | None:
+    """Why ``step`` cannot run ``layer`` at batch size ``N`` here (too much shared memory
+    per block, or more device memory than the budget), or None when it can."""
+    from ..device import limits
+    here = limits()
+    if here is not None:
+        why = here.shared_fits(launch_config(step, layer, N)["shared_bytes"])
+        if why:
+            return why
+        return here.memory_fits(footprint_bytes(step, layer, N), MEMORY_FRACTION)
+    need = footprint_bytes(step, layer, N)
+    if need > memory_limit():
+        return f"needs {need / 1e9:.1f} GB of device memory; the budget is {memory_limit() / 1e9:.1f} GB"
+    return None
 
 
 def total_flops(N: int, layers=LAYERS) -> int:
@@ -292,7 +321,6 @@ RESIDENT_BLOCKS = 132 * 2
 MIN_SLICES_PER_SPLIT = 16
 MAX_SPLITS = 8
 TILE_OVERHEAD_SLICES = 2     # a tile's first load and write-back, in slices, for the estimate
-CUDNN_VARIANTS = ("cuDNN fp32", "cuDNN tf32", "cuDNN fp16")
 #: cuDNN may compute an fp32 convolution with Winograd or FFT algorithms, which round
 #: differently from a direct sum: its fp32 check allows 1e-4 instead of 1e-5.
 CUDNN_FP32_TOLERANCE = 1e-4
@@ -599,16 +627,29 @@ def fastest(totals: pd.DataFrame, N: int, steps, precision: str) -> pd.Series:
 TARGETS_MS = {"fp32": 7.0, "fp16": 2.5}
 
 
-def targets_table(totals: pd.DataFrame, floor_ms: float) -> pd.DataFrame:
-    """The best step per precision against :data:`TARGETS_MS`, beside cuDNN."""
+def targets_table(totals: pd.DataFrame, floor_ms: float, fp16_floor_ms: float | None = None) -> pd.DataFrame:
+    """The best step per precision against :data:`TARGETS_MS`, beside the fastest cuDNN
+    path of matching precision (fp32 without tf32; fp16 or bf16) and the precision's own
+    floor: ``floor_ms`` (the FLOPs at the measured FP32 rate) for fp32, ``fp16_floor_ms``
+    (at the measured fp16 tensor-core rate) for fp16. A target is met when the step is
+    within the target time and faster than that cuDNN path."""
     ours = [s.number for s in STEPS]
-    picks = [(precision, fastest(totals, MAIN_N, ours, precision), target)
-             for precision, target in TARGETS_MS.items()]
-    picks += [(row["precision"], row, np.nan) for _, row in totals_at(totals, MAIN_N, ["cuDNN"]).iterrows()]
-    return pd.DataFrame([{"precision": precision, "best step": row["variant"], "ms": row["median_ms"],
-                          "target ms": target, "met": bool(row["median_ms"] <= target) if target == target else None,
-                          "TFLOP/s": row["flops"] / row["median_ms"] / 1e9, "x FP32 floor": row["median_ms"] / floor_ms}
-                         for precision, row, target in picks])
+    rows = []
+    for precision, target in TARGETS_MS.items():
+        mine = totals_at(totals, MAIN_N, ours)
+        if not (mine["precision"] == precision).any():
+            continue
+        best = fastest(totals, MAIN_N, ours, precision)
+        cudnn = vendor_best(totals, MAIN_N, precision)
+        cudnn_ms = cudnn["median_ms"] if cudnn is not None else np.nan
+        floor = fp16_floor_ms if (precision != "fp32" and fp16_floor_ms) else floor_ms
+        rows.append({"precision": precision, "best step": best["variant"], "ms": best["median_ms"],
+                     "target ms": target, "fastest cuDNN path": cudnn["variant"] if cudnn is not None else "none",
+                     "cuDNN ms": cudnn_ms, "vs cuDNN": cudnn_ms / best["median_ms"],
+                     "met": bool(best["median_ms"] <= target and best["median_ms"] < cudnn_ms),
+                     "TFLOP/s": best["flops"] / best["median_ms"] / 1e9,
+                     "floor ms": floor, "x floor": best["median_ms"] / floor})
+    return pd.DataFrame(rows)
 
 
 #: The profiler columns the chapter shows.
@@ -719,23 +760,54 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
     return rows
 
 
-def _cudnn(variant: str, x, w, layer: Layer):
-    """A no-argument function running torch.nn.functional.conv2d (cuDNN) on the same
-    inputs, and the output it returns; None if PyTorch is not installed."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.backends.cudnn.benchmark = True       # let cuDNN pick its fastest algorithm
-    tf32 = variant == "cuDNN tf32"
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
-    conv = torch.nn.functional.conv2d
+def vendor_paths(layer: Layer, x32, w32, N: int, graphs: bool = True, labels=None):
+    """Every cuDNN path for one layer (:func:`gpulab.baselines.conv_paths`: fp32, tf32,
+    fp16, bf16, NCHW and channels-last), and in CUDA graphs when ``graphs``; beyond
+    N = 128 their output is checked on the same three images as the ladder's."""
+    from .. import baselines
+    eager = baselines.conv_paths(x32, w32, stride=layer.U, padding=layer.P,
+                                 fp32_tolerance=CUDNN_FP32_TOLERANCE)
+    if labels is not None:
+        eager = [p for p in eager if p.label in labels]
+    if N > MAIN_N:
+        pick = _subset(N)
+        eager = [baselines.with_output(p, lambda out: out[pick], "checked on three images") for p in eager]
+    return eager + (baselines.graph_paths(eager, launches=3) if graphs else [])
 
-    def launch():
-        return conv(tx, tw, stride=layer.U, padding=layer.P)
-    return launch
+
+def vendor_best(totals: pd.DataFrame, N: int, precision: str, mode: str | None = None) -> pd.Series | None:
+    """The fastest cuDNN path of matching precision (fp32 without tf32; tf32; fp16 or
+    bf16) for all five layers at batch size ``N``: the baseline the chapter quotes.
+    ``mode``: "eager", "graph" or None (either)."""
+    from ..baselines import fastest
+    rows = totals_at(totals, N, ["cuDNN"])
+    rows = rows.assign(mode=np.where(rows["variant"].str.endswith("CUDA graph"), "graph", "eager"))
+    return fastest(rows, precision, mode=mode)
+
+
+def vendor_lines(totals: pd.DataFrame, N: int) -> pd.DataFrame:
+    """The fastest cuDNN path per precision class at ``N``: the dashed lines of the
+    ladder figures (every path: :func:`vendor_figure`)."""
+    picks = [vendor_best(totals, N, p) for p in ("fp32", "tf32", "fp16")]
+    return pd.DataFrame([p for p in picks if p is not None]).reset_index(drop=True)
+
+
+def vendor_figure(totals: pd.DataFrame, N: int, caption: str):
+    """Every cuDNN path for all five layers at ``N``, fastest of each precision class starred."""
+    from .. import plots
+    rows = totals_at(totals, N, ["cuDNN"])
+    rows = rows.assign(mode=np.where(rows["variant"].str.endswith("CUDA graph"), "graph", "eager"))
+    return plots.vendor_paths(rows, title=f"Which cuDNN path is fastest? (all five layers, N = {N})",
+                              caption=caption)
+
+
+def cudnn_algorithms(run_or_table) -> pd.DataFrame:
+    """Which algorithm cuDNN chose per layer and path at N = 128, read from the names of
+    the kernels it launched (PyTorch profiler), as recorded in the run."""
+    table = run_or_table.tables.get("cudnn_algorithms") if hasattr(run_or_table, "tables") else run_or_table
+    if table is None:
+        raise KeyError("this run has no cudnn_algorithms table: re-record it with `python -m gpulab record alexnet`")
+    return table
 
 
 def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 300.0):
@@ -755,7 +827,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         print(f"alexnet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
     batches = [1, 8] if quick else BATCHES
     scaling = [256] if quick else SCALING_BATCHES
-    rows, skipped, checks = [], [], []
+    rows, skipped, checks, algorithms = [], [], [], []
     pool = cupy.get_default_memory_pool()
 
     def note_skip(step, layer, N, reason):
@@ -778,27 +850,20 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         del launch, y
         return timing.median_ms
 
-    def measure_cudnn(layer, N, x32, w32, x16, w16, ref, experiment):
-        for variant in CUDNN_VARIANTS:
-            half = variant.endswith("fp16")
-            launch = _cudnn(variant, x16 if half else x32, w16 if half else w32, layer)
-            if launch is None:
-                note_skip("cuDNN", layer, N, "PyTorch is not installed")
-                return
-            out = cupy.from_dlpack(launch())
-            precision = {"cuDNN fp32": "fp32", "cuDNN tf32": "tf32", "cuDNN fp16": "fp16"}[variant]
-            result = compare(out if ref.shape[0] == N else out[_subset(N)], ref, precision,
-                             name=f"{variant} {layer.name} N={N}",
-                             tolerance=CUDNN_FP32_TOLERANCE if precision == "fp32" else None)
-            checks.append({"step": variant, "layer": layer.index, "size": N,
-                           "rel_error": result.rel_error, "passed": result.passed})
-            if not result.passed:
-                raise CheckFailed(str(result))
-            timing = benchmark(launch, repeats=repeats, budget_ms=budget_ms)
-            rows.append(timing.row(experiment, f"{variant} (PyTorch)", N, "kernel",
-                                   flops=layer.flops(N), bytes=layer.bytes(N, 2 if half else 4),
-                                   layer=layer.index, step="cuDNN", precision=precision))
-            del out, launch
+    def measure_cudnn(layer, N, x32, w32, ref, experiment, graphs=True, labels=None):
+        from .. import baselines
+        paths = vendor_paths(layer, x32, w32, N, graphs=graphs, labels=labels)
+        result = baselines.measure(
+            paths, reference=ref, experiment=experiment, size=N, flops=layer.flops(N),
+            bytes=lambda path: layer.bytes(N, 2 if path.precision in ("fp16", "bf16") else 4),
+            repeats=repeats, budget_ms=budget_ms, labels={"layer": layer.index, "step": "cuDNN"},
+            on_failure="skip", log=lambda text: None)
+        rows.extend(result.rows)
+        for entry in result.skipped:
+            note_skip("cuDNN", layer, N, f"{entry['variant']}: {entry['reason']}")
+        checks.extend({"step": r["variant"], "layer": layer.index, "size": N, "rel_error": r["rel_error"],
+                       "passed": True} for r in result.rows)
+        return paths
 
     # --- the ladder: every step, layer and batch size, cuDNN as the vendor line
     main_ms = {}
@@ -810,13 +875,15 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         for N in batches:
             ref = ref_all[:N]
             for step in STEPS + [EXERCISE]:
-                need = footprint_bytes(step, layer, N)
-                if need > MEMORY_LIMIT:
-                    note_skip(step.number, layer, N, f"needs {need / 1e9:.1f} GB")
+                why = unfit_reason(step, layer, N)
+                if why:
+                    note_skip(step.number, layer, N, why)
                     continue
                 xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
                 main_ms[(step.number, layer.index, N)] = measure(step, layer, N, xs[:N], ws, ref, "ladder")
-            measure_cudnn(layer, N, x32[:N], w32, x16[:N], w16, ref, "ladder")
+            paths = measure_cudnn(layer, N, x32[:N], w32, ref, "ladder", graphs=N in (1, MAIN_N))
+            if N == MAIN_N:
+                algorithms.extend(_algorithm_rows(layer, paths))
             progress(f"ladder {layer.name} N={N}: " + ", ".join(
                 f"{s.number} {main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
                 if (s.number, layer.index, N) in main_ms) + " ms")
@@ -845,7 +912,10 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
                     note_skip(number, layer, N, f"{memory}: {exc}")
         pool.free_all_blocks()
 
-    # --- scaling with the batch size, beyond N = 128
+    # --- scaling with the batch size, beyond N = 128: cuDNN's fastest eager path per precision class
+    totals = layer_totals(pd.DataFrame([r for r in rows if r["experiment"] == "ladder"]))
+    fastest_cudnn = {row["variant"] for row in (vendor_best(totals, batches[-1], p, "eager")
+                                                for p in ("fp32", "tf32", "fp16")) if row is not None}
     for layer in LAYERS:
         # Generated on the GPU (seeded): 1.3 GB for layer 1 at N = 2048 is slow to make on the host.
         x32 = cupy.random.default_rng(layer.index).random(layer.x_shape(max(scaling)), dtype=cupy.float32)
@@ -859,11 +929,11 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
             progress(f"scaling {layer.name} N={N}")
             for number in SCALING_STEPS:
                 step = STEP[number]
-                need = footprint_bytes(step, layer, N)
                 at_main = main_ms.get((number, layer.index, batches[-1]), 0.0)
                 predicted = at_main * N / batches[-1]
-                if need > MEMORY_LIMIT:
-                    note_skip(number, layer, N, f"needs {need / 1e9:.1f} GB of device memory")
+                why = unfit_reason(step, layer, N)
+                if why:
+                    note_skip(number, layer, N, why)
                     continue
                 if predicted > 4000:
                     note_skip(number, layer, N, f"about {predicted / 1e3:.0f} s per run: over the "
@@ -871,7 +941,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
                     continue
                 xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
                 measure(step, layer, N, xs[:N], ws, ref, "scaling")
-            measure_cudnn(layer, N, x32[:N], w32, x16[:N], w16, ref, "scaling")
+            measure_cudnn(layer, N, x32[:N], w32, ref, "scaling", graphs=False, labels=fastest_cudnn)
             pool.free_all_blocks()
         del x32, w32, x16, w16
         pool.free_all_blocks()
@@ -886,12 +956,33 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
     rows.extend(roofline.measure_ceilings(repeats=10))
     progress("profile")
     tables = {"skipped": pd.DataFrame(skipped, columns=["step", "layer", "size", "reason"]),
-              "checks": pd.DataFrame(checks), "resources": resources_table()}
+              "checks": pd.DataFrame(checks), "resources": resources_table(),
+              "cudnn_algorithms": pd.DataFrame(algorithms, columns=["layer", "variant", "precision", "layout",
+                                                                    "algorithm", "kernels"])}
     profile = profile_table()
     if profile is not None:
         tables["profile"] = profile
     progress("done")
     return rows, tables
+
+
+def _algorithm_rows(layer: Layer, paths) -> list[dict]:
+    """Which algorithm cuDNN chose for each eager path on ``layer``: the kernels it
+    launched, by name (PyTorch profiler), and the family they name."""
+    from .. import baselines
+    out = []
+    for path in paths:
+        if path.graph:
+            continue
+        try:
+            with baselines.precision_mode(path.precision):
+                names = baselines.cudnn_kernels(path.setup())
+        except Exception as exc:
+            names = [f"not read: {type(exc).__name__}"]
+        out.append({"layer": layer.index, "variant": path.label, "precision": path.precision,
+                    "layout": path.layout, "algorithm": baselines.algorithm_family(names),
+                    "kernels": " | ".join(names)})
+    return out
 
 
 def _subset(N: int):
@@ -920,8 +1011,11 @@ def _torch_empty_cache() -> None:
         pass
 
 
-def memory_table(batches=None) -> pd.DataFrame:
-    """Device memory per step, layer and batch size (x, w, y and scratch), from the shapes."""
+def memory_table(batches=None, total_bytes: float | None = None) -> pd.DataFrame:
+    """Device memory per step, layer and batch size (x, w, y and scratch), from the shapes,
+    and whether it fits the budget (:func:`memory_limit`) of this device, or of a device
+    with ``total_bytes`` of memory."""
+    limit = memory_limit(total_bytes)
     rows = []
     for N in batches or BATCHES + SCALING_BATCHES:
         for step in STEPS:
@@ -929,7 +1023,7 @@ def memory_table(batches=None) -> pd.DataFrame:
                 need = footprint_bytes(step, layer, N)
                 rows.append({"step": step.number, "variant": step.label, "layer": layer.index,
                              "size": N, "bytes": need, "scratch_bytes": scratch_bytes(step, layer, N),
-                             "fits": need <= MEMORY_LIMIT})
+                             "fits": need <= limit})
     return pd.DataFrame(rows)
 
 
