@@ -356,7 +356,6 @@ def limits() -> DeviceLimits | None:
 
 @functools.lru_cache(maxsize=None)
 def _real_limits_cached(device_id: int) -> DeviceLimits:
-    import cupy
     from cupy.cuda import runtime
     props = runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

@@ -139,11 +139,16 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
             rows.append(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
             rows.append(graph_benchmark(launch, repeats=max(10, repeats // 2))
                         .row("graph", step.title, n, **work(n)))
+            if fits_in_l2(n):
+                rows.extend(cold_rows(launch, step.title, n, repeats))
         y_blas = y.copy()
         cupy.cublas.axpy(A, x, y_blas)
         check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}")
-        rows.append(benchmark(lambda: cupy.cublas.axpy(A, x, y_blas), repeats=repeats)
-                    .row("ladder", "cuBLAS saxpy (in place)", n, **work(n)))
+        axpy = lambda: cupy.cublas.axpy(A, x, y_blas)      # noqa: E731
+        rows.append(benchmark(axpy, repeats=repeats).row("ladder", "cuBLAS saxpy (in place)", n, **work(n)))
+        if fits_in_l2(n):
+            rows.append(benchmark(axpy, repeats=repeats, flush_l2=True)
+                        .row("ladder_cold", "cuBLAS saxpy (in place)", n, **work(n)))
         del x, y, z, y_blas
 
     # Host timer vs events, on one size.
@@ -160,6 +165,9 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
     # The first launch: compiling (a fresh source, so no cache helps), loading, launching.
     rows.extend(first_launch_rows(n, x, y, z))
 
+    # The first kernel after the GPU sat idle, with and without busy work queued before it.
+    rows.extend(idle_rows(launch, n))
+
     # Where the time goes when the data starts on the host.
     launch_host = launcher(STEPS[0], fns["saxpy"])
     for memory in transfers.MEMORY_KINDS:
@@ -169,6 +177,12 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
                 repeats=max(5, repeats // 5), size=n))
         except RuntimeError as exc:  # e.g. no prefetch on this platform: say so, skip the row
             print(f"skipping {memory}: {exc}")
+    # The same breakdown without warming the GPU before the kernel phase: what the kernel
+    # phase reads right after a copy that left the SMs idle.
+    for memory in ("pageable", "pinned"):
+        rows.extend(transfers.transfer_breakdown(
+            launch_host, [x_host, y_host], (n,), np.float32, memory=memory, repeats=max(5, repeats // 5),
+            size=n, warm=False, experiment="transfers_unwarmed"))
     for chunks in (1, 2, 4, 8, 16):
         rows.append(transfers.overlap_with_streams(
             launch_host, [x_host, y_host], (n,), np.float32, chunks=chunks,
@@ -177,6 +191,53 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
 
     rows.extend(roofline.measure_ceilings(repeats=20))
     return rows
+
+
+def fits_in_l2(n: int) -> bool:
+    """Whether SAXPY's arrays at ``n`` (12 bytes per element) fit in this GPU's L2 cache,
+    so that a warm and a cold (L2-flushed) timing can differ."""
+    from ..device import limits
+    here = limits()
+    return bool(here and here.l2_bytes and BYTES_PER_ELEMENT * n <= here.l2_bytes)
+
+
+def cold_rows(launch, variant: str, n: int, repeats: int) -> list[dict]:
+    """``launch`` with L2 flushed before every call: eager (``ladder_cold``) and in a
+    one-call CUDA graph, beside the same graph unflushed (``graph_cold``)."""
+    out = [benchmark(launch, repeats=repeats, flush_l2=True).row("ladder_cold", variant, n, **work(n))]
+    for flush in (False, True):
+        out.append(graph_benchmark(launch, launches=1, repeats=max(10, repeats // 2), flush_l2=flush)
+                   .row("graph_cold", variant, n, **work(n)))
+    return out
+
+
+def idle_rows(launch, n: int, idles_ms=(0, 20, 200, 1000), repeats: int = 3) -> list[dict]:
+    """The first kernel after the GPU sat idle for each of ``idles_ms``, timed with events,
+    with nothing queued before it and with 2 ms of busy work queued before it
+    (:func:`gpulab.timing.warm_up_gpu`), plus the SM clock NVML reported just before
+    and just after. ``repeats`` tries of each; rows of experiment ``idle``."""
+    import cupy
+
+    from ..device import gpu_state
+    from ..timing import event_region, warm_up_gpu
+
+    out = []
+    for idle in idles_ms:
+        for warm_ms in (0, 2):
+            times, before, after = [], [], []
+            for _ in range(repeats):
+                cupy.cuda.Device().synchronize()
+                time.sleep(idle / 1e3)
+                before.append(gpu_state().get("sm_clock_mhz") or np.nan)
+                if warm_ms:
+                    warm_up_gpu(warm_ms)
+                times.append(event_region(launch))
+                after.append(gpu_state().get("sm_clock_mhz") or np.nan)
+            out.append(Timing(times, method="cuda events, first kernel after idle").row(
+                "idle", f"idle {idle} ms, " + ("2 ms of busy work first" if warm_ms else "nothing queued first"),
+                n, **work(n), idle_ms=idle, warm_ms=warm_ms, sm_clock_before_mhz=float(np.nanmedian(before)),
+                sm_clock_after_mhz=float(np.nanmedian(after))))
+    return out
 
 
 def first_launch_rows(n: int, x, y, z, tries: int = 3) -> list[dict]:
