@@ -126,8 +126,9 @@ def load_run(chapter: str, gpu: str | None = None, root: Path | None = None) -> 
     root = root or paths.RUNS
     runs = available_runs(root)
     runs = runs[runs["chapter"] == chapter]
-    if gpu is not None:
-        runs = runs[(runs["folder"] == gpu_slug(gpu)) | (runs["gpu"] == gpu)]
+    if gpu is not None:      # a folder, a full name, or part of one ("H200")
+        runs = runs[(runs["folder"] == gpu_slug(gpu)) | (runs["gpu"] == gpu)
+                    | runs["gpu"].str.contains(str(gpu), case=False, regex=False)]
     if runs.empty:
         have = available_runs(root)
         listed = ", ".join(f"{r.chapter} on {r.gpu}" for r in have.itertuples()) or "none"
@@ -186,7 +187,10 @@ def read_run(csv_path: Path) -> RecordedRun:
 def live_or_recorded(chapter: str, measure, gpu: str | None = None) -> RecordedRun:
     """Measure now when a GPU is usable, else load the recorded run: the one
     call every chapter makes before its figures. ``measure()`` returns timing
-    rows, or a pair (rows, {table name: DataFrame})."""
+    rows, or a pair (rows, {table name: DataFrame}). ``gpu`` picks the recorded
+    run read without a GPU ("H100", "H200", a full name or folder; None: the
+    newest). The GPU's clocks, temperature and throttle reasons before, during
+    and after a live measurement go into its metadata (``gpu_state``)."""
     if gpu_available():
         meta = describe()
         with GpuMonitor() as monitor:
