@@ -315,7 +315,7 @@ def fastest_table(rows: pd.DataFrame, by=("size",), precisions=("fp32", "tf32", 
             if best is None:
                 continue
             out.append({**dict(zip(keys, key)), "precision class": "/".join(MATCHING[precision]),
-                        "fastest vendor path": best["variant"], "library": best["library"],
+                        "fastest vendor path": best["variant"], "library": best.get("library", ""),
                         "median_ms": best["median_ms"], "paths compared": int(
                             group["precision"].isin(MATCHING[precision]).sum())})
     return pd.DataFrame(out)
@@ -685,6 +685,16 @@ def cudnn_kernels(run: Callable[[], Any], warmup: int = 3) -> list[str]:
         return []
 
 
+def path_kernels(path: VendorPath) -> list[str]:
+    """The GPU kernels one call of ``path`` launches (set up under its own
+    precision settings), by name; ``["not read: ..."]`` where that fails."""
+    try:
+        with precision_mode(path.precision):
+            return cudnn_kernels(path.setup())
+    except Exception as exc:
+        return [f"not read: {type(exc).__name__}"]
+
+
 def _on_gpu(event) -> bool:
     kind = str(getattr(event, "device_type", "")).lower()
     return "cuda" in kind
@@ -693,9 +703,13 @@ def _on_gpu(event) -> bool:
 def algorithm_family(kernel_names: Sequence[str]) -> str:
     """A one-word reading of cuDNN's kernel names: winograd, fft, implicit GEMM, ..."""
     text = " ".join(kernel_names).lower()
-    for key, family in (("winograd", "Winograd"), ("fft", "FFT"), ("implicit", "implicit GEMM"),
-                        ("xmma", "implicit GEMM (xmma)"), ("sm90_", "implicit GEMM (Hopper)"),
-                        ("gemm", "GEMM"), ("direct", "direct")):
+    for key, family in (("winograd", "Winograd"), ("fft", "FFT"),
+                        ("sm90_xmma_fprop_implicit_gemm", "implicit GEMM, tensor cores (Hopper kernel)"),
+                        ("implicit_gemm", "implicit GEMM, tensor cores"),
+                        ("precomputed_convolve_sgemm", "implicit GEMM, CUDA cores (precomputed indices)"),
+                        ("convolve_common_engine", "direct convolution, CUDA cores"),
+                        ("nvjet", "GEMM, tensor cores"), ("xmma_gemm", "GEMM (xmma)"), ("gemm", "GEMM"),
+                        ("direct", "direct")):
         if key in text:
             return family
     return "unknown" if text else "not read"

@@ -318,15 +318,15 @@ def gpu_ratio(table: pd.DataFrame, *, title: str, caption: str | None = None, la
     fig, ax = _figure(ax, (8, 0.4 * len(table) + 1.8))
     table = table.reset_index(drop=True)
     y = np.arange(len(table))[::-1]
-    colors = ["#55A868" if b == "memory" else "#4C72B0" for b in table["bound"]]
+    palette = {"memory": "#55A868", "compute": "#4C72B0", "latency": "#8C8C8C"}
+    colors = [palette.get(b, "#8C8C8C") for b in table["bound"]]
     ax.barh(y, table["ratio"], color=colors, alpha=0.85)
     ax.plot(table["predicted"], y, "k|", ms=14, mew=2, label="roofline prediction")
     ax.axvline(1.0, color="gray", lw=1)
     ax.set_yticks(y, table[label], fontsize=8)
     ax.set_xlabel(f"time on {table.attrs.get('b', 'GPU B')} / time on {table.attrs.get('a', 'GPU A')}")
-    handles = [plt.Rectangle((0, 0), 1, 1, color="#55A868"), plt.Rectangle((0, 0), 1, 1, color="#4C72B0"),
-               ax.lines[0]]
-    ax.legend(handles, ["memory-bound (by the roofline)", "compute-bound", "roofline prediction"],
-              fontsize=7, loc="lower right")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in palette.values()] + [ax.lines[0]]
+    ax.legend(handles, ["memory-bound (by the roofline)", "compute-bound", "latency-bound (far from both roofs)",
+                        "roofline prediction"], fontsize=7, loc="lower right")
     ax.set_xlim(0, max(1.3, float(np.nanmax(table["ratio"])) * 1.1))
     return _finish(fig, ax, title, caption)

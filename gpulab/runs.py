@@ -262,6 +262,11 @@ def gpu_pair(chapter: str, a: str = "H100", b: str = "H200", root: Path | None =
     return tuple(picked)
 
 
+#: A step reaching less than this share of both its roofs is latency-bound: the roofline
+#: predicts nothing for it, and a GPU with the same SMs and clocks runs it about as fast.
+LATENCY_BOUND_USE = 0.2
+
+
 def gpu_ratio_table(rows_a: pd.DataFrame, rows_b: pd.DataFrame, gpu_a: str, gpu_b: str,
                     keys=("variant",)) -> pd.DataFrame:
     """Per step (rows matched on ``keys``), the time on ``gpu_b`` over the time on
@@ -280,11 +285,17 @@ def gpu_ratio_table(rows_a: pd.DataFrame, rows_b: pd.DataFrame, gpu_a: str, gpu_
     if merged.empty:
         raise RecordedRunError(f"the runs on {gpu_a} and {gpu_b} have no rows in common on {keys}")
     seconds = merged["median_ms_a"] / 1e3
+    precision = merged["precision_a"] if "precision_a" in merged else pd.Series("fp32", index=merged.index)
+    peak_key = precision.map({"tf32": "tf32_tensor_tflops", "fp16": "fp16_tensor_tflops",
+                              "bf16": "fp16_tensor_tflops"}).fillna("fp32_tflops")
+    peak_a = peak_key.map(sheet_a).astype(float)
+    peak_b = peak_key.map(sheet_b).astype(float)
     memory_use = merged["bytes_a"] / seconds / (sheet_a["memory_gbs"] * 1e9)
-    compute_use = merged["flops_a"] / seconds / (sheet_a["fp32_tflops"] * 1e12)
-    bound = np.where(memory_use >= compute_use, "memory", "compute")
+    compute_use = merged["flops_a"] / seconds / (peak_a * 1e12)
+    bound = np.where(np.maximum(memory_use, compute_use) < LATENCY_BOUND_USE, "latency",
+                     np.where(memory_use >= compute_use, "memory", "compute"))
     predicted = np.where(bound == "memory", sheet_a["memory_gbs"] / sheet_b["memory_gbs"],
-                         sheet_a["fp32_tflops"] / sheet_b["fp32_tflops"])
+                         np.where(bound == "compute", peak_a / peak_b, 1.0))
     table = merged[keys].assign(time_a_ms=merged["median_ms_a"], time_b_ms=merged["median_ms_b"],
                                 ratio=merged["median_ms_b"] / merged["median_ms_a"], predicted=predicted,
                                 bound=bound, memory_use_a=memory_use, compute_use_a=compute_use)
@@ -295,3 +306,19 @@ def gpu_ratio_table(rows_a: pd.DataFrame, rows_b: pd.DataFrame, gpu_a: str, gpu_
 def gpu_comparison_caption(run_a: RecordedRun, run_b: RecordedRun) -> str:
     """One caption naming both recorded runs."""
     return f"recorded: {run_a.caption}  |  {run_b.caption}"
+
+
+def gpu_comparison(chapter: str, select, *, title: str, keys=("variant",), a: str = "H100", b: str = "H200",
+                   root: Path | None = None):
+    """The second GPU against the first, per step: ``select(run)`` picks the rows
+    to compare from each recorded run (e.g. one case of the ladder); returns
+    (table, figure), or None when either GPU's run of ``chapter`` is not recorded
+    (the figure appears only once both exist)."""
+    from . import plots
+    pair = gpu_pair(chapter, a, b, root)
+    if pair is None:
+        return None
+    run_a, run_b = pair
+    table = gpu_ratio_table(select(run_a), select(run_b), run_a.gpu, run_b.gpu, keys)
+    figure = plots.gpu_ratio(table, title=title, caption=gpu_comparison_caption(run_a, run_b))
+    return table, figure

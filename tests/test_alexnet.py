@@ -166,3 +166,12 @@ def test_step17_splits_k_only_where_the_tiles_are_too_few():
     assert 1 in checked and max(checked) > 1
     table = alexnet.gemm_offsets(alexnet.CHECK_LAYERS[1])
     assert len(table) % alexnet.GEMM_BK == 0 and (table[alexnet.CHECK_LAYERS[1].K:] == 0).all()
+
+
+def test_the_recorded_run_says_which_algorithm_cudnn_chose():
+    run = gpulab.load_run(alexnet.CHAPTER)
+    algorithms = alexnet.cudnn_algorithms(run)
+    assert set(algorithms["layer"]) == {layer.index for layer in alexnet.LAYERS}
+    assert {"fp32", "tf32", "fp16", "bf16"} <= set(algorithms["precision"])
+    assert {"NCHW", "NHWC"} <= set(algorithms["layout"])
+    assert (algorithms["algorithm"] != "not read").all()

@@ -120,5 +120,6 @@ def test_a_wrong_output_fails_the_check_before_any_timing():
 
 def test_algorithm_family_reads_cudnn_kernel_names():
     assert baselines.algorithm_family(["winograd_4x4_fp32", "other"]) == "Winograd"
+    assert baselines.algorithm_family(["void precomputed_convolve_sgemm<float, 128>"]).startswith("implicit GEMM, CUDA cores")
     assert baselines.algorithm_family(["void fft2d_r2c_32x32<float>"]) == "FFT"
     assert baselines.algorithm_family([]) == "not read"

@@ -136,3 +136,23 @@ def test_targets_use_the_fastest_vendor_path_of_matching_precision():
         best = fcnet.best_vendor(run.timings, case, precision, mode)
         assert table.loc[what, "vendor (ms)"] == best["median_ms"]
         assert table.loc[what, "floor (ms)"] > 0
+
+
+def test_the_recorded_run_has_every_vendor_path_cold_timings_and_their_kernels():
+    from gpulab import baselines
+    run = gpulab.load_run(fcnet.CHAPTER)
+    t = run.timings
+    vendor = t[baselines.is_vendor(t)]
+    for case, n in fcnet.SIZES.items():
+        at = vendor[vendor["size"] == n]
+        assert {"fp32", "tf32", "fp16", "bf16"} <= set(at["precision"])
+        assert {"eager", "graph"} <= set(at["mode"]) and {"W@X", "X@W"} <= set(at["layout"])
+        assert (at["rel_error"] <= at["precision"].map(gpulab.TOLERANCE)).all()
+    cold = fcnet.warm_cold(run)
+    assert cold is not None and cold["eager, L2 flushed (ms)"].notna().all()
+    assert t.loc[t["experiment"] == "ladder_cold", "l2_flushed"].astype(bool).all()
+    assert not t.loc[t["experiment"] == "ladder", "l2_flushed"].astype(bool).any()
+    kernels = run.tables["vendor_kernels"]
+    epilogue = kernels[kernels["variant"].str.contains("ReLU epilogue") & kernels["variant"].str.contains("fp16")]
+    assert epilogue["kernels"].str.contains("relu").all(), "cuBLASLt's fused ReLU epilogue should run"
+    assert run.meta["gpu_state"]["before"].get("source") in ("nvml", "nvidia-smi")

@@ -38,3 +38,15 @@ def test_the_recorded_run_has_every_experiment():
         assert not run.experiment(experiment).empty
     assert "H100" in run.gpu
     assert set(run.experiment("ladder")["size"]) == set(saxpy.SIZES)
+
+
+def test_the_recorded_run_times_the_first_kernel_after_idle_and_the_unwarmed_breakdown():
+    import gpulab
+    run = gpulab.load_run(saxpy.CHAPTER)
+    idle = run.experiment("idle")
+    assert set(idle["warm_ms"]) == {0, 2} and idle["idle_ms"].max() >= 200
+    assert not run.experiment("transfers_unwarmed").empty
+    assert set(run.experiment("transfers")["warmed"].astype(str)) == {"True"}
+    assert len(run.experiment("copy_methods")) >= 3
+    table = saxpy.speedup_by_size(run)
+    assert table["launch-bound"].iloc[0] and not table["launch-bound"].iloc[-1]

@@ -631,6 +631,61 @@ def roofline_figure(run, case: str = "large"):
     return fig
 
 
+def warm_cold(run, case: str = "small") -> pd.DataFrame | None:
+    """Warm against cold L2 on one case: per kernel of the ladder and per vendor path,
+    the eager time warm (``ladder``) and with L2 flushed between calls
+    (``ladder_cold``), and a one-call CUDA graph warm and cold (``graph_cold``);
+    None for a run recorded before the flush existed."""
+    t = run.timings
+    n = SIZES[case]
+    if "ladder_cold" not in set(t["experiment"]):
+        return None
+    at = t[t["size"] == n]
+    cold = at[at["experiment"] == "ladder_cold"].set_index("variant")["median_ms"]
+    warm = at[at["experiment"] == "ladder"].set_index("variant")["median_ms"]
+    graphs = at[at["experiment"] == "graph_cold"]
+    g_warm = graphs[~graphs["l2_flushed"].astype(bool)].set_index("variant")["median_ms"]
+    g_cold = graphs[graphs["l2_flushed"].astype(bool)].set_index("variant")["median_ms"]
+    g_warm.index = g_warm.index.str.removesuffix(", CUDA graph")
+    g_cold.index = g_cold.index.str.removesuffix(", CUDA graph")
+    table = pd.DataFrame({"eager, warm (ms)": warm.reindex(cold.index), "eager, L2 flushed (ms)": cold,
+                          "graph of 1 call, warm (ms)": g_warm.reindex(cold.index),
+                          "graph of 1 call, L2 flushed (ms)": g_cold.reindex(cold.index)})
+    table["flushed / warm (graph)"] = table["graph of 1 call, L2 flushed (ms)"] / table["graph of 1 call, warm (ms)"]
+    return table.rename_axis("variant").reset_index()
+
+
+def gpu_comparison(root=None):
+    """Per step of the large case, the H200's recorded time over the H100's, against
+    the roofline's prediction (:func:`gpulab.runs.gpu_comparison`); None until both
+    GPUs' runs are recorded."""
+    from ..runs import gpu_comparison as compare_gpus
+    return compare_gpus(CHAPTER, lambda run: ladder(run.timings, "large"), root=root,
+                        title="Does each step gain what the roofline predicts on the H200? (large case)")
+
+
+#: The report's RTX 3080 Ti times on the large case (ms, from its tables), for the steps
+#: where that GPU was faster than the lab's H100 versions.
+REPORT_3080TI_LARGE_MS = {7: 8.632, 8: 6.029, 13: 3.932}
+
+
+def report_gpu_table(run) -> pd.DataFrame:
+    """The steps the report's RTX 3080 Ti ran faster than this run's GPU (large case):
+    both times, and this run's registers, warps per SM and occupancy for the step."""
+    table = ladder(run.timings, "large").set_index("step")
+    resources = run.tables.get("resources", pd.DataFrame()).set_index("variant") if "resources" in run.tables \
+        else pd.DataFrame()
+    rows = []
+    for number, report_ms in REPORT_3080TI_LARGE_MS.items():
+        ours = table.loc[number]
+        res = resources.loc[ours["variant"]] if ours["variant"] in resources.index else {}
+        rows.append({"step": number, "kernel": ours["variant"], "RTX 3080 Ti, report (ms)": report_ms,
+                     f"{run.gpu} (ms)": ours["median_ms"], "ratio": ours["median_ms"] / report_ms,
+                     "registers": res.get("registers", np.nan), "warps per SM": res.get("warps_per_sm", np.nan),
+                     "occupancy": res.get("occupancy", np.nan)})
+    return pd.DataFrame(rows)
+
+
 #: The chapter's targets for the best kernels, each judged against the fastest vendor path of
 #: matching precision measured in the same run (issue 14): the large case against any mode
 #: (eager or a CUDA graph: launch overhead is negligible there), the small case in a graph
@@ -800,11 +855,7 @@ def _vendor_kernel_names(paths, case: str) -> list[dict]:
     for path in paths:
         if "PyTorch" not in path.library or path.precision not in ("fp32", "fp16"):
             continue
-        try:
-            with baselines.precision_mode(path.precision):
-                names = baselines.cudnn_kernels(path.setup())
-        except Exception as exc:
-            names = [f"not read: {type(exc).__name__}"]
+        names = baselines.path_kernels(path)
         out.append({"case": case, "variant": path.label, "kernels": " | ".join(names)})
     return out
 

@@ -269,3 +269,34 @@ def first_launch_rows(n: int, x, y, z, tries: int = 3) -> list[dict]:
     return [Timing(compile_ms, method="host timer").row("first_launch", "compile (NVRTC)", n, "compile"),
             Timing(first_ms, method="host timer").row("first_launch", "first launch", n, "kernel", **work(n)),
             Timing(steady_ms, method="host timer").row("first_launch", "second launch", n, "kernel", **work(n))]
+
+
+def gpu_comparison(root=None):
+    """Per variant and size of the ladder, the H200's recorded time over the H100's
+    against the roofline's prediction; None until both runs exist."""
+    from ..runs import gpu_comparison as compare_gpus
+
+    def select(run):
+        rows = run.experiment("ladder")
+        rows = rows[rows["size"] >= 2**20]
+        return rows.assign(variant=rows["variant"] + ", n = " + rows["size"].map("{:,}".format))
+    return compare_gpus(CHAPTER, select, root=root,
+                        title="Does SAXPY gain what the roofline predicts on the H200? (n >= 1 M)")
+
+
+def speedup_by_size(run) -> pd.DataFrame:
+    """Step 2 and cuBLAS against step 1 at every size, from the event times and from
+    the CUDA-graph times where the run has them; sizes where step 1's eager time is
+    more than twice its graph time are marked launch-bound (the events then time
+    mostly the launch gap, not the kernel)."""
+    ladder = run.experiment("ladder").pivot_table(index="size", columns="variant", values="median_ms", sort=False)
+    graph = run.experiment("graph").pivot_table(index="size", columns="variant", values="median_ms", sort=False)
+    step1, step2 = STEPS[0].title, STEPS[1].title
+    table = pd.DataFrame({"step 1, events (ms)": ladder[step1], "step 1, graph (ms)": graph[step1],
+                          "step 2 vs step 1, events": ladder[step1] / ladder[step2],
+                          "step 2 vs step 1, graph": graph[step1] / graph[step2]})
+    vendor = [c for c in ladder.columns if "cuBLAS" in c]
+    if vendor:
+        table["cuBLAS vs step 1, events"] = ladder[step1] / ladder[vendor[0]]
+    table["launch-bound"] = table["step 1, events (ms)"] > 2 * table["step 1, graph (ms)"]
+    return table.rename_axis("n").reset_index()
