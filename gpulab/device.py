@@ -310,19 +310,20 @@ class DeviceLimits:
                 f"{budget / 1e9:.1f} GB ({fraction:.0%} of {self.total_memory / 1e9:.1f} GB)")
 
 
-def _profile(key: str) -> DeviceLimits:
-    """A smaller GPU's limits, from the lab's one datasheet table (:mod:`gpulab.datasheet`)."""
+def _profile(name: str) -> DeviceLimits:
+    """A smaller GPU's limits, named as CUDA reports it, from the lab's one datasheet
+    table (:mod:`gpulab.datasheet`)."""
     from . import datasheet
-    gpu = datasheet.lookup(key)
-    return DeviceLimits(gpu.product if gpu.product.startswith(("NVIDIA", "Tesla")) else f"NVIDIA {gpu.product}",
+    gpu = datasheet.lookup(name)
+    return DeviceLimits(name,
                         shared_per_block=gpu.architecture.shared_per_block_kib * 1024,
                         total_memory=int(gpu.memory_gb * 1e9), sms=gpu.sms, l2_bytes=int(gpu.l2_mb * 2**20),
-                        simulated=key.split()[-1])
+                        simulated=name.split()[-1])
 
 
 #: Smaller GPUs readers have (Colab's T4 and L4), to test the live paths without one:
 #: T4 64 KiB of shared memory per block and 16 GB; L4 99 KiB and 24 GB.
-PROFILES = {"T4": _profile("Tesla T4"), "L4": _profile("L4")}
+PROFILES = {"T4": _profile("Tesla T4"), "L4": _profile("NVIDIA L4")}
 #: Environment variable naming a profile of PROFILES to simulate (e.g. GPULAB_DEVICE_PROFILE=T4).
 PROFILE_ENV = "GPULAB_DEVICE_PROFILE"
 _simulated: list[str] = []

@@ -121,7 +121,7 @@ def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with
         assert {(s["step"], s["variant"]) for s in skipped} == {
             (14, "14 fp32 register tiles (large)"), (14, "14 fp32 register tiles (small)"),
             (15, "15 tensor cores (wmma fp16)")}
-        assert all("NVIDIA T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
+        assert all("Tesla T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
         checks = fcnet.check_steps("cpu", steps=fcnet.steps(15), sizes=(1000,))
         assert checks["note"].str.startswith("skipped: step 15").all()
     with device.simulate("L4"):
