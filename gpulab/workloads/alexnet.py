@@ -652,6 +652,14 @@ def targets_table(totals: pd.DataFrame, floor_ms: float, fp16_floor_ms: float | 
     return pd.DataFrame(rows)
 
 
+def recorded_beside(run, N: int, steps=None) -> dict:
+    """For a live run: each recorded run's totals at ``N`` for ``steps``, {GPU: rows}, to
+    mark beside the live bars (:func:`gpulab.plots.speedup_ladder`'s ``others``); empty
+    for a recorded run."""
+    from ..runs import recorded_beside as others
+    return {gpu: totals_at(layer_totals(other.experiment("ladder")), N, steps) for gpu, other in others(run).items()}
+
+
 def gpu_comparison(root=None):
     """Per step (five layers at N = 128, and cuDNN's fastest paths), the H200's recorded
     time over the H100's against the roofline's prediction; None until both runs exist."""
