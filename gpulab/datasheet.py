@@ -123,6 +123,30 @@ GPUS = [
 ]
 
 
+@dataclass(frozen=True)
+class Link:
+    """A link between GPUs, per GPU: the vendor's bandwidth in one direction
+    (vendors often quote both directions added together: ``bidirectional_gbs``)."""
+
+    name: str
+    gbs_per_direction: float         # GB/s (10^9 bytes/s) one way, per GPU
+    bidirectional_gbs: float         # the figure as the vendor quotes it
+    source: str
+
+
+#: Links the multigpu chapter's cost model reads (its predictions for 8 GPUs and 2 nodes).
+LINKS = {
+    "nvlink4": Link("NVLink 4 (H100/H200 SXM: 18 links per GPU, through NVSwitch in an 8-GPU HGX board)",
+                    450.0, 900.0, "NVIDIA H200 datasheet ('NVIDIA NVLink: 900GB/s'; the H100 SXM "
+                    "datasheet gives the same); 900 GB/s is both directions together"),
+    "pcie5": Link("PCIe Gen5 x16", 64.0, 128.0,
+                  "NVIDIA H200 datasheet ('PCIe Gen5: 128GB/s'), both directions together"),
+    "ndr400": Link("InfiniBand NDR, one 400 Gb/s ConnectX-7 port per GPU", 50.0, 100.0,
+                   "NVIDIA DGX H200 datasheet (networking: 8x single-port NVIDIA ConnectX-7 VPI, up to "
+                   "400Gb/s InfiniBand/Ethernet): 400 Gb/s = 50 GB/s each way per GPU"),
+}
+
+
 def lookup(gpu_name: str) -> GPU | None:
     """The datasheet entry whose ``match`` occurs in ``gpu_name``, or None."""
     for gpu in GPUS:

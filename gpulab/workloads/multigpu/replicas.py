@@ -1,0 +1,301 @@
+"""Data-parallel SGD of the training chapter's classifier: the logic, on any backend.
+
+Each replica holds a full copy of the parameters and one slice of the batch.
+One step:
+
+1. every replica runs the training chapter's step-9 kernels on its slice
+   (``sparse_forward_backward``, then ``sparse_update`` in *gradient mode*: its
+   "parameters" are a zeroed gradient buffer and ``lr = -1``, so it writes
+   ``+gradient`` instead of updating), with ``inv_batch = 1 / (global batch)``,
+   so each replica's gradient is its share of the whole batch's mean-loss gradient;
+2. the gradients are summed across replicas by an all-reduce (NCCL on the
+   GPUs, :func:`numpy_allreduce` on the CPU backend);
+3. every replica applies the same SGD update (the training chapter's
+   ``sgd_update``) to its own copy: the copies stay bit-identical.
+
+The parameters and the gradients each live in one flat float32 buffer, laid
+out by :class:`Layout` (small parameters first, then W1 row by row), so an
+all-reduce covers any contiguous range: the whole gradient, or one *bucket*.
+The bucketed variant forms W1's gradient one bucket of rows at a time
+(``kernels/multigpu/01_w1_gradient_buckets.cu``) so that each bucket's
+all-reduce can overlap the next bucket's computation (on the GPUs, see
+:mod:`.record`).
+
+This module runs the replicas one after another on one backend: what the CPU
+backend and the tests use. :class:`~.record.TwoGpus` drives two GPUs with the
+same :class:`Replica` objects.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...kernels import Backend, get_backend, load_module
+from ..training import reference
+from ..training.data import Corpus
+from ..training.reference import CLASSES, HIDDEN, LEARNING_RATE, PARAMS
+
+SPARSE = "training/09_sparse_first_layer.cu"       # the lab's best training-step kernels
+UPDATE = "training/02_fused_elementwise.cu"        # sgd_update(rows, cols, lr, w, dw)
+BUCKETS = "multigpu/01_w1_gradient_buckets.cu"     # W1's gradient for a range of rows
+THREADS = 128                                      # threads per block, one per hidden unit
+UPDATE_BLOCK = (16, 16)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A contiguous range ``[start, stop)`` of the flat gradient: the small
+    parameters (``rows`` None), or W1's rows ``rows[0]`` to ``rows[1] - 1``."""
+
+    name: str
+    start: int
+    stop: int
+    rows: tuple[int, int] | None = None
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.size
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each parameter sits in the flat buffers: W2, b1, b2 (644 floats
+    for the chapter's network, ready first in the backward pass), then W1
+    (V x H, 16.8 MB)."""
+
+    V: int
+    H: int = HIDDEN
+    C: int = CLASSES
+
+    @property
+    def shapes(self) -> dict:
+        return {"W2": (self.H, self.C), "b1": (self.H,), "b2": (self.C,), "W1": (self.V, self.H)}
+
+    @property
+    def offsets(self) -> dict:
+        out, at = {}, 0
+        for name, shape in self.shapes.items():
+            n = int(np.prod(shape))
+            out[name] = (at, at + n)
+            at += n
+        return out
+
+    @property
+    def size(self) -> int:
+        return self.offsets["W1"][1]
+
+    @property
+    def small(self) -> int:
+        """Floats before W1: the small parameters."""
+        return self.offsets["W1"][0]
+
+    def views(self, flat) -> dict:
+        """Each parameter as a view of ``flat`` (NumPy or CuPy), in its own shape."""
+        if flat.shape != (self.size,):
+            raise ValueError(f"the flat buffer must hold {self.size} floats, got shape {flat.shape}")
+        return {k: flat[a:b].reshape(self.shapes[k]) for k, (a, b) in self.offsets.items()}
+
+    def flatten(self, params: dict) -> np.ndarray:
+        """``params`` (W1, b1, W2, b2 as the training chapter stores them) as one flat float32 array."""
+        out = np.empty(self.size, np.float32)
+        for k, (a, b) in self.offsets.items():
+            p = np.asarray(params[k], np.float32)
+            if p.shape != self.shapes[k]:
+                raise ValueError(f"parameter {k}: expected shape {self.shapes[k]}, got {p.shape}")
+            out[a:b] = p.ravel()
+        return out
+
+    def unflatten(self, flat) -> dict:
+        return {k: np.array(v) for k, v in self.views(np.asarray(flat)).items()}
+
+    def buckets(self, n: int) -> list[Bucket]:
+        """The small parameters as one bucket, then W1's rows in ``n`` buckets
+        of (nearly) equal size."""
+        if n < 1:
+            raise ValueError(f"the number of W1 buckets must be at least 1, got {n}")
+        if n > self.V:
+            raise ValueError(f"W1 has {self.V} rows; it cannot be split into {n} buckets")
+        edges = [round(i * self.V / n) for i in range(n + 1)]
+        w0 = self.small
+        return [Bucket("W2, b1, b2", 0, w0)] + [
+            Bucket(f"W1 rows {a}-{b - 1}", w0 + a * self.H, w0 + b * self.H, (a, b))
+            for a, b in zip(edges[:-1], edges[1:])]
+
+    def whole(self) -> Bucket:
+        return Bucket("whole gradient", 0, self.size)
+
+
+def split_batch(batch: Corpus, replicas: int) -> list[Corpus]:
+    """The batch cut into ``replicas`` consecutive slices of equal size."""
+    if replicas < 1:
+        raise ValueError(f"replicas must be at least 1, got {replicas}")
+    if batch.docs % replicas:
+        raise ValueError(f"a batch of {batch.docs} documents cannot be split evenly over {replicas} replicas; "
+                         f"use a multiple of {replicas}")
+    per = batch.docs // replicas
+    return [batch.rows(r * per, (r + 1) * per) for r in range(replicas)]
+
+
+class Replica:
+    """One replica: its copy of the parameters, its slice of the batch, its
+    gradient, and the launches of one step, on ``backend`` (on the GPU, the
+    arrays are allocated on the current device: create it under
+    ``cupy.cuda.Device(d)``)."""
+
+    def __init__(self, part: Corpus, params: dict, global_batch: int, backend: Backend | str | None = None,
+                 lr: float = LEARNING_RATE, buckets: int = 4):
+        be = self.backend = get_backend(backend)
+        self.layout = Layout(part.vocab, params["W1"].shape[1], params["W2"].shape[1])
+        if part.docs < 1:
+            raise ValueError("a replica needs at least one document")
+        if global_batch < part.docs:
+            raise ValueError(f"the global batch ({global_batch}) is smaller than this replica's slice ({part.docs})")
+        self.B, self.lr = part.docs, float(lr)
+        self.inv_batch = 1.0 / global_batch
+        L, B, H, C = self.layout, self.B, self.layout.H, self.layout.C
+        self.flat = be.to_device(L.flatten(params))
+        self.grad = be.xp.zeros(L.size, np.float32)
+        self.p, self.g = L.views(self.flat), L.views(self.grad)
+        self.batch = {"indptr": be.to_device(part.indptr.astype(np.int32)),
+                      "indices": be.to_device(part.indices.astype(np.int32)),
+                      "values": be.to_device(part.values), "labels": be.to_device(part.labels.astype(np.int32))}
+        self.scratch = {"h": be.poisoned((B, H)), "dz2": be.poisoned((B, C)), "dz1": be.poisoned((B, H)),
+                        "loss_terms": be.poisoned((B,)), "loss": be.poisoned((1,))}
+        sparse = load_module(SPARSE, be)
+        self._fb, self._su = sparse.get_function("sparse_forward_backward"), sparse.get_function("sparse_update")
+        self._rows = load_module(BUCKETS, be).get_function("w1_gradient_rows")
+        self._upd = load_module(UPDATE, be).get_function("sgd_update")
+        self.buckets = L.buckets(buckets)
+        self._bind()
+
+    def _bind(self):
+        b, s, p, g = self.batch, self.scratch, self.p, self.g
+        B, H, C = self.B, self.layout.H, self.layout.C
+        csr = (b["indptr"], b["indices"], b["values"])
+        self.forward_backward = self._fb.bind((B,), (THREADS,), (
+            B, H, C, self.inv_batch, *csr, b["labels"], p["W1"], p["b1"], p["W2"], p["b2"],
+            s["h"], s["dz2"], s["dz1"], s["loss_terms"]))
+        head = (*csr, s["h"], s["dz2"], s["dz1"], s["loss_terms"], g["W1"], g["W2"], g["b1"], g["b2"], s["loss"])
+        # Step 9's sparse_update in gradient mode (lr = -1 on zeroed buffers):
+        # blocks 0..H-1 the small parameters and the loss, blocks H.. W1's rows.
+        self.gradients = self._su.bind((H + B,), (THREADS,), (B, H, C, -1.0, *head))
+        # The same kernel with only its first H blocks: the small gradients alone.
+        self.small_gradients = self._su.bind((H,), (THREADS,), (B, H, C, -1.0, *head))
+        self.bucket_gradients = [self._rows.bind((B,), (THREADS,), (
+            B, H, k.rows[0], k.rows[1], *csr, s["dz1"], g["W1"])) for k in self.buckets[1:]]
+        self._updates = {}
+
+    def update(self, bucket: Bucket):
+        """The launch that applies ``W -= lr * g`` to the parameters in ``bucket``."""
+        if bucket not in self._updates:
+            launches = []
+            for name, (a, b) in self.layout.offsets.items():
+                lo, hi = max(a, bucket.start), min(b, bucket.stop)
+                if lo >= hi:
+                    continue
+                cols = self.layout.H if name == "W1" else 1 if name in ("b1", "b2") else self.layout.C
+                if (lo - a) % cols or (hi - lo) % cols:
+                    raise ValueError(f"bucket {bucket.name} cuts a row of {name}")
+                rows = (hi - lo) // cols
+                grid = (-(-cols // UPDATE_BLOCK[0]), -(-rows // UPDATE_BLOCK[1]))
+                launches.append(self._upd.bind(grid, UPDATE_BLOCK, (rows, cols, self.lr, self.flat[lo:hi],
+                                                                    self.grad[lo:hi])))
+
+            def run():
+                for launch in launches:
+                    launch()
+            self._updates[bucket] = run
+        return self._updates[bucket]
+
+    def zero_gradient(self):
+        self.grad.fill(0)
+
+    def backward_plain(self):
+        """The whole gradient in one launch (after :attr:`forward_backward`)."""
+        self.zero_gradient()
+        self.gradients()
+
+    def backward_bucket(self, k: int):
+        """Bucket ``k``'s gradient (0: the small parameters, with the loss; 1..: W1's rows)."""
+        if k == 0:
+            self.zero_gradient()
+            self.small_gradients()
+        else:
+            self.bucket_gradients[k - 1]()
+
+    @property
+    def loss(self) -> float:
+        """This replica's mean loss over its slice, before the step's update."""
+        return float(self.backend.to_host(self.scratch["loss"])[0])
+
+    def params(self) -> dict:
+        return self.layout.unflatten(self.backend.to_host(self.flat))
+
+
+def numpy_allreduce(buffers: list, bucket: Bucket) -> None:
+    """Sum ``buffers[r][bucket]`` over the replicas r and write the sum into
+    every one (what NCCL's all-reduce with ``ncclSum`` does), in float32, in
+    replica order. NumPy arrays on the CPU backend (CuPy arrays of one GPU
+    also work: the sum then runs there)."""
+    lo, hi = bucket.start, bucket.stop
+    total = buffers[0][lo:hi].copy()
+    for b in buffers[1:]:
+        total += b[lo:hi]
+    for b in buffers:
+        b[lo:hi] = total
+
+
+class DataParallel:
+    """``replicas`` replicas on one backend (run one after another) with the
+    all-reduce in NumPy: the CPU backend's stand-in for :class:`~.record.TwoGpus`
+    (on one GPU it runs too, replicas and sum on that GPU: a check, not a speed-up).
+
+    ``step(batch)`` runs one data-parallel SGD step on the whole batch and
+    returns its mean loss; ``bucketed`` forms and reduces the gradient bucket
+    by bucket (same arithmetic per element, in the same order)."""
+
+    def __init__(self, params: dict, replicas: int = 2, backend=None, lr: float = LEARNING_RATE,
+                 buckets: int = 4, bucketed: bool = False):
+        self.backend = get_backend(backend)
+        self.params0 = {k: np.asarray(params[k], np.float32) for k in PARAMS}
+        self.n, self.lr, self.nbuckets, self.bucketed = replicas, lr, buckets, bucketed
+        self.replicas: list[Replica] = []
+
+    def step(self, batch: Corpus) -> float:
+        parts = split_batch(batch, self.n)
+        # A replica's buffers fit one batch's non-zeros: rebuilt every step, each
+        # from its own parameters (so the copies are never re-synchronised by hand).
+        own = [r.params() for r in self.replicas] or [self.params0] * self.n
+        self.replicas = [Replica(p, w, batch.docs, self.backend, self.lr, self.nbuckets) for p, w in zip(parts, own)]
+        for r in self.replicas:
+            r.forward_backward()
+        grads = [r.grad for r in self.replicas]
+        if self.bucketed:
+            for k, bucket in enumerate(self.replicas[0].buckets):
+                for r in self.replicas:
+                    r.backward_bucket(k)
+                numpy_allreduce(grads, bucket)
+                for r in self.replicas:
+                    r.update(bucket)()
+        else:
+            for r in self.replicas:
+                r.backward_plain()
+            whole = self.replicas[0].layout.whole()
+            numpy_allreduce(grads, whole)
+            for r in self.replicas:
+                r.update(whole)()
+        return float(np.mean([r.loss for r in self.replicas]))
+
+    def identical(self) -> bool:
+        """Whether every replica's parameters are bit-identical to replica 0's."""
+        first = self.backend.to_host(self.replicas[0].flat)
+        return all(np.array_equal(first.view(np.uint32), self.backend.to_host(r.flat).view(np.uint32))
+                   for r in self.replicas[1:])
+
+    def params(self) -> dict:
+        return self.replicas[0].params() if self.replicas else dict(self.params0)

@@ -1,0 +1,154 @@
+"""The multigpu chapter: data-parallel logic on one backend, the bucketed
+gradient kernel, the all-reduce cost model."""
+import numpy as np
+import pytest
+
+from gpulab.workloads import multigpu
+from gpulab.workloads.multigpu import costmodel
+from gpulab.workloads.multigpu.replicas import DataParallel, Layout, Replica, numpy_allreduce, split_batch
+from gpulab.workloads.training import data, reference
+
+V, B, STEPS, LR = 1001, 74, 3, 0.1          # odd sizes: each replica gets 37 documents
+#: Two replicas against one on the whole batch: largest relative difference of
+#: any parameter's total update after STEPS steps (float32 sums in another order).
+REPLICA_TOLERANCE = 1e-5
+#: Either against the float64 reference.
+REFERENCE_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return data.sample(B * STEPS, V, stream=300)
+
+
+def _train(corpus, replicas, backend, bucketed=False):
+    dp = DataParallel(reference.init_params(V), replicas, backend, lr=LR, bucketed=bucketed)
+    losses = []
+    for s in range(STEPS):
+        losses.append(dp.step(corpus.rows(s * B, (s + 1) * B)))
+        assert dp.identical(), f"replicas differ after step {s}"
+    return dp.params(), np.array(losses)
+
+
+def _rel_update_error(params, ref, p0):
+    return max(np.linalg.norm(params[k].astype(np.float64) - ref[k]) / np.linalg.norm(ref[k] - p0[k])
+               for k in reference.PARAMS)
+
+
+@pytest.mark.parametrize("bucketed", [False, True], ids=["one all-reduce", "bucketed"])
+def test_two_replicas_equal_one_replica_on_the_whole_batch(backend, corpus, bucketed):
+    p0 = reference.init_params(V)
+    one, loss1 = _train(corpus, 1, backend)
+    two, loss2 = _train(corpus, 2, backend, bucketed)
+    ref, ref_losses = reference.train(corpus, p0, B, STEPS, lr=LR)
+    assert _rel_update_error(two, {k: one[k].astype(np.float64) for k in one}, p0) <= REPLICA_TOLERANCE
+    assert _rel_update_error(two, ref, p0) <= REFERENCE_TOLERANCE
+    assert _rel_update_error(one, ref, p0) <= REFERENCE_TOLERANCE
+    np.testing.assert_allclose(loss2, ref_losses, rtol=1e-5)
+    np.testing.assert_allclose(loss1, ref_losses, rtol=1e-5)
+
+
+def test_a_replica_that_skips_the_all_reduce_is_caught(corpus):
+    # The check is not vacuous: without the sum, each replica follows its own half.
+    dp = DataParallel(reference.init_params(V), 2, "cpu", lr=LR)
+    import gpulab.workloads.multigpu.replicas as rep
+    real = rep.numpy_allreduce
+    try:
+        rep.numpy_allreduce = lambda buffers, bucket: None
+        dp.step(corpus.rows(0, B))
+    finally:
+        rep.numpy_allreduce = real
+    assert not dp.identical()
+
+
+def test_bucketed_gradient_equals_step_9s_gradient():
+    # w1_gradient_rows over all buckets = sparse_update in gradient mode, element for element.
+    batch = data.sample(37, V, stream=301)
+    params = reference.init_params(V)
+    plain = Replica(batch, params, 37, "cpu", buckets=5)
+    plain.forward_backward()
+    plain.backward_plain()
+    bucketed = Replica(batch, params, 37, "cpu", buckets=5)
+    bucketed.forward_backward()
+    for k in range(len(bucketed.buckets)):
+        bucketed.backward_bucket(k)
+    np.testing.assert_allclose(bucketed.grad, plain.grad, rtol=1e-6, atol=1e-9)
+    acts = reference.forward(batch, {k: v.astype(np.float64) for k, v in params.items()})
+    grads = reference.backward(batch, batch.labels, params, acts)
+    g = plain.layout.views(plain.grad)
+    for k in reference.PARAMS:
+        np.testing.assert_allclose(g[k], grads["d" + k], rtol=1e-4, atol=1e-7)
+
+
+def test_layout_buckets_cover_the_gradient_once():
+    L = Layout(V=1001)
+    buckets = L.buckets(4)
+    assert buckets[0].start == 0 and buckets[-1].stop == L.size == 1001 * 128 + 128 * 4 + 128 + 4
+    assert all(a.stop == b.start for a, b in zip(buckets[:-1], buckets[1:]))
+    assert buckets[1].rows == (0, 250) and buckets[-1].rows[1] == 1001
+    assert Layout(V=data.VOCAB).offsets["W1"][1] * 4 - Layout(V=data.VOCAB).small * 4 == 32_754 * 128 * 4
+    with pytest.raises(ValueError, match="at least 1"):
+        L.buckets(0)
+    with pytest.raises(ValueError, match="flat buffer must hold"):
+        L.views(np.zeros(5, np.float32))
+
+
+def test_numpy_allreduce_sums_into_every_buffer():
+    rng = np.random.default_rng(0)
+    bufs = [rng.standard_normal(10).astype(np.float32) for _ in range(3)]
+    want = bufs[0] + bufs[1] + bufs[2]
+    keep = [b.copy() for b in bufs]
+    numpy_allreduce(bufs, multigpu.Bucket("part", 2, 7))
+    for b, k in zip(bufs, keep):
+        np.testing.assert_array_equal(b[2:7], want[2:7])
+        np.testing.assert_array_equal(b[:2], k[:2])
+        np.testing.assert_array_equal(b[7:], k[7:])
+
+
+def test_batches_that_do_not_split_evenly_are_refused():
+    with pytest.raises(ValueError, match="cannot be split evenly over 2 replicas"):
+        split_batch(data.sample(5, V, stream=302), 2)
+
+
+# ----------------------------------------------------------------- the cost model
+def test_ring_time_is_the_formula():
+    t = costmodel.allreduce_time_ms(1e9, 4, bw_gbs=100.0, alpha_us=10.0)
+    assert t == pytest.approx(2 * 3 / 4 * 1e9 / 100e9 * 1e3 + 6 * 10e-3)
+    assert costmodel.allreduce_time_ms(1e9, 1, 100.0, 10.0) == 0.0
+    # Large messages: the bus bandwidth tends to the link bandwidth whatever p is.
+    for p in (2, 8, 16):
+        t = costmodel.allreduce_time_ms(1e11, p, 300.0, 5.0)
+        assert costmodel.bus_bandwidth_gbs(1e11, t, p) == pytest.approx(300.0, rel=1e-3)
+
+
+def test_fit_recovers_known_parameters():
+    sizes = np.logspace(3, 9, 13)
+    rng = np.random.default_rng(1)
+    times = costmodel.allreduce_time_ms(sizes, 2, 320.0, 8.0) * (1 + 0.01 * rng.standard_normal(13))
+    m = costmodel.fit(sizes, times, 2)
+    assert m.bw_gbs == pytest.approx(320.0, rel=0.03) and m.alpha_us == pytest.approx(8.0, rel=0.05)
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        costmodel.fit(sizes, times, 1)
+    with pytest.raises(ValueError, match="two different sizes"):
+        costmodel.fit([1e6, 1e6], [1.0, 1.1], 2)
+
+
+def test_predictions_use_the_datasheet_network_and_say_so():
+    m = costmodel.RingModel(350.0, 6.0, "test")
+    pred = costmodel.predictions(m, 16.8e6)
+    p8, m8, t8 = pred["8 GPUs, NVLink"]
+    p16, m16, t16 = pred["2 nodes x 8 GPUs, network"]
+    assert (p8, p16) == (8, 16) and m16.bw_gbs == 50.0 and "datasheet" in m16.source and "assumed" in m16.source
+    assert t16 > t8 > pred["2 GPUs (the model itself)"][2]
+
+
+def test_step_time_model_and_efficiency():
+    m = costmodel.RingModel(400.0, 0.0)
+    comm = m.time_ms(16.8e6, 2)
+    assert costmodel.step_time_ms(10.0, 16.8e6, 2, m) == pytest.approx(5.0 + comm)
+    assert costmodel.step_time_ms(10.0, 16.8e6, 2, m, overlap=1.0) == pytest.approx(5.0)
+    assert costmodel.scaling_efficiency(10.0, 5.0, 2) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="overlap must be between 0 and 1"):
+        costmodel.step_time_ms(1.0, 1.0, 2, m, overlap=2)
+    with pytest.raises(ValueError, match="whole number of GPUs"):
+        costmodel.allreduce_time_ms(1.0, 0, 1.0, 1.0)
