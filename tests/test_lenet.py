@@ -189,3 +189,56 @@ def test_preparing_again_gives_the_same_split_and_batch(tmp_path, monkeypatch):
     fresh, stored = data.load_digits(tmp_path / "digits.npz"), lenet.load_digits()
     for name in data.DIGITS_ARRAYS:
         np.testing.assert_array_equal(fresh[name], stored[name], err_msg=name)
+
+
+# ----------------------------------------------------------------- the training script and the recorded run
+def test_training_gradients_match_finite_differences(monkeypatch):
+    import importlib.util
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")          # the script sets these on import; restored after the test
+    spec = importlib.util.spec_from_file_location("lenet_train", gpulab.paths.REPO / "tools" / "lenet_train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    rng = np.random.default_rng(3)
+    w = {k: v.astype(np.float64) for k, v in train.init_weights(rng).items()}
+    w["fc1_bias"] += 0.1                      # some hidden units active
+    x, y = rng.random((2, 86, 86)), np.array([3, 8])
+    _, _, grads = train.step(w, x, y)
+    for name in ("conv1", "conv2", "fc1", "fc2", "fc2_bias"):
+        index = tuple(int(i) for i in np.unravel_index(np.argmax(np.abs(grads[name])), grads[name].shape))
+        old, h = w[name][index], 1e-5
+        w[name][index] = old + h
+        plus = train.step(w, x, y)[0]
+        w[name][index] = old - h
+        minus = train.step(w, x, y)[0]
+        w[name][index] = old
+        assert (plus - minus) / (2 * h) == pytest.approx(float(grads[name][index]), rel=1e-3, abs=1e-6), name
+
+
+def test_the_recorded_run_has_every_step_and_its_accuracy():
+    from gpulab.workloads.lenet import results
+    run = gpulab.load_run(lenet.CHAPTER)
+    assert "H100" in run.gpu
+    ladder = results.step_labels(run.experiment("ladder"))
+    forward = results.step_labels(run.experiment("forward"))
+    steps = {s.number for s in lenet.STEPS if not (s.streams or s.graph)}
+    for N in lenet.BATCHES:
+        at_n = ladder[(ladder["size"] == N) & (ladder["phase"] == "layer")]
+        for layer in ("conv1", "conv2"):
+            assert steps <= set(at_n[at_n["layer"] == layer]["step"]), (N, layer)
+        ours = results.ours(forward[forward["size"] == N])
+        assert {s.number for s in lenet.STEPS if not s.streams} <= set(ours["step"])
+        # Every fp32 step predicts what the float64 reference predicts; fp16 within half a point.
+        assert (ours[ours["precision"] == "fp32"]["agree_with_reference"] == 1.0).all(), N
+        fp32 = float(ours[ours["precision"] == "fp32"]["accuracy"].iloc[0])
+        assert (abs(ours[ours["precision"] == "fp16"]["accuracy"] - fp32) <= 0.005).all(), N
+    assert set(results.both_layers(ladder)["size"]) == set(lenet.BATCHES)
+    assert baselines_in(ladder) and baselines_in(forward)
+    for name in ("timeline", "profile", "checks", "resources"):
+        assert name in run.tables, name
+    assert {1, 4} == set(run.tables["timeline"]["chunks"])
+
+
+def baselines_in(rows) -> bool:
+    from gpulab import baselines
+    return bool(baselines.is_vendor(rows).any())
