@@ -18,6 +18,31 @@ TARGETS = {"fp32_convs_ms": 2.5, "fp16_convs_ms": 1.2, "fp16_accuracy_points": 0
 OUR_FP32, OUR_FP16 = "fp32", "fp16"
 
 
+#: The report's own "op times" at batch 10,000 (ms: conv1, conv2), on its GPU, by our step number:
+#: quoted from the report (its milestone tables), not measured here. Its streams row timed the
+#: copies too, so it is left out.
+REPORT_OP_TIMES_MS = {
+    "01": (11.5888, 53.6658), "03": (13.0311, 68.7664), "04": (82.477, 56.9284), "05": (57.4412, 33.0359),
+    "06": (10.0485, 43.2677), "07": (11.5396, 51.7928), "08": (12.8414, 101.913), "09": (11.9356, 92.0994),
+}
+
+
+def report_comparison(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
+    """Steps 1 and 3-9, the report's op times next to this run's convolution kernels, each
+    relative to its own step 1 (below 1: faster than step 1)."""
+    rows = []
+    for step, (c1, c2) in REPORT_OP_TIMES_MS.items():
+        ours_ = ladder[(ladder["step"] == step) & (ladder["size"] == N) & (ladder["phase"] == "conv")]
+        ms = ours_.set_index("layer")["median_ms"]
+        rows.append({"step": step, "variant": ours_["variant"].iloc[0], "report conv1": c1, "report conv2": c2,
+                     "H100 conv1": float(ms["conv1"]), "H100 conv2": float(ms["conv2"])})
+    table = pd.DataFrame(rows).set_index("step")
+    for who in ("report", "H100"):
+        for layer in ("conv1", "conv2"):
+            table[f"{who} {layer} / step 1"] = table[f"{who} {layer}"] / table.loc["01", f"{who} {layer}"]
+    return table
+
+
 def step_labels(table: pd.DataFrame) -> pd.DataFrame:
     """``step`` as text ("01", "12h", "cuDNN"): CSV reading turns "01" into 1 where it can."""
     def label(value):
