@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import datasheet as _datasheet
 from .device import require_gpu
-from .timing import benchmark
+from .timing import benchmark, graph_benchmark
 
 def datasheet(gpu_name: str) -> dict | None:
     """The datasheet's rates for ``gpu_name`` (from :mod:`gpulab.datasheet`,
@@ -71,7 +71,23 @@ def measure_ceilings(copy_bytes: int = 2**30, gemm_n: int = 8192, repeats: int =
             raise RuntimeError(f"the copy method '{name}' did not copy correctly")
         rows.append(benchmark(fn, warmup=5, repeats=repeats).row("copy_methods", name, copy_bytes, "kernel",
                                                                bytes=2.0 * copy_bytes))
-    best = min(rows, key=lambda r: r["median_ms"])
+    copies = len(rows)
+    try:   # back to back in a CUDA graph, as the chapters time their small cases: no launch gap per copy
+        rows.append(graph_benchmark(methods["float4 grid-stride kernel"], launches=10, repeats=repeats)
+                    .row("copy_methods", "float4 grid-stride kernel, 10 in a CUDA graph", copy_bytes, "kernel",
+                         bytes=2.0 * copy_bytes))
+        copies += 1
+    except Exception as exc:       # the eager copies still make the ceiling; say why this one is missing
+        print(f"ceilings: the graph-timed copy failed: {exc}")
+    try:   # reading only: HBM spends no time turning the bus around between reads and writes, so a
+        # read-heavy kernel (SAXPY reads two bytes for each it writes) can pass a copy's rate
+        total = cupy.empty((), dtype=cupy.float32)
+        rows.append(benchmark(lambda: cupy.sum(src, out=total), warmup=5, repeats=repeats)
+                    .row("copy_methods", "read only (cupy.sum), not a copy", copy_bytes, "kernel",
+                         bytes=1.0 * copy_bytes))
+    except Exception as exc:
+        print(f"ceilings: the read-only pass failed: {exc}")
+    best = min(rows[:copies], key=lambda r: r["median_ms"])     # the copies, eager or in a graph
     rows.append({**best, "experiment": "ceilings", "variant": "device copy", "method": best["variant"]})
     del src, dst
     for name, dtype in (("cuBLAS SGEMM", cupy.float32), ("cuBLAS HGEMM (fp16)", cupy.float16)):
@@ -112,7 +128,7 @@ def ceilings_table(rows: pd.DataFrame, gpu_name: str) -> pd.DataFrame:
          if "cuBLAS HGEMM (fp16)" in measured.index else [])).set_index("ceiling")
     if "method" in measured.columns and isinstance(measured.loc["device copy", "method"], str):
         table.loc["memory bandwidth (GB/s)", "how"] = (
-            f"best of {int((rows['experiment'] == 'copy_methods').sum())} copy methods "
+            f"best of {int(((rows['experiment'] == 'copy_methods') & ~rows['variant'].str.contains('not a copy')).sum())} copy timings "
             f"({measured.loc['device copy', 'method']}), read + write")
     table["measured / datasheet"] = table["measured"] / table["datasheet"]
     table.attrs["source"] = sheet.get("source", "no datasheet entry for this GPU")

@@ -325,6 +325,9 @@ TILE_OVERHEAD_SLICES = 2     # a tile's first load and write-back, in slices, fo
 #: differently from a direct sum: its fp32 check allows 1e-4 instead of 1e-5.
 CUDNN_FP32_TOLERANCE = 1e-4
 
+#: The batch size also timed cold (L2 flushed between calls: experiment ``ladder_cold``):
+#: one image's input, filters and output fit in the H100's 50 MB L2.
+COLD_N = 1
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
 SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17")
 TRANSFER_STEPS = ("13", "14", "16")
@@ -888,9 +891,12 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         if not result.passed:
             raise CheckFailed(str(result))
         timing = benchmark(launch, repeats=repeats, budget_ms=budget_ms)
-        rows.append(timing.row(experiment, step.label, N, "kernel", flops=layer.flops(N),
-                               bytes=layer.bytes(N, step.itemsize), layer=layer.index,
-                               step=step.number, precision=step.precision))
+        labels = dict(flops=layer.flops(N), bytes=layer.bytes(N, step.itemsize), layer=layer.index,
+                      step=step.number, precision=step.precision)
+        rows.append(timing.row(experiment, step.label, N, "kernel", **labels))
+        if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
+            rows.append(benchmark(launch, repeats=repeats, budget_ms=budget_ms, flush_l2=True)
+                        .row("ladder_cold", step.label, N, "kernel", **labels))
         del launch, y
         return timing.median_ms
 
@@ -905,6 +911,12 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         rows.extend(result.rows)
         for entry in result.skipped:
             note_skip("cuDNN", layer, N, f"{entry['variant']}: {entry['reason']}")
+        if experiment == "ladder" and N == COLD_N:
+            rows.extend(baselines.measure(
+                [p for p in paths if not p.graph], reference=ref, experiment="ladder_cold", size=N,
+                flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2 if path.precision in ("fp16", "bf16") else 4),
+                repeats=repeats, budget_ms=min(budget_ms, 150.0), flush_l2=True,
+                labels={"layer": layer.index, "step": "cuDNN"}, on_failure="skip", log=lambda text: None).rows)
         checks.extend({"step": r["variant"], "layer": layer.index, "size": N, "rel_error": r["rel_error"],
                        "passed": True} for r in result.rows)
         return paths
