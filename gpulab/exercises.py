@@ -267,7 +267,7 @@ EXERCISES: list[Exercise] = [
     Exercise("lenet.3", "lenet", "how much copy time did the streams hide?", 2, "function",
              "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex3"], function="hidden_copy_fraction",
              signature="hidden_copy_fraction(rows)",
-             public=({"step": "01", "chunks": 4}, {"step": "01", "chunks": 1}), inputs=_lenet_3,
+             public=({"step": "01", "chunks": 4}, {"step": "01", "chunks": 1}), inputs=_lenet_3, uses_run=True,
              hint="Merge the copies' intervals (and the kernels') into disjoint ones first, so that a moment "
                   "counts once; then add up the overlaps of the two sets and divide by the copies' total."),
 ]
