@@ -81,6 +81,16 @@ def main(argv=None) -> int:
 
     from pathlib import Path
     modules = {chapter: workload(chapter) for chapter in (args.chapters or list(CHAPTERS))}
+    # A chapter that needs several GPUs (multigpu) fails clearly when named, and
+    # is left out, with a note, when every chapter is recorded on a smaller machine.
+    for chapter, module in list(modules.items()):
+        needed = getattr(module, "GPUS_NEEDED", 1)
+        if needed > 1 and device.gpu_count() < needed:
+            if args.chapters:
+                raise device.NoGPUError(f"chapter '{chapter}' needs {needed} GPUs, found {device.gpu_count()}; "
+                                        f"record it on a machine with {needed}: python -m gpulab record {chapter}")
+            print(f"{chapter}: left out (needs {needed} GPUs, found {device.gpu_count()})")
+            del modules[chapter]
     device.require_gpu("python -m gpulab record")
     for chapter, module in modules.items():
         start = time.perf_counter()

@@ -44,6 +44,14 @@ def gpu_available() -> bool:
     return _probe()[0]
 
 
+def gpu_count() -> int:
+    """How many GPUs CuPy can use here (0 without a usable GPU)."""
+    if not gpu_available():
+        return 0
+    import cupy
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
 def why_no_gpu() -> str:
     """Why ``gpu_available()`` is False ("ok" when it is True)."""
     return _probe()[1]

@@ -1,6 +1,7 @@
 """The multigpu chapter: data-parallel logic on one backend, the bucketed
 gradient kernel, the all-reduce cost model."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpulab.workloads import multigpu
@@ -152,3 +153,84 @@ def test_step_time_model_and_efficiency():
         costmodel.step_time_ms(1.0, 1.0, 2, m, overlap=2)
     with pytest.raises(ValueError, match="whole number of GPUs"):
         costmodel.allreduce_time_ms(1.0, 0, 1.0, 1.0)
+
+
+# ----------------------------------------------------------------- the record and its views
+def test_record_needs_two_gpus_and_says_so(monkeypatch):
+    from gpulab.workloads.multigpu import record
+    monkeypatch.setattr(record, "gpu_count", lambda: 1)
+    with pytest.raises(record.NeedsTwoGpus, match="needs 2 GPUs, found 1"):
+        record.benchmark_all(quick=True)
+
+
+def test_the_command_line_names_the_missing_gpus(monkeypatch, capsys):
+    from gpulab import __main__ as cli, device
+    monkeypatch.setattr(device, "gpu_count", lambda: 1)
+    assert cli.run(["record", "multigpu"]) == 2
+    assert "needs 2 GPUs, found 1" in capsys.readouterr().err
+
+
+def _synthetic_run():
+    """A run built from SYNTHETIC rows (made-up numbers, for testing the views only)."""
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views
+    rows = []
+    def row(exp, variant, size, ms):
+        rows.append({"experiment": exp, "variant": variant, "size": size, "phase": "step", "median_ms": ms,
+                     "q1_ms": ms * 0.98, "q3_ms": ms * 1.02, "min_ms": ms * 0.95, "max_ms": ms * 1.1,
+                     "repeats": 20, "flops": 0.0, "bytes": 0.0})
+    comm = 0.06
+    for b in (1024, 4096, 65536):
+        compute = 0.02 + b * 2e-5
+        row("step", views.ONE_GPU, b, compute)
+        row("step", views.ONE_GPU_GRAPH, b, compute * 0.9)
+        row("step", views.COMPUTE_ONLY, b, compute / 2)
+        row("step", views.PLAIN, b, compute / 2 + comm)
+        row("step", views.BUCKETED, b, compute / 2 + comm * 0.4)
+        row("ddp", views.DDP, b, compute + comm)
+    true = costmodel.RingModel(300.0, 7.0)
+    for s in (2 ** k for k in range(10, 29, 2)):
+        row("allreduce", "NCCL all-reduce (CuPy, one process)", s, true.time_ms(s, 2))
+    meta = {"gpu": "SYNTHETIC test GPU", "date": "2000-01-01", "driver": "-", "cuda_runtime": "-", "cupy": "-"}
+    return RecordedRun("multigpu", pd.DataFrame(rows), meta), true
+
+
+def test_views_on_a_synthetic_run():
+    import matplotlib
+    matplotlib.use("Agg")
+    from gpulab.workloads.multigpu import views
+    run, true = _synthetic_run()
+    s = views.scaling_table(run)
+    assert list(s.index) == [1024, 4096, 65536]
+    one = (0.02 + 65536 * 2e-5) * 0.9
+    assert s.loc[65536, "speed-up"] == pytest.approx(one / ((0.02 + 65536 * 2e-5) / 2 + 0.024))
+    half = (0.02 + 1024 * 2e-5) / 2
+    assert s.loc[1024, "all-reduce share of plain step"] == pytest.approx(0.06 / (half + 0.06))
+    assert s.loc[1024, "overlap saves (ms)"] == pytest.approx(0.06 * 0.6)
+    t = views.targets(run)
+    assert len(t) == 3 and t["met"].dtype == bool
+    m = views.fitted_model(run)
+    assert m.bw_gbs == pytest.approx(300.0, rel=1e-6) and m.alpha_us == pytest.approx(7.0, rel=1e-6)
+    a = views.allreduce_table(run)
+    assert a["busbw_gbs"].iloc[-1] == pytest.approx(2 ** 28 / (2 ** 28 / 300e9 + 2 * 7e-6) / 1e9)   # 295.4
+    for fig in (views.plot_steps(run), views.plot_efficiency(run), views.plot_allreduce(run),
+                views.plot_predictions(m, "model")):
+        assert fig.axes and fig.texts[-1].get_text() in ("model", run.caption + " (two GPUs)")
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def test_no_recorded_run_is_none(tmp_path):
+    from gpulab.workloads.multigpu import views
+    assert views.recorded(root=tmp_path) is None
+
+
+def test_two_gpus_sum_the_gradient_and_stay_identical():
+    # Runs only on a machine with two GPUs (the record runs the same checks at every batch).
+    from gpulab import device
+    if device.gpu_count() < 2:
+        pytest.skip(f"needs 2 GPUs, found {device.gpu_count()}")
+    from gpulab.workloads.multigpu import record
+    batch = data.sample(1024, data.VOCAB, stream=400)
+    rows = record.check_variants(batch, reference.init_params(), record.Nccl((0, 1)), with_reference=True)
+    assert rows and all(r["passed"] for r in rows)

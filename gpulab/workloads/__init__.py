@@ -12,6 +12,7 @@ CHAPTERS = {
     "fcnet": "gpulab.workloads.fcnet",
     "training": "gpulab.workloads.training",
     "lenet": "gpulab.workloads.lenet",
+    "multigpu": "gpulab.workloads.multigpu",
 }
 
 
