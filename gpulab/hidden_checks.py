@@ -9,6 +9,7 @@ what the exercise's ``inputs`` builder reads, with ``"perturb": seed`` for a cop
 the recorded run whose times are scaled by seeded random factors).
 """
 from .workloads.alexnet import Layer
+from .workloads.training import Dims
 
 HIDDEN = {
     "measuring.1": (
@@ -49,4 +50,17 @@ HIDDEN = {
     ),
     "lenet.2": ({"perturb": 6911}, {"perturb": 7019}),
     "lenet.3": ({"random": 7121}, {"random": 7229}, {"random": 7331}),
+    "training.1": (
+        {"dims": (Dims(5, 1003, 17, 2),), "seed": 4111},
+        {"dims": (Dims(66, 2003, 128, 4),), "seed": 4127},
+    ),
+    "training.2": (
+        {"docs": 3001, "batch": 100, "stream": 3771},
+        {"docs": 1507, "batch": 7, "stream": 3779, "vocab": 509},
+    ),
+    "training.3": (
+        {"seed": 9173, "n": 5003, "typical": 3e-8},
+        {"seed": 9181, "n": 101, "typical": 1.0},
+        {"seed": 9187, "n": 7001, "typical": 2e-7},
+    ),
 }

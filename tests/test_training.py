@@ -1,6 +1,7 @@
 """The training chapter: its data, its float64 reference, every ladder step
 through the same checks the book runs, and the sweep's broken-run detector."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpulab.workloads import training
@@ -156,3 +157,75 @@ def test_bad_dimensions_are_refused_clearly():
     with pytest.raises(ValueError, match="dimensions say B = 6"):
         training.buffers(__import__("gpulab").get_backend("cpu"), training.step(9), Dims(6, 1001), c,
                          reference.init_params(1001))
+
+
+# ----------------------------------------------------------------- reading a run
+def _run_of_the_recorded_schema(seed=0):
+    """A run with every experiment and table ``record.benchmark_all`` writes, in its
+    columns, with random times: the notebook's views must read any such run."""
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.training import record
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def row(experiment, variant, size, **extra):
+        m = float(rng.uniform(0.01, 5))
+        return {"experiment": experiment, "variant": variant, "size": size, "phase": "kernel", "median_ms": m,
+                "q1_ms": m * 0.98, "q3_ms": m * 1.02, "min_ms": m * 0.9, "max_ms": m * 1.2, "repeats": 50,
+                "flops": 1.7e10, "bytes": 3.0e8, **extra}
+    for s in training.STEPS:
+        for b in record.BATCHES:
+            labels = {"step": s.number, "batch": b, "precision": s.precision, "input": s.input, "kernels": 2}
+            if not s.graph:
+                rows.append(row("ladder", s.label, b, mode="eager", **labels))
+            rows.append(row("ladder", s.label, b, mode="graph", **labels))
+        for i, op in enumerate(s.ops(Dims(1024, data.VOCAB))):
+            rows.append(row("breakdown", s.label, 1024, step=s.number, op=op.name, kernel=op.kernel, order=i,
+                            stream=op.stream))
+    for name in ("PyTorch eager fp32, dense X", "PyTorch eager fp32, sparse first layer (embedding_bag)"):
+        for mode, suffix in (("eager", ""), ("graph", ", CUDA graph")):
+            rows.append(row("vendor", name + suffix, 1024, library="PyTorch", precision="fp32", layout="X@W",
+                            mode=mode, rel_error=1e-7, vendor_note="", batch=1024, input="dense"))
+    rows.append(row("ceilings", "device copy", 2**30, bytes=2.0 * 2**30, flops=0.0))
+    rows.append(row("ceilings", "cuBLAS SGEMM", 8192, flops=2.0 * 8192**3, bytes=0.0))
+    timeline = pd.DataFrame([{"lane": f"stream {k % 3 if n == 3 else 0}", "kind": "kernel", "label": f"op {k}",
+                              "start_ms": k * 0.1, "end_ms": k * 0.1 + 0.05, "step": n, "variant": f"{n:02d}"}
+                             for n in (2, 3) for k in range(6)])
+    sweep = pd.DataFrame([{"batch": b, "block": blk, "threads": 256, "guard": g, "steps": 8192 // b, "step_ms": 1.0,
+                           "final_loss": 1.0, "test_accuracy": rng.uniform(0.2, 0.9), "loss_deviation": 0.0,
+                           "broken": bool(g == "report's" and blk == "64 x 4")}
+                          for g in ("ours", "report's") for b in (32, 1024) for blk in ("16 x 16", "64 x 4")])
+    curves = pd.DataFrame([{"variant": v, "epoch": e, "batch_index": i, "loss": 1.0 / e, "test_accuracy": 0.8 + e / 100,
+                            "epoch_ms": 10.0}
+                           for v in [training.step(n).label for n in (7, 8, 9, 10)] + ["PyTorch eager fp32, dense X"]
+                           for e in (1, 2) for i in range(3)])
+    tables = {"timeline": timeline, "sweep": sweep, "curves": curves,
+              "bayes": pd.DataFrame([{"bayes_accuracy": 0.92, "standard_error": 0.001, "bayes_on_test_set": 0.925}]),
+              "checks": pd.DataFrame([{"step": s.number, "variant": s.label, "passed": True} for s in training.STEPS])}
+    meta = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 12:00 UTC", "driver": "x", "cuda_runtime": "x",
+            "cupy": "x"}
+    return RecordedRun("training", pd.DataFrame(rows), meta, tables=tables)
+
+
+def test_the_notebook_views_read_a_run_of_the_recorded_schema():
+    import matplotlib
+    matplotlib.use("Agg")
+    from gpulab.workloads.training import views
+    run = _run_of_the_recorded_schema()
+    table = views.ladder(run)
+    assert list(table["step"]) == [s.number for s in training.STEPS]
+    assert table["vs step 1"].iloc[0] == pytest.approx(1.0)
+    targets = views.targets(run)
+    assert len(targets) == len(views.TARGETS) + 1 and targets["met"].dtype == bool
+    assert set(views.numbers(run).values()) - {"-"}
+    assert views.numbers(None)["t01"] == "-"
+    for fig in (views.ladder_figure(run), views.scaling_figure(run), views.breakdown_figure(run),
+                views.timeline_figure(run), views.sweep_figure(run), views.curves_figure(run),
+                views.roofline_figure(run)):
+        assert fig.axes
+    for n in (1, 10):
+        assert len(views.step_times(run, n).data) == len(set(run.experiment("ladder")["size"]))
+        assert len(views.breakdown(run, n).data) == len(training.step(n).ops(Dims(1024, data.VOCAB)))
+    assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
+    assert list(views.overlap(run)["step"]) == [2, 3]
+    assert views.show(views.ladder, None) is None

@@ -10,7 +10,7 @@ trained with mini-batch SGD, declared once.
 """
 from .data import TOPICS, VOCAB, Corpus
 from .reference import HIDDEN, LEARNING_RATE
-from .steps import STEPS, BoundStep, Config, Dims, Op, Step, buffers, step, step_kernels, steps
+from .steps import EXERCISE, STEPS, BoundStep, Config, Dims, Op, Step, buffers, step, step_kernels, steps
 from .checks import CHECK_DIMS, check_curves, check_step, check_steps, loss_curve, reference_curve
 
 CHAPTER = "training"
@@ -23,6 +23,6 @@ def benchmark_all(repeats: int = 100, quick: bool = False):
     return run(repeats=repeats, quick=quick)
 
 
-__all__ = ["CHAPTER", "TITLE", "TOPICS", "VOCAB", "HIDDEN", "LEARNING_RATE", "Corpus", "STEPS", "BoundStep",
+__all__ = ["CHAPTER", "TITLE", "EXERCISE", "TOPICS", "VOCAB", "HIDDEN", "LEARNING_RATE", "Corpus", "STEPS", "BoundStep",
            "Config", "Dims", "Op", "Step", "buffers", "step", "step_kernels", "steps", "CHECK_DIMS",
            "check_curves", "check_step", "check_steps", "loss_curve", "reference_curve", "benchmark_all"]

@@ -30,6 +30,9 @@ F7 = "training/07_register_tiles.cu"
 F8 = "training/08_tensor_cores.cu"
 F9 = "training/09_sparse_first_layer.cu"
 F10 = "training/10_cuda_graph.cu"
+#: An op whose file is SELF uses its step's own file (so an exercise step can
+#: be pointed at a student's copy of the file).
+SELF = "<the step's file>"
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class Step:
         return f"{self.number:02d} {self.title}"
 
     def ops(self, dims: Dims, config: Config = Config()) -> list[Op]:
-        return self.build(dims, config)
+        return [replace(op, file=self.file) if op.file == SELF else op for op in self.build(dims, config)]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -153,6 +156,7 @@ class _Kernels:
     sgd_update: tuple = (F2, "sgd_update")
     unrolled: bool = False            # element-wise kernels do 4 columns per thread
     tiled: bool = False               # matmul 16 x 16 tiles, transpose 32 x 32 tiles
+    flat_update: bool = False         # the update is 1-D, a float4 per thread (exercise 1)
 
 
 def _fused_ops(d: Dims, cfg: Config, k: _Kernels, streams: bool) -> list[Op]:
@@ -174,6 +178,10 @@ def _fused_ops(d: Dims, cfg: Config, k: _Kernels, streams: bool) -> list[Op]:
         return Op(name, *k.transpose, ew(M, N), blk, (M, N, x, y), s(stream), a(*after))
 
     def sgd(w, rows, cols, stream, after=()):
+        if k.flat_update:
+            n = rows * cols
+            return Op(f"{w} -= lr d{w}", *k.sgd_update, (_cdiv(_cdiv(n, 4), 256),), (256,),
+                      (n, cfg.lr, w, "d" + w), s(stream), a(*after))
         return Op(f"{w} -= lr d{w}", *k.sgd_update, ew(rows, cols), blk, (rows, cols, cfg.lr, w, "d" + w),
                   s(stream), a(*after))
 
@@ -286,6 +294,10 @@ STEPS = [
     Step(9, F9, "sparse first layer (gather, scatter-add)", _step9, input="sparse"),
     Step(10, F10, "sparse, whole step in a CUDA graph", _step9, input="sparse", graph=True),
 ]
+#: Exercise 1: step 6 with every parameter updated by the student's float4 kernel.
+EXERCISE = Step(11, "training/exercise_01_sgd_update_float4.cu", "exercise: SGD update with float4",
+                lambda d, c: _fused_ops(d, c, replace(_K6, sgd_update=(SELF, "sgd_update_float4"),
+                                                      flat_update=True), streams=True))
 #: The report's ladder (steps 1-6) and the steps whose kernels the sweep runs.
 REPORT_STEPS = [s for s in STEPS if s.number <= 6]
 
