@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -125,3 +126,24 @@ def test_grade_says_what_it_expected(tmp_path):
     assert result.returncode == 2
     assert "has no student folders; expected one folder per student" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_failures_are_named_from_the_cpu_backends_own_messages(tmp_path):
+    import gpulab
+    from gpulab.errors import KernelCompileError, KernelLaunchError
+    source = tmp_path / "divergent_barrier.cu"
+    source.write_text('extern "C" __global__ void k(float* y) {\n'
+                      '    if (threadIdx.x < 16) __syncthreads();\n    y[threadIdx.x] = 1.0f;\n}\n')
+    with pytest.raises(KernelLaunchError) as barrier:
+        gpulab.load_module(source, "cpu").get_function("k")(1, 32, (np.zeros(32, np.float32),))
+    assert grading.classify(barrier.value) == "barrier or race"
+    overrun_source = tmp_path / "overrun.cu"
+    overrun_source.write_text('extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n')
+    with pytest.raises(KernelLaunchError) as overrun:
+        gpulab.load_module(overrun_source, "cpu").get_function("k")(1, 32, (np.zeros(8, np.float32),))
+    assert grading.classify(overrun.value) == "out of bounds"
+    source.write_text('extern "C" __global__ void k(float* y) { y[0] = 1.0f }\n')
+    with pytest.raises(KernelCompileError) as compile_error:
+        gpulab.load_module(source, "cpu")
+    assert grading.classify(compile_error.value) == "compile error"
+    assert grading.classify(ZeroDivisionError("x")) == "crashed"
