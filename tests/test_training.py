@@ -201,7 +201,10 @@ def _run_of_the_recorded_schema(seed=0):
                            for e in (1, 2) for i in range(3)])
     tables = {"timeline": timeline, "sweep": sweep, "curves": curves,
               "bayes": pd.DataFrame([{"bayes_accuracy": 0.92, "standard_error": 0.001, "bayes_on_test_set": 0.925}]),
-              "checks": pd.DataFrame([{"step": s.number, "variant": s.label, "passed": True} for s in training.STEPS])}
+              "checks": pd.DataFrame([{"step": s.number, "variant": s.label, "passed": True} for s in training.STEPS]),
+              "profile": pd.DataFrame([{"step": 7, "op": "W1 -= lr X^T dZ1", "id": 0, "kernel": "w1_gradient_step",
+                                        "duration_ns": 2e5, "fma_pipe_instructions": 1.3e8,
+                                        "achieved_occupancy_pct": 20.0, "registers_per_thread": 121}])}
     meta = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 12:00 UTC", "driver": "x", "cuda_runtime": "x",
             "cupy": "x"}
     return RecordedRun("training", pd.DataFrame(rows), meta, tables=tables)
@@ -229,3 +232,4 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
     assert list(views.overlap(run)["step"]) == [2, 3]
     assert views.show(views.ladder, None) is None
+    assert views.profile(run)["FMA pipe as FFMA (TFLOP/s)"].iloc[0] == pytest.approx(1.3e8 * 64 / 2e5 / 1e3)

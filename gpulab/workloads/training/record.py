@@ -397,6 +397,49 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
     return pd.DataFrame(out)
 
 
+# ----------------------------------------------------------------- the profiler's view
+#: The steps Nsight Compute profiles at batch 1,024, and what it reads for each kernel.
+PROFILE_STEPS = (6, 7, 8, 9)
+PROFILE_METRICS = [
+    "gpu__time_duration.sum",
+    "sm__inst_executed_pipe_fma.sum",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "launch__registers_per_thread",
+    "dram__bytes_read.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+]
+
+
+def profile_driver() -> None:
+    """Launch one SGD step of each of PROFILE_STEPS at batch 1,024, for Nsight
+    Compute to watch (``python -m gpulab.workloads.training.record --profile-driver``)."""
+    import cupy
+    train, _ = data.corpus()
+    gd = GpuData(train.rows(0, MAIN_BATCH), dense_docs=MAIN_BATCH)
+    params = reference.init_params()
+    d = Dims(MAIN_BATCH, data.VOCAB)
+    for n in PROFILE_STEPS:
+        bufs = gd.batch_buffers(step(n), d, 0, params)
+        BoundStep(step(n), d, bufs, Config(), "gpu")()
+        cupy.cuda.Device().synchronize()
+
+
+def profile_steps() -> pd.DataFrame:
+    """The profiler's figures for each kernel launch of PROFILE_STEPS, labelled with step and op."""
+    from ... import profiler
+    ops = [(n, op) for n in PROFILE_STEPS for op in step(n).ops(Dims(MAIN_BATCH, data.VOCAB))]
+    names = sorted({op.kernel for _, op in ops})
+    raw = profiler.profile([sys.executable, "-m", "gpulab.workloads.training.record", "--profile-driver"],
+                           PROFILE_METRICS, kernel_regex="^(" + "|".join(names) + ")$", timeout=60)
+    table = profiler.per_launch(raw).sort_values("id").reset_index(drop=True)
+    if len(table) == len(ops):
+        table.insert(0, "step", [n for n, _ in ops])
+        table.insert(1, "op", [op.name for _, op in ops])
+    return table
+
+
 # ----------------------------------------------------------------- the whole run
 #: Seconds the whole run may take before the experiments still to come are
 #: skipped (and listed in the run's ``problems`` table): the sweep comes last.
@@ -453,7 +496,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
                      ("timeline", lambda: timeline(gd, params)),
                      ("ceilings", lambda: roofline.measure_ceilings(repeats=20)),
                      ("sweep", lambda: sweep(gd, test, params, batches=batches if not quick else (64, 1024),
-                                             log=log, deadline=deadline))):
+                                             log=log, deadline=deadline)),
+                     ("profile", profile_steps)):
         if time.perf_counter() > deadline:
             problems.append({"experiment": name, "error": f"skipped: the run's time budget of {budget_s:.0f} s "
                                                           "was spent"})
@@ -470,11 +514,14 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
     bayes, err = data.bayes_accuracy()
     tables["bayes"] = pd.DataFrame([{"bayes_accuracy": bayes, "standard_error": err,
                                      "bayes_on_test_set": float((data.bayes_predict(test) == test.labels).mean())}])
-    del gd
+    gd = None           # the training set on the device (8 GB) can go
     cupy.get_default_memory_pool().free_all_blocks()
     return rows, tables
 
 
-if __name__ == "__main__":       # a quick look on a GPU: python -m gpulab.workloads.training.record
-    r, t = benchmark_all(repeats=20, quick="--quick" in sys.argv)
-    print(pd.DataFrame(r).groupby(["experiment", "variant", "size"])["median_ms"].first().to_string())
+if __name__ == "__main__":       # on a GPU: the profiler's driver, or a quick look (--quick)
+    if "--profile-driver" in sys.argv:
+        profile_driver()
+    else:
+        r, t = benchmark_all(repeats=20, quick="--quick" in sys.argv)
+        print(pd.DataFrame(r).groupby(["experiment", "variant", "size"])["median_ms"].first().to_string())

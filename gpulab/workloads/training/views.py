@@ -340,3 +340,19 @@ def numbers(run) -> dict:
         "torch_eager", "torch_graph", "torch_bag", "torch_bag_graph", "acc07", "acc08", "acc10", "acc_torch",
         "broken_ours", "broken_report"]
     return {k: out.get(k, "-") for k in keys}
+
+
+def profile(run: RecordedRun) -> pd.DataFrame:
+    """Nsight Compute's figures for the kernels of steps 6-9 at batch 1,024: time,
+    FMA-pipe instructions x 32 lanes x 2 FLOPs (the FP32 rate reached, an upper estimate:
+    the pipe also runs FMUL, FADD and integer multiply-adds),
+    occupancy, registers, device-memory reads, bank conflicts, sectors per request."""
+    if "profile" not in run.tables:
+        print("this run has no profiler figures (Nsight Compute's ncu was not available, or time ran out)")
+        return pd.DataFrame()
+    t = run.tables["profile"].copy()
+    if "fma_pipe_instructions" in t and "duration_ns" in t:
+        t["FMA pipe as FFMA (TFLOP/s)"] = t["fma_pipe_instructions"] * 32 * 2 / t["duration_ns"] / 1e3
+    keep = ["step", "op", "kernel", "duration_ns", "FMA pipe as FFMA (TFLOP/s)", "achieved_occupancy_pct",
+            "registers_per_thread", "dram_bytes_read", "shared_load_bank_conflicts", "sectors_per_request"]
+    return t[[c for c in keep if c in t.columns]]
