@@ -233,3 +233,28 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     assert list(views.overlap(run)["step"]) == [2, 3]
     assert views.show(views.ladder, None) is None
     assert views.profile(run)["FMA pipe as FFMA (TFLOP/s)"].iloc[0] == pytest.approx(1.3e8 * 64 / 2e5 / 1e3)
+
+
+def test_the_recorded_run_has_every_step_batch_and_baseline():
+    import gpulab
+    from gpulab.errors import RecordedRunError
+    from gpulab.workloads.training import record
+    try:
+        run = gpulab.load_run(training.CHAPTER)
+    except RecordedRunError:
+        pytest.skip("no recorded run of the training chapter yet (python -m gpulab record training on a GPU)")
+    assert "H100" in run.gpu
+    assert run.tables["checks"]["passed"].all(), run.tables["checks"].to_string()
+    ladder = run.experiment("ladder")
+    for s in training.STEPS:
+        assert set(ladder.loc[ladder["variant"] == s.label, "size"]) == set(record.BATCHES), s.label
+    vendor = run.experiment("vendor")
+    assert {"PyTorch eager fp32, dense X", "PyTorch eager fp32, dense X, CUDA graph"} <= set(vendor["variant"])
+    assert vendor["variant"].str.contains("embedding_bag").any()
+    assert (vendor["rel_error"] <= 1e-5).all()
+    assert not run.experiment("breakdown").empty and not run.experiment("ceilings").empty
+    for table in ("timeline", "sweep", "curves", "bayes"):
+        assert table in run.tables, f"the run lacks its {table} table"
+    assert run.tables["sweep"]["broken"].dtype == bool
+    assert not run.tables["sweep"].query("guard == 'ours'")["broken"].any()
+    assert 0.25 < run.tables["bayes"]["bayes_accuracy"].iloc[0] < 1
