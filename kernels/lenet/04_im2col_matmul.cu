@@ -7,9 +7,10 @@
 // images, so that X_unroll stays bounded (the report's "mini-batches").
 //
 // Why it should be faster: a tiled matrix product reads each operand from shared memory 16 times
-// per global load. Why it might not be: X_unroll is K*K = 49 times the size of the input and
-// goes through device memory twice (written, then read), and M is only 4 or 16, so most of each
-// 16-row tile of W is empty for conv1. The report measured 7x (conv1) and ~1x (conv2) its baseline.
+// per global load. Why it might not be: X_unroll holds K*K = 49 values per output pixel, 35-42
+// times the size of the input, and goes through device memory twice (written, then read), and
+// M is only 4 or 16, so most of each 16-row tile of W is empty for conv1. The report measured
+// 7x (conv1) and ~1x (conv2) its baseline.
 // Prediction: slower than step 1 on conv1 (its tiny M wastes 3/4 of every tile), about even on conv2.
 
 #define TILE_WIDTH 16

@@ -8,7 +8,7 @@
 // It loads each input row once per filter row into registers (float2 loads) and reuses it for
 // every filter and both output rows; the weights sit in shared memory as [c][r][s][m], so one
 // 16-byte broadcast load gives 4 filters' weights, each used for 4 (or 8) outputs.
-// Loads per multiply-add fall from 2 (step 7) to about 1/12 (conv1) and 1/14 (conv2).
+// Loads per multiply-add fall from 2 (step 7) to about 1/13 (conv1) and 1/12 (conv2).
 //
 // Shapes are compile-time macros: CH (input channels), MF (filters), IH (input side),
 // BY (pooled rows per block), PX (pooled columns per thread); K = 7. Launch: grid

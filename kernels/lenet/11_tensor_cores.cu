@@ -13,7 +13,7 @@
 //
 // Why it should be faster: the multiply-adds cost almost nothing now; what remains is building
 // the B tiles (208 x 16 halves per 16 pixels: a load and a store per element) and the bytes.
-// Why it might not be: that im2col is 49x the input's size in shared-memory traffic, and 12 of
+// Why it might not be: that im2col is about 35x the input's size in shared-memory traffic, and 12 of
 // the 208 rows of every tile are padding.
 // Prediction: conv2 ~0.4 ms at N = 10,000 (4x step 10); with step 10's conv1 in fp16 output,
 // about 1 ms for both convolutions. fp16 rounding of the inputs (11-bit significands) may
