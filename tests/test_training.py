@@ -232,6 +232,11 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
     assert list(views.overlap(run)["step"]) == [2, 3]
     assert views.show(views.ladder, None) is None
+    partial = _run_of_the_recorded_schema()
+    del partial.tables["sweep"]
+    partial.tables["problems"] = pd.DataFrame([{"experiment": "sweep", "error": "skipped: time budget"}])
+    assert views.show(views.sweep_figure, partial) is None          # says what is missing, and why
+    assert views.numbers(partial)["broken_ours"] == "-"
     assert views.profile(run)["FMA pipe as FFMA (TFLOP/s)"].iloc[0] == pytest.approx(1.3e8 * 64 / 2e5 / 1e3)
 
 

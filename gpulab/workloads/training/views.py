@@ -15,6 +15,16 @@ from . import data
 from .steps import STEPS, step
 
 MAIN_BATCH = 1024
+
+
+def _table(run: RecordedRun, name: str) -> pd.DataFrame:
+    """A side table of the run, or a clear error naming what the run lacks."""
+    from ...errors import RecordedRunError
+    if name not in run.tables:
+        problems = run.tables.get("problems")
+        why = "" if problems is None else " Its problems table says:\n" + problems.to_string(index=False)
+        raise RecordedRunError(f"the {run.chapter} run on {run.gpu} has no '{name}' table.{why}")
+    return run.tables[name]
 #: The issue's targets (batch 1,024, time per training step).
 TARGETS = [
     # what, our steps (numbers), PyTorch path to beat, least speedup
@@ -131,7 +141,7 @@ def timeline_figure(run: RecordedRun):
     """Steps 2 and 3 as timelines: the same kernels, on one stream and on three."""
     import matplotlib.pyplot as plt
     from ... import timeline
-    t = run.tables["timeline"]
+    t = _table(run, "timeline")
     fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
     for ax, n in zip(axes, (2, 3)):
         rows = t[t["step"] == n][timeline.COLUMNS]
@@ -143,7 +153,7 @@ def timeline_figure(run: RecordedRun):
 def overlap(run: RecordedRun) -> pd.DataFrame:
     """Steps 2 and 3 from their timelines: wall time, and the kernels' busy time."""
     from ... import timeline
-    t = run.tables["timeline"]
+    t = _table(run, "timeline")
     out = []
     for n in (2, 3):
         rows = t[t["step"] == n]
@@ -154,7 +164,7 @@ def overlap(run: RecordedRun) -> pd.DataFrame:
 
 
 def sweep_table(run: RecordedRun) -> pd.DataFrame:
-    return run.tables["sweep"]
+    return _table(run, "sweep")
 
 
 def sweep_figure(run: RecordedRun):
@@ -162,7 +172,7 @@ def sweep_figure(run: RecordedRun):
     test and the report's side by side, broken points marked."""
     import matplotlib.pyplot as plt
     from ... import plots
-    sw = run.tables["sweep"]
+    sw = _table(run, "sweep")
     guards = list(dict.fromkeys(sw["guard"]))
     fig, axes = plt.subplots(1, len(guards), figsize=(7 * len(guards), 4.6))
     for ax, guard in zip(np.atleast_1d(axes), guards):
@@ -186,18 +196,18 @@ def sweep_figure(run: RecordedRun):
 
 
 def curves(run: RecordedRun) -> pd.DataFrame:
-    return run.tables["curves"]
+    return _table(run, "curves")
 
 
 def bayes(run: RecordedRun) -> dict:
-    b = run.tables["bayes"].iloc[0]
+    b = _table(run, "bayes").iloc[0]
     return {"accuracy": float(b["bayes_accuracy"]), "standard_error": float(b["standard_error"]),
             "on_test_set": float(b["bayes_on_test_set"])}
 
 
 def accuracy_table(run: RecordedRun) -> pd.DataFrame:
     """Final test accuracy of each training run, against the Bayes-optimal accuracy."""
-    c = run.tables["curves"]
+    c = _table(run, "curves")
     final = c[c["epoch"] == c["epoch"].max()].groupby("variant", sort=False)["test_accuracy"].first()
     b = bayes(run)
     table = final.rename("final test accuracy").to_frame()
@@ -212,7 +222,7 @@ def curves_figure(run: RecordedRun):
     """Loss per SGD step and test accuracy per epoch, against the Bayes-optimal accuracy."""
     import matplotlib.pyplot as plt
     from ... import plots
-    c = run.tables["curves"]
+    c = _table(run, "curves")
     b = bayes(run)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.6))
     for name, g in c.groupby("variant", sort=False):
@@ -302,11 +312,17 @@ def load():
 
 
 def show(fn, run, *args, **kwargs):
-    """``fn(run, ...)``, or a note where there is no run to read."""
+    """``fn(run, ...)``, or a note where there is no run to read or the run
+    lacks the part ``fn`` reads (an experiment that failed or ran out of time)."""
+    from ...errors import RecordedRunError
     if run is None:
         print("(no recorded run of this chapter yet: the timings and figures appear once one is recorded)")
         return None
-    return fn(run, *args, **kwargs)
+    try:
+        return fn(run, *args, **kwargs)
+    except RecordedRunError as exc:
+        print(f"(not in this run: {exc})")
+        return None
 
 
 def numbers(run) -> dict:
@@ -332,7 +348,7 @@ def numbers(run) -> dict:
             ref = [i for i in acc.index if i.startswith("PyTorch")]
             out["acc_torch"] = f"{acc[ref[0]]:.1%}" if ref else "-"
         if "sweep" in run.tables:
-            sw = run.tables["sweep"]
+            sw = _table(run, "sweep")
             for guard, key in (("ours", "broken_ours"), ("report's", "broken_report")):
                 part = sw[sw["guard"] == guard]
                 out[key] = f"{int(part['broken'].sum())} of {len(part)}"
