@@ -6,7 +6,9 @@
 //    thread owns an 8 x 8 piece of it in registers. For each k it reads 8
 //    values of A and 8 of B from shared memory (as float4, conflict-free)
 //    and does 64 multiply-adds with them: 4 FMAs per shared load instead of
-//    step 6's 1, so the arithmetic, not shared memory, sets the pace.
+//    step 6's 1, so the arithmetic, not shared memory, sets the pace. The
+//    next k-slice's tiles are loaded into registers while this one computes
+//    (two shared buffers, one barrier per slice).
 //  * X^T dZ1 reads X "by columns" straight from its row-major layout: a tile
 //    of X^T is a tile of X read row by row (coalesced) and stored as it is.
 //    The transpose of X (134 MB read and written each step) disappears.
@@ -38,8 +40,12 @@
 template <int TRANS_A, int EPILOGUE>
 __device__ void gemm_tile(int M, int N, int K, float lr, const float* __restrict__ A,
                           const float* __restrict__ Bm, float* __restrict__ C) {
-    __shared__ __align__(16) float As[BK][BM];      // A's tile stored k-major: As[k][m]
-    __shared__ __align__(16) float Bs[BK][BN];
+    // Two buffers per operand: while the block computes on one, the next tile's
+    // values travel from device memory into registers, and are stored into the
+    // other buffer afterwards -- one barrier per tile, and the loads' latency
+    // hidden behind 512 multiply-adds per thread.
+    __shared__ __align__(16) float As[2][BK][BM];   // A's tile stored k-major: As[.][k][m]
+    __shared__ __align__(16) float Bs[2][BK][BN];
     int tid = threadIdx.x;
     int tx = tid % 16, ty = tid / 16;               // 16 x 16 threads, each an 8 x 8 piece
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -51,31 +57,47 @@ __device__ void gemm_tile(int M, int N, int K, float lr, const float* __restrict
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int k0 = kbegin; k0 < kend; k0 += BK) {
-        // 1,024 elements of each tile, 4 per thread
+    // Element r (0..3) of this thread's share of a tile: 1,024 elements of each, 4 per thread.
+    // A is K x M (TRANS_A: row k, 128 consecutive m) or M x K (row m, 8 consecutive k).
+    auto a_index = [&](int r, int& kk, int& mm) {
+        int e = tid + r * 256;
+        if (TRANS_A) { kk = e / BM; mm = e % BM; } else { mm = e / BK; kk = e % BK; }
+    };
+    float ra[4], rb[4];                             // the next tile, on its way
+    auto load = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            int e = tid + r * 256;
             int kk, mm;
-            float a = 0.0f;
-            if (TRANS_A) {                          // A is K x M: row k, 128 consecutive m
-                kk = e / BM; mm = e % BM;
-                if (k0 + kk < kend && m0 + mm < M) a = A[(long)(k0 + kk) * M + m0 + mm];
-            } else {                                // A is M x K: row m, 8 consecutive k
-                mm = e / BK; kk = e % BK;
-                if (k0 + kk < kend && m0 + mm < M) a = A[(long)(m0 + mm) * K + k0 + kk];
-            }
-            As[kk][mm] = a;
-            int kb = e / BN, nb = e % BN;
-            Bs[kb][nb] = (k0 + kb < kend && n0 + nb < N) ? Bm[(long)(k0 + kb) * N + n0 + nb] : 0.0f;
+            a_index(r, kk, mm);
+            bool in = k0 + kk < kend && m0 + mm < M;
+            ra[r] = !in ? 0.0f : TRANS_A ? A[(long)(k0 + kk) * M + m0 + mm] : A[(long)(m0 + mm) * K + k0 + kk];
+            int e = tid + r * 256, kb = e / BN, nb = e % BN;
+            rb[r] = (k0 + kb < kend && n0 + nb < N) ? Bm[(long)(k0 + kb) * N + n0 + nb] : 0.0f;
         }
-        __syncthreads();
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            int kk, mm;
+            a_index(r, kk, mm);
+            As[buf][kk][mm] = ra[r];
+            int e = tid + r * 256;
+            Bs[buf][e / BN][e % BN] = rb[r];
+        }
+    };
+    load(kbegin);
+    store(0);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = kbegin; k0 < kend; k0 += BK) {
+        bool more = k0 + BK < kend;
+        if (more) load(k0 + BK);
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             // rows ty*4..+3 and 64+ty*4..+3, columns tx*4..+3 and 64+tx*4..+3: float4 reads
             // by 16 consecutive threads are contiguous, so conflict-free
-            float4 a0 = *(const float4*)&As[k][ty * 4], a1 = *(const float4*)&As[k][64 + ty * 4];
-            float4 b0 = *(const float4*)&Bs[k][tx * 4], b1 = *(const float4*)&Bs[k][64 + tx * 4];
+            float4 a0 = *(const float4*)&As[buf][k][ty * 4], a1 = *(const float4*)&As[buf][k][64 + ty * 4];
+            float4 b0 = *(const float4*)&Bs[buf][k][tx * 4], b1 = *(const float4*)&Bs[buf][k][64 + tx * 4];
             float a[TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             float b[TN] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
@@ -83,7 +105,9 @@ __device__ void gemm_tile(int M, int N, int K, float lr, const float* __restrict
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
         }
+        if (more) store(buf ^ 1);                   // buf ^ 1 was last read before the previous barrier
         __syncthreads();
+        buf ^= 1;
     }
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
@@ -100,13 +124,13 @@ __device__ void gemm_tile(int M, int N, int K, float lr, const float* __restrict
 }
 
 // Z1 (B x H, holding the bias) += X (B x V) W1 (V x H); grid (ceil(H/128), ceil(B/128), splits)
-extern "C" __global__ void __launch_bounds__(256) forward_product(int B, int V, int H, const float* __restrict__ X,
+extern "C" __global__ void __launch_bounds__(256, 2) forward_product(int B, int V, int H, const float* __restrict__ X,
                                                        const float* __restrict__ W1, float* __restrict__ Z1) {
     gemm_tile<0, 0>(B, H, V, 0.0f, X, W1, Z1);
 }
 
 // W1 (V x H) -= lr * X^T (V x B) dZ1 (B x H); grid (ceil(H/128), ceil(V/128), 1)
-extern "C" __global__ void __launch_bounds__(256) w1_gradient_step(int B, int V, int H, float lr,
+extern "C" __global__ void __launch_bounds__(256, 2) w1_gradient_step(int B, int V, int H, float lr,
                                                         const float* __restrict__ X,
                                                         const float* __restrict__ dZ1, float* __restrict__ W1) {
     gemm_tile<1, 1>(V, H, B, lr, X, dZ1, W1);
