@@ -23,7 +23,8 @@ def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
     be = gpulab.get_backend(backend)
     names = sorted(set(alexnet_tc.LAYER_KERNELS[step.number].values()))
     if step.number >= "20":
-        names = [n for n in alexnet_tc.TILES if n.startswith("conv_mma_") and n not in
+        prefix = "_".join(alexnet_tc.kernel_for(step.number, alexnet.LAYERS[1]).split("_")[:2]) + "_"
+        names = [n for n in alexnet_tc.TILES if n.startswith(prefix) and n not in
                  ("conv_mma_ldmatrix", "conv_mma_cp_async")]
     for layer in alexnet.CHECK_LAYERS:
         x, w = alexnet.make_inputs(layer, 2, seed=None)

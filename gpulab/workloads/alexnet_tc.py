@@ -62,6 +62,8 @@ TILES = {
     "conv_tf32_128x128_w4": Tile(128, 128, 64, 64, 4),
     "conv_tf32_128x64": Tile(128, 64, 64, 32, 4),
     "conv_tf32_64x128": Tile(64, 128, 32, 64, 4),
+    "conv_split_128x128_k64": Tile(128, 128, 64, 32, 3, bk_bytes=128),
+    "conv_split_96x128_k64": Tile(96, 128, 48, 32, 3, bk_bytes=128),
 }
 
 #: The kernel each step runs on each layer (1..5). Steps 18 and 19 use one tile everywhere;
@@ -70,23 +72,29 @@ TILES = {
 LAYER_KERNELS = {
     "18": {i: "conv_mma_ldmatrix" for i in range(1, 6)},
     "19": {i: "conv_mma_cp_async" for i in range(1, 6)},
-    "20": {1: "conv_mma_96x128", 2: "conv_mma_128x128_w4", 3: "conv_mma_128x128_w4", 4: "conv_mma_128x128_w4",
-           5: "conv_mma_64x128"},
+    "20": {1: "conv_mma_96x128", 2: "conv_mma_128x128_w4_k64", 3: "conv_mma_128x128_w4_k64",
+           4: "conv_mma_128x128_w4_k64", 5: "conv_mma_128x128_w4_k64"},
     "21": {1: "conv_tf32_96x128", 2: "conv_tf32_128x128_w4", 3: "conv_tf32_128x128_w4",
            4: "conv_tf32_128x128_w4", 5: "conv_tf32_64x128"},
+    "22": {1: "conv_split_96x128_k64", 2: "conv_split_128x128_k64", 3: "conv_split_128x128_k64",
+           4: "conv_split_128x128_k64", 5: "conv_split_128x128_k64"},
 }
+
+#: Steps whose copies split each float into three blocks of half channels (see 22_split_fp16.cu).
+SPLIT_STEPS = ("22",)
 
 
 @dataclass(frozen=True)
 class Geometry:
     """The padded channels-last input and the filter runs for one layer (nhwc_runs.h)."""
 
-    Cp: int      # channels per pixel in the copy
+    Cp: int      # channels per pixel in the copy (all blocks)
     L: int       # elements per filter row's run (S * Cp rounded up to a 16-byte multiple)
     Hp: int
     Wp: int
     chunk: int   # elements per 16-byte chunk (8 halves, 4 floats)
     R: int
+    block: int   # channels per block: Cp, or Cp / 3 for the split copies
 
     @property
     def Lc(self) -> int:
@@ -98,8 +106,9 @@ class Geometry:
         return -(-self.R * self.L // per_slice) * per_slice
 
 
-def geometry(layer, itemsize: int) -> Geometry:
-    """Cp, L, Hp, Wp and Kp of ``layer`` for elements of ``itemsize`` bytes (2 or 4)."""
+def geometry(layer, itemsize: int, blocks: int = 1) -> Geometry:
+    """Cp, L, Hp, Wp and Kp of ``layer`` for elements of ``itemsize`` bytes (2 or 4), with
+    ``blocks`` channel blocks per pixel (3 for the split copies)."""
     chunk = 16 // itemsize
     C, S, U = layer.C, layer.S, layer.U
     # Channels: a multiple of the chunk, or 4 halves (8 bytes) for layer 1's 3 channels when
@@ -108,17 +117,35 @@ def geometry(layer, itemsize: int) -> Geometry:
         Cp = 4
     else:
         Cp = -(-C // chunk) * chunk
+    block = Cp
+    Cp *= blocks
     L = -(-S * Cp // chunk) * chunk
     Hp = layer.H + 2 * layer.P
-    Wp = max(layer.W + 2 * layer.P, (layer.F - 1) * U + L // Cp)
+    Wp = max(layer.W + 2 * layer.P, (layer.F - 1) * U + -(-L // Cp))
     if (Cp * itemsize) % 16:
-        Wp += Wp % 2             # rows of an even number of 8-byte pixels stay 16-byte aligned
-    return Geometry(Cp=Cp, L=L, Hp=Hp, Wp=Wp, chunk=chunk, R=layer.R)
+        # pixels of 8 (mod 16) bytes: an even number per row, and an even stride, keep every
+        # window's start 16-byte aligned
+        if (U * Cp * itemsize) % 16:
+            raise ValueError(f"{layer.name}: {Cp} channels of {itemsize} bytes with stride {U} leave "
+                             "windows that do not start on 16 bytes")
+        Wp += Wp % 2
+    return Geometry(Cp=Cp, L=L, Hp=Hp, Wp=Wp, chunk=chunk, R=layer.R, block=block)
 
 
-def scratch_bytes(layer, N: int, itemsize: int) -> int:
+def copy_layout(step) -> tuple[type, str, int]:
+    """The element type of a step's copies, its kernels' suffix, and blocks per pixel."""
+    if step.number in SPLIT_STEPS:
+        return np.float16, "split", 3
+    if step.precision == "fp16":
+        return np.float16, "half", 1
+    return np.float32, "float", 1
+
+
+def scratch_bytes(step, layer, N: int) -> int:
     """The channels-last copy and the filter runs (for the widest slice)."""
-    g = geometry(layer, itemsize)
+    dtype, _, blocks = copy_layout(step)
+    itemsize = np.dtype(dtype).itemsize
+    g = geometry(layer, itemsize, blocks)
     return itemsize * (N * g.Hp * g.Wp * g.Cp + layer.M * g.Kp(Tile(1, 1, 1, 1, 1, bk_bytes=128), itemsize))
 
 
@@ -146,9 +173,9 @@ def make_launch(step, layer, N: int, x, w, y, be, kernel: str | None = None) -> 
     (for tuning)."""
     from ..kernels import DEFAULT_SHARED_LIMIT, load_module
 
-    itemsize = np.dtype(step.dtype).itemsize
-    suffix = "half" if itemsize == 2 else "float"
-    g = geometry(layer, itemsize)
+    dtype, suffix, blocks = copy_layout(step)
+    itemsize = np.dtype(dtype).itemsize
+    g = geometry(layer, itemsize, blocks)
     if N * g.Hp * g.Wp * g.Cp >= 2**31:
         raise ValueError(f"step {step.number} indexes the channels-last copy with 32-bit integers: N = {N} "
                          f"makes it {N * g.Hp * g.Wp * g.Cp} elements for {layer.name}, over 2^31")
@@ -157,17 +184,17 @@ def make_launch(step, layer, N: int, x, w, y, be, kernel: str | None = None) -> 
     tile = TILES[name]
     Kp = g.Kp(tile, itemsize)
     gemm = module.get_function(name)
-    shared = tile.shared_bytes(itemsize)
+    shared = tile.shared_bytes(np.dtype(step.dtype).itemsize)
     if shared > DEFAULT_SHARED_LIMIT:
         gemm.allow_shared_memory(shared)
-    xt = be.xp.empty((N, g.Hp, g.Wp, g.Cp), dtype=step.dtype)
-    wt = be.xp.empty((layer.M, Kp), dtype=step.dtype)
+    xt = be.xp.empty((N, g.Hp, g.Wp, g.Cp), dtype=dtype)
+    wt = be.xp.empty((layer.M, Kp), dtype=dtype)
     module.get_function(f"to_filter_runs_{suffix}")(
         (-(-layer.M * Kp // FILTER_BLOCK),), (FILTER_BLOCK,),
-        (w, wt, layer.M, layer.C, layer.R, layer.S, g.Cp, g.L, Kp))
+        (w, wt, layer.M, layer.C, layer.R, layer.S, g.block, g.L, Kp))
     to_nhwc = module.get_function(f"to_padded_nhwc_{suffix}").bind(
-        (g.Hp, N), LAYOUT_BLOCK, (x, xt, layer.C, layer.H, layer.W, g.Cp, g.Hp, g.Wp, layer.P),
-        layout_shared_bytes(layer, itemsize))
+        (g.Hp, N), LAYOUT_BLOCK, (x, xt, layer.C, layer.H, layer.W, g.block, g.Hp, g.Wp, layer.P),
+        layout_shared_bytes(layer, np.dtype(step.dtype).itemsize))
     grid = (-(-N * layer.E * layer.F // tile.BN), -(-layer.M // tile.BM))
     run = gemm.bind(grid, (tile.threads,),
                     (xt, wt, y, N, layer.M, Kp, layer.R * g.Lc, g.Lc, g.Wp * g.Cp, g.Cp, g.Hp, g.Wp, layer.U,

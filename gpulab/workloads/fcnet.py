@@ -178,10 +178,16 @@ _HALF_T = ("n", "x", "w1th", "w2th", "w3h", "y")   # W3 stays row-major: its rea
 _MMA = ("n", "x", "w1tc", "w2tc", "w3tc", "y")
 
 
-def mma_shared_bytes(tile: int, warps: int = 8) -> int:
+def tf32x3_shared_bytes(tile: int, warps: int) -> int:
+    """Step 18's dynamic shared memory: W1 and W2 split into tf32 hi and lo parts (64 rows of
+    36 float4), then two input buffers of 72 x (tile + 4) floats per warp."""
+    return 2 * HID * 36 * 16 + warps * 2 * IN * (tile + 4) * 4
+
+
+def mma_shared_bytes(tile: int, warps: int = 8, stages: int = 2) -> int:
     """Step 17's dynamic shared memory: the half weights in padded rows (W1 64 x 88, W2 64 x 72,
-    W3 8 x 72), then two input buffers of 72 x (tile + 4) floats per warp."""
-    return 2 * (HID * (TC_K1 + 8) + HID * (HID + 8) + 8 * (HID + 8)) + warps * 2 * IN * (tile + 4) * 4
+    W3 8 x 72), then ``stages`` input buffers of 72 x (tile + 4) floats per warp."""
+    return 2 * (HID * (TC_K1 + 8) + HID * (HID + 8) + 8 * (HID + 8)) + warps * stages * IN * (tile + 4) * 4
 
 
 def _matmul(m: int, k: int, a: str, b: str, c: str) -> Launch:
@@ -237,7 +243,9 @@ STEPS = [
                  persistent=True, shared_mem=TC_SHARED_BYTES),), precision="fp16"),
 ]
 #: Steps beyond wmma (16 is the exercise): mma.sync with the activations in registers and
-#: cp.async input streams. They join STEPS once a recorded run has them.
+#: cp.async input streams; 3xTF32. Checked on the CPU backend (and on the H100 when written);
+#: they join STEPS -- the ladder the recorded run, the figures and the tests read -- when the
+#: chapter is next recorded with them.
 MMA_STEPS = [
     Step(17, "fcnet/17_mma_registers.cu", "mma.sync, activations in registers (large)",
          (Launch("mma_fp16_large", _MMA, block=(256,), vectors_per_block=8 * 32, persistent=True,
@@ -245,6 +253,9 @@ MMA_STEPS = [
     Step(17, "fcnet/17_mma_registers.cu", "mma.sync, activations in registers (small)",
          (Launch("mma_fp16_small", _MMA, block=(256,), vectors_per_block=8 * 16, persistent=True,
                  shared_mem=mma_shared_bytes(16)),), precision="fp16", sizes=("small",)),
+    Step(18, "fcnet/18_tf32x3_fp32.cu", "fp32 accuracy on tensor cores (3xTF32)",
+         (Launch("tf32x3", _FUSED, block=(256,), vectors_per_block=8 * 16, persistent=True,
+                 shared_mem=tf32x3_shared_bytes(16, 8)),)),
 ]
 
 #: Exercise 1: step 1 with the ReLU fused into the matmul, three launches instead of five.
@@ -259,10 +270,12 @@ EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with f
 
 def steps(number: int | None = None, size: str | None = None) -> list[Step]:
     """The ladder's steps, optionally only step ``number`` (13 and 14 have one
-    kernel per size) and only those written for ``size`` ("small" or "large")."""
+    kernel per size; a number of :data:`MMA_STEPS` finds those too) and only those
+    written for ``size`` ("small" or "large")."""
     if size is not None and size not in SIZES:
         raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
-    chosen = [s for s in STEPS if (number is None or s.number == number)
+    pool = STEPS if number is None else STEPS + MMA_STEPS   # a number may name a step not yet recorded
+    chosen = [s for s in pool if (number is None or s.number == number)
               and (size is None or size in s.sizes)]
     if not chosen:
         raise KeyError(f"the fcnet ladder has steps {sorted({s.number for s in STEPS})}; "
@@ -454,6 +467,15 @@ def vendor_lines(timings: pd.DataFrame, case: str, experiment: str = "ladder") -
     mode = "graph" if experiment == "graph" else ("eager" if case == "small" else None)
     picks = [best_vendor(timings, case, p, mode) for p in ("fp32", "tf32", "fp16")]
     return pd.DataFrame([p for p in picks if p is not None]).reset_index(drop=True)
+
+
+def recorded_note(run, number: int) -> str | None:
+    """None when ``run`` has step ``number``; otherwise a sentence saying the run predates it
+    (the steps of :data:`MMA_STEPS` until the chapter is recorded with them)."""
+    if (run.timings["step"] == number).any():
+        return None
+    return (f"step {number} is not in this run ({run.caption}); it was checked and timed on the H100 when it "
+            "was written (see its kernel file) and joins the recorded ladder with the chapter's next recording")
 
 
 def step_times(run, number: int):

@@ -9,6 +9,8 @@
 //   cp_async16(dst, src, n)  copy 16 bytes global -> shared without registers (n = 16) or
 //                            write 16 zero bytes (n = 0); cp_async_commit(), cp_async_wait<G>()
 //   pack_half2(lo, hi)       two floats as one 32-bit register of two halves (lo in the low bits)
+//   tf32_bits(x)             x rounded to tf32 (10 mantissa bits, to nearest, ties away from zero),
+//                            as the bits of a float: an operand for mma_1688_tf32
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"); lane = 4 g + t:
 //   A (16 x 16, row-major): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..2t+1),
@@ -88,6 +90,13 @@ template <int groups>
 __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(groups) : "memory");
+}
+
+__device__ __forceinline__ unsigned tf32_bits(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
 }
 
 __device__ __forceinline__ unsigned pack_half2(float lo, float hi)

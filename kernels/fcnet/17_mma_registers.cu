@@ -31,6 +31,14 @@
 // for a whole block, and two tiles per warp are in flight.
 // Prediction: the large case at 90-93% of the copy bandwidth, 0.57-0.59 ms; the small case in
 // a graph ~5.5 us (more, smaller pieces of work than step 15's 100 tiles).
+// Tried on the H100 and dropped (large case, tools/tune_fast.py): 16 warps of 16-vector tiles,
+// 0.86 ms (each weight fragment serves half the vectors, and the warps' shared memory leaves
+// 2 buffers of 16 vectors); 4 warps of 64-vector tiles, 0.70 ms (255 registers, too few warps).
+// Measured on the H100 (2026-11-23, a full record of the chapter made with this code; not the
+// committed run, which predates the step): large case 0.605 ms eager against step 15's 0.625 ms
+// in the same run -- just outside the predicted 0.57-0.59 ms; the profiler saw
+// both kernels read the same 1.47 GB at about 2.45 TB/s. Small case in a CUDA graph 5.77 us
+// against step 15's 6.50 us.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 
@@ -38,8 +46,6 @@
 #define K1 80                 // layer 1's k, padded to a multiple of 16 (features 72..79 are zero)
 #define HID 64
 #define OUT 4
-#define WARPS 8
-#define THREADS (WARPS * 32)
 #define W1_PITCH (K1 + 8)     // halves: 176-byte rows, 11 chunks apart: ldmatrix conflict-free
 #define W2_PITCH (HID + 8)    // 144-byte rows, 9 chunks apart
 #define W3_ROWS 8             // layer 3's 4 outputs, padded with zero rows to one n8 tile
@@ -89,11 +95,12 @@ __device__ __forceinline__ void relu_as_a(const float lo[4], const float hi[4], 
     a[3] = pack_half2(fmaxf(hi[2], 0.0f), fmaxf(hi[3], 0.0f));
 }
 
-template <int TILE>
+template <int TILE, int WARPS, int STAGES = 2>   // STAGES input buffers per warp
 __device__ __forceinline__ void forward(int N, const float* __restrict__ X, const __half* __restrict__ W1p,
                                         const __half* __restrict__ W2, const __half* __restrict__ W3p,
                                         float* __restrict__ Y, unsigned char* smem)
 {
+    constexpr int THREADS = 32 * WARPS;
     constexpr int MT = TILE / 16;                    // m16 tiles (of vectors) per warp step
     constexpr int P = TILE + 4;
     __half* w1s = reinterpret_cast<__half*>(smem);
@@ -101,7 +108,7 @@ __device__ __forceinline__ void forward(int N, const float* __restrict__ X, cons
     __half* w3s = reinterpret_cast<__half*>(smem + W1S_BYTES + W2S_BYTES);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
-    float* bufs = reinterpret_cast<float*>(smem + WEIGHT_BYTES) + warp * 2 * IN * P;
+    float* bufs = reinterpret_cast<float*>(smem + WEIGHT_BYTES) + warp * STAGES * IN * P;
 
     for (int i = tid; i < HID * K1; i += THREADS) w1s[(i / K1) * W1_PITCH + i % K1] = W1p[i];
     for (int i = tid; i < HID * HID; i += THREADS) w2s[(i / HID) * W2_PITCH + i % HID] = W2[i];
@@ -120,13 +127,18 @@ __device__ __forceinline__ void forward(int N, const float* __restrict__ X, cons
     const int tiles = (N + TILE - 1) / TILE;
     const int stride = gridDim.x * WARPS;
     int tile = blockIdx.x * WARPS + warp;
-    if (tile < tiles) fetch_tile<TILE>(X, N, tile * TILE, bufs, lane);
-    cp_async_commit();
-    for (int it = 0; tile < tiles; tile += stride, ++it) {
-        float* buf = bufs + (it % 2) * IN * P;
-        if (tile + stride < tiles) fetch_tile<TILE>(X, N, (tile + stride) * TILE, bufs + ((it + 1) % 2) * IN * P, lane);
+    // STAGES buffers per warp: tiles i + 1 .. i + STAGES - 1 are in flight while tile i computes.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (tile + s * stride < tiles) fetch_tile<TILE>(X, N, (tile + s * stride) * TILE, bufs + s * IN * P, lane);
         cp_async_commit();
-        cp_async_wait<1>();    // this tile's copies have landed (the next tile's may not have)
+    }
+    for (int it = 0; tile < tiles; tile += stride, ++it) {
+        float* buf = bufs + (it % STAGES) * IN * P;
+        const int ahead = tile + (STAGES - 1) * stride;
+        if (ahead < tiles) fetch_tile<TILE>(X, N, ahead * TILE, bufs + ((it + STAGES - 1) % STAGES) * IN * P, lane);
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();    // this tile's copies have landed (later tiles' may not have)
         __syncwarp();          // ... and so have the other lanes' copies and plain stores
 
         // Layer 1: h1^T[v][u] = relu(sum_f x[f][v] W1[u][f]), MT x 8 tiles of m16n8.
@@ -209,19 +221,19 @@ __device__ __forceinline__ void forward(int N, const float* __restrict__ X, cons
     cp_async_wait<0>();
 }
 
-// Dynamic shared memory: WEIGHT_BYTES + WARPS * 2 * IN * (TILE + 4) * 4 (fcnet.MMA_SHARED_BYTES).
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// Dynamic shared memory: WEIGHT_BYTES + WARPS * 2 * IN * (TILE + 4) * 4 (fcnet.mma_shared_bytes).
+extern "C" __global__ void __launch_bounds__(256, 1)
 mma_fp16_large(int N, const float* __restrict__ X, const __half* __restrict__ W1p, const __half* __restrict__ W2,
                const __half* __restrict__ W3p, float* __restrict__ Y)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    forward<32>(N, X, W1p, W2, W3p, Y, smem);
+    forward<32, 8>(N, X, W1p, W2, W3p, Y, smem);      // 8 warps of 32-vector tiles: 188 KB
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(256, 1)
 mma_fp16_small(int N, const float* __restrict__ X, const __half* __restrict__ W1p, const __half* __restrict__ W2,
                const __half* __restrict__ W3p, float* __restrict__ Y)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    forward<16>(N, X, W1p, W2, W3p, Y, smem);
+    forward<16, 8>(N, X, W1p, W2, W3p, Y, smem);      // 8 warps of 16-vector tiles: 114 KB
 }

@@ -148,6 +148,13 @@ static inline void cp_async16(void* dst, const void* src, int src_bytes, GPULAB_
 }
 static inline void cp_async_commit() {}
 template <int groups> static inline void cp_async_wait() {}
+// cvt.rna.tf32.f32: to nearest, ties away from zero; infinities and NaNs kept.
+static inline unsigned tf32_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+    return bits;
+}
 static inline unsigned pack_half2(float lo, float hi) {
     return (unsigned)gpulab::float_to_half_bits(lo) | ((unsigned)gpulab::float_to_half_bits(hi) << 16);
 }
