@@ -12,6 +12,8 @@
 #pragma once
 #define MAX_CLASSES 8          // the network has 4; the shared arrays allow up to 8
 #define MAX_WARPS 32
+// Loops over the classes run to MAX_CLASSES, fully unrolled, with a test c < C
+// inside: an array indexed by a run-time loop would be placed in local memory.
 
 // Sum of v over the block, returned to every thread. red: MAX_WARPS floats of shared memory.
 __device__ __forceinline__ float block_sum(float v, float* red) {
@@ -34,20 +36,26 @@ __device__ void head_forward_backward(int H, int C, float inv_batch, int label, 
     __shared__ float red[MAX_WARPS];
     __shared__ float dz2[MAX_CLASSES];
     float part[MAX_CLASSES];
+#pragma unroll
     for (int c = 0; c < MAX_CLASSES; ++c) part[c] = 0.0f;
     for (int j = threadIdx.x; j < H; j += blockDim.x) {
         float hj = 1.0f / (1.0f + expf(-z1_of(j)));
         h_row[j] = hj;
-        for (int c = 0; c < C; ++c) part[c] += hj * W2[j * C + c];
+#pragma unroll
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) part[c] += hj * W2[j * C + c];
     }
     float z2[MAX_CLASSES];
-    for (int c = 0; c < C; ++c) z2[c] = block_sum(part[c], red) + b2[c];
+#pragma unroll
+    for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) z2[c] = block_sum(part[c], red) + b2[c];
     float top = z2[0];
-    for (int c = 1; c < C; ++c) top = fmaxf(top, z2[c]);
+#pragma unroll
+    for (int c = 1; c < MAX_CLASSES; ++c) if (c < C) top = fmaxf(top, z2[c]);
     float total = 0.0f;
-    for (int c = 0; c < C; ++c) total += expf(z2[c] - top);
+#pragma unroll
+    for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) total += expf(z2[c] - top);
     if (threadIdx.x == 0) {
-        for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) {
             float p = expf(z2[c] - top) / total;
             dz2[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_batch;
             dz2_row[c] = dz2[c];
@@ -57,7 +65,8 @@ __device__ void head_forward_backward(int H, int C, float inv_batch, int label, 
     __syncthreads();
     for (int j = threadIdx.x; j < H; j += blockDim.x) {
         float dh = 0.0f;
-        for (int c = 0; c < C; ++c) dh += dz2[c] * W2[j * C + c];
+#pragma unroll
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) dh += dz2[c] * W2[j * C + c];
         float hj = h_row[j];
         dz1_row[j] = dh * hj * (1.0f - hj);
     }
@@ -74,10 +83,12 @@ __device__ void small_updates(int j, int B, int H, int C, float lr, const float*
     __shared__ float red[MAX_WARPS];
     float gw[MAX_CLASSES], gb2[MAX_CLASSES];
     float gb1 = 0.0f, gl = 0.0f;
+#pragma unroll
     for (int c = 0; c < MAX_CLASSES; ++c) gw[c] = gb2[c] = 0.0f;
     for (int i = threadIdx.x; i < B; i += blockDim.x) {
         float hij = h[(long)i * H + j];
-        for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) {
             float d = dz2[i * C + c];
             gw[c] += hij * d;
             gb2[c] += d;
@@ -85,14 +96,16 @@ __device__ void small_updates(int j, int B, int H, int C, float lr, const float*
         gb1 += dz1[(long)i * H + j];
         gl += loss_terms[i];
     }
-    for (int c = 0; c < C; ++c) {
+#pragma unroll
+    for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) {
         float s = block_sum(gw[c], red);
         if (threadIdx.x == 0) W2[j * C + c] -= lr * s;
     }
     float s = block_sum(gb1, red);
     if (threadIdx.x == 0) b1[j] -= lr * s;
     if (j == 0) {
-        for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) {
             float t = block_sum(gb2[c], red);
             if (threadIdx.x == 0) b2[c] -= lr * t;
         }
