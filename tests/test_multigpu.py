@@ -73,7 +73,10 @@ def test_bucketed_gradient_equals_step_9s_gradient():
     bucketed.forward_backward()
     for k in range(len(bucketed.buckets)):
         bucketed.backward_bucket(k)
-    np.testing.assert_allclose(bucketed.grad, plain.grad, rtol=1e-6, atol=1e-9)
+    # The same float32 products, added in another order (step 9 unrolls its scatter): whole-gradient relative error.
+    diff = np.linalg.norm(bucketed.grad.astype(np.float64) - plain.grad) / np.linalg.norm(plain.grad)
+    assert diff <= 1e-6
+    assert np.array_equal(bucketed.grad == 0, plain.grad == 0)     # the same rows written, no others
     acts = reference.forward(batch, {k: v.astype(np.float64) for k, v in params.items()})
     grads = reference.backward(batch, batch.labels, params, acts)
     g = plain.layout.views(plain.grad)
