@@ -237,3 +237,28 @@ def test_two_gpus_sum_the_gradient_and_stay_identical():
     batch = data.sample(1024, data.VOCAB, stream=400)
     rows = record.check_variants(batch, reference.init_params(), record.Nccl((0, 1)), with_reference=True)
     assert rows and all(r["passed"] for r in rows)
+
+
+def test_views_read_a_saved_run_as_the_notebook_will(tmp_path):
+    # The record's row format (extra columns gpus, gradient, rank; side tables) through save_run and
+    # load_run, as labdata/runs/<gpu>/multigpu.csv will hold it. SYNTHETIC numbers, written to tmp_path only.
+    import matplotlib
+    matplotlib.use("Agg")
+    from gpulab.runs import save_run
+    from gpulab.workloads.multigpu import views
+    run, _ = _synthetic_run()
+    rows = run.timings.copy()
+    rows["gpus"] = np.where(rows["variant"].str.startswith("1 GPU"), 1, 2)
+    rows.loc[rows["experiment"] == "allreduce", "gradient"] = False
+    rows.loc[rows["experiment"] == "ddp", "rank"] = 0
+    tables = {"checks": [{"batch": 1024, "variant": "plain", "quantity": "parameters bit-identical after 3 steps",
+                          "rel_error": 0.0, "tolerance": 0.0, "passed": True}],
+              "topology": [{"from": 0, "to": 1, "peer_access": True, "name": "SYNTHETIC"}]}
+    save_run("multigpu", rows, dict(run.meta), root=tmp_path, tables=tables)
+    loaded = views.recorded(root=tmp_path)
+    assert loaded is not None and loaded.tables["checks"]["passed"].all()
+    pd.testing.assert_frame_equal(views.scaling_table(loaded), views.scaling_table(run), check_exact=False, rtol=1e-5)
+    views.plot_steps(loaded)
+    views.plot_allreduce(loaded)
+    import matplotlib.pyplot as plt
+    plt.close("all")

@@ -68,29 +68,23 @@ def require_gpus(n: int = GPUS) -> None:
 
 
 def nccl():
-    """``cupy.cuda.nccl``, loading NCCL from the ``nvidia-nccl-cu*`` wheel first
-    where CuPy cannot find the library itself."""
-    try:
-        from cupy.cuda import nccl as mod
-        if mod.available:
-            return mod
-    except ImportError:
-        pass
+    """``cupy.cuda.nccl``. CuPy's wheels do not ship NCCL: the library of the
+    ``nvidia-nccl-cu*`` wheel (the one PyTorch uses) is loaded first, globally,
+    so that CuPy's bindings find the same copy."""
     import importlib
     import sys
-    for name in ("nvidia.nccl",):
-        try:
-            pkg = importlib.import_module(name)
-        except ImportError:
-            continue
-        for root in pkg.__path__:
-            lib = Path(root) / "lib" / "libnccl.so.2"
-            if lib.exists():
-                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-    for key in [k for k in sys.modules if k.startswith("cupy_backends.cuda.libs.nccl") or k == "cupy.cuda.nccl"]:
-        del sys.modules[key]
-    from cupy.cuda import nccl as mod
-    if not mod.available:
+    if "cupy.cuda.nccl" not in sys.modules:
+        for name in ("nvidia.nccl",):
+            try:
+                pkg = importlib.import_module(name)
+            except ImportError:
+                continue
+            for root in pkg.__path__:
+                lib = Path(root) / "lib" / "libnccl.so.2"
+                if lib.exists():
+                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    mod = importlib.import_module("cupy.cuda.nccl")
+    if not getattr(mod, "available", False):
         raise GpulabError("CuPy cannot load NCCL (cupy.cuda.nccl.available is False); install the NCCL wheel "
                           "matching your CUDA (nvidia-nccl-cu12 or nvidia-nccl-cu13)")
     return mod
