@@ -21,6 +21,12 @@ Experiments (the ``experiment`` column):
   layer, ``F.embedding_bag`` with per-sample weights, dense gradients), two
   processes (:mod:`.ddp`), same batches.
 
+On the lab's device machines: the kind ``nvidia-h200-x2``, command
+``python -m gpulab record multigpu --out $OUT/runs`` (a few minutes; NCCL_NVLS_ENABLE=0
+stays set, and the record sets it again), then copy the returned ``runs/<gpu>/multigpu.*``
+files into ``labdata/runs/<gpu>/``. ``--quick`` records batches 1,024 and 65,536 only
+(a smoke test, not for committing).
+
 Side tables: ``checks`` (every variant against the float64 reference and the
 one-GPU step; the two replicas' parameters compared bit for bit), ``topology``
 (what NCCL and CUDA say links the GPUs). Every variant is checked before it is
