@@ -256,9 +256,21 @@ def test_views_read_a_saved_run_as_the_notebook_will(tmp_path):
               "topology": [{"from": 0, "to": 1, "peer_access": True, "name": "SYNTHETIC"}]}
     save_run("multigpu", rows, dict(run.meta), root=tmp_path, tables=tables)
     loaded = views.recorded(root=tmp_path)
-    assert loaded is not None and loaded.tables["checks"]["passed"].all()
+    assert loaded is not None and loaded.tables["checks"]["passed"].all() and views.problems(loaded) is None
     pd.testing.assert_frame_equal(views.scaling_table(loaded), views.scaling_table(run), check_exact=False, rtol=1e-5)
     views.plot_steps(loaded)
     views.plot_allreduce(loaded)
     import matplotlib.pyplot as plt
     plt.close("all")
+
+
+def test_a_run_without_the_baseline_says_why(tmp_path):
+    from gpulab.runs import save_run
+    from gpulab.workloads.multigpu import views
+    run, _ = _synthetic_run()
+    rows = run.timings[run.timings["experiment"] != "ddp"]
+    save_run("multigpu", rows, dict(run.meta), root=tmp_path,
+             tables={"problems": [{"experiment": "ddp", "problem": "SYNTHETIC: the processes did not start"}]})
+    loaded = views.recorded(root=tmp_path)
+    assert views.problems(loaded)["experiment"].tolist() == ["ddp"]
+    assert views.DDP not in views.step_table(loaded) and len(views.targets(loaded)) == 2

@@ -39,6 +39,12 @@ def recorded(root=None) -> RecordedRun | None:
         return None
 
 
+def problems(run: RecordedRun) -> pd.DataFrame | None:
+    """What the run could not measure, and why (None when it measured everything)."""
+    table = run.tables.get("problems")
+    return None if table is None or len(table) == 0 else table
+
+
 def step_table(run: RecordedRun) -> pd.DataFrame:
     """Median time per step (ms): one row per global batch, one column per
     variant (the lab's one- and two-GPU steps, and PyTorch DDP)."""
