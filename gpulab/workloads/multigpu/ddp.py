@@ -108,7 +108,9 @@ def _worker(rank: int, world: int, port: int, corpus_file: str, batches, repeats
         del model, opt
     dist.destroy_process_group()
     if rank == 0:
-        Path(out_dir, "ddp.json").write_text(json.dumps({"rows": rows, "checks": checks}))
+        # NumPy scalars (np.bool_, np.float32) as plain Python values.
+        Path(out_dir, "ddp.json").write_text(json.dumps({"rows": rows, "checks": checks},
+                                                        default=lambda v: v.item() if hasattr(v, "item") else str(v)))
 
 
 def time_ddp(corpus, params: dict, batches, repeats: int = 30, world: int = 2):
