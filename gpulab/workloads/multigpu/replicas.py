@@ -257,7 +257,7 @@ class DataParallel:
 
     ``step(batch)`` runs one data-parallel SGD step on the whole batch and
     returns its mean loss; ``bucketed`` forms and reduces the gradient bucket
-    by bucket (same arithmetic per element, in the same order)."""
+    by bucket (the same sums; the bucketed scatter adds them in another order)."""
 
     def __init__(self, params: dict, replicas: int = 2, backend=None, lr: float = LEARNING_RATE,
                  buckets: int = 4, bucketed: bool = False):
