@@ -47,6 +47,8 @@ _ERROR_BYTES = 8192
 #: 20 times the longest launch of the book's chapters at their check sizes (1.5 s
 #: on a 2-core machine), short enough that a kernel that never ends gets an answer.
 DEFAULT_TIME_LIMIT_S = 30.0
+#: Race checking runs an instrumented build one block at a time: its launches get this many times the limit.
+RACES_TIME_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET
         them, or of global memory from different blocks or with no barrier
         between them.  The launch then fails naming the kernel, the two lines,
         the two threads and the address.  Runs an instrumented build of the
-        kernel, blocks one at a time: slower, for checks at small sizes.
+        kernel, blocks one at a time: slower, for checks at small sizes (the
+        time limit counts four times over under it).
     """
     current = _checking.get()
     bounds = current.bounds if bounds is _UNSET else bool(bounds)
@@ -332,6 +335,8 @@ class CpuFunction:
         arg_ptrs = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
         module = self.module
         limit = settings.time_limit_s
+        if limit is not None and settings.races:
+            limit *= RACES_TIME_FACTOR  # the instrumented build, one block at a time
         error = ctypes.create_string_buffer(_ERROR_BYTES)
         instrument = (1 | (2 if settings.races else 0)) if module.instrumented else 0
         record = ctypes.create_string_buffer(module.counts_bytes) if instrument else None

@@ -97,7 +97,7 @@ class LaunchCounters:
 def with_ratios(row: pd.Series) -> pd.Series:
     """Add sectors per request, bank conflicts per shared request and the
     share of warp steps taken by only part of a warp."""
-    row = row.copy()
+    row = row.astype(float)
     row["sectors_per_request"] = row["global_load_sectors"] / row["global_load_requests"] \
         if row["global_load_requests"] else float("nan")
     row["store_sectors_per_request"] = row["global_store_sectors"] / row["global_store_requests"] \

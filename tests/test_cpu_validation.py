@@ -1,0 +1,48 @@
+"""The CPU backend's counters against the H100's recorded Nsight Compute figures (issue #11).
+
+The full comparison (python -m gpulab.cpu.validation write) is saved in
+labdata/cpu_counters_vs_h100.csv and shown in the appendix, with the reasons
+for the rows that disagree.  Here the launches whose machine code does what
+the CUDA C source says (no 128-bit vector loads or loads kept in registers by
+NVCC) are recomputed and must agree within validation.TOLERANCE (15%), and
+must match the saved table.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from gpulab.cpu import validation
+
+#: (chapter, step): the sectors per request agree with the H100; the first three also
+#: the bank conflicts.
+AGREE = [("fcnet", 1), ("fcnet", 2), ("fcnet", 13), ("alexnet", "09")]
+
+
+@pytest.fixture(scope="module")
+def recomputed():
+    chosen = [(c, s, layer, run) for c, s, layer, run in validation.launches("cpu") if (c, s) in AGREE]
+    original = validation.launches
+    validation.launches = lambda backend="cpu": chosen
+    try:
+        return validation.comparison()
+    finally:
+        validation.launches = original
+
+
+def test_sectors_per_request_and_conflicts_agree_with_the_h100(recomputed):
+    assert set(zip(recomputed["chapter"], recomputed["step"])) == {(c, str(s)) for c, s in AGREE}
+    for _, row in recomputed.iterrows():
+        gpu = row["sectors/request H100"]
+        assert abs(row["sectors/request CPU"] - gpu) <= validation.TOLERANCE * gpu, row.to_dict()
+        assert row["sectors agree"] and row["conflicts agree"], row.to_dict()
+
+
+def test_the_saved_table_is_what_the_backend_computes(recomputed):
+    saved = pd.read_csv(validation.TABLE, dtype={"step": str}, keep_default_na=False)
+    for _, row in recomputed.iterrows():
+        match = saved[(saved["chapter"] == row["chapter"]) & (saved["step"] == row["step"])
+                      & (saved["kernel"] == row["kernel"])]
+        assert len(match), row.to_dict()
+        assert match["sectors/request CPU"].iloc[0] == pytest.approx(row["sectors/request CPU"], abs=0.01)
+        assert match["sectors/request H100"].iloc[0] == pytest.approx(row["sectors/request H100"], abs=0.01)
