@@ -611,12 +611,14 @@ def matmul_chain_paths(x, weights: Sequence[np.ndarray], relu: Sequence[bool], *
 
 # --------------------------------------------------------------------------- convolutions
 def conv_path(x, w, *, stride: int = 1, padding: int = 0, precision: str, layout: str = "NCHW",
-              relu: bool = False, pool: tuple[int, int] | None = None, tolerance: float | None = None) -> VendorPath:
+              relu: bool = False, pool: tuple[int, int] | None = None, tolerance: float | None = None,
+              bias=None) -> VendorPath:
     """One cuDNN convolution through ``torch.nn.functional.conv2d`` on
     ``x`` (N x C x H x W) and ``w`` (M x C x R x S), converted in setup to the
     precision and to ``layout`` ("NCHW", or "NHWC": PyTorch's channels_last
     memory format, cuDNN's fastest for tensor cores), optionally followed by
-    ReLU and max-pooling (``pool`` = (kernel, stride)). Returns the output in
+    ReLU and max-pooling (``pool`` = (kernel, stride)); ``bias`` (M values) is added by the
+    convolution itself, as ``conv2d`` does. Returns the output in
     NCHW order (a view for NHWC; the check copies it, timed calls do not)."""
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
@@ -630,9 +632,10 @@ def conv_path(x, w, *, stride: int = 1, padding: int = 0, precision: str, layout
         fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
         tx = _as_torch(x).to(dtype).contiguous(memory_format=fmt)
         tw = _as_torch(w).to(dtype).contiguous(memory_format=fmt)
+        tb = None if bias is None else _as_torch(bias).to(dtype)
 
         def run():
-            y = F.conv2d(tx, tw, stride=stride, padding=padding)
+            y = F.conv2d(tx, tw, tb, stride=stride, padding=padding)
             if relu:
                 y = F.relu(y, inplace=True)
             if pool:
@@ -645,12 +648,12 @@ def conv_path(x, w, *, stride: int = 1, padding: int = 0, precision: str, layout
 
 def conv_paths(x, w, *, stride: int = 1, padding: int = 0, precisions=("fp32", "tf32", "fp16", "bf16"),
                layouts=("NCHW", "NHWC"), relu: bool = False, pool=None,
-               fp32_tolerance: float | None = 1e-4) -> list[VendorPath]:
+               fp32_tolerance: float | None = 1e-4, bias=None) -> list[VendorPath]:
     """Every cuDNN path for one convolution (add :func:`graph_paths` for graphs).
     cuDNN may compute fp32 with Winograd or FFT, which round differently from a
     direct sum: its fp32 check allows ``fp32_tolerance`` (default 1e-4)."""
     return [conv_path(x, w, stride=stride, padding=padding, precision=p, layout=layout, relu=relu, pool=pool,
-                      tolerance=fp32_tolerance if p == "fp32" else None)
+                      tolerance=fp32_tolerance if p == "fp32" else None, bias=bias)
             for p in precisions for layout in layouts]
 
 

@@ -227,6 +227,16 @@ def _multigpu_2(case: dict) -> dict:
     return dict(case)
 
 
+def _convpool_1(case: dict) -> dict:
+    return {"registers": case["registers"], "threads": case["threads"], "shared_bytes": case.get("shared_bytes", 0)}
+
+
+def _convpool_3(case: dict) -> dict:
+    run = _run("convpool", case)
+    return {"ladder": run.experiment("ladder"), "cudnn_conv": run.experiment("cudnn_conv"),
+            "copy_gbs": _ceilings(run).loc["memory bandwidth (GB/s)", "measured"]}
+
+
 _LANES = list(range(32))
 #: The ids of the lenet notebook's exercise cells.
 LENET_CELLS = {"ex2": "e9cb45ac", "ex3": "e3cce15b"}
@@ -334,6 +344,28 @@ EXERCISES: list[Exercise] = [
              inputs=_multigpu_2, tolerance=0.0, reveal=False,
              hint="Two GPUs: fixed_ms + B / 2 x ms_per_doc + the all-reduce (p = 2); one GPU: fixed_ms + "
                   "B x ms_per_doc; try B = 1,024, 2,048, ... 1,048,576 in order; return 0 when none qualifies."),
+    Exercise("convpool.1", "convpool", "the occupancy calculator", 2, "function",
+             "book/convpool/convpool.ipynb", cell="c0a1d048", function="occupancy",
+             signature="occupancy(registers, threads, shared_bytes=0)",
+             public=({"registers": 72, "threads": 256, "shared_bytes": 3840},
+                     {"registers": 32, "threads": 256, "shared_bytes": 61440},
+                     {"registers": 72, "threads": 1024, "shared_bytes": 0}),
+             inputs=_convpool_1, tolerance=0.0,
+             hint="Resident blocks are the smallest of four limits: registers (per warp, rounded up to "
+                  "256, whole warps, whole blocks), shared memory (each block's plus 1 KB, out of 228 KB), "
+                  "64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
+    Exercise("convpool.2", "convpool", "fuse the pool into step 2", 4, "kernel",
+             "kernels/convpool/exercise_pooled_registers.cu", public=({"seed": 0},),
+             hint="Input row i feeds output row 0 with tap i (i < 5) and output row 1 with tap i - 1 "
+                  "(i > 0); a window is the max of both rows' sums 2q and 2q + 1, plus b[m], clipped at "
+                  "zero; skip windows at or past PF."),
+    Exercise("convpool.3", "convpool", "what cuDNN's separate ReLU and pool cost", 2, "function",
+             "book/convpool/convpool.ipynb", cell="c0a1d055", function="epilogue_costs",
+             signature="epilogue_costs(ladder, cudnn_conv, copy_gbs)", public=({},), inputs=_convpool_3,
+             uses_run=True,
+             hint="Per N in (1, 8, 32): the eager fp16 NHWC layer's median minus the fp16 convolution's; "
+                  "the round trip is the fp16 pre-pool tensor written and read once "
+                  "(convpool.LAYER.batch(N).prepool_bytes(2)) over the bandwidth in GB/s, in ms."),
 ]
 
 

@@ -10,6 +10,7 @@ the recorded run whose times are scaled by seeded random factors).
 """
 from .workloads.alexnet import Layer
 from .workloads.training import Dims
+from .workloads.convpool import Shape
 
 HIDDEN = {
     "measuring.1": (
@@ -76,4 +77,17 @@ HIDDEN = {
          "target": 0.6},
         {"fixed_ms": 2.0, "ms_per_doc": 1e-7, "grad_bytes": 16.8e6, "bw_gbs": 300.0, "alpha_us": 6.0},
     ),
+    "convpool.1": (
+        {"registers": 46, "threads": 256, "shared_bytes": 3200},
+        {"registers": 33, "threads": 160, "shared_bytes": 0},
+        {"registers": 32, "threads": 96, "shared_bytes": 116736},
+        {"registers": 16, "threads": 32, "shared_bytes": 0},
+        {"registers": 255, "threads": 96, "shared_bytes": 0},
+        {"registers": 40, "threads": 1024, "shared_bytes": 0},
+    ),
+    "convpool.2": (
+        {"shape": Shape(N=1, C=5, H=10, W=36, M=3), "seed": 9137},
+        {"shape": Shape(N=3, C=2, H=18, W=4, M=7), "seed": 9241},
+    ),
+    "convpool.3": ({"perturb": 6907}, {"perturb": 7013}),
 }

@@ -178,6 +178,58 @@ def heatmap(rows: pd.DataFrame, *, x: str, y: str, value: str = "median_ms", tit
     return _finish(fig, ax, title, caption)
 
 
+def sweep_heatmap(table: pd.DataFrame, *, x: str, y: str, value: str = "gflops", title: str,
+                  caption: str | None = None, note: str | None = None, note_fmt: str = "{:.0%}",
+                  fmt: str = "{:,.0f}", largest: bool = True, cmap: str = "viridis", ax=None):
+    """A sweep (:func:`gpulab.sweep.sweep`) as a grid: ``value`` of every checked and timed point
+    coloured, with the ``note`` column (e.g. occupancy) under it; invalid points grey and
+    labelled "invalid", wrong ones hatched red and labelled "wrong" -- never coloured as fast --
+    and the best point outlined."""
+    for column in (x, y, value, "status"):
+        if column not in table.columns:
+            raise ValueError(f"the sweep table has no column '{column}'; it has {list(table.columns)}")
+    xs, ys = sorted(table[x].unique()), sorted(table[y].unique())
+    grid = np.full((len(ys), len(xs)), np.nan)
+    fig, ax = _figure(ax, (0.95 * len(xs) + 3.2, 0.6 * len(ys) + 2.2))
+    timed = table["timed"].astype(bool) if "timed" in table.columns else table[value].notna()
+    for _, row in table.iterrows():
+        i, j = ys.index(row[y]), xs.index(row[x])
+        if row["status"] == "ok" and timed.loc[row.name]:
+            grid[i, j] = row[value]
+    cm = plt.get_cmap(cmap).with_extremes(bad="#E8E8E8")
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cm, aspect="auto")
+    ax.grid(False)
+    ax.set_xticks(range(len(xs)), xs)
+    ax.set_yticks(range(len(ys)), ys)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    finite = np.isfinite(grid)
+    best = None
+    if finite.any():
+        flat = np.where(finite, grid, -np.inf if largest else np.inf)
+        best = np.unravel_index(np.argmax(flat) if largest else np.argmin(flat), grid.shape)
+        lo, hi = np.nanmin(grid), np.nanmax(grid)
+    for _, row in table.iterrows():
+        i, j = ys.index(row[y]), xs.index(row[x])
+        if np.isfinite(grid[i, j]):
+            share = (grid[i, j] - lo) / (hi - lo) if hi > lo else 1.0
+            text = fmt.format(grid[i, j])
+            if note and note in row and pd.notna(row[note]):
+                text += "\n" + note_fmt.format(row[note])
+            ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                    color="black" if share > 0.6 else "white", fontweight="bold" if (i, j) == best else "normal")
+        elif row["status"] == "wrong":
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec=VENDOR_COLOR, lw=0))
+            ax.text(j, i, "wrong", ha="center", va="center", fontsize=7, color=VENDOR_COLOR, fontweight="bold")
+        else:
+            ax.text(j, i, "invalid" if row["status"] == "invalid" else "untimed", ha="center", va="center",
+                    fontsize=7, color="#555555")
+    if best is not None:
+        ax.add_patch(plt.Rectangle((best[1] - 0.5, best[0] - 0.5), 1, 1, fill=False, lw=2.2, ec="red"))
+    fig.colorbar(image, ax=ax, label=value)
+    return _finish(fig, ax, title, caption)
+
+
 def roofline(points: pd.DataFrame, *, peak_gflops: float, peak_gbs: float, title: str,
              caption: str | None = None, label: str = "variant", datasheet_gflops: float | None = None,
              datasheet_gbs: float | None = None, ax=None):

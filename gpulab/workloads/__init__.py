@@ -13,6 +13,7 @@ CHAPTERS = {
     "training": "gpulab.workloads.training",
     "lenet": "gpulab.workloads.lenet",
     "multigpu": "gpulab.workloads.multigpu",
+    "convpool": "gpulab.workloads.convpool",
 }
 
 

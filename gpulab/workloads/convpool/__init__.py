@@ -1,0 +1,19 @@
+"""The conv + ReLU + max-pool chapter's workload, declared once: a 256 -> 256 channel 5 x 5
+convolution of a 224 x 224 image (228 with its zero border), ReLU and a 2 x 2 max-pool, from
+a student report on OpenCL (a Tesla M60, about 655 GFLOP/s).
+
+:mod:`.shapes` holds the layer, its work and the float64 reference; :mod:`.steps` the ladder and
+its checks; :mod:`.baselines` the cuDNN paths; :mod:`.record` what ``python -m gpulab record
+convpool`` measures, the launch-shape sweeps included.
+"""
+from .record import benchmark_all
+from .shapes import BATCHES, CHECK, LAYER, RS, Shape, floors_ms, make_inputs, reference, work_table
+from .steps import (BATCH_STEPS, EXERCISE, STEP, STEPS, Step, assert_passed, check_steps, launch_config, make_launch,
+                    run, strips)
+
+CHAPTER = "convpool"
+TITLE = "A 256-channel conv + ReLU + max-pool layer, and finding the best launch shape by sweeping"
+
+__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BATCHES", "CHECK", "LAYER", "RS", "Shape", "floors_ms",
+           "make_inputs", "reference", "work_table", "BATCH_STEPS", "EXERCISE", "STEP", "STEPS", "Step", "assert_passed",
+           "check_steps", "launch_config", "make_launch", "run", "strips"]

@@ -1,0 +1,285 @@
+"""What ``python -m gpulab record convpool`` measures, on the GPU, in one process:
+
+* ``ladder``: every step at batch 1, and the fused steps at batches 8 and 32, each checked at full
+  size against the float64 reference (computed on the GPU) before it is timed; beside them every
+  cuDNN path of :mod:`.baselines`, checked and timed on the same inputs;
+* ``cudnn_conv``: cuDNN's convolution alone (fp32 and fp16, channels-last);
+* ``transfers``: copies in, kernel, copy out for the best fp32 and fp16 steps, one image and a batch;
+* ``ceilings``: the device copy, cuBLAS SGEMM, and the tensor cores' tf32 and fp16 GEMM rates;
+* side tables: ``checks``, ``skipped`` (vendor paths not measured, and why), ``resources``
+  (registers, shared memory, occupancy of each kernel), ``cudnn_kernels`` (which kernels cuDNN ran),
+  the sweeps (:mod:`.sweeps`), and ``profile`` (Nsight Compute's counters) where ncu works.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from ...check import compare
+from ...errors import CheckFailed
+from . import baselines as vendor
+from .shapes import BATCHES, LAYER, conv_reference, make_inputs, pool_reference
+from .steps import (BATCH_STEPS, STEP, STEPS, input_forms, input_name, launch_config, make_launch, weight_forms)
+
+#: cuDNN's fp32 channels-last path is not run from this batch size on (see the note).
+SLOW_SEARCH_BATCH = 32
+SLOW_SEARCH_NOTE = ("not run at N = 32: in a trial run on the H100 its algorithm search took 46 s and it ran "
+                    "123 ms against 67 ms for fp32 NCHW (at N = 1 and 8 it was 2-4% slower than NCHW)")
+#: The steps whose copies are timed: the best fp32 and the best fp16 kernel.
+TRANSFER_STEPS = ("06", "08")
+TRANSFER_BATCHES = (1, 32)
+
+
+def step_bytes(step, shape) -> float:
+    """Bytes a step moves at least: the compulsory ones, plus the pre-pool tensor written and
+    read back by the unfused steps."""
+    return float(shape.bytes(step.itemsize) + (0 if step.fused else shape.prepool_bytes()))
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True, deadline_s: float = 300.0):
+    """Every experiment of the chapter on the GPU: (rows, side tables). The parts after the ladder
+    and the cuDNN paths are skipped (and listed in ``skipped``) once ``deadline_s`` have passed."""
+    import cupy
+
+    from ... import baselines, roofline
+    from ...timing import benchmark
+    from . import sweeps
+
+    started = time.perf_counter()
+
+    def progress(text):
+        print(f"convpool [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
+
+    batches = (1, 8) if quick else BATCHES
+    budget = 100.0 if quick else 400.0
+    rows, checks, skipped, kernels_seen = [], [], [], []
+    for N in batches:
+        shape = LAYER.batch(N)
+        x, w, b = make_inputs(shape, seed=N, xp=cupy)
+        conv64 = conv_reference(x, w, b, xp=cupy)
+        ref = pool_reference(conv64, xp=cupy)
+        chosen = [s for s in STEPS if N == 1 or s.number in BATCH_STEPS]
+        forms = weight_forms(w, shape, xp=cupy)
+        inputs = input_forms(x, chosen, xp=cupy)
+        y = cupy.empty(shape.y_shape, dtype=cupy.float32)
+        for step in chosen:
+            y.fill(cupy.nan)
+            launch = make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")
+            launch()
+            result = compare(y, ref, step.precision, name=f"{step.label} N={N}")
+            checks.append({"step": step.number, "size": N, "precision": step.precision,
+                           "rel_error": result.rel_error, "unwritten": result.unwritten, "passed": result.passed})
+            if not result.passed:
+                raise CheckFailed(str(result))
+            timing = benchmark(launch, repeats=repeats, budget_ms=budget)
+            rows.append(timing.row("ladder", step.label, N, "kernel", flops=shape.flops,
+                                   bytes=step_bytes(step, shape), step=step.number, precision=step.precision,
+                                   fused=step.fused, rel_error=result.rel_error))
+            progress(f"N={N} {step.label}: {timing.median_ms:.3f} ms")
+            del launch
+        # cuDNN on the same x, w, b: the layer, then the convolution alone. CUDA graphs only for one
+        # image: at 8 and 32 a call takes milliseconds, so launches are noise, and capturing ten calls
+        # of cuDNN's large batches failed on the H100 (an error that left later captures replaying
+        # nothing: times of microseconds).
+        paths = vendor.layer_paths(x, w, b, graphs=N == 1)
+        if N >= SLOW_SEARCH_BATCH:
+            paths = [p for p in paths if not (p.precision == "fp32" and p.layout == "NHWC")]
+            skipped.append({"variant": "cuDNN (PyTorch) fp32, NHWC, conv + ReLU + maxpool 2/2", "library":
+                            "cuDNN (PyTorch)", "precision": "fp32", "size": N, "reason": SLOW_SEARCH_NOTE})
+        measured = baselines.measure(paths, reference=ref,
+                                     experiment="ladder", size=N, flops=shape.flops,
+                                     bytes=vendor.moved_bytes(shape), budget_ms=budget, repeats=repeats,
+                                     labels={"step": "cuDNN"}, on_failure="skip", log=progress)
+        rows += measured.rows
+        skipped += measured.skipped
+        baselines._release_memory()
+        del ref
+        conv_only = baselines.measure(vendor.conv_only_paths(x, w, b, ("fp32", "fp16") if N == 1 else ("fp16",)),
+                                      reference=conv64, experiment="cudnn_conv",
+                                      size=N, flops=shape.flops, budget_ms=budget, repeats=repeats,
+                                      labels={"step": "cuDNN"}, on_failure="skip", log=progress)
+        rows += conv_only.rows
+        skipped += conv_only.skipped
+        if N == 1:
+            for path in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32", "fp16")):
+                with baselines.precision_mode(path.precision):
+                    names = baselines.cudnn_kernels(path.setup())
+                kernels_seen += [{"variant": path.label, "precision": path.precision, "layout": path.layout,
+                                  "kernel": name, "family": baselines.algorithm_family([name])} for name in names]
+        del x, w, b, conv64, forms, inputs, y
+        cupy.get_default_memory_pool().free_all_blocks()
+        baselines._release_memory()
+
+    def section(name, work, default):
+        """Run one later part of the record; a failure is printed and listed in ``skipped``, and
+        what was measured so far is kept. Past ``deadline_s`` a part is skipped, and listed."""
+        progress(name)
+        if time.perf_counter() - started > deadline_s:
+            skipped.append({"variant": name, "library": "", "precision": "", "size": 0,
+                            "reason": f"not run: the record had used its {deadline_s:.0f} s"})
+            return default
+        try:
+            return work()
+        except Exception as exc:
+            reason = f"{name} failed: {type(exc).__name__}: {exc}"[:300]
+            print(f"convpool: {reason}", file=sys.stderr, flush=True)
+            skipped.append({"variant": name, "library": "", "precision": "", "size": 0, "reason": reason})
+            cupy.get_default_memory_pool().free_all_blocks()
+            return default
+
+    rows += section("ceilings", lambda: roofline.measure_ceilings(repeats=20) + tensor_ceilings(), [])
+    tables = section("sweeps", lambda: sweeps.record_sweeps(quick=quick, log=progress), {})
+    rows += section("transfers", lambda: transfer_rows(batches, repeats), [])
+    tables.update({"checks": pd.DataFrame(checks),
+                   "resources": section("resources", resources_table, pd.DataFrame()),
+                   "cudnn_kernels": pd.DataFrame(kernels_seen, columns=["variant", "precision", "layout", "kernel",
+                                                                         "family"])})
+    if profile:
+        table = section("profile", profile_table, None)
+        if table is not None:
+            tables["profile"] = table
+    tables["skipped"] = pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"])
+    progress("done")
+    return rows, tables
+
+
+def transfer_rows(batches, repeats: int) -> list[dict]:
+    """Copy in, kernel, copy out of the best fp32 and fp16 steps from pinned host memory."""
+    import cupy
+
+    from ... import transfers
+    out = []
+    for N in [n for n in TRANSFER_BATCHES if n in batches]:
+        shape = LAYER.batch(N)
+        x, w, b = make_inputs(shape, seed=N, xp=cupy)
+        forms = weight_forms(w, shape, xp=cupy)
+        for number in TRANSFER_STEPS:
+            step = STEP[number]
+            host_x = cupy.asnumpy(input_forms(x, [step], xp=cupy)[input_name(step)])
+            bound = {}
+
+            def launch(inputs, output, step=step, shape=shape):
+                key = (inputs[0].data.ptr, output.data.ptr)
+                if key not in bound:
+                    bound[key] = make_launch(step, shape, inputs[0], forms, b, output, "gpu")
+                bound[key]()
+            for row in transfers.transfer_breakdown(launch, [host_x], shape.y_shape, np.float32, memory="pinned",
+                                                    repeats=max(5, repeats // 10), variant=STEP[number].label,
+                                                    size=N):
+                out.append({**row, "step": number, "precision": step.precision})
+            del host_x, bound
+        del x, w, b, forms
+        cupy.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def tensor_ceilings(n: int = 8192, repeats: int = 20) -> list[dict]:
+    """The tensor cores' measured rates: large tf32 and fp16 GEMMs through PyTorch (cuBLAS)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    from ... import baselines
+    from ...timing import benchmark
+    rows = []
+    for precision, dtype, label in (("tf32", torch.float32, "cuBLAS TF32 GEMM (PyTorch)"),
+                                    ("fp16", torch.float16, "cuBLAS HGEMM (fp16)")):
+        a = torch.rand((n, n), device="cuda").to(dtype)
+        bm = torch.rand((n, n), device="cuda").to(dtype)
+        c = torch.empty((n, n), device="cuda", dtype=dtype)
+        with baselines.precision_mode(precision):
+            t = benchmark(lambda: torch.matmul(a, bm, out=c), warmup=3, repeats=repeats)
+        rows.append(t.row("ceilings", label, n, "kernel", flops=2.0 * n**3, precision=precision))
+        del a, bm, c
+    return rows
+
+
+def resources_table() -> pd.DataFrame:
+    """Registers, shared and local memory, and occupancy at the ladder's launch shape, per step."""
+    from ...kernels import load_module, occupancy, resource_table
+    out = []
+    for step in STEPS:
+        module = load_module(step.file, "gpu", options=step.options)
+        res = resource_table(module).loc[step.kernel]
+        cfg = launch_config(step, LAYER, step.options)
+        threads = int(np.prod(cfg["block"]))
+        kernel = module.get_function(step.kernel)
+        if cfg["shared"] > 48 * 1024:
+            kernel.allow_shared_memory(cfg["shared"])
+        occ = occupancy(kernel, threads, cfg["shared"])
+        out.append({"step": step.number, "kernel": step.kernel, "threads_per_block": threads,
+                    "registers": int(res["registers"]), "static_shared_bytes": int(res["static_shared_bytes"]),
+                    "dynamic_shared_bytes": cfg["shared"], "local_bytes": int(res["local_bytes"]),
+                    "blocks_per_sm": occ["blocks_per_sm"], "warps_per_sm": occ["warps_per_sm"],
+                    "occupancy": occ["occupancy"]})
+    return pd.DataFrame(out)
+
+
+# --------------------------------------------------------------------------- the profiler's view
+PROFILE_METRICS = {
+    "gpu__time_duration.sum": "duration_ns",
+    "sm__inst_executed.sum": "warp_instructions",
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "dram__bytes_read.sum": "dram_bytes_read",
+    "dram__bytes_write.sum": "dram_bytes_write",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared_load_bank_conflicts",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
+    "launch__registers_per_thread": "registers_per_thread",
+}
+PROFILE_STEPS = ("03", "04", "05", "06", "07", "08")
+
+
+def profile_table() -> pd.DataFrame | None:
+    """Nsight Compute's counters for :data:`PROFILE_STEPS` at batch 1, one row per kernel launch
+    (the pool after steps 3-4 labelled "pool"); None (with the reason printed) where ncu is missing
+    or fails."""
+    from ... import profiler
+    if profiler.ncu_path() is None:
+        print("convpool: no ncu here, so the run has no profile table")
+        return None
+    driver = [sys.executable, "-m", "gpulab.workloads.convpool.record", "profile-target"]
+    try:
+        raw = profiler.profile(driver, list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)", timeout=80)
+    except Exception as exc:      # a profiler failure must not lose the timings
+        print(f"convpool: the profile failed: {str(exc)[-1500:]}")
+        return None
+    table = profiler.per_launch(raw).rename(columns=PROFILE_METRICS)
+    table = table.sort_values("id").reset_index(drop=True)
+    labels = []
+    for kernel in table["kernel"]:
+        match = [s.number for s in STEPS if s.kernel == kernel]
+        labels.append(match[0] if match else "pool")
+    table.insert(0, "step", labels)
+    return table
+
+
+def _profile_target() -> None:
+    """Run each of :data:`PROFILE_STEPS` once at batch 1 (the child process ncu watches)."""
+    import cupy
+
+    shape = LAYER
+    x, w, b = make_inputs(shape, seed=1, xp=cupy)
+    chosen = [STEP[n] for n in PROFILE_STEPS]
+    forms = weight_forms(w, shape, xp=cupy)
+    inputs = input_forms(x, chosen, xp=cupy)
+    y = cupy.empty(shape.y_shape, dtype=cupy.float32)
+    for step in chosen:
+        make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")()
+    cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["profile-target"]:
+        _profile_target()
+    else:
+        print("usage: python -m gpulab.workloads.convpool.record profile-target  (the child run ncu profiles)")

@@ -1,0 +1,291 @@
+"""The ladder: one kernel file per step, how each is launched, and the checks.
+
+Every step reads the same layer (:mod:`.shapes`) and writes the same y; they differ in the
+input's layout (NCHW, or channels-last for the tensor-core steps, as cuDNN's channels-last path
+gets it), in the form the filters are read in (re-laid out once "when the model is loaded", as
+every framework does) and in whether the pre-pool tensor is written (steps 1-4, then
+``relu_maxpool``) or never exists (steps 5-8).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ...check import compare
+from ...errors import CheckFailed, KernelArgumentError
+from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
+from .shapes import CHECK, RS, Shape, make_inputs, reference
+
+POOL_FILE = "convpool/relu_maxpool.cu"
+POOL_BLOCK = 256
+POOL_MAX_GRID = 65535
+GEMM_TILE = 128          # step 6: filters and pixels per block tile
+TC_THREADS = 256
+TC_ROW_BYTES = 64 + 16   # steps 7-8: a slice row of 64 bytes plus 16 of padding
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder.
+
+    kind: "outputs" (one thread per output, grid over E x F x N*M), "rows8" (8 outputs per
+    thread), "pooled8" (the exercise: 2 x 8 outputs per thread, pooled), "strips" (grid-stride over strips, threads over filters: any grid and block),
+    "gemm" (step 6's tiles), "tc" (steps 7-8's tensor-core tiles).
+    weights: the form the kernel reads -- "w" (M x C x 5 x 5 as given), "wt" (C*25 x M),
+    "wt_gemm" (K x Mp and the offset table), "wr" (M x 25*C in (r, s, c) order).
+    options: compile-time settings (``-D`` flags) the ladder uses; sweeps vary them.
+    """
+
+    number: str
+    file: str
+    kernel: str
+    title: str
+    kind: str
+    weights: str
+    precision: str = "fp32"
+    fused: bool = True
+    layout: str = "nchw"
+    options: tuple = ()
+    strip_outputs: int = 0      # "strips": conv outputs per thread along a row (for the grid)
+    strip_rows: int = 1         # "strips": conv rows per strip
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.title}"
+
+    @property
+    def dtype(self):
+        return np.float16 if self.precision == "fp16" else np.float32
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+
+STEPS = [
+    Step("01", "convpool/01_global_only.cu", "conv_global", "global memory only", "outputs", "w",
+         fused=False),
+    Step("02", "convpool/02_registers.cu", "conv_registers", "weights and inputs in registers", "rows8", "w",
+         fused=False),
+    Step("03", "convpool/03_shared_tiles.cu", "conv_shared_tiles", "input strips in shared memory, thread per filter",
+         "strips", "wt", fused=False, strip_outputs=16),
+    Step("04", "convpool/04_two_rows_float4.cu", "conv_two_rows_float4", "two output rows per thread, float4",
+         "strips", "wt", fused=False, strip_outputs=16, strip_rows=2),
+    Step("05", "convpool/05_fused_relu_pool.cu", "conv_relu_pool_fused", "ReLU and max-pool fused", "strips", "wt",
+         options=("-DQ=8",), strip_outputs=16, strip_rows=2),
+    Step("06", "convpool/06_implicit_gemm_fused.cu", "conv_igemm_pool", "implicit GEMM, 8x8 register tiles, fused",
+         "gemm", "wt_gemm"),
+    Step("07", "convpool/07_tensor_cores_tf32.cu", "conv_tc_tf32_pool", "tensor cores tf32, channels-last, fused",
+         "tc", "wr", precision="tf32", layout="nhwc"),
+    Step("08", "convpool/08_tensor_cores_fp16.cu", "conv_tc_fp16_pool", "tensor cores fp16, channels-last, fused",
+         "tc", "wr", precision="fp16", layout="nhwc"),
+]
+STEP = {s.number: s for s in STEPS}
+#: Exercise 2: step 2 with the ReLU and the pool fused (2 x 8 outputs per thread, 4 windows).
+EXERCISE = Step("E2", "convpool/exercise_pooled_registers.cu", "conv_registers_pooled",
+                "exercise: step 2 with the pool fused", "pooled8", "w")
+#: The steps timed at every batch size (the first four take 10-100 ms per image: batch 1 only).
+BATCH_STEPS = ("05", "06", "07", "08")
+
+
+def option(step: Step, name: str, options=None, default: int | None = None) -> int | None:
+    """The value of ``-Dname=value`` among ``options`` (the step's own when None)."""
+    for opt in (step.options if options is None else options):
+        if opt.startswith(f"-D{name}="):
+            return int(opt.split("=", 1)[1])
+    return default
+
+
+def stages(step: Step, options=None) -> int:
+    """Steps 7-8: shared-memory slices in flight (STAGES; the kernel's default is 3)."""
+    return option(step, "STAGES", options, 3)
+
+
+def tc_pixels(step: Step, options=None) -> int:
+    """Steps 7-8: pixels per block tile (TC_BN: 128 or 256; the kernel's default is 128)."""
+    return option(step, "TC_BN", options, 128)
+
+
+def tc_shared_bytes(step: Step, options=None) -> int:
+    """Steps 7-8: dynamic shared memory, STAGES x (128 + TC_BN rows) x 80 bytes."""
+    return stages(step, options) * (GEMM_TILE + tc_pixels(step, options)) * TC_ROW_BYTES
+
+
+def strips(step: Step, shape: Shape, options=None) -> int:
+    """How many strips (blocks' units of work) a "strips" step has at ``shape``."""
+    if step.kind != "strips":
+        raise ValueError(f"step {step.number} is not a strip kernel")
+    if step.fused:
+        q = option(step, "Q", options, 8)
+        return shape.N * shape.PE * -(-shape.PF // q)
+    per_row = -(-shape.F // step.strip_outputs)
+    return shape.N * (shape.E // step.strip_rows) * per_row
+
+
+def launch_config(step: Step, shape: Shape, options=None, blocks: int | None = None,
+                  threads: int | None = None) -> dict:
+    """The main kernel's grid, block and dynamic shared memory as the ladder launches it;
+    ``blocks`` and ``threads`` override a strip kernel's (any values compute the same y)."""
+    if step.kind == "outputs":
+        return {"grid": (-(-shape.F // 32), -(-shape.E // 8), shape.N * shape.M), "block": (32, 8), "shared": 0}
+    if step.kind == "pooled8":
+        return {"grid": (-(-shape.PF // 128), -(-shape.PE // 8), shape.N * shape.M), "block": (32, 8), "shared": 0}
+    if step.kind == "rows8":
+        return {"grid": (-(-shape.F // 256), -(-shape.E // 8), shape.N * shape.M), "block": (32, 8), "shared": 0}
+    if step.kind == "strips":
+        return {"grid": (blocks or strips(step, shape, options),), "block": (threads or 256,), "shared": 0}
+    pixels = tc_pixels(step, options) if step.kind == "tc" else GEMM_TILE
+    grid = (-(-shape.N * shape.PE * shape.PF // (pixels // 4)), -(-shape.M // GEMM_TILE))
+    if step.kind == "gemm":
+        return {"grid": grid, "block": (256,), "shared": 0}
+    return {"grid": grid, "block": (TC_THREADS,), "shared": tc_shared_bytes(step, options)}
+
+
+def requirements(step: Step, shape: Shape) -> str | None:
+    """Why ``step`` cannot run ``shape`` (None when it can)."""
+    if step.kind == "gemm" and shape.K % 8:
+        return f"step {step.number} slides along K = 25 C in slices of 8: C must be a multiple of 8, got {shape.C}"
+    if step.kind == "tc" and shape.C % (16 // step.itemsize):
+        return (f"step {step.number} copies 16 bytes of channels at a time: C must be a multiple of "
+                f"{16 // step.itemsize}, got {shape.C}")
+    return None
+
+
+# --------------------------------------------------------------------------- the weights' forms
+def koff_table(shape: Shape) -> np.ndarray:
+    """Step 6: for k = (c, r, s), the offset (c*Hp + r)*Wp + s of its input from the window's corner."""
+    k = np.arange(shape.K)
+    c, r, s = k // (RS * RS), (k // RS) % RS, k % RS
+    return ((c * shape.Hp + r) * shape.Wp + s).astype(np.int32)
+
+
+def weight_forms(w, shape: Shape, xp=np) -> dict:
+    """Every form the kernels read the filters in, made once (as a framework does when it loads
+    a model): wt (C*25 x M), wt_gemm (K x Mp, zero columns past M), wr32 and wr16 (M x 25*C,
+    k in (r, s, c) order)."""
+    w = xp.asarray(w, dtype=xp.float32)
+    M, K = shape.M, shape.K
+    mp = -(-M // GEMM_TILE) * GEMM_TILE
+    flat = w.reshape(M, K)
+    wt_gemm = xp.zeros((K, mp), dtype=xp.float32)
+    wt_gemm[:, :M] = flat.T
+    wr = xp.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, K))
+    return {"w": xp.ascontiguousarray(w), "wt": xp.ascontiguousarray(flat.T), "wt_gemm": wt_gemm,
+            "koff": xp.asarray(koff_table(shape)), "wr32": wr, "wr16": wr.astype(xp.float16)}
+
+
+def input_forms(x, steps, xp=np) -> dict:
+    """The input in each layout and precision ``steps`` read: x (NCHW float), xt32 / xt16
+    (channels-last float / half). Made before timing, as cuDNN's channels-last inputs are."""
+    forms = {"x": x}
+    for step in steps:
+        if step.layout == "nhwc":
+            name = "xt16" if step.precision == "fp16" else "xt32"
+            if name not in forms:
+                forms[name] = xp.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(step.dtype)
+    return forms
+
+
+def input_name(step: Step) -> str:
+    if step.layout == "nhwc":
+        return "xt16" if step.precision == "fp16" else "xt32"
+    return "x"
+
+
+def weight_name(step: Step) -> str:
+    if step.weights == "wr":
+        return "wr16" if step.precision == "fp16" else "wr32"
+    return step.weights
+
+
+# --------------------------------------------------------------------------- launching
+def make_launch(step: Step, shape: Shape, x, forms: dict, b, y, backend: str | Backend | None = None,
+                options=None, blocks: int | None = None, threads: int | None = None) -> Callable[[], None]:
+    """A no-argument function that runs ``step`` on device arrays: the input ``x`` in the step's
+    layout and precision, the filters' ``forms`` (:func:`weight_forms`), the bias, and y (N x M x
+    PE x PF float). Steps 1-4 get a scratch buffer for the pre-pool tensor here (NaN at first, so
+    that an element they never write shows in y). What the checks, the timers and the sweeps call."""
+    be = get_backend(backend)
+    why = requirements(step, shape)
+    if why:
+        raise ValueError(why)
+    opts = tuple(step.options if options is None else options)
+    module = load_module(step.file, be, options=opts)
+    kernel = module.get_function(step.kernel)
+    cfg = launch_config(step, shape, opts, blocks, threads)
+    if cfg["shared"] > DEFAULT_SHARED_LIMIT:
+        kernel.allow_shared_memory(cfg["shared"])
+    if be.name == "gpu":
+        _check_block_fits(kernel, cfg["block"])
+    weights = forms[weight_name(step)]
+    if step.kind == "gemm":
+        args = (x, weights, forms["koff"], b, y, *shape.dims()[:5], weights.shape[1], shape.E, shape.F)
+    else:
+        args = (x, weights, b, y if step.fused else None, *shape.dims())
+    if step.fused:
+        return kernel.bind(cfg["grid"], cfg["block"], args, cfg["shared"])
+    conv_out = be.poisoned(shape.conv_shape, np.float32)
+    conv = kernel.bind(cfg["grid"], cfg["block"], args[:3] + (conv_out,) + args[4:], cfg["shared"])
+    pool_fn = load_module(POOL_FILE, be).get_function("relu_maxpool")
+    outputs = shape.N * shape.M * shape.PE * shape.PF
+    pool = pool_fn.bind(min(POOL_MAX_GRID, -(-outputs // POOL_BLOCK)), POOL_BLOCK,
+                        (conv_out, y, shape.N * shape.M, shape.E, shape.F))
+
+    def launch():
+        conv()
+        pool()
+    launch.conv_out = conv_out
+    return launch
+
+
+def _check_block_fits(kernel, block) -> None:
+    """On the GPU: a block larger than the compiled kernel allows (registers x threads over the
+    SM's 65,536) is refused here with the reason, instead of failing at launch."""
+    threads = int(np.prod(block))
+    attrs = kernel.raw.attributes
+    if threads > attrs["max_threads_per_block"]:
+        raise KernelArgumentError(
+            f"{threads} threads per block: '{kernel.name}' uses {attrs['num_regs']} registers per thread, so "
+            f"a block holds at most {attrs['max_threads_per_block']} threads (65,536 registers per SM)")
+
+
+def run(step: Step, shape: Shape, x: np.ndarray, w: np.ndarray, b: np.ndarray, backend=None,
+        options=None, blocks=None, threads=None) -> np.ndarray:
+    """Run one step on host inputs (x NCHW float32) with a NaN-poisoned output; y on the host."""
+    be = get_backend(backend)
+    inputs = input_forms(x, [step])
+    dx = be.to_device(inputs[input_name(step)])
+    forms = {k: be.to_device(v) for k, v in weight_forms(w, shape).items()}
+    y = be.poisoned(shape.y_shape, np.float32)
+    make_launch(step, shape, dx, forms, be.to_device(b), y, be, options, blocks, threads)()
+    be.synchronize()
+    return be.to_host(y)
+
+
+def check_steps(backend: str | Backend | None = None, steps=None, shape: Shape = CHECK,
+                seed: int | None = None) -> pd.DataFrame:
+    """Every step against the float64 reference on the reduced shape, with fresh random inputs
+    (``seed=None``: a new seed per call, written in the table) and a NaN-poisoned output (and
+    pre-pool buffer)."""
+    be = get_backend(backend)
+    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
+    x, w, b = make_inputs(shape, seed)
+    ref = reference(x, w, b)
+    rows = []
+    for step in steps or STEPS:
+        result = compare(run(step, shape, x, w, b, be), ref, step.precision, name=step.label)
+        rows.append({"step": step.number, "kernel": step.kernel, "precision": step.precision, "N": shape.N,
+                     "seed": seed, "rel_error": result.rel_error, "tolerance": result.tolerance,
+                     "unwritten": result.unwritten, "status": "ok" if result.passed else "FAILED"})
+    return pd.DataFrame(rows)
+
+
+def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:
+    """Raise :class:`CheckFailed` listing the failed rows of :func:`check_steps`; return the table."""
+    failed = checks[checks["status"] != "ok"]
+    if len(failed):
+        raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
+    return checks

@@ -1,0 +1,115 @@
+"""The conv + ReLU + max-pool chapter's kernels, through the same checks the book runs."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.workloads import convpool
+from gpulab.workloads.convpool import steps as st
+
+
+@pytest.mark.parametrize("step", convpool.STEPS, ids=lambda s: s.number)   # the exercise: tests/test_exercises.py
+def test_every_step_matches_the_reference(backend, step):
+    checks = convpool.assert_passed(convpool.check_steps(backend, steps=[step]))
+    assert checks["unwritten"].sum() == 0 and checks["rel_error"].iloc[0] < gpulab.TOLERANCE[step.precision]
+
+
+def test_the_check_shape_breaks_sloppy_tiling():
+    s = convpool.CHECK
+    assert s.M % 32 and s.M < 128                                   # partial filter tiles everywhere
+    assert s.C % 8 == 0 and s.C % 16 and s.C % 32                   # steps 6-8 run; no whole slices of 16/32
+    assert s.PF % 8 and (s.N * s.PE * s.PF) % 32                    # partial strips and pixel tiles
+    assert s.F % 16 and s.E % 2 == 0                                # step 3/4's 16-wide strips end short
+
+
+def test_reference_matches_a_plain_loop():
+    shape = convpool.Shape(N=2, C=3, H=6, W=8, M=4)
+    x, w, b = convpool.make_inputs(shape, seed=5)
+    assert (x[:, :, :2] == 0).all() and (x[:, :, :, -2:] == 0).all()      # the zero border
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    conv = np.empty(shape.conv_shape)
+    for e in range(shape.E):
+        for f in range(shape.F):
+            conv[:, :, e, f] = np.einsum("ncrs,mcrs->nm", x64[:, :, e:e + 5, f:f + 5], w64) + b
+    expected = np.empty(shape.y_shape)
+    for pe in range(shape.PE):
+        for pf in range(shape.PF):
+            expected[:, :, pe, pf] = np.maximum(conv[:, :, 2 * pe:2 * pe + 2, 2 * pf:2 * pf + 2].max(axis=(2, 3)), 0)
+    np.testing.assert_allclose(convpool.reference(x, w, b), expected, rtol=1e-12, atol=1e-12)
+    assert (expected > 0).any() and (expected == 0).any()         # both sides of the ReLU are exercised
+
+
+def test_layer_work_and_bytes():
+    layer = convpool.LAYER
+    assert (layer.Hp, layer.Wp, layer.E, layer.PE, layer.K) == (228, 228, 224, 112, 6400)
+    assert 164.3e9 < layer.flops < 164.5e9                       # "about 164 GFLOP per image"
+    assert layer.bytes() == 4 * (256 * 228 * 228 + 256 * 6400 + 256 + 256 * 112 * 112)
+    assert layer.prepool_bytes() == 2 * 4 * 256 * 224 * 224      # written once, read back once
+    assert layer.batch(32).flops == 32 * layer.flops
+    with pytest.raises(ValueError, match="even image"):
+        convpool.Shape(N=1, C=8, H=5, W=8, M=4)
+    with pytest.raises(ValueError, match="positive"):
+        convpool.Shape(N=0, C=8, H=4, W=8, M=4)
+
+
+def test_a_launch_that_misses_an_image_is_caught():
+    # The check must be able to fail: step 6 launched for one image of two leaves the second NaN.
+    shape = convpool.CHECK
+    x, w, b = convpool.make_inputs(shape, seed=2)
+    step = convpool.STEP["06"]
+    forms = st.weight_forms(w, shape)
+    y = np.full(shape.y_shape, np.nan, np.float32)
+    st.make_launch(step, shape.batch(1), x, forms, b, y, "cpu")()
+    result = gpulab.compare(y, convpool.reference(x, w, b))
+    assert not result.passed and result.unwritten == shape.M * shape.PE * shape.PF
+
+
+def test_the_pool_passes_a_nan_from_the_convolution_through():
+    module = gpulab.load_module(st.POOL_FILE, "cpu")
+    conv = np.random.default_rng(0).random((1, 2, 4, 4)).astype(np.float32) - 0.5
+    conv[0, 1, 3, 2] = np.nan                                    # one element of window (1, 1) of plane 1
+    y = np.full((1, 2, 2, 2), -7.0, np.float32)
+    module.relu_maxpool(1, 256, (conv, y, 2, 4, 4))
+    expected = convpool.shapes.pool_reference(conv.astype(np.float64))
+    assert np.isnan(y[0, 1, 1, 1]) and np.isnan(expected[0, 1, 1, 1])
+    np.testing.assert_allclose(np.nan_to_num(y, nan=9), np.nan_to_num(expected, nan=9), rtol=1e-7)
+
+
+def test_strip_kernels_compute_the_layer_for_any_grid_and_block():
+    shape = convpool.CHECK
+    x, w, b = convpool.make_inputs(shape, seed=3)
+    ref = convpool.reference(x, w, b)
+    step = convpool.STEP["05"]
+    for blocks, threads in ((1, 32), (3, 7), (500, 64)):       # fewer blocks than strips, odd blocks, more
+        y = convpool.run(step, shape, x, w, b, "cpu", blocks=blocks, threads=threads)
+        assert gpulab.compare(y, ref).passed, (blocks, threads)
+    assert convpool.strips(step, shape) == 2 * 7 * 2                # N x PE x ceil(PF / 8)
+    assert convpool.strips(step, shape, ("-DQ=1",)) == 2 * 7 * 10
+
+
+def test_shapes_the_fast_kernels_cannot_run_are_refused_clearly():
+    shape = convpool.Shape(N=1, C=12, H=4, W=8, M=4)
+    x, w, b = convpool.make_inputs(shape)
+    with pytest.raises(ValueError, match="C must be a multiple of 8, got 12"):
+        convpool.run(convpool.STEP["08"], shape, x, w, b, "cpu")
+    with pytest.raises(ValueError, match="C must be a multiple of 8, got 12"):
+        convpool.run(convpool.STEP["06"], shape, x, w, b, "cpu")
+    convpool.assert_passed(convpool.check_steps("cpu", [convpool.STEP["07"]], shape=shape))   # tf32: 4 suffices
+
+
+def test_launch_shapes_and_shared_memory():
+    layer = convpool.LAYER
+    assert convpool.launch_config(convpool.STEP["06"], layer)["grid"] == (392, 2)
+    tc = convpool.launch_config(convpool.STEP["08"], layer)
+    assert tc["grid"] == (392, 2) and tc["shared"] == 3 * 256 * 80
+    wide = convpool.launch_config(convpool.STEP["08"], layer, ("-DTC_BN=256", "-DSTAGES=4"))
+    assert wide["grid"] == (196, 2) and wide["shared"] == 4 * 384 * 80 <= 227 * 1024
+    assert convpool.launch_config(convpool.STEP["05"], layer, blocks=56, threads=64) == {
+        "grid": (56,), "block": (64,), "shared": 0}
+
+
+@pytest.mark.skipif(not gpulab.gpu_available(), reason="needs a GPU: the register limit is the GPU's")
+def test_a_block_too_large_for_the_registers_is_refused_with_the_reason():
+    shape = convpool.CHECK
+    x, w, b = convpool.make_inputs(shape)
+    with pytest.raises(gpulab.KernelArgumentError, match="registers per thread"):
+        convpool.run(convpool.STEP["04"], shape, x, w, b, "gpu", threads=1024)
