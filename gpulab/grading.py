@@ -305,7 +305,9 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     chosen = [ex_mod.get(i) for i in only] if only else list(ex_mod.EXERCISES)
     feedback = Path(feedback) if feedback else out.with_name(out.stem + "-feedback")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
-    work = [(student, exercise) for student in students(submissions) for exercise in chosen]
+    folders = students(submissions)
+    # Exercise by exercise, so that one student's hang runs beside the others' work, not last.
+    work = [(student, exercise) for exercise in chosen for student in folders]
 
     def one(item):
         student, exercise = item
@@ -317,6 +319,8 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         rows = list(pool.map(one, work))
+    order = {(s.name, e.id): (i, j) for i, s in enumerate(folders) for j, e in enumerate(chosen)}
+    rows.sort(key=lambda row: order[row["student"], row["exercise"]])
     out.parent.mkdir(parents=True, exist_ok=True)
     grades = pd.DataFrame(rows)
     grades[COLUMNS].to_csv(out, index=False)

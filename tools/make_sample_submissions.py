@@ -106,7 +106,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "grades.csv"
         subprocess.run([sys.executable, "-m", "gpulab", "grade", str(SUBMISSIONS), "--out", str(out),
-                        "--time-limit", "20"], check=True)
+                        "--time-limit", "60"], check=True)
         grades = pd.read_csv(out)
     grades[["student", "exercise", "points", "status"]].to_csv(FIXTURES / "expected_grades.csv", index=False)
     print(grades.groupby("student")[["points", "max_points"]].sum().to_string())
