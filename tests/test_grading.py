@@ -86,7 +86,8 @@ def _hidden_inputs() -> set[str]:
     """Numbers that appear only in hidden cases (seeds and sizes), as text."""
     public = set()
     for exercise in EXERCISES:
-        public |= set(re.findall(r"\d{3,}", repr(exercise.public)))
+        public |= set(re.findall(r"\d{3,}", repr(exercise.public) + exercise.hint + exercise.title
+                                 + exercise.signature))
     found = set(re.findall(r"\d{3,}", repr(hidden_checks.HIDDEN)))
     return found - public
 
@@ -117,7 +118,7 @@ def test_sample_submissions_get_the_expected_grades(tmp_path):
         assert not leaked, f"{name} shows hidden inputs {leaked}"
         assert "hidden_checks" not in text and "perturb" not in text
     assert "out-of-bounds read of argument 'w'" in texts["cy.md"]
-    assert "time limit of 60 s" in texts["cy.md"]
+    assert re.search(r"time limit of \d+ s", texts["cy.md"])      # the launch's or the exercise's limit
 
 
 def test_grade_says_what_it_expected(tmp_path):
