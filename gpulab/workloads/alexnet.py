@@ -290,8 +290,6 @@ STEPS = [
          "implicit GEMM tuned: padded copy, warp tiles, split K", "gemm_tuned"),
 ]
 #: Steps 18 on: tensor cores through mma.sync (gpulab/workloads/alexnet_tc.py launches them).
-#: Checked on the CPU backend (and on the H100 when written); they join STEPS -- the ladder the
-#: recorded run, the figures and the tests read -- when the chapter is next recorded with them.
 MMA_STEPS = [
     Step("18", "alexnet/18_mma_ldmatrix.cu",
          ("conv_mma_ldmatrix", "to_padded_nhwc_half", "to_filter_runs_half"),
@@ -309,7 +307,8 @@ MMA_STEPS = [
          ("conv_split_128x128_k64", "to_padded_nhwc_split", "to_filter_runs_split"),
          "fp32 accuracy: each float as two halves, three fp16 products", "mma"),
 ]
-STEP = {s.number: s for s in STEPS + MMA_STEPS}
+STEPS += MMA_STEPS
+STEP = {s.number: s for s in STEPS}
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
 EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", ("conv_four_filters",),
                 "exercise: four filters per block", "filters4")
@@ -336,7 +335,7 @@ CUDNN_FP32_TOLERANCE = 1e-4
 #: one image's input, filters and output fit in the H100's 50 MB L2.
 COLD_N = 1
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
-SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17")
+SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17", "20", "22")
 TRANSFER_STEPS = ("13", "14", "16")
 
 
@@ -620,17 +619,6 @@ def totals_at(totals: pd.DataFrame, N: int, steps=None) -> pd.DataFrame:
     """The rows of :func:`layer_totals` at batch size ``N`` (for the given steps only)."""
     rows = totals[totals["size"] == N]
     return rows if steps is None else rows[rows["step"].isin(list(steps))]
-
-
-def recorded_note(run, numbers) -> str | None:
-    """None when ``run`` has every step of ``numbers``; otherwise a sentence naming those it
-    lacks (the steps of :data:`MMA_STEPS` until the chapter is recorded with them)."""
-    have = set(run.timings["step"].astype(str))
-    missing = [n for n in numbers if n not in have]
-    if not missing:
-        return None
-    return (f"step(s) {', '.join(missing)} not in this run ({run.caption}); checked and timed on the H100 when "
-            "written (see the kernel files), they join the recorded ladder with the chapter's next recording")
 
 
 def step_ms(totals: pd.DataFrame, step: str, N: int = MAIN_N) -> float:
@@ -1131,7 +1119,8 @@ PROFILE_STALL_METRICS = {
 }
 #: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2, and
 #: layer 1's two thread mappings (steps 2 and 10).
-PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16", "17")]
+PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16", "17",
+                                   "18", "19", "20", "21", "22")]
                 + [(1, "02"), (1, "10")])
 PROFILE_N = 32
 

@@ -243,9 +243,7 @@ STEPS = [
                  persistent=True, shared_mem=TC_SHARED_BYTES),), precision="fp16"),
 ]
 #: Steps beyond wmma (16 is the exercise): mma.sync with the activations in registers and
-#: cp.async input streams; 3xTF32. Checked on the CPU backend (and on the H100 when written);
-#: they join STEPS -- the ladder the recorded run, the figures and the tests read -- when the
-#: chapter is next recorded with them.
+#: cp.async input streams.
 MMA_STEPS = [
     Step(17, "fcnet/17_mma_registers.cu", "mma.sync, activations in registers (large)",
          (Launch("mma_fp16_large", _MMA, block=(256,), vectors_per_block=8 * 32, persistent=True,
@@ -257,6 +255,7 @@ MMA_STEPS = [
          (Launch("tf32x3", _FUSED, block=(256,), vectors_per_block=8 * 16, persistent=True,
                  shared_mem=tf32x3_shared_bytes(16, 8)),)),
 ]
+STEPS += MMA_STEPS
 
 #: Exercise 1: step 1 with the ReLU fused into the matmul, three launches instead of five.
 EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with fused relu, three launches",
@@ -270,12 +269,10 @@ EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with f
 
 def steps(number: int | None = None, size: str | None = None) -> list[Step]:
     """The ladder's steps, optionally only step ``number`` (13 and 14 have one
-    kernel per size; a number of :data:`MMA_STEPS` finds those too) and only those
-    written for ``size`` ("small" or "large")."""
+    kernel per size) and only those written for ``size`` ("small" or "large")."""
     if size is not None and size not in SIZES:
         raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
-    pool = STEPS if number is None else STEPS + MMA_STEPS   # a number may name a step not yet recorded
-    chosen = [s for s in pool if (number is None or s.number == number)
+    chosen = [s for s in STEPS if (number is None or s.number == number)
               and (size is None or size in s.sizes)]
     if not chosen:
         raise KeyError(f"the fcnet ladder has steps {sorted({s.number for s in STEPS})}; "
@@ -467,15 +464,6 @@ def vendor_lines(timings: pd.DataFrame, case: str, experiment: str = "ladder") -
     mode = "graph" if experiment == "graph" else ("eager" if case == "small" else None)
     picks = [best_vendor(timings, case, p, mode) for p in ("fp32", "tf32", "fp16")]
     return pd.DataFrame([p for p in picks if p is not None]).reset_index(drop=True)
-
-
-def recorded_note(run, number: int) -> str | None:
-    """None when ``run`` has step ``number``; otherwise a sentence saying the run predates it
-    (the steps of :data:`MMA_STEPS` until the chapter is recorded with them)."""
-    if (run.timings["step"] == number).any():
-        return None
-    return (f"step {number} is not in this run ({run.caption}); it was checked and timed on the H100 when it "
-            "was written (see its kernel file) and joins the recorded ladder with the chapter's next recording")
 
 
 def step_times(run, number: int):

@@ -35,11 +35,6 @@
 //
 // Prediction: 1.5-2x faster than step 16 on layers 2-5, about 1.2-1.4 ms for the five layers
 // at N = 128; layer 1 about 2x faster (whole chunks, no padding tests).
-// Measured on the H100 (2026-11-23, a full record of the chapter made with this code; not the
-// committed run, which predates the step), five layers at N = 128: 1.58 ms against step 16's
-// 2.17 ms (layer 1: 0.34 against 0.70 ms). The profiler (layer 2, N = 32): tensor pipe busy 38%
-// (step 16: 30%), but 3.3 cycles per instruction stalled on shared memory and 3.5 M bank
-// conflicts on the stores of the register-staged slices into the padded rows.
 #include <cuda_fp16.h>
 #include <common/ptx.h>   // mma_16816, ldmatrix_x4
 #include "nhwc_runs.h"

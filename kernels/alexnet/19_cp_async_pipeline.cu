@@ -24,10 +24,6 @@
 // alexnet_tc.TILES["conv_mma_cp_async"].shared_bytes(2) = 81,920 bytes of dynamic shared memory.
 //
 // Prediction: 10-20% faster than step 18 on layers 2-5, where the GEMM's main loop is the time.
-// Measured on the H100 (same record as step 18): 1.53 ms, 1.03x step 18 -- less than predicted;
-// layer 1 (17 slices) got slower, the 4-stage prologue being long next to its short reduction.
-// The shared-memory stall halved (3.3 -> 1.7 cycles per instruction) and the store conflicts
-// fell from 3.5 M to 20 K.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "nhwc_runs.h"

@@ -30,10 +30,6 @@
 // (Measured on the H100 with tools/tune_fast.py: step 19's own tile with swizzled rows instead of
 // padded ones was already about 10% faster,
 // and the tiles chosen per layer another 10%; the 96-row tile helped layer 1 only a little.)
-// Measured on the H100 (same record as step 18): 1.22 ms for the five layers at N = 128
-// (layers 0.29, 0.40, 0.15, 0.21, 0.18 ms), 1.25x step 19; the tensor pipe busy 51% on layer 2.
-// cuDNN fp16 in that run: 1.68 ms NCHW; with channels-last tensors cuDNN took 1.16-1.18 ms in
-// the tuning runs -- this step is about 4% slower than that.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "nhwc_runs.h"

@@ -20,9 +20,6 @@
 // Prediction: twice the fp16 step's GEMM time (half the tensor rate), plus the copies moving
 // twice the bytes: about 2 ms for the five layers at N = 128, against cuDNN tf32 (channels-last)
 // at about 1.45 ms; far faster than the fp32 FMA steps (step 17: 6.8 ms).
-// Measured on the H100 (same record as step 18): 2.19 ms, 1.79x step 20; largest error against
-// float64 3.2e-4. cuDNN tf32 in that run 2.09 ms (NCHW); channels-last 1.44-1.49 ms in the
-// tuning runs.
 #include <common/ptx.h>
 #include "nhwc_runs.h"
 

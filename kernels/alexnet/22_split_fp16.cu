@@ -32,11 +32,6 @@
 // Prediction: about 3x step 20's GEMM time plus larger copies: ~3.3-3.6 ms for the five layers
 // at N = 128, about twice as fast as step 17 (6.8 ms, FMA units), near cuDNN's fp32 (Winograd
 // and FFT algorithms, 3.2 ms). Error against float64 ~1e-6.
-// Measured on the H100 (same record as step 18): 4.23 ms for the five layers at N = 128, 1.6x
-// faster than step 17 and 0.78x the FP32 floor, 3.5x step 20 (not 3x: the second set of sums
-// costs registers -- 242 per thread -- and the tensor pipe is busy 40% on layer 2); largest
-// error against float64 1.1e-6. cuDNN fp32 in that run: 3.25 ms -- step 22 is 1.3x slower. Before
-// the per-slice sums, layer 4's error was 1.2e-5.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "nhwc_runs.h"

@@ -34,11 +34,6 @@
 // Tried on the H100 and dropped (large case, tools/tune_fast.py): 16 warps of 16-vector tiles,
 // 0.86 ms (each weight fragment serves half the vectors, and the warps' shared memory leaves
 // 2 buffers of 16 vectors); 4 warps of 64-vector tiles, 0.70 ms (255 registers, too few warps).
-// Measured on the H100 (2026-11-23, a full record of the chapter made with this code; not the
-// committed run, which predates the step): large case 0.605 ms eager against step 15's 0.625 ms
-// in the same run -- just outside the predicted 0.57-0.59 ms; the profiler saw
-// both kernels read the same 1.47 GB at about 2.45 TB/s. Small case in a CUDA graph 5.77 us
-// against step 15's 6.50 us.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 

@@ -30,10 +30,6 @@
 // tf32 rate through mma.sync, ~1.0-1.2 ms, memory (0.53 ms) hidden under it. (Measured before
 // the choice of tile above: 1.55 ms, 1.37x faster than step 14.) The error against float64 at
 // the level of float32 (~1e-6), far under 1e-5.
-// Measured on the H100 (2026-11-23, a full record of the chapter made with this code; not the
-// committed run, which predates the step): large case 1.55 ms against step 14's 2.15 ms in the
-// same run (1.39x); small case in a CUDA graph 8.97 us against 10.99 us; relative error against
-// float64 1.35e-6 (step 14: 2.7e-7).
 #include <common/ptx.h>
 
 #define IN 72
