@@ -120,12 +120,18 @@ def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with
         ok, skipped = fcnet.runnable_steps()
         assert {(s["step"], s["variant"]) for s in skipped} == {
             (14, "14 fp32 register tiles (large)"), (14, "14 fp32 register tiles (small)"),
-            (15, "15 tensor cores (wmma fp16)")}
+            (15, "15 tensor cores (wmma fp16)"),
+            (17, "17 mma.sync, activations in registers (large)"),      # 187,520 bytes
+            (17, "17 mma.sync, activations in registers (small)"),      # 113,792
+            (18, "18 fp32 accuracy on tensor cores (3xTF32)")}          # 165,888
         assert all("Tesla T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
         checks = fcnet.check_steps("cpu", steps=fcnet.steps(15), sizes=(1000,))
         assert checks["note"].str.startswith("skipped: step 15").all()
     with device.simulate("L4"):
-        assert [s["variant"] for s in fcnet.runnable_steps()[1]] == ["14 fp32 register tiles (large)"]
+        # the L4's 99 KB per block: only the steps above 101,376 bytes are left out
+        assert [s["variant"] for s in fcnet.runnable_steps()[1]] == [
+            "14 fp32 register tiles (large)", "17 mma.sync, activations in registers (large)",
+            "17 mma.sync, activations in registers (small)", "18 fp32 accuracy on tensor cores (3xTF32)"]
     assert fcnet.runnable_steps()[1] == [] or device.gpu_available()
 
 
