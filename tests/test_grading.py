@@ -78,6 +78,9 @@ def test_checks_reject_a_known_wrong_answer(path, tmp_path):
     hidden = [c for c in row["checks"] if c["hidden"]]
     public = [c for c in row["checks"] if not c["hidden"]]
     assert any(c["status"] != "passed" for c in hidden), "the hidden checks let this wrong answer pass"
+    status = [line.split(":", 1)[1].strip() for line in head if "expected status:" in line]
+    if status:
+        assert row["status"] == status[0], row["message"]
     if not hidden_only:
         assert any(c["status"] != "passed" for c in public), "the public check lets this wrong answer pass"
 
