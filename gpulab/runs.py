@@ -120,12 +120,21 @@ def available_runs(root: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["folder", "chapter", "gpu", "date"])
 
 
+#: The GPU whose recorded runs the book's text, targets and exercises were written from: without
+#: ``gpu``, :func:`load_run` reads this GPU's run of a chapter when there is one, so recording the
+#: chapter on a second GPU (an H200, say) adds a comparison instead of changing the book.
+BOOK_GPU = "H100"
+
+
 def load_run(chapter: str, gpu: str | None = None, root: Path | None = None) -> RecordedRun:
     """Load a recorded run of ``chapter``. ``gpu`` (a name or folder) picks one
-    when several GPUs have run it; without it the most recent run is taken."""
+    when several GPUs have run it; without it, the :data:`BOOK_GPU`'s run if the
+    chapter has one, else the most recent run."""
     root = root or paths.RUNS
     runs = available_runs(root)
     runs = runs[runs["chapter"] == chapter]
+    if gpu is None and runs["gpu"].str.contains(BOOK_GPU, case=False, regex=False).any():
+        gpu = BOOK_GPU
     if gpu is not None:      # a folder, a full name, or part of one ("H200")
         runs = runs[(runs["folder"] == gpu_slug(gpu)) | (runs["gpu"] == gpu)
                     | runs["gpu"].str.contains(str(gpu), case=False, regex=False)]

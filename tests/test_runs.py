@@ -57,6 +57,13 @@ def test_several_gpus_side_by_side(tmp_path):
     assert both.groupby("gpu").size().to_dict() == {"NVIDIA Other GPU": 2, "NVIDIA Test GPU": 2}
 
 
+def test_the_book_gpus_run_is_read_unless_another_is_named(tmp_path):
+    runs.save_run("demo", rows(), dict(META, gpu="NVIDIA H100 80GB HBM3"), root=tmp_path)
+    runs.save_run("demo", rows(), dict(META, gpu="NVIDIA H200", date="2026-12-01 00:00 UTC"), root=tmp_path)
+    assert runs.load_run("demo", root=tmp_path).gpu == "NVIDIA H100 80GB HBM3"   # older, but the book's
+    assert runs.load_run("demo", gpu="H200", root=tmp_path).gpu == "NVIDIA H200"
+
+
 def test_missing_run_says_how_to_record(tmp_path):
     with pytest.raises(RecordedRunError, match="python -m gpulab record nothing"):
         runs.load_run("nothing", root=tmp_path)
