@@ -339,11 +339,7 @@ def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, weights: dict | Non
     return pd.DataFrame(rows)
 
 
-def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:
-    failed = checks[checks["status"] != "ok"]
-    if len(failed):
-        raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
-    return checks
+from ...check import assert_passed  # noqa: E402,F401  (one definition for every chapter)
 
 
 def check_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dict:
