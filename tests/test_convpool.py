@@ -113,3 +113,19 @@ def test_a_block_too_large_for_the_registers_is_refused_with_the_reason():
     x, w, b = convpool.make_inputs(shape)
     with pytest.raises(gpulab.KernelArgumentError, match="registers per thread"):
         convpool.run(convpool.STEP["04"], shape, x, w, b, "gpu", threads=1024)
+
+
+def test_a_ceiling_measured_twice_gives_its_best_rate():
+    # A live run once held the fp16 GEMM ceiling twice (measured by the shared ceilings and by
+    # the chapter's own); the chapter's rates must take the best, not fail on the duplicate.
+    import dataclasses
+    import pandas as pd
+    from gpulab.workloads.convpool import views
+    run = gpulab.load_run(convpool.CHAPTER)
+    ceilings = run.experiment("ceilings")
+    fp16 = ceilings[ceilings["variant"] == "cuBLAS HGEMM (fp16)"]
+    slower = fp16.assign(median_ms=fp16["median_ms"] * 2)
+    twice = dataclasses.replace(run, timings=pd.concat([run.timings, slower], ignore_index=True))
+    once = views.measured_rates(run)
+    assert views.measured_rates(twice)["fp16_tflops"] == pytest.approx(once["fp16_tflops"])
+    assert once["fp16_tflops"] > once["tf32_tflops"] > once["fp32_tflops"] > 0

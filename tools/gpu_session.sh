@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device call: install the carried Jupyter wheels, run the GPU tests, record
-# the named chapters, and execute the named notebooks live. Results go to $OUT.
-# Usage (on the GPU machine, repo root): bash tools/gpu_session.sh "CHAPTERS" "TESTS" "NOTEBOOKS"
+# the named chapters, and execute the named notebooks live. Results go to $OUT,
+# as at most a handful of files (the device returns only a few): logs, and the
+# recorded runs packed into runs.tgz.
+# Usage (on the GPU machine, repo root):
+#   bash tools/gpu_session.sh "CHAPTERS" "TESTS" "NOTEBOOKS" [NOTEBOOK_TIMEOUT_S]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD MPLBACKEND=Agg
 if [ -d .whl ]; then
@@ -9,13 +12,20 @@ if [ -d .whl ]; then
     && export PYTHONPATH=$PWD:/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee $OUT/nvidia-smi.txt
-chapters=${1:-}; tests=${2:-}; notebooks=${3:-}
-if [ -n "$tests" ]; then
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider $tests 2>&1 | tail -40 | tee $OUT/tests.log
-fi
+chapters=${1:-}; tests=${2:-}; notebooks=${3:-}; nb_timeout=${4:-300}
 if [ -n "$chapters" ]; then
-  python3 -m gpulab record $chapters --out $OUT/runs 2>&1 | tee $OUT/record.log
+  python3 -m gpulab record $chapters --out $OUT/runs > $OUT/record.log 2>&1
+  tail -15 $OUT/record.log
+  tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
+fi
+if [ -n "$tests" ]; then
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider $tests > $OUT/tests.log 2>&1
+  tail -15 $OUT/tests.log
 fi
 if [ -n "$notebooks" ]; then
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider --nbmake $notebooks 2>&1 | tail -30 | tee $OUT/notebooks.log
+  for nb in $notebooks; do
+    start=$SECONDS
+    python3 -m pytest -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=$nb_timeout $nb >> $OUT/notebooks.log 2>&1
+    echo "$nb: rc=$? in $((SECONDS - start)) s" | tee -a $OUT/notebooks.summary
+  done
 fi
