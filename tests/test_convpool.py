@@ -129,3 +129,19 @@ def test_a_ceiling_measured_twice_gives_its_best_rate():
     once = views.measured_rates(run)
     assert views.measured_rates(twice)["fp16_tflops"] == pytest.approx(once["fp16_tflops"])
     assert once["fp16_tflops"] > once["tf32_tflops"] > once["fp32_tflops"] > 0
+
+
+def test_the_second_gpu_comparison_matches_what_the_chapter_says():
+    # The H200 against the H100, one image: every step and eager cuDNN path; no path memory-bound;
+    # steps 1-7 within a few percent (as predicted), step 8 gaining more than they do; and at 32
+    # images cuDNN's fp32 NCHW path above the FP32 peak by the direct FLOP count (not a direct sum).
+    comparison = convpool.gpu_comparison(1)
+    assert comparison is not None, "both the H100 and the H200 runs of convpool are recorded"
+    table = comparison[0].set_index("variant")
+    assert {s.label for s in convpool.STEPS} <= set(table.index)
+    assert not table.index.str.endswith("CUDA graph").any()
+    assert (table["bound"] != "memory").all()
+    fp32 = table.loc[[s.label for s in convpool.STEPS if s.number != "08"], "ratio"]
+    assert fp32.between(0.97, 1.03).all() and table.loc[convpool.STEP["08"].label, "ratio"] < fp32.min()
+    at32 = convpool.gpu_comparison(32)[0].set_index("variant")
+    assert at32.loc["cuDNN (PyTorch) fp32, NCHW, conv + ReLU + maxpool 2/2", "compute_use_a"] > 1

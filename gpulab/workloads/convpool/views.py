@@ -90,3 +90,23 @@ def fusion_bytes(batches=(1, 8, 32)) -> pd.DataFrame:
 
 def step_label(number: str) -> str:
     return STEP[number].label
+
+
+def gpu_comparison_rows(run, N: int = 1) -> pd.DataFrame:
+    """What :func:`gpu_comparison` compares from one run: every step timed at batch ``N`` and
+    every eager cuDNN path (the CUDA-graph twins of a path take milliseconds too, and add
+    nothing here)."""
+    rows = ladder(run, N)
+    if "mode" in rows:
+        rows = rows[rows["mode"] != "graph"]
+    return rows[["variant", "median_ms", "flops", "bytes", "precision"]].reset_index(drop=True)
+
+
+def gpu_comparison(N: int = 1, root=None):
+    """Per step and eager cuDNN path at batch ``N``, the H200's recorded time over the H100's
+    against the roofline's prediction (:func:`gpulab.runs.gpu_comparison`): (table, figure),
+    or None until both runs exist."""
+    from ...runs import gpu_comparison as compare_gpus
+    return compare_gpus("convpool", lambda run: gpu_comparison_rows(run, N), root=root,
+                        title=f"Does each step gain what the roofline predicts on the H200? "
+                              f"({'one image' if N == 1 else f'N = {N}'})")

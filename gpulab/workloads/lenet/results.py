@@ -144,3 +144,29 @@ def accuracy_table(forward: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
     """Each step's accuracy on the N test images and its agreement with the float64 reference."""
     rows = ours(forward[forward["size"] == N])
     return rows[["variant", "precision", "accuracy", "agree_with_reference"]].reset_index(drop=True)
+
+
+# ----------------------------------------------------------------- a second GPU
+def gpu_comparison_rows(run, N: int = 10_000) -> pd.DataFrame:
+    """What :func:`gpu_comparison` compares from one run: conv1 + conv2 (each with ReLU and
+    pool) per step and vendor path at batch size ``N``. The vendor rows were recorded without
+    bytes; they get the layers' compulsory ones (pooled output only; 2 bytes an element in
+    fp16/bf16) so that the roofline can place them."""
+    from .network import LAYERS
+    totals = both_layers(step_labels(run.experiment("ladder")), "layer")
+    rows = totals[totals["size"] == N].copy()
+    vendor = baselines.is_vendor(rows) & ~(rows["bytes"] > 0)
+    itemsize = rows["precision"].map({"fp16": 2, "bf16": 2}).fillna(4)
+    rows.loc[vendor, "bytes"] = [sum(layer.bytes(N, int(size), fused=True) for layer in LAYERS)
+                                 for size in itemsize[vendor]]
+    return rows[["variant", "median_ms", "flops", "bytes", "precision"]].reset_index(drop=True)
+
+
+def gpu_comparison(N: int = 10_000, root=None):
+    """Per step (conv1 + conv2 with ReLU and pool, at batch size ``N``) and vendor path, the
+    H200's recorded time over the H100's against the roofline's prediction
+    (:func:`gpulab.runs.gpu_comparison`): (table, figure), or None until both runs exist."""
+    from ...runs import gpu_comparison as compare_gpus
+    return compare_gpus("lenet", lambda run: gpu_comparison_rows(run, N), root=root,
+                        title=f"Does each step gain what the roofline predicts on the H200? "
+                              f"(conv1 + conv2, N = {N:,})")
