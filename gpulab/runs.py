@@ -331,3 +331,23 @@ def gpu_comparison(chapter: str, select, *, title: str, keys=("variant",), a: st
     table = gpu_ratio_table(select(run_a), select(run_b), run_a.gpu, run_b.gpu, keys)
     figure = plots.gpu_ratio(table, title=title, caption=gpu_comparison_caption(run_a, run_b))
     return table, figure
+
+
+def gpu_comparison_summary(table: pd.DataFrame) -> dict:
+    """What a chapter's prose says about a :func:`gpu_ratio_table`: how many steps are
+    memory-bound and the range of their ratios against the prediction, the range of the
+    others' ratios, and the memory-bound step furthest from its prediction (NaN or ""
+    where a group is empty), as plain values for :func:`gpulab.prose.glue`."""
+    memory, other = table[table["bound"] == "memory"], table[table["bound"] != "memory"]
+    out = {"n_memory": len(memory), "n_other": len(other),
+           "memory_ratio_min": float(memory["ratio"].min()) if len(memory) else float("nan"),
+           "memory_ratio_max": float(memory["ratio"].max()) if len(memory) else float("nan"),
+           "other_ratio_min": float(other["ratio"].min()) if len(other) else float("nan"),
+           "other_ratio_max": float(other["ratio"].max()) if len(other) else float("nan"),
+           "furthest_variant": "", "furthest_ratio": float("nan"), "furthest_predicted": float("nan"),
+           "furthest_memory_use": float("nan")}
+    if len(memory):
+        worst = memory.loc[(memory["ratio"] - memory["predicted"]).abs().idxmax()]
+        out.update(furthest_variant=str(worst[table.columns[0]]), furthest_ratio=float(worst["ratio"]),
+                   furthest_predicted=float(worst["predicted"]), furthest_memory_use=float(worst["memory_use_a"]))
+    return out

@@ -1,5 +1,7 @@
 import json
 
+import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -157,3 +159,30 @@ def test_every_plot_draws_with_its_caption():
     plots.scaling(frame, title="left?", ax=axes[0])
     plots.scaling(frame, title="right?", caption=caption, ax=axes[1])
     assert [a.get_title(loc="left") for a in axes] == ["left?", "right?"] and fig._suptitle is None
+
+
+def test_gpu_ratio_table_predicts_from_the_roofline_and_summarises():
+    from gpulab.datasheet import lookup
+    from gpulab.runs import gpu_comparison_summary, gpu_ratio_table
+    h100, h200 = lookup("NVIDIA H100 80GB HBM3"), lookup("NVIDIA H200")
+    # A copy-like step at 80% of the H100's bandwidth, an SGEMM-like one at 70% of its FP32
+    # peak, and a tiny one far below both roofs.
+    a = pd.DataFrame([
+        {"variant": "stream", "median_ms": 1.0, "bytes": 0.8 * h100.memory_gbs * 1e6, "flops": 1e6, "precision": "fp32"},
+        {"variant": "gemm", "median_ms": 1.0, "bytes": 1e6, "flops": 0.7 * h100.fp32_tflops * 1e9, "precision": "fp32"},
+        {"variant": "tiny", "median_ms": 0.01, "bytes": 1e3, "flops": 1e3, "precision": "fp32"},
+    ])
+    b = a.assign(median_ms=[0.75, 1.02, 0.01])
+    table = gpu_ratio_table(a, b, "NVIDIA H100 80GB HBM3", "NVIDIA H200").set_index("variant")
+    assert table.loc["stream", "bound"] == "memory"
+    assert table.loc["stream", "predicted"] == pytest.approx(h100.memory_gbs / h200.memory_gbs)
+    assert table.loc["gemm", "bound"] == "compute" and table.loc["gemm", "predicted"] == pytest.approx(1.0)
+    assert table.loc["tiny", "bound"] == "latency"
+    assert table.loc["stream", "ratio"] == pytest.approx(0.75)
+    summary = gpu_comparison_summary(table.reset_index())
+    assert summary["n_memory"] == 1 and summary["n_other"] == 2
+    assert summary["furthest_variant"] == "stream" and summary["furthest_ratio"] == pytest.approx(0.75)
+    assert summary["other_ratio_min"] == pytest.approx(1.0) and summary["other_ratio_max"] == pytest.approx(1.02)
+    none_memory = gpu_comparison_summary(table.reset_index().iloc[1:])
+    assert none_memory["n_memory"] == 0 and np.isnan(none_memory["memory_ratio_min"])
+    assert none_memory["furthest_variant"] == ""
