@@ -297,6 +297,7 @@ class DeviceLimits:
     sms: int | None = None
     l2_bytes: int | None = None
     simulated: str | None = None
+    compute_capability: str | None = None   # "7.5", "8.9", "9.0" (None: not known)
 
     def memory_budget(self, fraction: float = 0.5) -> float:
         """Bytes one variant of a chapter may use: ``fraction`` of the device
@@ -310,12 +311,25 @@ class DeviceLimits:
         return (f"needs {nbytes:,} bytes of shared memory per block; {self.name} allows "
                 f"{self.shared_per_block:,}")
 
+    def capability_fits(self, required: str, what: str) -> str | None:
+        """None when the device's compute capability is at least ``required`` ("8.0"), else
+        the reason ``what`` (e.g. "cp.async and tf32 tensor cores") cannot run here."""
+        if self.compute_capability is None or _capability(self.compute_capability) >= _capability(required):
+            return None
+        return (f"needs compute capability {required} or newer for {what}; {self.name} has "
+                f"{self.compute_capability}")
+
     def memory_fits(self, nbytes: float, fraction: float = 0.5) -> str | None:
         budget = self.memory_budget(fraction)
         if nbytes <= budget:
             return None
         return (f"needs {nbytes / 1e9:.1f} GB of device memory; the budget on {self.name} is "
                 f"{budget / 1e9:.1f} GB ({fraction:.0%} of {self.total_memory / 1e9:.1f} GB)")
+
+
+def _capability(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
 
 
 def _profile(name: str) -> DeviceLimits:
@@ -326,11 +340,12 @@ def _profile(name: str) -> DeviceLimits:
     return DeviceLimits(name,
                         shared_per_block=gpu.architecture.shared_per_block_kib * 1024,
                         total_memory=int(gpu.memory_gb * 1e9), sms=gpu.sms, l2_bytes=int(gpu.l2_mb * 2**20),
-                        simulated=name.split()[-1])
+                        simulated=name.split()[-1], compute_capability=gpu.compute_capability)
 
 
 #: Smaller GPUs readers have (Colab's T4 and L4), to test the live paths without one:
-#: T4 64 KiB of shared memory per block and 16 GB; L4 99 KiB and 24 GB.
+#: T4 64 KiB of shared memory per block, 16 GB and compute capability 7.5 (no cp.async, no tf32);
+#: L4 99 KiB, 24 GB and 8.9.
 PROFILES = {"T4": _profile("Tesla T4"), "L4": _profile("NVIDIA L4")}
 #: Environment variable naming a profile of PROFILES to simulate (e.g. GPULAB_DEVICE_PROFILE=T4).
 PROFILE_ENV = "GPULAB_DEVICE_PROFILE"
@@ -366,7 +381,9 @@ def limits() -> DeviceLimits | None:
         return sim
     return DeviceLimits(f"{sim.name} (simulated on {real.name})",
                         min(sim.shared_per_block, real.shared_per_block),
-                        min(sim.total_memory, real.total_memory), sim.sms, sim.l2_bytes, simulated=name)
+                        min(sim.total_memory, real.total_memory), sim.sms, sim.l2_bytes, simulated=name,
+                        compute_capability=min(sim.compute_capability, real.compute_capability,
+                                               key=lambda cc: _capability(cc) if cc else (99, 0)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -378,7 +395,8 @@ def _real_limits_cached(device_id: int) -> DeviceLimits:
     if not optin:
         optin = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id)
     return DeviceLimits(name, int(optin), int(props["totalGlobalMem"]),
-                        int(props["multiProcessorCount"]), int(props.get("l2CacheSize", 0)) or None)
+                        int(props["multiProcessorCount"]), int(props.get("l2CacheSize", 0)) or None,
+                        compute_capability=f"{props['major']}.{props['minor']}")
 
 
 def _real_limits() -> DeviceLimits | None:

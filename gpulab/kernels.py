@@ -241,7 +241,14 @@ class Kernel:
 
     def allow_shared_memory(self, nbytes: int) -> None:
         """Opt in to more than 48 KiB of dynamic shared memory (GPU: sets the
-        function attribute, as CUDA requires)."""
+        function attribute, as CUDA requires). More than the device allows a block
+        (or the simulated device: :func:`gpulab.device.simulate`) is refused with
+        the reason, on either backend."""
+        from .device import limits
+        here = limits()
+        why = here.shared_fits(int(nbytes)) if here is not None else None
+        if why:
+            raise KernelArgumentError(f"kernel '{self.name}' {why}")
         if self.module.backend.name == "gpu":
             self.raw.max_dynamic_shared_size_bytes = int(nbytes)
         self.shared_limit = int(nbytes)

@@ -5,6 +5,7 @@ import pytest
 import gpulab
 from gpulab.workloads import convpool
 from gpulab.workloads.convpool import steps as st
+from gpulab.workloads.convpool import sweeps as cp_sweeps
 
 
 @pytest.mark.parametrize("step", convpool.STEPS, ids=lambda s: s.number)   # the exercise: tests/test_exercises.py
@@ -145,3 +146,39 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     assert fp32.between(0.97, 1.03).all() and table.loc[convpool.STEP["08"].label, "ratio"] < fp32.min()
     at32 = convpool.gpu_comparison(32)[0].set_index("variant")
     assert at32.loc["cuDNN (PyTorch) fp32, NCHW, conv + ReLU + maxpool 2/2", "compute_use_a"] > 1
+
+
+# ----------------------------------------------------------------- the GPUs readers have (issue 17)
+def test_on_a_t4_the_tensor_core_steps_and_the_largest_batch_are_skipped_with_the_reason():
+    from gpulab import device
+    with device.simulate("T4"):
+        # cp.async and tf32 need compute capability 8.0; a T4 has 7.5. The CPU backend could run
+        # the kernels, but the simulated device refuses them, as the real one would.
+        checks = convpool.assert_passed(convpool.check_steps("cpu", steps=[convpool.STEP[n] for n in ("06", "07", "08")]))
+        status = checks.set_index("step")["status"]
+        assert status["06"] == "ok"
+        for number in ("07", "08"):
+            assert status[number].startswith("skipped: needs compute capability 8.0") and "Tesla T4 has 7.5" in status[number]
+        x, w, b = convpool.make_inputs(convpool.CHECK, seed=3)
+        with pytest.raises(gpulab.errors.KernelArgumentError, match="compute capability 8.0"):
+            convpool.run(convpool.STEP["08"], convpool.CHECK, x, w, b, "cpu")
+        # N = 32 holds 8.8 GB at once in the record: over half of the T4's 16 GB, fine on an L4.
+        why = st.unfit_reason(convpool.STEP["06"], convpool.LAYER.batch(32))
+        assert "GB of device memory" in why and "Tesla T4" in why
+        assert st.unfit_reason(convpool.STEP["06"], convpool.LAYER.batch(8)) is None
+        tiles = cp_sweeps.tile_sweep("cpu", batches=(2,), stages=(3,), pixels=(128,), shape=convpool.CHECK)
+        assert (tiles["status"] == "invalid").all() and tiles["reason"].str.contains("compute capability").all()
+    with device.simulate("L4"):
+        assert st.unfit_reason(convpool.STEP["08"], convpool.LAYER.batch(32)) is None
+    assert st.unfit_reason(convpool.STEP["08"], convpool.LAYER.batch(32)) is None or device.gpu_available()
+
+
+def test_tile_sweep_points_over_the_l4s_shared_memory_are_invalid_with_the_reason():
+    from gpulab import device
+    with device.simulate("L4"):          # 101,376 bytes per block: 256-pixel tiles fit 3 stages, not 4
+        tiles = cp_sweeps.tile_sweep("cpu", batches=(2,), stages=(3, 4), pixels=(256,), steps=("08",),
+                                           shape=convpool.CHECK)
+    by_stages = tiles.set_index("STAGES")
+    assert by_stages.loc[3, "status"] == "ok" and by_stages.loc[3, "shared_bytes"] == 92_160
+    assert by_stages.loc[4, "status"] == "invalid"
+    assert "122,880 bytes of shared memory" in by_stages.loc[4, "reason"] and "NVIDIA L4" in by_stages.loc[4, "reason"]

@@ -91,3 +91,23 @@ def test_gpu_state_without_a_gpu_says_so():
     with device.GpuMonitor() as monitor:
         pass
     assert set(monitor.summary()) >= {"before", "after", "samples"}
+
+
+def test_simulated_profiles_know_their_compute_capability_and_refuse_too_much_shared_memory(monkeypatch):
+    import gpulab
+    from gpulab import device
+    from gpulab.errors import KernelArgumentError
+    monkeypatch.delenv(device.PROFILE_ENV, raising=False)
+    with device.simulate("T4"):
+        here = device.limits()
+        assert here.compute_capability == "7.5"
+        assert "compute capability 8.0" in here.capability_fits("8.0", "cp.async") and "7.5" in \
+            here.capability_fits("8.0", "cp.async")
+        assert here.capability_fits("7.0", "wmma") is None
+        kernel = gpulab.load_module("lenet/11_tensor_cores.cu", "cpu").get_function("conv2_wmma_relu_pool")
+        with pytest.raises(KernelArgumentError, match="Tesla T4 allows 65,536"):
+            kernel.allow_shared_memory(70_000)
+        kernel.allow_shared_memory(60_000)
+    with device.simulate("L4"):
+        assert device.limits().compute_capability == "8.9" and device.limits().capability_fits("8.0", "x") is None
+    assert device.DeviceLimits("unknown", 1, 1).capability_fits("9.0", "x") is None

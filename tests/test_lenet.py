@@ -257,3 +257,40 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     assert (table["memory_use_a"] > 0).all()                  # the vendor rows got their bytes
     mine = table.loc[ours, "ratio"]
     assert mine.idxmin() == lenet.STEP["04"].label and mine.drop(lenet.STEP["04"].label).between(0.97, 1.03).all()
+
+
+# ----------------------------------------------------------------- the GPUs readers have (issue 17)
+def test_step11_runs_fewer_warps_where_a_block_may_not_have_82_kb_of_shared_memory():
+    from gpulab import device
+    from gpulab.errors import KernelArgumentError
+    from gpulab.workloads.lenet import steps
+    assert steps.WMMA_SHARED == steps.wmma_shared(8) == 81_728
+    with device.simulate("T4"):
+        # The 8-warp kernel is refused by the simulated T4 (65,536 bytes a block), as by a real one...
+        kernel = gpulab.load_module(lenet.STEP["11"].file, "cpu").get_function("conv2_wmma_relu_pool")
+        with pytest.raises(KernelArgumentError, match="81,728 bytes of shared memory.*Tesla T4 allows 65,536"):
+            kernel.allow_shared_memory(steps.WMMA_SHARED)
+        # ...so step 11 compiles 4 warps (51,008 bytes), says so, and still computes the layer.
+        assert steps.wmma_warps() == 4
+        [change] = steps.adaptations()
+        assert change["step"] == "11" and "4 warps" in change["change"] and "Tesla T4" in change["reason"]
+        checks = lenet.assert_passed(lenet.check_steps("cpu", steps=[lenet.STEP["11"]], sizes=(1, 3), seed=4))
+        assert (checks["unwritten"] == 0).all()
+        w = lenet.load_weights()
+        x, _ = lenet.test_inputs(3)
+        assert lenet.check_forward(lenet.STEP["12h"], x, w, "cpu")["agree"] == 3
+    with device.simulate("L4"):          # 99 KB a block: the chapter's 8 warps
+        assert steps.wmma_warps() == 8 and steps.adaptations() == []
+
+
+def test_the_record_skips_a_batch_over_the_memory_budget_with_the_reason():
+    from gpulab import device
+    from gpulab.workloads.lenet import record
+    assert 5e9 < record.footprint_bytes(10_000) < 6.5e9
+    for profile in ("T4", "L4"):       # every batch fits half of 16 GB
+        with device.simulate(profile):
+            assert record.runnable_batches(record.BATCHES) == (list(record.BATCHES), [])
+    small = device.DeviceLimits("an 8 GB GPU", shared_per_block=48 * 1024, total_memory=8 * 10**9)
+    ok, skipped = record.runnable_batches(record.BATCHES, small)
+    assert ok == [100, 1_000] and [s["size"] for s in skipped] == [10_000]
+    assert "GB of device memory" in skipped[0]["reason"] and "an 8 GB GPU" in skipped[0]["reason"]

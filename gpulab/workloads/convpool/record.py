@@ -6,7 +6,8 @@
 * ``cudnn_conv``: cuDNN's convolution alone (fp32 and fp16, channels-last);
 * ``transfers``: copies in, kernel, copy out for the best fp32 and fp16 steps, one image and a batch;
 * ``ceilings``: the device copy, cuBLAS SGEMM, and the tensor cores' tf32 and fp16 GEMM rates;
-* side tables: ``checks``, ``skipped`` (vendor paths not measured, and why), ``resources``
+* side tables: ``checks``, ``skipped`` (steps, batches and vendor paths not measured, and why: a
+  step this GPU cannot run, or a batch over its memory budget, see :func:`.steps.unfit_reason`), ``resources``
   (registers, shared memory, occupancy of each kernel), ``cudnn_kernels`` (which kernels cuDNN ran),
   the sweeps (:mod:`.sweeps`), and ``profile`` (Nsight Compute's counters) where ncu works.
 """
@@ -22,7 +23,8 @@ from ...check import compare
 from ...errors import CheckFailed
 from . import baselines as vendor
 from .shapes import BATCHES, LAYER, conv_reference, make_inputs, pool_reference
-from .steps import (BATCH_STEPS, STEP, STEPS, input_forms, input_name, launch_config, make_launch, weight_forms)
+from .steps import (BATCH_STEPS, MEMORY_FRACTION, STEP, STEPS, footprint_bytes, input_forms, input_name,
+                    launch_config, make_launch, unfit_reason, weight_forms)
 
 #: cuDNN's fp32 channels-last path is not run from this batch size on (see the note).
 SLOW_SEARCH_BATCH = 32
@@ -56,12 +58,29 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True,
     batches = (1, 8) if quick else BATCHES
     budget = 100.0 if quick else 400.0
     rows, checks, skipped, kernels_seen = [], [], [], []
+    from ...device import limits
+    here = limits()
     for N in batches:
         shape = LAYER.batch(N)
+        too_large = here.memory_fits(footprint_bytes(shape), MEMORY_FRACTION) if here is not None else None
+        if too_large:            # this GPU (or the simulated one) is too small for the batch: say so, go on
+            skipped.append({"variant": "every step and cuDNN path", "library": "", "precision": "", "size": N,
+                            "reason": too_large})
+            progress(f"N={N} skipped: {too_large}")
+            continue
         x, w, b = make_inputs(shape, seed=N, xp=cupy)
         conv64 = conv_reference(x, w, b, xp=cupy)
         ref = pool_reference(conv64, xp=cupy)
-        chosen = [s for s in STEPS if N == 1 or s.number in BATCH_STEPS]
+        chosen = []
+        for s in STEPS:
+            if not (N == 1 or s.number in BATCH_STEPS):
+                continue
+            why = unfit_reason(s, shape)
+            if why:
+                skipped.append({"variant": s.label, "library": "", "precision": s.precision, "size": N, "reason": why})
+                progress(f"N={N} {s.label} skipped: {why}")
+            else:
+                chosen.append(s)
         forms = weight_forms(w, shape, xp=cupy)
         inputs = input_forms(x, chosen, xp=cupy)
         y = cupy.empty(shape.y_shape, dtype=cupy.float32)
@@ -154,9 +173,12 @@ def transfer_rows(batches, repeats: int) -> list[dict]:
     out = []
     for N in [n for n in TRANSFER_BATCHES if n in batches]:
         shape = LAYER.batch(N)
+        numbers = [n for n in TRANSFER_STEPS if unfit_reason(STEP[n], shape) is None]   # the ladder lists the rest
+        if not numbers:
+            continue
         x, w, b = make_inputs(shape, seed=N, xp=cupy)
         forms = weight_forms(w, shape, xp=cupy)
-        for number in TRANSFER_STEPS:
+        for number in numbers:
             step = STEP[number]
             host_x = cupy.asnumpy(input_forms(x, [step], xp=cupy)[input_name(step)])
             bound = {}
@@ -202,6 +224,8 @@ def resources_table() -> pd.DataFrame:
     from ...kernels import load_module, occupancy, resource_table
     out = []
     for step in STEPS:
+        if unfit_reason(step, LAYER):          # not compiled for this GPU: the skipped table says why
+            continue
         module = load_module(step.file, "gpu", options=step.options)
         res = resource_table(module).loc[step.kernel]
         cfg = launch_config(step, LAYER, step.options)
@@ -269,7 +293,7 @@ def _profile_target() -> None:
 
     shape = LAYER
     x, w, b = make_inputs(shape, seed=1, xp=cupy)
-    chosen = [STEP[n] for n in PROFILE_STEPS]
+    chosen = [STEP[n] for n in PROFILE_STEPS if unfit_reason(STEP[n], shape) is None]
     forms = weight_forms(w, shape, xp=cupy)
     inputs = input_forms(x, chosen, xp=cupy)
     y = cupy.empty(shape.y_shape, dtype=cupy.float32)

@@ -144,6 +144,47 @@ def launch_config(step: Step, shape: Shape, options=None, blocks: int | None = N
     return {"grid": grid, "block": (TC_THREADS,), "shared": tc_shared_bytes(step, options)}
 
 
+#: Steps 7-8 copy with cp.async and step 7 multiplies in tf32: both need compute capability 8.0
+#: (a T4 has 7.5).
+TC_CAPABILITY = "8.0"
+#: The share of the device's memory one batch of the record may use (the rest: PyTorch's cache,
+#: cuDNN's workspaces). Larger batches are skipped, and listed with the reason.
+MEMORY_FRACTION = 0.5
+
+
+def footprint_bytes(shape: Shape, fused: bool = True) -> int:
+    """Device memory the record holds at once for ``shape``: x in NCHW float and channels-last
+    float and half, the float64 convolution and pooled references, y, the filters' forms, and
+    (unfused steps, ``fused=False``) the pre-pool tensor. At N = 32: 8.8 GB fused."""
+    x = shape.N * shape.C * shape.Hp * shape.Wp
+    conv = shape.N * shape.M * shape.E * shape.F
+    pooled = shape.N * shape.M * shape.PE * shape.PF
+    return (x * (4 + 4 + 2) + 8 * conv + (8 + 4) * pooled + (0 if fused else 4 * conv)
+            + 6 * 4 * shape.M * shape.K)
+
+
+def unfit_reason(step: Step, shape: Shape, options=None, limits=None) -> str | None:
+    """Why ``step`` (compiled with ``options``) cannot run ``shape`` on this device, or on the
+    simulated one (:func:`gpulab.device.simulate`): too old a compute capability for its
+    instructions, more dynamic shared memory per block than the device allows, or more device
+    memory than :data:`MEMORY_FRACTION` of it. None when it can (and always on the CPU backend
+    with no profile simulated)."""
+    from ...device import limits as device_limits
+    here = limits if limits is not None else device_limits()
+    if here is None:
+        return None
+    if step.kind == "tc":
+        why = here.capability_fits(TC_CAPABILITY, f"step {step.number}'s cp.async copies and {step.precision} "
+                                                  "tensor cores")
+        if why:
+            return why
+    shared = launch_config(step, shape, tuple(step.options if options is None else options))["shared"]
+    why = here.shared_fits(shared)
+    if why:
+        return f"step {step.number} {why}"
+    return here.memory_fits(footprint_bytes(shape, step.fused), MEMORY_FRACTION)
+
+
 def requirements(step: Step, shape: Shape) -> str | None:
     """Why ``step`` cannot run ``shape`` (None when it can)."""
     if step.kind == "gemm" and shape.K % 8:
@@ -213,6 +254,9 @@ def make_launch(step: Step, shape: Shape, x, forms: dict, b, y, backend: str | B
     if why:
         raise ValueError(why)
     opts = tuple(step.options if options is None else options)
+    why = unfit_reason(step, shape, opts)
+    if why:                   # refused here, with the reason, rather than by the driver at launch
+        raise KernelArgumentError(why)
     module = load_module(step.file, be, options=opts)
     kernel = module.get_function(step.kernel)
     cfg = launch_config(step, shape, opts, blocks, threads)
@@ -269,16 +313,22 @@ def check_steps(backend: str | Backend | None = None, steps=None, shape: Shape =
                 seed: int | None = None) -> pd.DataFrame:
     """Every step against the float64 reference on the reduced shape, with fresh random inputs
     (``seed=None``: a new seed per call, written in the table) and a NaN-poisoned output (and
-    pre-pool buffer)."""
+    pre-pool buffer). A step this device (or the simulated one) cannot run is listed with status
+    "skipped: <reason>"."""
     be = get_backend(backend)
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
     x, w, b = make_inputs(shape, seed)
     ref = reference(x, w, b)
     rows = []
     for step in steps or STEPS:
+        row = {"step": step.number, "kernel": step.kernel, "precision": step.precision, "N": shape.N, "seed": seed}
+        why = unfit_reason(step, shape)
+        if why:
+            rows.append({**row, "rel_error": np.nan, "tolerance": np.nan, "unwritten": 0,
+                         "status": f"skipped: {why}"})
+            continue
         result = compare(run(step, shape, x, w, b, be), ref, step.precision, name=step.label)
-        rows.append({"step": step.number, "kernel": step.kernel, "precision": step.precision, "N": shape.N,
-                     "seed": seed, "rel_error": result.rel_error, "tolerance": result.tolerance,
+        rows.append({**row, "rel_error": result.rel_error, "tolerance": result.tolerance,
                      "unwritten": result.unwritten, "status": "ok" if result.passed else "FAILED"})
     return pd.DataFrame(rows)
 

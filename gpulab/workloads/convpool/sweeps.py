@@ -8,7 +8,10 @@
   the depth of their cp.async ring, at batch 1 and 32.
 
 Each point is checked against the float64 reference before it is timed; a launch the GPU refuses
-is listed as invalid, with the reason, and a wrong result as wrong.
+is listed as invalid, with the reason, and a wrong result as wrong. So is a point this GPU (or the
+simulated one, :func:`gpulab.device.simulate`) cannot run: a tile needing more shared memory per
+block than it allows, the tensor-core steps below compute capability 8.0, a batch over the memory
+budget (see :func:`.steps.unfit_reason`).
 """
 from __future__ import annotations
 
@@ -121,11 +124,19 @@ def tile_sweep(backend=None, batches=TILE_BATCHES, stages=STAGES, pixels=TILE_PI
                shape: Shape = LAYER, seed: int = 0, log=None) -> pd.DataFrame:
     """The tensor-core steps over tile width (128 or 256 pixels) x STAGES (cp.async slices in
     flight), at each batch size."""
-    from .steps import tc_shared_bytes
+    from ...device import limits
+    from .steps import MEMORY_FRACTION, footprint_bytes, tc_shared_bytes, unfit_reason
     frames = []
     for N in batches:
         at_n = shape.batch(N)
         chosen = [STEP[s] for s in steps]
+        here = limits()
+        too_large = here.memory_fits(footprint_bytes(at_n), MEMORY_FRACTION) if here is not None else None
+        if too_large:             # not even allocated: every point of this batch is invalid, with the reason
+            frames.append(pd.DataFrame([{"pixels": px, "STAGES": st, "step": number, "N": N, "status": "invalid",
+                                         "reason": too_large, "timed": False, "repeats": 0}
+                                        for number in steps for px in pixels for st in stages]))
+            continue
         layer = _Layer(at_n, backend, chosen, seed)
         for number in steps:
             step = STEP[number]
@@ -135,8 +146,10 @@ def tile_sweep(backend=None, batches=TILE_BATCHES, stages=STAGES, pixels=TILE_PI
 
             def describe(p, step=step):
                 shared = tc_shared_bytes(step, tile_options(p))
-                return {"step": step.number, "N": N, "shared_bytes": shared,
-                        **occupancy_columns(step, 256, tile_options(p), shared, backend=layer.be)}
+                row = {"step": step.number, "N": N, "shared_bytes": shared}
+                if unfit_reason(step, at_n, tile_options(p)):      # make_launch says why: no occupancy
+                    return row
+                return {**row, **occupancy_columns(step, 256, tile_options(p), shared, backend=layer.be)}
             frames.append(sweep({"pixels": list(pixels), "STAGES": list(stages)}, prepare, reset=layer.reset,
                                 verify=lambda p, step=step: layer.verify(step, f"step {step.number} {p}"),
                                 describe=describe, flops=at_n.flops, log=log))

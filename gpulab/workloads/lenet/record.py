@@ -15,7 +15,10 @@ Experiments (tidy rows; see :mod:`gpulab.timing`):
 - ``ceilings``: the device's measured memory bandwidth and FP32 rate.
 
 Every kernel is checked against the float64 reference at the size it is timed at before it
-is timed (a failure raises); every variant reads the same inputs.
+is timed (a failure raises); every variant reads the same inputs. On a smaller GPU (or a simulated
+one, :func:`gpulab.device.simulate`) the run fits itself to the device: a batch over the memory
+budget is skipped (``skipped`` table, with the reason), and step 11 runs fewer warps per block where
+a block may not have its 81,728 bytes of shared memory (``adaptations`` table).
 """
 from __future__ import annotations
 
@@ -43,6 +46,42 @@ PROFILE_N = 1000
 CUDNN_FP32_TOLERANCE = 1e-4
 
 
+#: The share of the device's memory one batch of the record may use (the rest: PyTorch's cache
+#: and cuDNN's workspaces). A larger batch is skipped, and listed with the reason.
+MEMORY_FRACTION = 0.5
+
+
+def footprint_bytes(N: int) -> int:
+    """Device memory the record holds at once at batch ``N``: the images, the float64 reference's
+    pooled outputs, and the larger of an unfused step's buffers (pre-pool and pooled outputs, and
+    step 4's unrolled inputs for up to 1,000 images) and the vendor section's float64 conv1 with
+    its pool and PyTorch's float32 copies. About 5.6 GB at N = 10,000."""
+    from .steps import IM2COL_CHUNK
+    x = N * CONV1.C * CONV1.H * CONV1.W * 4
+    ref = 8 * (sum(layer.M * layer.P ** 2 for layer in LAYERS)) * N
+    steps_ = 4 * N * sum(layer.M * (layer.E ** 2 + layer.P ** 2) for layer in LAYERS) + \
+        4 * min(N, IM2COL_CHUNK) * sum(layer.taps * layer.E ** 2 for layer in LAYERS)
+    vendor_ = N * CONV1.M * (8 * CONV1.E ** 2 + 8 * CONV1.P ** 2 + 2 * 4 * CONV1.E ** 2)
+    return int(x + ref + max(steps_, vendor_))
+
+
+def runnable_batches(batches, limits=None) -> tuple[list[int], list[dict]]:
+    """The batch sizes whose :func:`footprint_bytes` fits :data:`MEMORY_FRACTION` of this device's
+    memory (or the simulated device's: :func:`gpulab.device.simulate`), and a ``skipped`` row,
+    with the reason, for each that does not."""
+    from ...device import limits as device_limits
+    here = limits if limits is not None else device_limits()
+    ok, skipped = [], []
+    for N in batches:
+        why = here.memory_fits(footprint_bytes(N), MEMORY_FRACTION) if here is not None else None
+        if why:
+            skipped.append({"variant": "every step and vendor path", "library": "", "precision": "", "size": N,
+                            "reason": why})
+        else:
+            ok.append(N)
+    return ok, skipped
+
+
 def _layer_work(layer, N: int, step: Step, phase: str) -> dict:
     itemsize = 2 if step.precision == "fp16" else 4
     return {"flops": layer.flops(N), "bytes": layer.bytes(N, itemsize, fused=(phase == "layer"))}
@@ -59,14 +98,20 @@ def benchmark_all(repeats: int = 100, quick: bool = False):
     def progress(text):
         print(f"lenet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
 
-    batches = BATCHES[:2] if quick else BATCHES
+    from .steps import adaptations
+    batches, skipped = runnable_batches(BATCHES[:2] if quick else BATCHES)
+    for entry in skipped:
+        progress(f"N={entry['size']} skipped: {entry['reason']}")
+    changed = adaptations()
+    for entry in changed:
+        progress(f"step {entry['step']}: {entry['change']} ({entry['reason']})")
     weights = load_weights()
     x_host, labels = test_inputs(max(batches))
     ref_pred = weights["test_predictions"][:max(batches)]
     x_all = cupy.asarray(x_host)
     progress("reference (float64 on the GPU)")
     ref = forward(x_all, weights, xp=cupy)               # pool1, pool2, logits in float64
-    rows, checks, skipped = [], [], []
+    rows, checks = [], []
 
     def timed(fn, experiment, variant, N, phase, graph=False, **labels_):
         t = (graph_benchmark(fn, launches=5, repeats=repeats, budget_ms=TIMING_BUDGET_MS) if graph
@@ -155,6 +200,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False):
     rows.extend(roofline.measure_ceilings(repeats=10))
     tables = {"checks": pd.DataFrame(checks), "timeline": pd.concat(timeline_rows, ignore_index=True),
               "skipped": pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"]),
+              "adaptations": pd.DataFrame(changed, columns=["step", "change", "reason"]),
               "resources": resources_table()}
     progress("profile")
     profile = profile_table()

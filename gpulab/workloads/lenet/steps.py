@@ -29,9 +29,47 @@ RELU_POOL_BLOCK = 256
 FC2_BLOCK = 128
 #: Step 10's block shape per layer: pooled rows per block (BY), pooled columns per thread (PX).
 FUSED_SHAPE = {"conv1": {"BY": 8, "PX": 2}, "conv2": {"BY": 17, "PX": 1}}
-#: Step 11's dynamic shared memory (SMEM_BYTES in its kernel file).
+#: Step 11's padded K and warps per block; the warp counts it may be compiled with, largest first.
 WMMA_KP, WMMA_WARPS = 208, 8
-WMMA_SHARED = 2 * 16 * WMMA_KP + 2 * WMMA_WARPS * 16 * WMMA_KP + 4 * WMMA_WARPS * 256 + 4 * WMMA_KP + 2 * 4 * 40 * 40
+WMMA_WARP_CHOICES = (8, 4, 2)
+
+
+def wmma_shared(warps: int = WMMA_WARPS) -> int:
+    """Step 11's dynamic shared memory with ``warps`` warps per block (SMEM_BYTES in its kernel
+    file): the weights, a 16 x 208 tile and a 16 x 16 result per warp, the offsets, the image."""
+    return 2 * 16 * WMMA_KP + 2 * warps * 16 * WMMA_KP + 4 * warps * 256 + 4 * WMMA_KP + 2 * 4 * 40 * 40
+
+
+#: 81,728 bytes with 8 warps: more than a T4 allows a block (65,536), so there it runs 4 warps.
+WMMA_SHARED = wmma_shared()
+
+
+def wmma_warps(limits=None) -> int:
+    """Warps per block for step 11 on this device (or the simulated one, see
+    :func:`gpulab.device.simulate`): the most of :data:`WMMA_WARP_CHOICES` whose shared memory
+    fits a block; 8 where no limit is known (the CPU backend)."""
+    from ...device import limits as device_limits
+    here = limits if limits is not None else device_limits()
+    if here is None:
+        return WMMA_WARPS
+    for warps in WMMA_WARP_CHOICES:
+        if here.shared_fits(wmma_shared(warps)) is None:
+            return warps
+    raise ValueError(f"step 11 needs at least {wmma_shared(WMMA_WARP_CHOICES[-1]):,} bytes of shared memory per "
+                     f"block; {here.name} allows {here.shared_per_block:,}")
+
+
+def adaptations(limits=None) -> list[dict]:
+    """What the ladder changes to fit this device (or the simulated one), one row per change,
+    with the reason: empty where every step runs as the chapter describes it."""
+    from ...device import limits as device_limits
+    here = limits if limits is not None else device_limits()
+    warps = wmma_warps(here)
+    if warps == WMMA_WARPS:
+        return []
+    return [{"step": "11", "change": f"conv2 kernel compiled with {warps} warps per block instead of {WMMA_WARPS}",
+             "reason": f"{WMMA_WARPS} warps {here.shared_fits(WMMA_SHARED)}; {warps} warps need "
+                       f"{wmma_shared(warps):,}"}]
 CONSTANT_FLOATS = 16 * 4 * 7 * 7
 COMMON_FILES = {"relu_pool": "lenet/relu_pool.cu", "fc": "lenet/fc_layers.cu"}
 #: Sizes of the correctness checks: 1, odd, and a full conv2 block count not a multiple of anything.
@@ -107,6 +145,9 @@ def _module(step: Step, layer: Conv, be: Backend):
         opts = [f"-DCH={layer.C}", f"-DMF={layer.M}", f"-DIH={layer.H}", f"-DBY={shape['BY']}",
                 f"-DPX={shape['PX']}"]
         return load_module(STEP["10"].file, be, options=tuple(opts))
+    if step.kind == "wmma":
+        warps = wmma_warps()
+        return load_module(step.file, be, options=() if warps == WMMA_WARPS else (f"-DWARPS={warps}",))
     return load_module(step.file, be)
 
 
@@ -154,8 +195,9 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
                                           (x, w, out, N))
     if step.kind == "wmma":
         fn = module.conv2_wmma_relu_pool_half if half_out else module.conv2_wmma_relu_pool
-        fn.allow_shared_memory(WMMA_SHARED)
-        return fn.bind((N,), (WMMA_WARPS * 32,), (x, w, out, N), WMMA_SHARED)
+        warps = wmma_warps()               # 8, or fewer where the GPU allows a block less shared memory
+        fn.allow_shared_memory(wmma_shared(warps))
+        return fn.bind((N,), (warps * 32,), (x, w, out, N), wmma_shared(warps))
     raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
 
 
