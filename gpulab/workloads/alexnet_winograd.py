@@ -1,0 +1,241 @@
+"""The AlexNet chapter's Winograd steps (23: F(2x2,3x3), 24: F(4x4,3x3)): the transforms'
+matrices, the scratch they need, and their launches.
+
+Kept apart from :mod:`gpulab.workloads.alexnet` (which declares the steps in its ladder and
+calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet_tc` is for steps 18-22.
+Winograd's minimal filtering applies to the 3 x 3, stride-1 layers (3, 4 and 5); on the
+others a Winograd step runs the chapter's fastest fp32 kernel for that layer
+(:data:`FALLBACK`), and :func:`kernels_per_layer` says which ran where.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+#: Output tile side m of F(m x m, 3 x 3) for each Winograd step.
+TILE = {"23": 2, "24": 4}
+#: The step each layer runs where Winograd does not apply (not 3 x 3 with stride 1): the
+#: fastest fp32 step on that layer in the recorded H100 run (step 22 on layers 1 and 2;
+#: tests/test_alexnet_winograd.py checks the choice against the run).
+FALLBACK = {1: "22", 2: "22"}
+GEMM_TILE = 128          # WG_BM = WG_BN in winograd_gemm.h: Mp and Pp are multiples of it
+GEMM_BK = 8              # WG_BK: Kp is a multiple of it
+GEMM_THREADS = 256
+TRANSFORM_BLOCK = 128    # TRANSFORM_BLOCK in the step files
+
+# Lavin and Gray (2016): Y = A^T [(G g G^T) * (B^T d B)] A is the correlation of the
+# (m + 2) x (m + 2) tile d with the 3 x 3 filter g, an m x m block of outputs.
+_F2 = (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64),
+       np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+       np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64))
+_F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=np.float64),
+       np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                dtype=np.float64))
+#: {m: (B^T, G, A^T)} for F(m x m, 3 x 3), as the kernel files spell them out.
+MATRICES = {2: _F2, 4: _F4}
+
+
+def winograd_tile(d: np.ndarray, g: np.ndarray, m: int) -> np.ndarray:
+    """F(m x m, 3 x 3) on one (m + 2) x (m + 2) tile ``d`` and one 3 x 3 filter ``g``,
+    in the precision of the arrays given (the transforms' matrices cast to it)."""
+    BT, G, AT = (a.astype(np.result_type(d, g)) for a in MATRICES[m])
+    return AT @ ((G @ g @ G.T) * (BT @ d @ BT.T)) @ AT.T
+
+
+def applies(layer) -> bool:
+    """Whether F(m x m, 3 x 3) computes ``layer``: a 3 x 3 filter with stride 1."""
+    return layer.R == 3 and layer.S == 3 and layer.U == 1
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The transform domain of one layer at batch size N for tiles of m x m outputs."""
+
+    m: int
+    TH: int      # tiles down a plane: ceil(E / m)
+    TW: int      # tiles across: ceil(F / m)
+    P: int       # tiles in all: N * TH * TW (the GEMMs' columns)
+    Pp: int      # P rounded up to the GEMM tile
+    Mp: int      # filters rounded up to the GEMM tile
+    Kp: int      # channels rounded up to the GEMM slice
+
+    @property
+    def points(self) -> int:
+        """Transform points: (m + 2)^2, the number of matrix products."""
+        return (self.m + 2) ** 2
+
+
+def geometry(step_number: str, layer, N: int) -> Geometry:
+    m = TILE[step_number]
+    TH, TW = -(-layer.E // m), -(-layer.F // m)
+    P = N * TH * TW
+    up = lambda v, q: -(-v // q) * q          # noqa: E731
+    return Geometry(m=m, TH=TH, TW=TW, P=P, Pp=up(P, GEMM_TILE), Mp=up(layer.M, GEMM_TILE),
+                    Kp=up(layer.C, GEMM_BK))
+
+
+def fallback_step(step, layer):
+    """The step that runs ``layer`` for Winograd step ``step``: itself where it applies, else
+    :data:`FALLBACK`'s."""
+    from .alexnet import STEP
+    return step if applies(layer) else STEP[FALLBACK[layer.index]]
+
+
+def scratch_bytes(step, layer, N: int) -> int:
+    """U, V and Mt in the transform domain (or the fallback step's scratch)."""
+    if not applies(layer):
+        from .alexnet import scratch_bytes as other
+        return other(fallback_step(step, layer), layer, N)
+    g = geometry(step.number, layer, N)
+    return 4 * g.points * (g.Kp * g.Mp + g.Kp * g.Pp + g.Mp * g.Pp)
+
+
+def launch_config(step, layer, N: int) -> dict:
+    """The batched GEMM's grid, block and dynamic shared memory (none: its 16 KB of tiles
+    are static), or the fallback step's main kernel's."""
+    if not applies(layer):
+        from .alexnet import launch_config as other
+        return other(fallback_step(step, layer), layer, N)
+    g = geometry(step.number, layer, N)
+    return {"grid": (g.Pp // GEMM_TILE, g.Mp // GEMM_TILE, g.points), "block": (GEMM_THREADS,), "shared_bytes": 0}
+
+
+def multiplies(step_number: str, layer, N: int) -> int:
+    """Multiplies the step's GEMMs do on ``layer`` (tiles past the edge included), against
+    direct convolution's N*M*E*F*C*R*S."""
+    g = geometry(step_number, layer, N)
+    return g.points * g.P * layer.M * layer.C
+
+
+def multiply_table(N: int, layers=None) -> "pd.DataFrame":
+    """Per 3 x 3 layer: direct convolution's multiplies against F(2x2,3x3)'s and
+    F(4x4,3x3)'s at batch size N, the tiles past the output's edge included."""
+    import pandas as pd
+
+    from .alexnet import LAYERS
+    rows = []
+    for layer in layers or LAYERS:
+        if not applies(layer):
+            continue
+        direct = N * layer.M * layer.E * layer.F * layer.K
+        row = {"layer": layer.name, "output E x F": f"{layer.E} x {layer.F}", "direct (G mul)": direct / 1e9}
+        for number, m in TILE.items():
+            g = geometry(number, layer, N)
+            row[f"F({m}x{m},3x3) tiles"] = f"{g.TH} x {g.TW}"
+            row[f"F({m}x{m},3x3) (G mul)"] = multiplies(number, layer, N) / 1e9
+            row[f"F({m}x{m},3x3) fewer"] = direct / multiplies(number, layer, N)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("layer")
+
+
+def kernels_per_layer(steps=None, layers=None) -> "pd.DataFrame":
+    """Which step and kernel file run each layer for the Winograd steps."""
+    import pandas as pd
+
+    from .alexnet import LAYERS, STEP
+    out = []
+    for number in steps or TILE:
+        step = STEP[number]
+        for layer in layers or LAYERS:
+            ran = fallback_step(step, layer)
+            how = (f"Winograd F({TILE[number]}x{TILE[number]},3x3)" if ran is step
+                   else f"step {ran.number} ({ran.title})")
+            out.append({"step": number, "layer": layer.name, "runs": how, "file": ran.file})
+    return pd.DataFrame(out)
+
+
+def _suffix(step) -> str:
+    m = TILE[step.number]
+    return f"{m}x{m}"
+
+
+def filter_transform(step, layer, w, be) -> tuple[Callable[[], None], object]:
+    """(launch, U): the filter transform G g G^T of ``layer``'s filters ``w`` (a device
+    array) into a new U, bound but not yet run -- to run once per model, and to time."""
+    from ..kernels import load_module
+    g = geometry(step.number, layer, 1)
+    module = load_module(step.file, be)
+    U = be.xp.empty((g.points, g.Kp, g.Mp), dtype=np.float32)
+    run = module.get_function(f"winograd_filter_{_suffix(step)}").bind(
+        (g.Mp // TRANSFORM_BLOCK, g.Kp), TRANSFORM_BLOCK, (w, U, layer.M, layer.C, g.Mp, g.Kp), 0)
+    return run, U
+
+
+def make_launch(step, layer, N: int, x, w, y, be) -> Callable[[], None]:
+    """A Winograd step on NCHW float32 device arrays x, w -> y. Binding transforms the filters
+    once (a constant of the model); each call then transforms the input, runs the batched
+    GEMM and transforms the products back into y. On layers where Winograd does not apply,
+    the fallback step's launch."""
+    if not applies(layer):
+        from .alexnet import make_launch as other
+        return other(fallback_step(step, layer), layer, N, x, w, y, be)
+    from ..kernels import load_module
+    g = geometry(step.number, layer, N)
+    module = load_module(step.file, be)
+    set_up, U = filter_transform(step, layer, w, be)
+    set_up()
+    V = be.xp.empty((g.points, g.Kp, g.Pp), dtype=np.float32)
+    Mt = be.xp.empty((g.points, g.Mp, g.Pp), dtype=np.float32)
+    suffix = _suffix(step)
+    to_tiles = module.get_function(f"winograd_input_{suffix}").bind(
+        (g.Pp // TRANSFORM_BLOCK, g.Kp), TRANSFORM_BLOCK,
+        (x, V, N, layer.C, layer.H, layer.W, layer.P, g.TH, g.TW, g.Kp, g.Pp), 0)
+    cfg = launch_config(step, layer, N)
+    gemm = module.get_function("conv_winograd_gemm").bind(cfg["grid"], cfg["block"], (U, V, Mt, g.Mp, g.Pp, g.Kp), 0)
+    from_tiles = module.get_function(f"winograd_output_{suffix}").bind(
+        (-(-g.P // TRANSFORM_BLOCK), layer.M), TRANSFORM_BLOCK,
+        (Mt, y, N, layer.M, layer.E, layer.F, g.TH, g.TW, g.Mp, g.Pp), 0)
+
+    def launch():
+        to_tiles()
+        gemm()
+        from_tiles()
+    launch.keep = (U, V, Mt)       # the scratch lives as long as the launch
+    launch.parts = {"input transform": to_tiles, "gemm": gemm, "output transform": from_tiles}
+    return launch
+
+
+def time_filter_transform(step, layer, w, repeats: int = 100, budget_ms: float = 300.0) -> dict:
+    """One tidy row (experiment ``winograd_setup``): the GPU time of ``layer``'s filter
+    transform, which the step's launches do once, when bound, and so leave out of its
+    timed calls."""
+    from ..kernels import get_backend
+    from ..timing import benchmark
+    set_up, U = filter_transform(step, layer, w, get_backend("gpu"))
+    g = geometry(step.number, layer, 1)
+    timing = benchmark(set_up, repeats=repeats, budget_ms=budget_ms)
+    return timing.row("winograd_setup", step.label, 0, "filter transform",
+                      bytes=4 * (layer.M * layer.K + U.size), layer=layer.index, step=step.number,
+                      precision=step.precision, kernel=f"winograd_filter_{_suffix(step)}", points=g.points)
+
+
+def accuracy_table(backend=None, steps=("17", "22", "23", "24"), layers=None, N: int = 2,
+                   seed: int = 0) -> "pd.DataFrame":
+    """Each step's error against the float64 reference on the 3 x 3 layers (by default the
+    reduced layers of the checks), measured now on ``backend``, on the same seeded inputs for
+    every step: the relative error norm (what the checks compare with the tolerance) and the
+    largest error of one output over the largest output (max |y - ref| / max |ref|)."""
+    import pandas as pd
+
+    from ..check import compare
+    from ..kernels import get_backend
+    from .alexnet import CHECK_LAYERS, STEP, make_inputs, reference, run
+    be = get_backend(backend)
+    rows = []
+    for layer in layers or [layer for layer in CHECK_LAYERS if applies(layer)]:
+        x, w = make_inputs(layer, N, seed)
+        ref = reference(x, w, layer)
+        for number in steps:
+            step = STEP[number]
+            y = run(step, layer, x, w, be)
+            result = compare(y, ref, step.precision, name=f"step {number} {layer.name}")
+            rows.append({"step": number, "variant": step.label, "layer": layer.name,
+                         "rel_error": result.rel_error,
+                         "max_error_over_max_output": result.max_abs_error / float(np.abs(ref).max()),
+                         "passed": result.passed})
+    return pd.DataFrame(rows)
