@@ -16,8 +16,8 @@
 // Their constants are larger (up to 5 in B, 8 in A; 1/24 in G), so the transformed values
 // grow and cancel: each output is a signed sum whose terms are larger than the result, and
 // fp32 rounds the terms. The error grows with the tile: this is the accuracy cost of the
-// multiplies saved. (F(6x6, 3x3), 5.06x fewer, needs points like +-1/2 and constants near 100:
-// too inaccurate for fp32 without care, so the ladder stops here.) As in step 23, the filter
+// multiplies saved. (F(6x6, 3x3), 5.06x fewer, adds the points +-1/2 and constants from 1/90
+// to 32: usually too inaccurate for fp32, so the ladder stops here.) As in step 23, the filter
 // transform runs once when the launch is bound, in double, rounded once (1/6 and 1/24 have no
 // exact float); layers 1 and 2 run the chapter's fastest fp32 kernel for them.
 //
@@ -99,14 +99,16 @@ extern "C" __global__ void winograd_input_4x4(const float* __restrict__ x, float
     }
 }
 
-// G applied to one column (or row) g0..g2, in double.
+// G applied to one column (or row) g0..g2, in double (multiplying by the constants 1/6, 1/12,
+// 1/24 rounded to double: a division would call a slow software routine on the GPU).
 __device__ __forceinline__ void filter_1d(const double* g, double* u)
 {
-    u[0] = g[0] / 4.0;
-    u[1] = -(g[0] + g[1] + g[2]) / 6.0;
-    u[2] = -(g[0] - g[1] + g[2]) / 6.0;
-    u[3] = g[0] / 24.0 + g[1] / 12.0 + g[2] / 6.0;
-    u[4] = g[0] / 24.0 - g[1] / 12.0 + g[2] / 6.0;
+    const double sixth = 1.0 / 6.0, twelfth = 1.0 / 12.0, twenty_fourth = 1.0 / 24.0;
+    u[0] = 0.25 * g[0];
+    u[1] = -sixth * (g[0] + g[1] + g[2]);
+    u[2] = -sixth * (g[0] - g[1] + g[2]);
+    u[3] = twenty_fourth * g[0] + twelfth * g[1] + sixth * g[2];
+    u[4] = twenty_fourth * g[0] - twelfth * g[1] + sixth * g[2];
     u[5] = g[2];
 }
 
