@@ -182,3 +182,50 @@ def test_tile_sweep_points_over_the_l4s_shared_memory_are_invalid_with_the_reaso
     assert by_stages.loc[3, "status"] == "ok" and by_stages.loc[3, "shared_bytes"] == 92_160
     assert by_stages.loc[4, "status"] == "invalid"
     assert "122,880 bytes of shared memory" in by_stages.loc[4, "reason"] and "NVIDIA L4" in by_stages.loc[4, "reason"]
+
+
+def test_the_record_plan_on_a_t4_skips_the_tensor_core_steps_and_batch_32():
+    from gpulab import device
+    from gpulab.workloads.convpool import record
+    planned, skipped = record.plan(convpool.BATCHES, device.PROFILES["T4"])
+    assert {N: [s.number for s in steps] for N, steps in planned.items()} == {
+        1: ["01", "02", "03", "04", "05", "06"], 8: ["05", "06"]}
+    assert [(r["variant"][:2], r["size"]) for r in skipped] == [("07", 1), ("08", 1), ("07", 8), ("08", 8),
+                                                                ("ev", 32)]
+    assert record.plan(convpool.BATCHES, None)[1] == []              # no limits: everything is measured
+
+
+def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(monkeypatch):
+    # A live run on a T4 lacks steps 7-8 (compute capability 7.5) and N = 32 (memory). Build one
+    # from the recorded run through the record's own plan (record.as_measured_on), execute every
+    # cell of the notebook against it under the simulated T4, and read the outputs.
+    import json
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(root / "book/convpool/convpool.ipynb", as_version=4)
+    hook = nbformat.v4.new_code_cell(
+        "import gpulab\n"
+        "from gpulab.device import PROFILES\n"
+        "from gpulab.workloads.convpool import record as _record\n"
+        "_t4 = _record.as_measured_on(gpulab.load_run('convpool'), PROFILES['T4'])\n"
+        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _t4\n")
+    nb.cells.insert(0, hook)
+    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "T4")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(root / "book/convpool")}}
+                   ).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
+    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
+             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    for key in ("fp16_ms", "tf32_ms", "step8_tflops", "tuned1_gain", "tuned32_gain", "step6_32_ms", "fp16_gap32",
+                "copies16_1", "tf32_error"):
+        assert glued[key] == "not measured on this GPU", key
+    assert float(glued["step6_ms"]) > 0 and glued["fp32_met"] == "met"
+    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("text", "") for o in outputs])
+    assert "needs compute capability 8.0 or newer for step 07" in text and "Tesla T4 has 7.5" in text
+    assert "skipped: N = 32, every step and cuDNN path: needs 8.8 GB of device memory" in text   # the targets

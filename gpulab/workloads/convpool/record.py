@@ -41,6 +41,87 @@ def step_bytes(step, shape) -> float:
     return float(shape.bytes(step.itemsize) + (0 if step.fused else shape.prepool_bytes()))
 
 
+#: The ``variant`` of a ``skipped`` row for a batch size not measured at all.
+WHOLE_BATCH = "every step and cuDNN path"
+
+
+def plan(batches, here) -> tuple[dict, list]:
+    """What the record measures on a device with limits ``here`` (:func:`gpulab.device.limits`;
+    None: no limits): ({N: the steps timed at N}, the ``skipped`` rows for the rest). A batch over
+    the memory budget is skipped whole (cuDNN too); a step this device cannot run, alone."""
+    planned, skipped = {}, []
+    for N in batches:
+        shape = LAYER.batch(N)
+        too_large = here.memory_fits(footprint_bytes(shape), MEMORY_FRACTION) if here is not None else None
+        if too_large:            # this GPU (or the simulated one) is too small for the batch: say so, go on
+            skipped.append({"variant": WHOLE_BATCH, "library": "", "precision": "", "size": N, "reason": too_large})
+            continue
+        planned[N] = []
+        for s in STEPS:
+            if not (N == 1 or s.number in BATCH_STEPS):
+                continue
+            why = unfit_reason(s, shape, limits=here) if here is not None else None
+            if why:
+                skipped.append({"variant": s.label, "library": "", "precision": s.precision, "size": N, "reason": why})
+            else:
+                planned[N].append(s)
+    return planned, skipped
+
+
+def as_measured_on(run, here):
+    """TEST HOOK, not a measurement: the recorded ``run`` cut down to what :func:`benchmark_all`
+    would have measured on a device with limits ``here`` (e.g. ``gpulab.device.PROFILES["T4"]``),
+    through the same :func:`plan` and :func:`.steps.unfit_reason`: rows of skipped steps and
+    batches removed and listed in ``skipped``, tile-sweep points that do not fit made invalid with
+    the reason. The times are still the recorded GPU's. What tests/test_convpool.py executes the
+    notebook against, to show it reads a small GPU's run without a GPU."""
+    import dataclasses
+
+    from ... import baselines
+    from ...errors import KernelArgumentError
+    from ...sweep import _message
+    ladder = run.experiment("ladder")
+    planned, skipped = plan(sorted(ladder["size"].unique()), here)
+    timed = {(N, s.label) for N, chosen in planned.items() for s in chosen}
+    keys = list(zip(run.timings["size"], run.timings["variant"]))
+    experiment = run.timings["experiment"]
+    keep = ~experiment.isin(["ladder", "cudnn_conv", "transfers"])
+    vendor_kept = baselines.is_vendor(run.timings) & run.timings["size"].isin(planned)
+    keep |= (experiment == "ladder") & (pd.Series([k in timed for k in keys], index=keep.index) | vendor_kept)
+    keep |= (experiment == "cudnn_conv") & run.timings["size"].isin(planned)
+    fits = [n in STEP and N in planned and unfit_reason(STEP[n], LAYER.batch(N), limits=here) is None
+            for n, N in zip(run.timings["step"].astype(str), run.timings["size"])]
+    keep |= (experiment == "transfers") & pd.Series(fits, index=keep.index)
+    tables = dict(run.tables)
+    checks = tables["checks"]
+    tables["checks"] = checks[[(N, STEP[n].label) in timed for n, N in zip(checks["step"], checks["size"])]]
+    fits_layer = {s.number for s in STEPS if unfit_reason(s, LAYER, limits=here) is None}
+    tables["resources"] = tables["resources"][tables["resources"]["step"].isin(fits_layer)]
+    if "profile" in tables:
+        tables["profile"] = tables["profile"][tables["profile"]["step"].isin(fits_layer | {"pool"})]
+    if "sweeps" in tables:
+        sweeps = tables["sweeps"].copy()
+        for i, row in sweeps.iterrows():
+            if row["sweep"] == "tiles":
+                step, shape, options = STEP[row["step"]], LAYER.batch(int(row["N"])), (
+                    f"-DSTAGES={int(row['STAGES'])}", f"-DTC_BN={int(row['pixels'])}")
+                too_large = here.memory_fits(footprint_bytes(shape), MEMORY_FRACTION)
+            else:
+                step, shape, options, too_large = STEP["05"], LAYER, (f"-DQ={int(row['Q'])}",), None
+            why = too_large or (unfit_reason(step, shape, options, limits=here) and
+                                _message(KernelArgumentError(unfit_reason(step, shape, options, limits=here))))
+            if why:
+                sweeps.loc[i, ["status", "reason", "timed"]] = ["invalid", why, False]
+                sweeps.loc[i, ["median_ms", "q1_ms", "q3_ms", "gflops", "rel_error"]] = np.nan
+        tables["sweeps"] = sweeps
+    recorded = tables.get("skipped")
+    if recorded is not None:          # the record's own skips at the batches still measured
+        recorded = recorded[recorded["size"].isin(planned) | (recorded["size"] == 0)]
+        skipped += recorded.to_dict("records")
+    tables["skipped"] = pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"])
+    return dataclasses.replace(run, timings=run.timings[keep].reset_index(drop=True), tables=tables)
+
+
 def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True, deadline_s: float = 300.0):
     """Every experiment of the chapter on the GPU: (rows, side tables). The parts after the ladder
     and the cuDNN paths are skipped (and listed in ``skipped``) once ``deadline_s`` have passed."""
@@ -57,30 +138,16 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True,
 
     batches = (1, 8) if quick else BATCHES
     budget = 100.0 if quick else 400.0
-    rows, checks, skipped, kernels_seen = [], [], [], []
+    rows, checks, kernels_seen = [], [], []
     from ...device import limits
-    here = limits()
-    for N in batches:
+    planned, skipped = plan(batches, limits())
+    for row in skipped:
+        progress(f"N={row['size']} {row['variant']} skipped: {row['reason']}")
+    for N, chosen in planned.items():
         shape = LAYER.batch(N)
-        too_large = here.memory_fits(footprint_bytes(shape), MEMORY_FRACTION) if here is not None else None
-        if too_large:            # this GPU (or the simulated one) is too small for the batch: say so, go on
-            skipped.append({"variant": "every step and cuDNN path", "library": "", "precision": "", "size": N,
-                            "reason": too_large})
-            progress(f"N={N} skipped: {too_large}")
-            continue
         x, w, b = make_inputs(shape, seed=N, xp=cupy)
         conv64 = conv_reference(x, w, b, xp=cupy)
         ref = pool_reference(conv64, xp=cupy)
-        chosen = []
-        for s in STEPS:
-            if not (N == 1 or s.number in BATCH_STEPS):
-                continue
-            why = unfit_reason(s, shape)
-            if why:
-                skipped.append({"variant": s.label, "library": "", "precision": s.precision, "size": N, "reason": why})
-                progress(f"N={N} {s.label} skipped: {why}")
-            else:
-                chosen.append(s)
         forms = weight_forms(w, shape, xp=cupy)
         inputs = input_forms(x, chosen, xp=cupy)
         y = cupy.empty(shape.y_shape, dtype=cupy.float32)

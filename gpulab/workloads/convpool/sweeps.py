@@ -182,6 +182,9 @@ def sweep_table(run, name: str) -> pd.DataFrame:
                                f"`python -m gpulab record {run.chapter}` on a GPU machine")
     table = run.tables["sweeps"]
     table = table[table["sweep"] == name].dropna(axis=1, how="all").reset_index(drop=True)
+    for column in ("median_ms", "gflops"):   # kept when no point was timed (all invalid on this GPU)
+        if column not in table:
+            table[column] = np.nan
     for column in table.columns:           # whole numbers read back as floats (other sweeps' NaN)
         values = table[column]
         if values.dtype.kind == "f" and values.dropna().mod(1).eq(0).all():

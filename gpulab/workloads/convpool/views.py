@@ -1,5 +1,10 @@
 """What the notebook reads from a run: the ladder at a batch size, the vendor lines, the fastest
-path per precision, the targets, the rates against the measured ceilings."""
+path per precision, the targets, the rates against the measured ceilings.
+
+A live run on a smaller GPU lacks what that GPU cannot run (steps 7-8 on a T4, batch 32 where
+memory is short: the run's ``skipped`` table says why). The readers here return NaN or None for a
+missing value rather than raising, :func:`known` turns those into :data:`NOT_MEASURED` for the
+prose, and :func:`caption` adds to a figure's or table's caption what the run skipped."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,18 +39,97 @@ def vendor_lines(run, N: int, precisions=("fp32", "tf32", "fp16")) -> pd.DataFra
     return pd.DataFrame([p for p in picks if p is not None]).reset_index(drop=True)
 
 
-def best_step(run, N: int, precision: str) -> pd.Series:
-    """Our fastest step of ``precision`` at batch ``N``."""
+def best_step(run, N: int, precision: str) -> pd.Series | None:
+    """Our fastest step of ``precision`` at batch ``N`` (None when the run timed none)."""
     ours = ladder(run, N, vendor=False)
-    return ours[ours["precision"] == precision].sort_values("median_ms").iloc[0]
+    ours = ours[ours["precision"] == precision].sort_values("median_ms")
+    return ours.iloc[0] if len(ours) else None
+
+
+#: What the prose says in place of a number the run could not measure.
+NOT_MEASURED = "not measured on this GPU"
+
+
+def known(**values) -> dict:
+    """``values`` for :func:`gpulab.prose.glue`, each missing number (None or NaN: a step or batch
+    this run skipped) replaced by :data:`NOT_MEASURED`."""
+    return {k: NOT_MEASURED if v is None or (isinstance(v, float) and np.isnan(v)) else v
+            for k, v in values.items()}
+
+
+def whole(value):
+    """``value`` as an int, or NaN when it is missing."""
+    return np.nan if value is None or pd.isna(value) else int(value)
+
+
+def at(run, N: int, number: str, column: str = "median_ms") -> float:
+    """One step's ``column`` at batch ``N`` (NaN when the run did not time it)."""
+    rows = ladder(run, N, vendor=False)
+    rows = rows[rows["step"].astype(str) == number]
+    return float(rows[column].iloc[0]) if len(rows) else np.nan
+
+
+def side(run, table: str, number: str, column: str) -> float:
+    """A step's ``column`` in one of the run's side tables ("resources", "profile"; NaN when
+    the table or the step is missing)."""
+    frame = run.tables.get(table)
+    if frame is None or not (frame["step"].astype(str) == number).any():
+        return np.nan
+    return float(frame[frame["step"].astype(str) == number][column].iloc[0])
+
+
+def skip_note(run, sizes=None, steps=None) -> str:
+    """What the run skipped among our ``steps`` (numbers; None: all) at batch ``sizes`` (None:
+    any), whole batches included, with the reasons from its ``skipped`` table: "" when nothing."""
+    from .record import WHOLE_BATCH
+    table = run.tables.get("skipped")
+    if table is None or not len(table):
+        return ""
+    names = {s.label: f"step {s.number}" for s in STEPS if steps is None or s.number in steps}
+    names[WHOLE_BATCH] = WHOLE_BATCH
+    rows = table[table["variant"].isin(names) & (table["size"].isin(sizes) if sizes is not None else True)]
+    parts = []
+    for (variant, reason), group in rows.groupby(["variant", "reason"], sort=False):
+        at_n = ", ".join(str(int(n)) for n in group["size"])
+        parts.append(f"N = {at_n}, {variant}: {reason}" if variant == WHOLE_BATCH
+                     else f"{names[variant]} at N = {at_n}: {reason}")
+    return "; ".join(parts)
+
+
+def caption(run, sizes=None, steps=None) -> str:
+    """``run.caption``, and what the run skipped among ``steps`` at ``sizes`` (see :func:`skip_note`)."""
+    note = skip_note(run, sizes, steps)
+    return run.caption + (f". Skipped in this run: {note}" if note else "")
+
+
+def best_point(table: pd.DataFrame) -> pd.Series:
+    """A sweep's best checked-and-timed point, or a row of NaN when it has none (every point
+    invalid on this GPU)."""
+    from ...sweep import best
+    try:
+        return best(table)
+    except (ValueError, KeyError):
+        return pd.Series(np.nan, index=table.columns)
+
+
+def point(table: pd.DataFrame, **where) -> pd.Series:
+    """The sweep point with these parameter values, or a row of NaN when the run lacks it."""
+    from ...sweep import point_row
+    try:
+        row = point_row(table, **where)
+    except KeyError:
+        return pd.Series(np.nan, index=table.columns)
+    return row if row["status"] == "ok" else pd.Series(np.nan, index=table.columns)
 
 
 def measured_rates(run) -> dict:
     """The run's ceilings: copy GB/s, SGEMM, TF32 and FP16 GEMM TFLOP/s."""
     # A ceiling is the best rate measured for it (a run may hold a ceiling twice).
+    # A ceiling the run lacks (its section failed) is NaN.
     rows = roofline.rates(run.experiment("ceilings")).groupby("variant")[["gbs", "gflops"]].max()
-    out = {"copy_gbs": rows.loc["device copy", "gbs"], "fp32_tflops": rows.loc["cuBLAS SGEMM", "gflops"] / 1e3}
-    for name, key in (("cuBLAS TF32 GEMM (PyTorch)", "tf32_tflops"), ("cuBLAS HGEMM (fp16)", "fp16_tflops")):
+    out = {"copy_gbs": rows.loc["device copy", "gbs"] if "device copy" in rows.index else np.nan}
+    for name, key in (("cuBLAS SGEMM", "fp32_tflops"), ("cuBLAS TF32 GEMM (PyTorch)", "tf32_tflops"),
+                      ("cuBLAS HGEMM (fp16)", "fp16_tflops")):
         out[key] = rows.loc[name, "gflops"] / 1e3 if name in rows.index else np.nan
     return out
 
@@ -66,15 +150,22 @@ def floors(run, N: int = 1) -> pd.DataFrame:
 
 def targets(run) -> pd.DataFrame:
     """Each target: our fastest step of the precision against the fastest cuDNN path of matching
-    precision (fp16 is matched with fp16 and bf16), at batch 1 or 32, from the run."""
+    precision (fp16 is matched with fp16 and bf16), at batch 1 or 32, from the run. A target the
+    run could not measure has "skipped: <reason>" for its step (or path), NaN times and ``met``
+    None."""
     out = []
     for N, precision in TARGETS:
         ours = best_step(run, N, precision)
-        vendor = baselines.fastest(ladder(run, N), precision)
-        out.append({"N": N, "precision": precision, "our best step": ours["variant"], "ours (ms)": ours["median_ms"],
-                    "fastest cuDNN path": vendor["variant"], "cuDNN (ms)": vendor["median_ms"],
-                    "cuDNN / ours": vendor["median_ms"] / ours["median_ms"],
-                    "met": bool(ours["median_ms"] <= vendor["median_ms"])})
+        vendor = baselines.fastest(ladder(run, N), precision) if (run.experiment("ladder")["size"] == N).any() \
+            else None
+        why = "skipped: " + (skip_note(run, [N], [s.number for s in STEPS if s.precision == precision])
+                             or "not in this run")
+        ours_ms = ours["median_ms"] if ours is not None else np.nan
+        vendor_ms = vendor["median_ms"] if vendor is not None else np.nan
+        out.append({"N": N, "precision": precision, "our best step": ours["variant"] if ours is not None else why,
+                    "ours (ms)": ours_ms, "fastest cuDNN path": vendor["variant"] if vendor is not None else why,
+                    "cuDNN (ms)": vendor_ms, "cuDNN / ours": vendor_ms / ours_ms,
+                    "met": bool(ours_ms <= vendor_ms) if ours is not None and vendor is not None else None})
     return pd.DataFrame(out)
 
 
@@ -110,3 +201,25 @@ def gpu_comparison(N: int = 1, root=None):
     return compare_gpus("convpool", lambda run: gpu_comparison_rows(run, N), root=root,
                         title=f"Does each step gain what the roofline predicts on the H200? "
                               f"({'one image' if N == 1 else f'N = {N}'})")
+
+
+def vendor_ms(run, N: int, precision: str) -> float:
+    """The fastest cuDNN path of ``precision``'s class at batch ``N``, in ms (NaN when the run has none)."""
+    rows = run.experiment("ladder")
+    best = baselines.fastest(rows[rows["size"] == N], precision)
+    return float(best["median_ms"]) if best is not None else np.nan
+
+
+def batch_lines(run, precisions=("fp32", "tf32", "fp16")) -> pd.DataFrame:
+    """The fused steps at every batch the run timed, and per precision class the fastest cuDNN
+    path at each batch (variant "fastest cuDNN path, <precision>"): the batch figure's lines."""
+    from .steps import BATCH_STEPS
+    rows = run.experiment("ladder")
+    fused = rows[rows["step"].astype(str).isin(list(BATCH_STEPS))]
+    lines = [fused]
+    for p in precisions:
+        picks = [baselines.fastest(rows[rows["size"] == N], p) for N in sorted(rows["size"].unique())]
+        picks = [pick for pick in picks if pick is not None]
+        if picks:
+            lines.append(pd.DataFrame(picks).assign(variant=f"fastest cuDNN path, {p}"))
+    return pd.concat(lines)
