@@ -5,6 +5,8 @@ trained with mini-batch SGD, declared once.
 * :mod:`.reference`: the network, its gradients and SGD in float64 NumPy;
 * :mod:`.steps`: the ladder, each step a list of kernel launches;
 * :mod:`.checks`: every step against the reference (one step, loss curves);
+* :mod:`.fit`: every step checked against the GPU's limits (or a simulated T4/L4's);
+* :mod:`.baselines`: PyTorch on the same data (eager, CUDA graphs, torch.compile);
 * :mod:`.record`: the benchmarks ``python -m gpulab record training`` runs,
   and the helpers the notebook reads the recorded run with.
 """

@@ -5,8 +5,8 @@ Experiments (the ``experiment`` column of the timing rows):
 * ``ladder``: one SGD step of every ladder step at batch sizes 32 to 2,048,
   eager (``mode`` "eager") and captured in a CUDA graph ("graph"), each step
   first checked against the float64 reference at full size (V = 32,754);
-* ``vendor``: PyTorch on the same batch (dense; sparse first layer), eager and
-  in a CUDA graph, checked the same way (:mod:`.baselines`);
+* ``vendor``: PyTorch on the same batch (dense; sparse first layer), eager, in
+  a CUDA graph and through ``torch.compile``, checked the same way (:mod:`.baselines`);
 * ``breakdown``: each kernel of one step at batch 1,024, timed alone with
   events inside the step (the report's nvprof table);
 * ``ceilings``: the measured copy bandwidth and SGEMM rate.
@@ -14,7 +14,10 @@ Experiments (the ``experiment`` column of the timing rows):
 Side tables: ``timeline`` (steps 2 and 3 at batch 1,024, from CUDA events),
 ``sweep`` (batch size x block shape, the report's bounds test and ours, with
 loss and accuracy and a ``broken`` flag), ``curves`` (training runs to
-convergence: loss per step, test accuracy per epoch), ``checks``.
+convergence: loss per step; test accuracy and loss, and the same on 8,192 training
+documents, per epoch), ``checks``; ``fit`` (each step checked against this GPU's
+limits: :mod:`.fit`), with ``fit_notes`` and ``skipped`` (step, batch size, reason)
+where something did not fit.
 """
 from __future__ import annotations
 
@@ -113,11 +116,18 @@ def _check_full_size(step_: Step, gd: GpuData, params: dict, batch_ref: dict) ->
     return out
 
 
-def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=print, steps_=STEPS) -> list[dict]:
+def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=print, steps_=STEPS,
+                plan=None) -> list[dict]:
+    """Every step of ``steps_`` at every batch size, eager and in a graph; a pair
+    the device's :class:`~.fit.Plan` skips is not measured (the plan lists it)."""
     from ...timing import benchmark, graph_benchmark
     rows = []
     for step_ in steps_:
         for b in batches:
+            why = plan.skip_reason(step_.number, b) if plan is not None else None
+            if why:
+                log(f"{step_.label:55s} B={b:5d} skipped: {why}", flush=True)
+                continue
             d = Dims(b, data.VOCAB)
             nnz = int(gd.train.indptr[b]) if step_.input == "sparse" else None
             bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
@@ -139,7 +149,11 @@ def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=pr
     return rows
 
 
-def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), log=print):
+def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), log=print,
+                compile_modes=baselines.COMPILE_MODES):
+    """PyTorch's paths on the same batch, each checked, then timed: eager, in CUDA
+    graphs where they can be captured, and through ``torch.compile`` (compiled and
+    warmed first; the compilation's seconds in the ``compile_s`` column)."""
     from ... import baselines as vendor
     rows, skipped = [], []
     for b in batches:
@@ -148,6 +162,14 @@ def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), 
         ref = baselines.reference_output(params, batch, CHECK_LR)
         paths = baselines.torch_paths(params, batch, gd.dense[:b], lr=CHECK_LR)
         paths += vendor.graph_paths(paths, launches=10)
+        compile_times = {}
+        paths += baselines.compiled_paths(params, batch, gd.dense[:b], lr=CHECK_LR, modes=compile_modes,
+                                          compile_times=compile_times)
+        if gd.dense.shape[0] < b:            # the device's plan kept fewer dense documents than a batch
+            skipped += [{"variant": p.label, "library": p.library, "precision": p.precision, "size": b,
+                         "reason": f"skipped: {gd.dense.shape[0]:,} documents kept dense on this device, "
+                                   f"fewer than the batch"} for p in paths if "dense X" in p.label]
+            paths = [p for p in paths if "dense X" not in p.label]
         for p in paths:
             sparse = "dense" not in p.label
             nnz = batch.nnz if sparse else None
@@ -155,18 +177,25 @@ def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), 
                                     flops=flops_per_step(d, nnz), bytes=bytes_per_step(d, nnz),
                                     labels={"batch": b, "input": "sparse" if sparse else "dense"},
                                     on_failure="skip", log=log)
+            for row in result.rows:
+                row["compile_s"] = compile_times.get(p.label, np.nan)
+                if p.label in compile_times:
+                    log(f"  {p.label}: compiled and warmed in {compile_times[p.label]:.1f} s (not in its time)")
             rows += result.rows
             skipped += result.skipped
+        skipped += [{**entry, "size": b} for entry in baselines.NOT_COMPILED]
     return rows, skipped
 
 
-def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30) -> list[dict]:
+def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30, plan=None) -> list[dict]:
     """Each op of a step at batch 1,024 timed with events around it, inside the running step."""
     import cupy
     rows = []
     d = Dims(MAIN_BATCH, data.VOCAB)
     for step_ in STEPS:
         if numbers is not None and step_.number not in numbers:
+            continue
+        if plan is not None and plan.skip_reason(step_.number, MAIN_BATCH):
             continue
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
         bound = BoundStep(step_, d, bufs, Config(), "gpu")
@@ -200,13 +229,15 @@ def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30) -> lis
     return rows
 
 
-def timeline(gd: GpuData, params: dict, numbers=(2, 3)) -> pd.DataFrame:
+def timeline(gd: GpuData, params: dict, numbers=(2, 3), plan=None) -> pd.DataFrame:
     """One SGD step of each of ``numbers`` at batch 1,024 as a timeline: a lane per stream."""
     import cupy
     from ... import timeline as tl_mod
     frames = []
     d = Dims(MAIN_BATCH, data.VOCAB)
     for number in numbers:
+        if plan is not None and plan.skip_reason(number, MAIN_BATCH):
+            continue
         step_ = step(number)
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
         bound = BoundStep(step_, d, bufs, Config(), "gpu")
@@ -230,6 +261,21 @@ def evaluate(W: dict, test_dense):
     z1 = test_dense @ W["W1"] + W["b1"]
     h = 1.0 / (1.0 + cupy.exp(-z1))
     return h @ W["W2"] + W["b2"]
+
+
+def scores(W: dict, dense, labels) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy (nats) of parameters W on dense documents."""
+    import cupy
+    z = evaluate(W, dense)
+    z = z - z.max(axis=1, keepdims=True)
+    log_p = z - cupy.log(cupy.exp(z).sum(axis=1, keepdims=True))
+    return (float((z.argmax(axis=1) == labels).mean()),
+            float(-log_p[cupy.arange(len(labels)), labels].mean()))
+
+
+#: Training documents the curves evaluate after each epoch (beside the test set):
+#: the same number as the test set, so train and test figures are comparable.
+TRAIN_EVAL_DOCS = 8192
 
 
 class Trainer:
@@ -291,11 +337,16 @@ def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9,
     rows_ = cupy.asarray(np.repeat(np.arange(test.docs), np.diff(test.indptr)))
     test_dense[rows_, cupy.asarray(test.indices)] = cupy.asarray(test.values)
     test_labels = cupy.asarray(test.labels)
+    n_eval = min(TRAIN_EVAL_DOCS, gd.dense.shape[0])
+    # Every run trains on the same documents: all of them, or as many as the device keeps dense.
+    docs = min(gd.train.docs, gd.dense.shape[0]) // b * b
+    if docs < b:
+        raise RuntimeError(f"{gd.dense.shape[0]:,} documents kept dense on this device: fewer than one batch of {b:,}")
     out = []
     runs = [(n, step(n)) for n in numbers] + [("torch", None)]
     for name, step_ in runs:
         if step_ is not None:
-            tr = Trainer(step_, gd, params, b, Config(lr=lr))
+            tr = Trainer(step_, gd, params, b, Config(lr=lr), docs=docs)
             n_batches, label = tr.batches, step_.label
         else:
             tr = _TorchTrainer(gd, params, b, lr)
@@ -310,13 +361,17 @@ def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9,
             t1.record()
             t1.synchronize()
             ms = cupy.cuda.get_elapsed_time(t0, t1)
-            logits = evaluate(tr.params, test_dense)
-            acc = float((logits.argmax(axis=1) == test_labels).mean())
+            acc, test_loss = scores(tr.params, test_dense, test_labels)
+            # The same measurement on training documents the run has trained on: with the test
+            # figures, what shows over-fitting (train and test diverging) epoch by epoch.
+            train_acc, train_loss = scores(tr.params, gd.dense[:n_eval], gd.labels[:n_eval])
             for i, l in enumerate(cupy.asnumpy(losses)):
                 out.append({"variant": label, "epoch": e + 1, "batch_index": i, "loss": float(l),
-                            "test_accuracy": acc, "epoch_ms": ms})
-            log(f"{label:55s} epoch {e + 1}: loss {float(losses[-5:].mean()):.4f}, test accuracy {acc:.4f}, "
-                f"{ms:.1f} ms", flush=True)
+                            "test_accuracy": acc, "test_loss": test_loss, "train_accuracy": train_acc,
+                            "train_eval_loss": train_loss, "epoch_ms": ms})
+            log(f"{label:55s} epoch {e + 1}: loss {float(losses[-5:].mean()):.4f}, test accuracy {acc:.4f} "
+                f"(train {train_acc:.4f}), test loss {test_loss:.4f} (train {train_loss:.4f}), {ms:.1f} ms",
+                flush=True)
         log(f"  ({time.perf_counter() - start:.1f} s)")
     return pd.DataFrame(out)
 
@@ -367,13 +422,17 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
     test_labels = cupy.asarray(test.labels)
     out = []
     for b in batches:
+        if b > min(SWEEP_DOCS, gd.dense.shape[0]):
+            log(f"sweep: batch {b} skipped: {gd.dense.shape[0]:,} documents kept dense on this device")
+            continue
         ref_curve = None
         for guard, options in (("ours", ()), ("report's", ("-DREPORT_GUARD",))):
             for blk in ((16, 16),) + tuple(x for x in blocks if x != (16, 16)):
                 if time.perf_counter() > deadline:
                     log("sweep: time budget spent; the remaining points are not measured")
                     return pd.DataFrame(out)
-                tr = Trainer(step(number), gd, params, b, Config(block=blk, lr=lr, options=options), docs=SWEEP_DOCS)
+                tr = Trainer(step(number), gd, params, b, Config(block=blk, lr=lr, options=options),
+                             docs=min(SWEEP_DOCS, gd.dense.shape[0]))
                 losses = cupy.zeros(tr.batches, cupy.float32)
                 t0, t1 = cupy.cuda.Event(), cupy.cuda.Event()
                 t0.record()
@@ -406,10 +465,24 @@ PROFILE_METRICS = [
     "sm__warps_active.avg.pct_of_peak_sustained_active",
     "launch__registers_per_thread",
     "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
     "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
 ]
+#: Why warps wait (cycles stalled per issued instruction, by reason), and how busy the
+#: issue slots were. Collected when this ncu knows them; the profile is retried without
+#: them otherwise (the run recorded on 2026-11-23 has none).
+PROFILE_STALL_METRICS = {
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
+    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio": "stall_lg_throttle",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
+}
 
 
 def profile_driver() -> None:
@@ -431,9 +504,15 @@ def profile_steps() -> pd.DataFrame:
     from ... import profiler
     ops = [(n, op) for n in PROFILE_STEPS for op in step(n).ops(Dims(MAIN_BATCH, data.VOCAB))]
     names = sorted({op.kernel for _, op in ops})
-    raw = profiler.profile([sys.executable, "-m", "gpulab.workloads.training.record", "--profile-driver"],
-                           PROFILE_METRICS, kernel_regex="^(" + "|".join(names) + ")$", timeout=60)
-    table = profiler.per_launch(raw).sort_values("id").reset_index(drop=True)
+    driver = [sys.executable, "-m", "gpulab.workloads.training.record", "--profile-driver"]
+    regex = "^(" + "|".join(names) + ")$"
+    try:
+        raw = profiler.profile(driver, PROFILE_METRICS + list(PROFILE_STALL_METRICS), kernel_regex=regex, timeout=90)
+    except Exception as exc:          # an ncu that lacks a stall metric: the counters without them
+        print(f"training: the profile with stall reasons failed ({str(exc)[-300:]}); retrying without them")
+        raw = profiler.profile(driver, PROFILE_METRICS, kernel_regex=regex, timeout=60)
+    table = profiler.per_launch(raw).rename(columns={**PROFILE_STALL_METRICS, "dram__bytes_write.sum": "dram_bytes_write"})
+    table = table.sort_values("id").reset_index(drop=True)
     if len(table) == len(ops):
         table.insert(0, "step", [n for n, _ in ops])
         table.insert(1, "op", [op.name for _, op in ops])
@@ -448,10 +527,17 @@ RUN_BUDGET_S = 330.0
 
 def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: float = RUN_BUDGET_S):
     import cupy
+    from . import fit
     deadline = time.perf_counter() + budget_s
     train, test = data.corpus()
     params = reference.init_params()
-    gd = GpuData(train, dense_docs=train.docs if not quick else 8192)
+    batches = BATCHES if not quick else (32, 1024)
+    # What this GPU (or the profile simulated: gpulab.device.simulate) can run, and how many
+    # training documents it can keep dense; what does not fit is skipped and listed.
+    plan = fit.plan(batches=batches, train=train)
+    for note in plan.notes:
+        log(f"fit: {note}")
+    gd = GpuData(train, dense_docs=plan.dense_docs if not quick else min(8192, plan.dense_docs))
     # The full-size check of every step (B = 1,024, V = 32,754), before any timing.
     batch = train.rows(0, MAIN_BATCH)
     p64 = {k: v.astype(np.float64) for k, v in params.items()}
@@ -472,8 +558,14 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
             traceback.print_exc()
             problems.append({"experiment": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
             return default
-    checks, passed = [], []
+    checks, passed, unchecked = [], [], []
     for s in STEPS:       # a step that fails its check is listed, and not timed
+        why = plan.skip_reason(s.number, MAIN_BATCH)
+        if why:               # not checked at full size on this device, so not timed either
+            log(f"not checked or timed on this device: {s.label}: {why}")
+            unchecked += [{"step": s.number, "batch": b, "reason": f"not checked at batch {MAIN_BATCH:,} here "
+                                                                   f"({why}), so not timed"} for b in batches]
+            continue
         try:
             errs, ok, why = _check_full_size(s, gd, params, batch_ref), True, ""
             passed.append(s)
@@ -482,18 +574,17 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
         checks.append({"step": s.number, "variant": s.label, "passed": ok, "error": why,
                        **{f"rel_error {k}": v for k, v in errs.items()}})
         log(f"checked {s.label}: {errs if ok else why}", flush=True)
-    batches = BATCHES if not quick else (32, 1024)
     rows = []
     for s in passed:
         rows += attempt(f"ladder {s.number}", lambda: time_ladder(gd, params, repeats, batches, log=log,
-                                                                  steps_=[s]), [])
+                                                                  steps_=[s], plan=plan), [])
     vrows, skipped = attempt("vendor", lambda: time_vendor(gd, params, repeats, log=log), ([], []))
     rows += vrows
     tables = {"checks": pd.DataFrame(checks)}
     for name, fn in (("curves", lambda: train_curves(gd, test, params, epochs=EPOCHS if not quick else 2,
                                                      log=log)),
-                     ("breakdown", lambda: breakdown(gd, params)),
-                     ("timeline", lambda: timeline(gd, params)),
+                     ("breakdown", lambda: breakdown(gd, params, plan=plan)),
+                     ("timeline", lambda: timeline(gd, params, plan=plan)),
                      ("ceilings", lambda: roofline.measure_ceilings(repeats=20)),
                      ("sweep", lambda: sweep(gd, test, params, batches=batches if not quick else (64, 1024),
                                              log=log, deadline=deadline)),
@@ -509,6 +600,13 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
             tables[name] = result
     if skipped:
         tables["vendor_skipped"] = pd.DataFrame(skipped)
+    tables["fit"] = plan.summary()
+    if plan.notes:
+        tables["fit_notes"] = pd.DataFrame({"note": plan.notes})
+    pairs = {(r["step"], r["batch"]): r for r in unchecked}
+    pairs.update({(r["step"], r["batch"]): r for r in plan.skipped().to_dict("records")})
+    if pairs:
+        tables["skipped"] = pd.DataFrame(list(pairs.values()), columns=["step", "batch", "reason"])
     if problems:
         tables["problems"] = pd.DataFrame(problems)
     bayes, err = data.bayes_accuracy()

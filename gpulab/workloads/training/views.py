@@ -12,7 +12,7 @@ import pandas as pd
 from ... import baselines as vendor_mod
 from ...runs import RecordedRun
 from . import data
-from .steps import STEPS, step
+from .steps import STEPS, Dims, step
 
 MAIN_BATCH = 1024
 
@@ -67,6 +67,27 @@ def vendor(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
     """PyTorch's paths at one batch size (eager and in a CUDA graph)."""
     rows = run.timings[(run.timings["experiment"] == "vendor") & (run.timings["size"] == batch)]
     return rows.sort_values("median_ms").reset_index(drop=True)
+
+
+def vendor_table(run: RecordedRun, batch: int = MAIN_BATCH):
+    """PyTorch's paths at one batch size, fastest first, styled: time per step,
+    and for the ``torch.compile`` paths the seconds their compilation took (not in
+    their time)."""
+    v = vendor(run, batch)
+    keep = [c for c in ("variant", "library", "mode", "median_ms", "q1_ms", "q3_ms", "rel_error", "compile_s")
+            if c in v.columns]
+    table = v[keep].rename(columns={"compile_s": "compile + warm-up (s)"})
+    return (table.style.format(precision=4, na_rep="").hide(axis="index")
+            .set_caption(f"PyTorch at batch {batch:,}, checked then timed; " + run.caption))
+
+
+def vendor_skipped(run: RecordedRun) -> pd.DataFrame:
+    """The PyTorch paths the run did not time, with the reason (a capture PyTorch
+    refused, a missing library, a check that failed)."""
+    if "vendor_skipped" not in run.tables:
+        return pd.DataFrame(columns=["variant", "reason"])
+    t = run.tables["vendor_skipped"]
+    return t[[c for c in ("variant", "library", "reason") if c in t.columns]]
 
 
 def step_times(run: RecordedRun, number: int) -> pd.DataFrame:
@@ -241,6 +262,83 @@ def curves_figure(run: RecordedRun):
                          "best possible accuracy?", run.caption, whole_figure=True)
 
 
+def _reference_curve(run: RecordedRun) -> tuple[str, pd.DataFrame]:
+    """The fp32 reference's training run (PyTorch eager fp32), else the first one recorded."""
+    c = _table(run, "curves")
+    names = list(dict.fromkeys(c["variant"]))
+    name = next((v for v in names if v.startswith("PyTorch")), names[0])
+    return name, c[c["variant"] == name]
+
+
+def overfitting(run: RecordedRun) -> pd.DataFrame:
+    """Per epoch of the fp32 reference's training run: the mean training loss
+    over the epoch (each batch's loss before its update) and the test accuracy;
+    where the run recorded them, also the test loss and the accuracy and loss
+    on 8,192 training documents, evaluated after the epoch like the test set."""
+    _, g = _reference_curve(run)
+    per = g.groupby("epoch")
+    table = pd.DataFrame({"training loss (mean over the epoch)": per["loss"].mean(),
+                          "test accuracy": per["test_accuracy"].first()})
+    for column, name in (("train_accuracy", "training accuracy (8,192 documents)"),
+                         ("train_eval_loss", "training loss (8,192 documents)"), ("test_loss", "test loss")):
+        if column in g.columns and g[column].notna().any():
+            table[name] = per[column].first()
+    return table.reset_index()
+
+
+def overfitting_numbers(run: RecordedRun | None, bayes_loss: float = 0.0) -> dict:
+    """What the over-fitting discussion quotes from the recorded curves, by glue name
+    (``of_cross_epoch``: the first epoch whose mean training loss is below ``bayes_loss``)."""
+    keys = ("of_peak_acc", "of_peak_epoch", "of_final_acc", "of_epochs", "of_final_loss", "of_peak_loss",
+            "of_drop", "of_variant", "of_cross_epoch")
+    if run is None or "curves" not in run.tables:
+        return {k: "-" for k in keys}
+    name, _ = _reference_curve(run)
+    t = overfitting(run)
+    peak = t.loc[t["test accuracy"].idxmax()]
+    last = t.iloc[-1]
+    below = t[t["training loss (mean over the epoch)"] < bayes_loss]
+    return {"of_peak_acc": f"{peak['test accuracy']:.1%}", "of_peak_epoch": int(peak["epoch"]),
+            "of_final_acc": f"{last['test accuracy']:.1%}", "of_epochs": int(last["epoch"]),
+            "of_final_loss": f"{last['training loss (mean over the epoch)']:.3f}",
+            "of_peak_loss": f"{peak['training loss (mean over the epoch)']:.3f}",
+            "of_drop": f"{(peak['test accuracy'] - last['test accuracy']) * 100:.1f}", "of_variant": name,
+            "of_cross_epoch": int(below["epoch"].iloc[0]) if len(below) else "-"}
+
+
+def overfitting_figure(run: RecordedRun, bayes_loss: float):
+    """Training loss against the Bayes-optimal cross-entropy (``bayes_loss``, the
+    least expected loss on unseen documents), and test accuracy per epoch with
+    its peak marked (the training figures too, where the run recorded them)."""
+    import matplotlib.pyplot as plt
+    from ... import plots
+    name, _ = _reference_curve(run)
+    t = overfitting(run)
+    b = bayes(run)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.6))
+    ax1.plot(t["epoch"], t["training loss (mean over the epoch)"], marker="o", ms=3,
+             label="training loss (batches, before each update)")
+    for column, style in (("training loss (8,192 documents)", "--"), ("test loss", "-")):
+        if column in t:
+            ax1.plot(t["epoch"], t[column], marker="s", ms=3, ls=style, label=column)
+    ax1.axhline(bayes_loss, color="black", ls="--", lw=1,
+                label=f"Bayes posterior's loss: {bayes_loss:.3f} (least possible on unseen documents)")
+    ax1.set(xlabel="epoch", ylabel="cross-entropy (nats)", yscale="log")
+    ax1.legend(fontsize=7.5)
+    ax2.plot(t["epoch"], t["test accuracy"], marker="o", ms=3, label="test accuracy (8,192 documents)")
+    if "training accuracy (8,192 documents)" in t:
+        ax2.plot(t["epoch"], t["training accuracy (8,192 documents)"], marker="s", ms=3, ls="--",
+                 label="training accuracy (8,192 documents)")
+    peak = t.loc[t["test accuracy"].idxmax()]
+    ax2.plot([peak["epoch"]], [peak["test accuracy"]], "r*", ms=12,
+             label=f"best test accuracy: {peak['test accuracy']:.3f} (epoch {int(peak['epoch'])})")
+    ax2.axhline(b["accuracy"], color="black", ls="--", lw=1, label=f"Bayes-optimal: {b['accuracy']:.3f}")
+    ax2.set(xlabel="epoch", ylabel="accuracy")
+    ax2.legend(fontsize=7.5, loc="lower right")
+    return plots._finish(fig, ax1, f"Does the network keep improving on unseen documents? ({name})",
+                         run.caption, whole_figure=True)
+
+
 def targets(run: RecordedRun) -> pd.DataFrame:
     """The issue's targets at batch 1,024, each against PyTorch measured in the same run."""
     table = ladder(run, MAIN_BATCH)
@@ -297,15 +395,64 @@ def roofline_figure(run: RecordedRun):
     return fig
 
 
+# ----------------------------------------------------------------- a second GPU
+def _comparison_rows(run: RecordedRun) -> pd.DataFrame:
+    """Each step at batch 1,024 in its own mode (graph for step 10, eager otherwise),
+    and PyTorch's paths, with the FLOPs and bytes the roofline reads."""
+    rows = run.experiment("ladder")
+    rows = rows[rows["size"] == MAIN_BATCH]
+    ours = []
+    for s in STEPS:
+        mine = rows[(rows["variant"] == s.label) & (rows["mode"] == ("graph" if s.graph else "eager"))]
+        if len(mine):
+            ours.append(mine.iloc[0])
+    keep = ["variant", "median_ms", "flops", "bytes", "precision"]
+    v = vendor(run, MAIN_BATCH)
+    return pd.concat([pd.DataFrame(ours)[keep], v[[c for c in keep if c in v.columns]]], ignore_index=True)
+
+
+def gpu_comparison(root=None):
+    """Per step at batch 1,024 (and PyTorch's paths), the H200's recorded time over
+    the H100's against the roofline's prediction (:func:`gpulab.runs.gpu_comparison`):
+    (table, figure), or None until both GPUs' runs are recorded."""
+    from ...runs import gpu_comparison as compare_gpus
+    return compare_gpus("training", _comparison_rows, root=root,
+                        title=f"Does each step gain what the roofline predicts on the H200? (batch {MAIN_BATCH:,})")
+
+
+def gpu_comparison_numbers(table: pd.DataFrame | None) -> dict:
+    """What the second-GPU section quotes from the comparison table, by glue name."""
+    keys = ("g2_s8_ratio", "g2_s8_pred", "g2_s8_bound", "g2_s8_mem", "g2_s7_ratio", "g2_s7_bound",
+            "g2_s10_ratio", "g2_s10_bound", "g2_lab_min", "g2_lab_max", "g2_torch_eager")
+    if table is None or table.empty:
+        return {k: "-" for k in keys}
+    out = {}
+    by = table.set_index("variant")
+    for n in (7, 8, 10):
+        label = step(n).label
+        if label in by.index:
+            out[f"g2_s{n}_ratio"] = f"{by.loc[label, 'ratio']:.2f}"
+            out[f"g2_s{n}_bound"] = str(by.loc[label, "bound"])
+            out[f"g2_s{n}_pred"] = f"{by.loc[label, 'predicted']:.2f}"
+            out[f"g2_s{n}_mem"] = f"{by.loc[label, 'memory_use_a']:.0%}"
+    if "PyTorch eager fp32, dense X" in by.index:
+        out["g2_torch_eager"] = f"{by.loc['PyTorch eager fp32, dense X', 'ratio']:.2f}"
+    lab = table[table["variant"].isin([s.label for s in STEPS])]
+    if len(lab):
+        out["g2_lab_min"], out["g2_lab_max"] = f"{lab['ratio'].min():.2f}", f"{lab['ratio'].max():.2f}"
+    return {k: out.get(k, "-") for k in keys}
+
+
 # ----------------------------------------------------------------- loading, with or without a recorded run
-def load():
-    """The chapter's run: measured now on a GPU, else the recorded one; None
-    (with the reason printed) where neither exists yet."""
+def load(gpu: str | None = None):
+    """The chapter's run: measured now on a GPU, else the recorded one (``gpu``:
+    whose, "H100" or "H200"; None: the book's GPU, the H100); None (with the
+    reason printed) where neither exists yet."""
     from ...errors import RecordedRunError
     from ...runs import live_or_recorded
     from . import benchmark_all
     try:
-        return live_or_recorded("training", benchmark_all)
+        return live_or_recorded("training", benchmark_all, gpu=gpu)
     except RecordedRunError as exc:
         print(f"No run of this chapter to show: {exc}")
         return None
@@ -358,17 +505,94 @@ def numbers(run) -> dict:
     return {k: out.get(k, "-") for k in keys}
 
 
+#: The profiler's stall columns (cycles a warp waited per issued instruction, by reason),
+#: in runs that recorded them.
+STALL_COLUMNS = ["stall_global_memory", "stall_shared_memory", "stall_barrier", "stall_mio_throttle",
+                 "stall_lg_throttle", "stall_math_pipe", "stall_fixed_latency"]
+
+
 def profile(run: RecordedRun) -> pd.DataFrame:
-    """Nsight Compute's figures for the kernels of steps 6-9 at batch 1,024: time,
-    FMA-pipe instructions x 32 lanes x 2 FLOPs (the FP32 rate reached, an upper estimate:
-    the pipe also runs FMUL, FADD and integer multiply-adds),
-    occupancy, registers, device-memory reads, bank conflicts, sectors per request."""
+    """Nsight Compute's figures for the kernels of steps 6-9 at batch 1,024: time and
+    share of the step's kernel time, FMA-pipe instructions x 32 lanes x 2 FLOPs (the
+    FP32 rate reached, an upper estimate: the pipe also runs FMUL, FADD and integer
+    multiply-adds), device-memory bandwidth reached (bytes read, and written where
+    recorded, over the kernel's time), occupancy, registers, bank conflicts, sectors
+    per request, and the stall reasons where the run recorded them."""
     if "profile" not in run.tables:
         print("this run has no profiler figures (Nsight Compute's ncu was not available, or time ran out)")
         return pd.DataFrame()
     t = run.tables["profile"].copy()
     if "fma_pipe_instructions" in t and "duration_ns" in t:
         t["FMA pipe as FFMA (TFLOP/s)"] = t["fma_pipe_instructions"] * 32 * 2 / t["duration_ns"] / 1e3
-    keep = ["step", "op", "kernel", "duration_ns", "FMA pipe as FFMA (TFLOP/s)", "achieved_occupancy_pct",
-            "registers_per_thread", "dram_bytes_read", "shared_load_bank_conflicts", "sectors_per_request"]
+    if "dram_bytes_read" in t and "duration_ns" in t:
+        moved = t["dram_bytes_read"] + (t["dram_bytes_write"] if "dram_bytes_write" in t else 0.0)
+        t["DRAM (GB/s)"] = moved / t["duration_ns"]
+    if "step" in t and "duration_ns" in t:
+        t["share of step"] = t["duration_ns"] / t.groupby("step")["duration_ns"].transform("sum")
+    keep = ["step", "op", "kernel", "duration_ns", "share of step", "FMA pipe as FFMA (TFLOP/s)", "DRAM (GB/s)",
+            "achieved_occupancy_pct", "registers_per_thread", "dram_bytes_read", "shared_load_bank_conflicts",
+            "sectors_per_request", "issue_slots_busy_pct"] + STALL_COLUMNS
     return t[[c for c in keep if c in t.columns]]
+
+
+def profile_numbers(run: RecordedRun | None) -> dict:
+    """What the profiler section quotes, by glue name: per step, its two largest
+    kernels' share of its kernel time, and their FP32 rate, bandwidth and
+    occupancy against the datasheet's peaks for the run's GPU."""
+    from ... import roofline
+    keys = ["pr_s6_share", "pr_s6_fwd_tflops", "pr_s6_bwd_conflicts", "pr_s6_xt_gbs", "pr_s7_share",
+            "pr_s7_fwd_tflops", "pr_s7_bwd_tflops", "pr_s7_fp32_pct", "pr_s7_occ", "pr_s7_regs", "pr_s7_gbs",
+            "pr_s8_share", "pr_s8_fwd_us", "pr_s8_bwd_us", "pr_s8_fwd_gbs", "pr_s8_bwd_gbs", "pr_s8_mem_pct",
+            "pr_s8_x16_mb", "pr_s8_floor_us",
+            "pr_s9_us", "pr_s9_gbs", "pr_s9_mem_pct", "pr_s9_occ", "pr_fp32_tflops", "pr_mem_gbs", "pr_stalls"]
+    out = {k: "-" for k in keys}
+    if run is None or "profile" not in run.tables:
+        return out
+    t = profile(run)
+    if not {"step", "kernel", "duration_ns"} <= set(t.columns):
+        return out
+    sheet = roofline.datasheet(run.gpu) or {}
+    peak, gbs = sheet.get("fp32_tflops", float("nan")), sheet.get("memory_gbs", float("nan"))
+    out.update(pr_fp32_tflops=f"{peak:g}", pr_mem_gbs=f"{gbs:,.0f}",
+               pr_stalls="recorded" if any(c in t for c in STALL_COLUMNS) else "not recorded")
+
+    def kernel(step_, name):
+        rows = t[(t["step"] == step_) & (t["kernel"] == name)]
+        return None if rows.empty else rows.iloc[0]
+
+    def share(step_, names):
+        return f"{t[(t['step'] == step_) & t['kernel'].isin(names)]['share of step'].sum():.0%}"
+
+    if (t["step"] == 6).any():
+        fwd, bwd = t[(t["step"] == 6) & (t["op"] == "Z1 = X W1")], t[(t["step"] == 6) & (t["op"] == "dW1 = X^T dZ1")]
+        xt = t[(t["step"] == 6) & (t["op"] == "X^T")]
+        big = t[(t["step"] == 6) & t["op"].isin(["Z1 = X W1", "dW1 = X^T dZ1"])]["share of step"].sum()
+        out["pr_s6_share"] = f"{big:.0%}"
+        if len(fwd):
+            out["pr_s6_fwd_tflops"] = f"{fwd['FMA pipe as FFMA (TFLOP/s)'].iloc[0]:.1f}"
+        if len(bwd):
+            out["pr_s6_bwd_conflicts"] = f"{bwd['shared_load_bank_conflicts'].iloc[0]:,.0f}"
+        if len(xt):
+            out["pr_s6_xt_gbs"] = f"{xt['DRAM (GB/s)'].iloc[0]:,.0f}"
+    f7, b7 = kernel(7, "forward_product"), kernel(7, "w1_gradient_step")
+    if f7 is not None and b7 is not None:
+        out.update(pr_s7_share=share(7, ["forward_product", "w1_gradient_step"]),
+                   pr_s7_fwd_tflops=f"{f7['FMA pipe as FFMA (TFLOP/s)']:.1f}",
+                   pr_s7_bwd_tflops=f"{b7['FMA pipe as FFMA (TFLOP/s)']:.1f}",
+                   pr_s7_fp32_pct=f"{max(f7['FMA pipe as FFMA (TFLOP/s)'], b7['FMA pipe as FFMA (TFLOP/s)']) / peak:.0%}",
+                   pr_s7_occ=f"{f7['achieved_occupancy_pct']:.0f}%", pr_s7_regs=int(f7["registers_per_thread"]),
+                   pr_s7_gbs=f"{max(f7['DRAM (GB/s)'], b7['DRAM (GB/s)']):,.0f}")
+    f8, b8 = kernel(8, "forward_product_tc"), kernel(8, "w1_gradient_step_tc")
+    if f8 is not None and b8 is not None:
+        out.update(pr_s8_share=share(8, ["forward_product_tc", "w1_gradient_step_tc"]),
+                   pr_s8_fwd_us=f"{f8['duration_ns'] / 1e3:.0f}", pr_s8_bwd_us=f"{b8['duration_ns'] / 1e3:.0f}",
+                   pr_s8_fwd_gbs=f"{f8['DRAM (GB/s)']:,.0f}", pr_s8_bwd_gbs=f"{b8['DRAM (GB/s)']:,.0f}",
+                   pr_s8_mem_pct=f"{max(f8['DRAM (GB/s)'], b8['DRAM (GB/s)']) / gbs:.0%}")
+        x16 = MAIN_BATCH * Dims(MAIN_BATCH, data.VOCAB).Vp * 2          # the dense fp16 batch, bytes
+        out.update(pr_s8_x16_mb=f"{x16 / 1e6:.0f}", pr_s8_floor_us=f"{x16 / (gbs * 1e9) * 1e6:.0f}")
+    s9 = t[t["step"] == 9]
+    if len(s9):
+        out.update(pr_s9_us=f"{s9['duration_ns'].sum() / 1e3:.0f}", pr_s9_gbs=f"{s9['DRAM (GB/s)'].max():,.0f}",
+                   pr_s9_mem_pct=f"{s9['DRAM (GB/s)'].max() / gbs:.0%}",
+                   pr_s9_occ=f"{s9['achieved_occupancy_pct'].min():.0f}-{s9['achieved_occupancy_pct'].max():.0f}%")
+    return out
