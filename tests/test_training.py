@@ -393,6 +393,9 @@ def test_the_plan_skips_what_does_not_fit_with_the_reason():
     assert "dense documents" in p.skip_reason(7, 1024) and p.skip_reason(9, 2048) is None
     assert set(p.skipped()["step"]) == set(range(1, 9))      # the sparse steps 9-10 still run
     assert fit.plan(limits=None, resources=figures).skipped().empty   # CPU backend: no limits
+    old = DeviceLimits("a Pascal GPU", 48 * 1024, int(80e9), compute_capability="6.1")
+    p = fit.plan(limits=old, resources=figures)
+    assert set(p.skipped()["step"]) == {8} and "compute capability 7.0" in p.skip_reason(8, 1024)
     # a step's buffers: step 1 at B = 2,048 holds X^T (V x B) and dW1 (V x H) besides the parameters
     d = Dims(2048, data.VOCAB)
     assert fit.step_bytes(training.step(1), d) > 4 * (d.V * d.B + 2 * d.V * d.H)

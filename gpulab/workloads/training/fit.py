@@ -5,8 +5,9 @@ or an L4 (99 KiB, 24 GB) instead of the H100 it was recorded on. Before
 measuring, :func:`plan` checks, against :func:`gpulab.device.limits` (the real
 device's, or a profile's under :func:`gpulab.device.simulate`):
 
-* every kernel of every step: the threads of its block shape (at most 1,024)
-  and its shared memory per block (all of this chapter's kernels use static
+* every kernel of every step: the compute capability it needs (step 8's tensor
+  cores: 7.0), the threads of its block shape (at most 1,024) and its shared
+  memory per block (all of this chapter's kernels use static
   shared memory, which CUDA caps at 48 KiB, so every current GPU fits them;
   the check says so with each kernel's figure, as compiled);
 * device memory: the training set kept dense on the device for the dense steps
@@ -36,6 +37,9 @@ MEMORY_FRACTION = 0.5
 MAX_THREADS_PER_BLOCK = 1024
 #: Static ``__shared__`` memory per block is capped at 48 KiB by CUDA itself.
 STATIC_SHARED_LIMIT = 48 * 1024
+#: Kernels that need a newer GPU than the rest: (compute capability, what for).
+CAPABILITY = {"forward_product_tc": ("7.0", "fp16 tensor cores (wmma)"),
+              "w1_gradient_step_tc": ("7.0", "fp16 tensor cores (wmma)")}
 #: Dense training documents are kept in multiples of the largest batch.
 DOC_QUANTUM = 2048
 
@@ -177,7 +181,10 @@ def plan(limits=None, batches=None, steps_=STEPS, train: data.Corpus | None = No
             threads = int(np.prod(op.block))
             need = shared.get((op.file, op.kernel), np.nan)
             reason = ""
-            if threads > MAX_THREADS_PER_BLOCK:
+            needs_cc = CAPABILITY.get(op.kernel)
+            if needs_cc and here is not None and here.capability_fits(*needs_cc):
+                reason = f"{op.kernel} {here.capability_fits(*needs_cc)}"
+            elif threads > MAX_THREADS_PER_BLOCK:
                 reason = f"{op.kernel}: a block of {threads} threads; at most {MAX_THREADS_PER_BLOCK}"
             elif here is not None and need == need and here.shared_fits(int(need)):
                 reason = f"{op.kernel} {here.shared_fits(int(need))}"
