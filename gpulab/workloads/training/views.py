@@ -544,7 +544,9 @@ def profile_numbers(run: RecordedRun | None) -> dict:
             "pr_s7_fwd_tflops", "pr_s7_bwd_tflops", "pr_s7_fp32_pct", "pr_s7_occ", "pr_s7_regs", "pr_s7_gbs",
             "pr_s8_share", "pr_s8_fwd_us", "pr_s8_bwd_us", "pr_s8_fwd_gbs", "pr_s8_bwd_gbs", "pr_s8_mem_pct",
             "pr_s8_x16_mb", "pr_s8_floor_us",
-            "pr_s9_us", "pr_s9_gbs", "pr_s9_mem_pct", "pr_s9_occ", "pr_fp32_tflops", "pr_mem_gbs", "pr_stalls"]
+            "pr_s9_us", "pr_s9_gbs", "pr_s9_mem_pct", "pr_s9_occ", "pr_fp32_tflops", "pr_mem_gbs", "pr_stalls",
+            "pr_s9_fb_stall", "pr_s9_fb_stall_cycles", "pr_s9_up_stall", "pr_s9_up_stall_cycles",
+            "pr_s9_up_stall2", "pr_s9_up_stall2_cycles"]
     out = {k: "-" for k in keys}
     if run is None or "profile" not in run.tables:
         return out
@@ -595,4 +597,13 @@ def profile_numbers(run: RecordedRun | None) -> dict:
         out.update(pr_s9_us=f"{s9['duration_ns'].sum() / 1e3:.0f}", pr_s9_gbs=f"{s9['DRAM (GB/s)'].max():,.0f}",
                    pr_s9_mem_pct=f"{s9['DRAM (GB/s)'].max() / gbs:.0%}",
                    pr_s9_occ=f"{s9['achieved_occupancy_pct'].min():.0f}-{s9['achieved_occupancy_pct'].max():.0f}%")
+    stalls = [c for c in STALL_COLUMNS if c in t.columns]
+    fb, up = kernel(9, "sparse_forward_backward"), kernel(9, "sparse_update")
+    if stalls and fb is not None and up is not None:
+        def ranked(row):     # (reason in words, cycles per issued instruction), the longest wait first
+            waits = row[stalls].astype(float).sort_values(ascending=False)
+            return [(name.removeprefix("stall_").replace("_", " "), f"{cycles:.1f}") for name, cycles in waits.items()]
+        (fb_name, fb_cycles), (up_name, up_cycles), (up2_name, up2_cycles) = ranked(fb)[0], *ranked(up)[:2]
+        out.update(pr_s9_fb_stall=fb_name, pr_s9_fb_stall_cycles=fb_cycles, pr_s9_up_stall=up_name,
+                   pr_s9_up_stall_cycles=up_cycles, pr_s9_up_stall2=up2_name, pr_s9_up_stall2_cycles=up2_cycles)
     return out
