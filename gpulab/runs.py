@@ -329,7 +329,8 @@ def gpu_comparison(chapter: str, select, *, title: str, keys=("variant",), a: st
         return None
     run_a, run_b = pair
     table = gpu_ratio_table(select(run_a), select(run_b), run_a.gpu, run_b.gpu, keys)
-    figure = plots.gpu_ratio(table, title=title, caption=gpu_comparison_caption(run_a, run_b))
+    table.attrs["caption"] = gpu_comparison_caption(run_a, run_b)     # for the table shown beside the figure
+    figure = plots.gpu_ratio(table, title=title, caption=table.attrs["caption"])
     return table, figure
 
 

@@ -186,3 +186,12 @@ def test_gpu_ratio_table_predicts_from_the_roofline_and_summarises():
     none_memory = gpu_comparison_summary(table.reset_index().iloc[1:])
     assert none_memory["n_memory"] == 0 and np.isnan(none_memory["memory_ratio_min"])
     assert none_memory["furthest_variant"] == ""
+
+
+def test_the_gpu_comparison_table_names_both_recorded_runs():
+    from gpulab.workloads import fcnet
+    comparison = fcnet.gpu_comparison()
+    assert comparison is not None, "fcnet has recorded runs on the H100 and the H200"
+    caption = comparison[0].attrs["caption"]
+    assert "H100" in caption and "H200" in caption and caption.startswith("recorded")
+    assert caption.count("recorded 20") == 2      # each run's date

@@ -487,6 +487,9 @@ def numbers(run) -> dict:
                            ("torch_bag", "PyTorch eager fp32, sparse first layer (embedding_bag)"),
                            ("torch_bag_graph", "PyTorch eager fp32, sparse first layer (embedding_bag), CUDA graph")):
             out[key] = f"{v[label]:.3g}" if label in v else "-"
+        fastest = vendor(run, MAIN_BATCH)
+        if len(fastest):
+            out.update(torch_fastest_name=str(fastest.iloc[0]["variant"]), torch_fastest=f"{fastest.iloc[0]['median_ms']:.3g}")
         if "curves" in run.tables:
             acc = accuracy_table(run)["final test accuracy"]
             for key, n in (("acc07", 7), ("acc08", 8), ("acc10", 10)):
@@ -500,7 +503,7 @@ def numbers(run) -> dict:
                 part = sw[sw["guard"] == guard]
                 out[key] = f"{int(part['broken'].sum())} of {len(part)}"
     keys = [f"{p}{n:02d}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10) for p in ("t", "x")] + [
-        "torch_eager", "torch_graph", "torch_bag", "torch_bag_graph", "acc07", "acc08", "acc10", "acc_torch",
+        "torch_eager", "torch_graph", "torch_bag", "torch_bag_graph", "torch_fastest_name", "torch_fastest", "acc07", "acc08", "acc10", "acc_torch",
         "broken_ours", "broken_report"]
     return {k: out.get(k, "-") for k in keys}
 
