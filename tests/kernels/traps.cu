@@ -72,11 +72,16 @@ extern "C" __global__ void spin(float* x)
     }
 }
 
-// Thread 5 of block 1 frees memory that malloc never gave: the C library aborts.
+// Thread 5 of block 1 frees a pointer malloc never returned: the C library aborts. (It frees
+// the middle of its own zeroed block, so the header the C library reads is zeros, every time:
+// freeing an argument's address instead made it read whatever lay before the array -- another
+// thread's store, a canary or a guard page -- and so crash differently from run to run.)
 extern "C" __global__ void free_argument(float* x)
 {
     if (blockIdx.x == 1 && threadIdx.x == 5) {
-        free(x + 1);
+        unsigned char* block = (unsigned char*)malloc(64);
+        memset(block, 0, 64);
+        free(block + 32);
     }
     x[threadIdx.x] = 1.0f;
 }
