@@ -26,3 +26,15 @@ def test_markdown_cells_have_no_control_characters(path):
 
 def test_the_check_finds_a_tab():
     assert CONTROL.search("$3 \times 3$") and not CONTROL.search("$3 \\times 3$\n")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(BOOK)))
+def test_a_chapter_that_reads_a_recorded_run_lets_the_reader_pick_the_gpu(path):
+    # Issue #14: without a GPU, the reader chooses whose recorded run (H100 or H200) a chapter
+    # reads, in one line near the top; the chapter's run must then come from that choice.
+    code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    calls = [c for c in code if "live_or_recorded(" in c or "views.load(" in c]
+    if not calls:
+        pytest.skip("this notebook reads no chapter run")
+    assert any(re.search(r'^GPU = "H100"', c, re.M) for c in code[:3]), "no GPU choice among the first code cells"
+    assert all("gpu=GPU" in c or "load(GPU)" in c for c in calls), "a call that reads the run ignores the GPU choice"
