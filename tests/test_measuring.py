@@ -50,3 +50,16 @@ def test_the_recorded_run_times_the_first_kernel_after_idle_and_the_unwarmed_bre
     assert len(run.experiment("copy_methods")) >= 3
     table = saxpy.speedup_by_size(run)
     assert table["launch-bound"].iloc[0] and not table["launch-bound"].iloc[-1]
+
+
+def test_the_ceiling_comparison_separates_rows_served_by_l2_from_rows_streaming_from_hbm():
+    run = gpulab.load_run(saxpy.CHAPTER)
+    l2 = saxpy.l2_bytes(run.gpu)
+    assert l2 == 50 * 2**20                       # the H100's L2, as CUDA reports it
+    from_hbm, in_l2 = saxpy.fastest_against_ceiling(run)
+    assert saxpy.BYTES_PER_ELEMENT * from_hbm["size"] >= 2 * l2
+    assert saxpy.BYTES_PER_ELEMENT * in_l2["size"] <= l2
+    # In the recorded run the L2-resident row is far faster than any row that streams from HBM:
+    # quoting it against the copy ceiling would claim a memory faster than the memory.
+    assert in_l2["gbs"] > 1.2 * from_hbm["gbs"]
+    assert saxpy.fits_in_l2(int(in_l2["size"]), run.gpu) and not saxpy.fits_in_l2(int(from_hbm["size"]), run.gpu)

@@ -11,12 +11,10 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PWD:/tmp/site
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee $OUT/nvidia-smi.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a $OUT/nvidia-smi.txt
 chapters=${1:-}; tests=${2:-}; notebooks=${3:-}; nb_timeout=${4:-300}
 if [ -n "$chapters" ]; then
-  python3 -m gpulab record $chapters --out $OUT/runs > $OUT/record.log 2>&1
-  tail -15 $OUT/record.log
-  tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
+  bash tools/gpu_record.sh $chapters      # one chapter after another, packed into runs.tgz
 fi
 if [ -n "$tests" ]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider $tests > $OUT/tests.log 2>&1

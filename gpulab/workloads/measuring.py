@@ -193,12 +193,39 @@ def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
     return rows
 
 
-def fits_in_l2(n: int) -> bool:
-    """Whether SAXPY's arrays at ``n`` (12 bytes per element) fit in this GPU's L2 cache,
-    so that a warm and a cold (L2-flushed) timing can differ."""
+def l2_bytes(gpu: str | None = None) -> float | None:
+    """The L2 cache's size: of ``gpu`` (a recorded run's GPU) from the datasheet table, else of
+    this device; None where neither is known."""
+    from .. import datasheet
     from ..device import limits
+    sheet = datasheet.lookup(gpu) if gpu else None
+    if sheet is not None:
+        return sheet.l2_mb * 2**20          # the datasheet's "50 MB" is the 50 MiB CUDA reports
     here = limits()
-    return bool(here and here.l2_bytes and BYTES_PER_ELEMENT * n <= here.l2_bytes)
+    return here.l2_bytes if here and here.l2_bytes else None
+
+
+def fits_in_l2(n: int, gpu: str | None = None) -> bool:
+    """Whether SAXPY's arrays at ``n`` (x, y and z: 12 bytes per element) fit in the L2 cache
+    (of ``gpu``, or of this device), so that a warm and a cold (L2-flushed) timing can differ."""
+    size = l2_bytes(gpu)
+    return bool(size and BYTES_PER_ELEMENT * n <= size)
+
+
+def fastest_against_ceiling(run) -> tuple[pd.Series, pd.Series]:
+    """The fastest SAXPY rows of ``run`` (event-timed ladder and CUDA-graph rows, with a
+    ``timed`` column and achieved ``gbs``): the one whose arrays are at least twice the L2, so
+    every launch streams them from HBM, and the one whose arrays fit in the L2, which can stay
+    there from one launch to the next."""
+    rated = roofline.rates(pd.concat([run.experiment("ladder").assign(timed="events"),
+                                      run.experiment("graph").assign(timed="CUDA graph of 20 launches")],
+                                     ignore_index=True))
+    size = l2_bytes(run.gpu)
+    if size is None:
+        raise ValueError(f"the L2 size of {run.gpu} is unknown (not in gpulab.datasheet, and not this device)")
+    working_set = BYTES_PER_ELEMENT * rated["size"]
+    from_hbm, in_l2 = rated[working_set >= 2 * size], rated[working_set <= size]
+    return from_hbm.loc[from_hbm["gbs"].idxmax()], in_l2.loc[in_l2["gbs"].idxmax()]
 
 
 def cold_rows(launch, variant: str, n: int, repeats: int) -> list[dict]:
