@@ -49,6 +49,41 @@ def test_two_replicas_equal_one_replica_on_the_whole_batch(backend, corpus, buck
     np.testing.assert_allclose(loss1, ref_losses, rtol=1e-5)
 
 
+@pytest.mark.parametrize("replicas", [3, 4])
+def test_more_replicas_equal_one_replica(corpus, replicas):
+    # Any replica count: 3 does not divide 74, so the batch is 72 documents (24 or 18 each).
+    b = 72
+    p0 = reference.init_params(V)
+    for bucketed in (False, True):
+        dp = DataParallel(p0, replicas, "cpu", lr=LR, bucketed=bucketed)
+        one = DataParallel(p0, 1, "cpu", lr=LR)
+        for s in range(2):
+            batch = corpus.rows(s * b, (s + 1) * b)
+            dp.step(batch)
+            one.step(batch)
+            assert dp.identical()
+        ref = {k: v.astype(np.float64) for k, v in one.params().items()}
+        assert _rel_update_error(dp.params(), ref, p0) <= REPLICA_TOLERANCE
+
+
+def test_the_update_zeroes_the_gradient_it_applied(corpus):
+    batch = corpus.rows(0, 37)
+    r = Replica(batch, reference.init_params(V), 37, "cpu", lr=LR)
+    before = r.flat.copy()
+    r.forward_backward()
+    r.backward_plain()
+    g = r.grad.copy()
+    assert np.count_nonzero(g) > 0
+    bucket = r.buckets[2]
+    r.update(bucket)()
+    lo, hi = bucket.start, bucket.stop
+    np.testing.assert_array_equal(r.grad[lo:hi], 0)
+    np.testing.assert_array_equal(r.grad[:lo], g[:lo])
+    np.testing.assert_array_equal(r.grad[hi:], g[hi:])
+    np.testing.assert_allclose(r.flat[lo:hi], before[lo:hi] - np.float32(LR) * g[lo:hi], rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(r.flat[hi:], before[hi:])
+
+
 def test_a_replica_that_skips_the_all_reduce_is_caught(corpus):
     # The check is not vacuous: without the sum, each replica follows its own half.
     dp = DataParallel(reference.init_params(V), 2, "cpu", lr=LR)
@@ -84,17 +119,53 @@ def test_bucketed_gradient_equals_step_9s_gradient():
         np.testing.assert_allclose(g[k], grads["d" + k], rtol=1e-4, atol=1e-7)
 
 
-def test_layout_buckets_cover_the_gradient_once():
+def _covers_once(L, buckets):
+    spans = sorted((k.start, k.stop) for k in buckets)
+    assert spans[0][0] == 0 and spans[-1][1] == L.size
+    assert all(a[1] == b[0] for a, b in zip(spans[:-1], spans[1:]))
+
+
+def test_layout_buckets_cover_the_gradient_once_rare_words_first():
     L = Layout(V=1001)
     buckets = L.buckets(4)
-    assert buckets[0].start == 0 and buckets[-1].stop == L.size == 1001 * 128 + 128 * 4 + 128 + 4
-    assert all(a.stop == b.start for a, b in zip(buckets[:-1], buckets[1:]))
-    assert buckets[1].rows == (0, 250) and buckets[-1].rows[1] == 1001
+    # W2, b1, b2 (644 floats), padded so that W1 starts on a 128-byte line.
+    assert L.offsets["W1"] == (672, L.size) and L.size == 672 + 1001 * 128
+    _covers_once(L, buckets)
+    assert buckets[0].rows is None and buckets[0].stop == L.small
+    # Word ids are frequency ranks: the highest ids (rarest words) come first, row 0 last.
+    assert buckets[1].rows == (751, 1001) and buckets[-1].rows == (0, 250)
     assert Layout(V=data.VOCAB).offsets["W1"][1] * 4 - Layout(V=data.VOCAB).small * 4 == 32_754 * 128 * 4
     with pytest.raises(ValueError, match="at least 1"):
         L.buckets(0)
     with pytest.raises(ValueError, match="flat buffer must hold"):
         L.views(np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="row_work must hold 1001"):
+        L.buckets(4, np.ones(7))
+
+
+def test_equal_work_buckets_split_a_real_batchs_nonzeros_evenly():
+    # Equal rows put most of a batch's scatter in the bucket of the most frequent words;
+    # cut at equal non-zeros, every bucket holds about a quarter.
+    from gpulab.workloads.multigpu.replicas import row_work
+    batch = data.sample(1024, data.VOCAB, stream=400)
+    L = Layout(data.VOCAB)
+    work = row_work(batch)
+    assert work.sum() == batch.nnz
+
+    def shares(buckets):
+        return np.array([work[k.rows[0]:k.rows[1]].sum() for k in buckets[1:]]) / batch.nnz
+    by_rows = shares(L.buckets(4))
+    assert by_rows[-1] > 0.6                    # the first quarter of the ids (the last bucket)
+    even = L.buckets(4, work)
+    _covers_once(L, even)
+    assert np.all(np.abs(shares(even) - 0.25) < 0.1)
+    assert [k.rows[0] for k in even[1:]] == sorted((k.rows[0] for k in even[1:]), reverse=True)
+    # The rare-word bucket comes first and holds most of W1's bytes; the frequent-word one, few.
+    assert even[1].size > 0.5 * L.size and even[-1].size < 0.05 * L.size
+    # A vocabulary where one row holds all the work still gets n non-empty buckets.
+    lopsided = np.zeros(L.V)
+    lopsided[0] = 1
+    assert all(k.size > 0 for k in L.buckets(4, lopsided))
 
 
 def test_numpy_allreduce_sums_into_every_buffer():
@@ -228,15 +299,25 @@ def test_no_recorded_run_is_none(tmp_path):
     assert views.recorded(root=tmp_path) is None
 
 
-def test_two_gpus_sum_the_gradient_and_stay_identical():
-    # Runs only on a machine with two GPUs (the record runs the same checks at every batch).
+@pytest.mark.parametrize("world", [1, 2])
+def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
+    # On a machine with `world` GPUs or more: the record's own checks (summed gradient against one GPU's
+    # and float64, every GPU's copy bit for bit), then a short timing pass and the timeline.
     from gpulab import device
-    if device.gpu_count() < 2:
-        pytest.skip(f"needs 2 GPUs, found {device.gpu_count()}")
-    from gpulab.workloads.multigpu import record
-    batch = data.sample(1024, data.VOCAB, stream=400)
-    rows = record.check_variants(batch, reference.init_params(), record.Nccl((0, 1)), with_reference=True)
-    assert rows and all(r["passed"] for r in rows)
+    if device.gpu_count() < world:
+        pytest.skip(f"needs {world} GPUs, found {device.gpu_count()}")
+    from gpulab.workloads.multigpu import workers
+    corpus = data.sample(1024, data.VOCAB, stream=400)
+    got = workers.run_workers(corpus, reference.init_params(), (1024,), (4096, 2 ** 20), repeats=3, world=world,
+                              timeline_batches=(1024,))
+    assert got["checks"] and all(c["passed"] for c in got["checks"]), [c for c in got["checks"] if not c["passed"]]
+    assert sum("bit-identical" in c["quantity"] for c in got["checks"]) == 2
+    variants = {r["variant"] for r in got["rows"]}
+    assert {workers.variant(m, world) for m in workers.MODES} <= variants
+    assert all(r["median_ms"] > 0 for r in got["rows"])
+    lanes = {(t["gpu"], t["lane"]) for t in got["timeline"]}
+    assert {(g, "compute") for g in range(world)} <= lanes
+    assert all(t["end_us"] >= t["start_us"] >= 0 for t in got["timeline"])
 
 
 def test_views_read_a_saved_run_as_the_notebook_will(tmp_path):

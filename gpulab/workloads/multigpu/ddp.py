@@ -103,7 +103,7 @@ def _worker(rank: int, world: int, port: int, corpus_file: str, batches, repeats
             checks.append({"batch": b, "variant": "PyTorch DDP", "quantity": "gradient of W1 vs float64",
                            "rel_error": r.rel_error, "tolerance": r.tolerance, "passed": r.passed})
         t = benchmark(step, warmup=WARMUP, repeats=repeats, rel_ci=None)
-        rows.append(t.row("ddp", "PyTorch DDP (EmbeddingBag, 2 processes)", b, phase="step", gpus=2,
+        rows.append(t.row("ddp", f"PyTorch DDP (EmbeddingBag, {world} processes)", b, phase="step", gpus=world,
                           rank=rank))
         del model, opt
     dist.destroy_process_group()

@@ -1,57 +1,54 @@
-"""The recorded run: what ``python -m gpulab record multigpu`` measures on a machine with two GPUs.
+"""The recorded run: what ``python -m gpulab record multigpu`` measures on a machine with several GPUs.
 
-One process drives both GPUs through CuPy; the all-reduce is NCCL's
-(``cupy.cuda.nccl``: a communicator per GPU from ``ncclCommInitAll``, the two
-calls of each collective inside ``groupStart``/``groupEnd``). Each replica runs
-the training chapter's step-9 kernels (see :mod:`.replicas`).
+The number of GPUs is the machine's (``p``, at least 2 for the record). The
+lab's steps run one process per GPU (:mod:`.workers`): each process binds its
+GPU, joins an NCCL communicator (CuPy's bindings) and runs its replica;
+every multi-GPU step is captured whole, NCCL calls included, in a CUDA graph.
 
 Experiments (the ``experiment`` column):
 
 * ``step``: time per SGD step against the global batch B = 1,024 ... 65,536:
   one GPU (the training chapter's step 9, eager, and step 10, its CUDA graph;
-  and the gradient-then-update form the replicas use, without an all-reduce),
-  two GPUs with one all-reduce of the whole gradient after the backward pass
-  ("2 GPUs, one all-reduce"), with the bucketed all-reduce on a second stream
-  overlapping the backward pass ("2 GPUs, bucketed, overlapped"), and with no
-  all-reduce at all ("2 GPUs, compute only": the replicas drift apart, a
-  timing of the computation alone, never a training step);
-* ``allreduce``: NCCL's all-reduce alone, 1 KiB to 256 MiB and the gradient's
-  own size, on both GPUs at once;
-* ``ddp``: PyTorch DistributedDataParallel on the same model (a sparse first
-  layer, ``F.embedding_bag`` with per-sample weights, dense gradients), two
-  processes (:mod:`.ddp`), same batches.
+  and the gradient-then-update form the replicas use, in a graph), ``p`` GPUs
+  with one all-reduce of the whole gradient after the backward pass (in a
+  graph, and eager), with the bucketed all-reduce overlapping the backward
+  pass, and with no all-reduce at all ("compute only": the replicas drift
+  apart, a timing of the computation alone, never a training step);
+* ``pieces``: the one-GPU kernels alone at the largest batch and at one GPU's
+  share of it (where a replica's time goes);
+* ``allreduce``: the all-reduce alone, 1 KiB to 256 MiB and the gradient's own
+  size: the lab's (one process per GPU, eager and in a CUDA graph),
+  torch.distributed's (the same processes), and one process driving every
+  GPU through ``ncclCommInitAll`` (the first version of this chapter);
+* ``ddp``: PyTorch DistributedDataParallel on the same model, one process per
+  GPU (:mod:`.ddp`), same batches.
 
-On the lab's device machines: the kind ``nvidia-h200-x2``, command
+On the lab's device machines: the kind ``nvidia-h100-x2``, command
 ``python -m gpulab record multigpu --out $OUT/runs`` (a few minutes; NCCL_NVLS_ENABLE=0
-stays set, and the record sets it again), then copy the returned ``runs/<gpu>/multigpu.*``
+stays set in every process), then copy the returned ``runs/<gpu>/multigpu.*``
 files into ``labdata/runs/<gpu>/``. ``--quick`` records batches 1,024 and 65,536 only
 (a smoke test, not for committing).
 
 Side tables: ``checks`` (every variant against the float64 reference and the
-one-GPU step; the two replicas' parameters compared bit for bit), ``topology``
-(what NCCL and CUDA say links the GPUs). Every variant is checked before it is
-timed.
+one-GPU gradient; every GPU's copy compared bit for bit), ``timeline`` (one
+eager step of each mode, every operation's start and end on each GPU's
+streams), ``topology`` (what CUDA says links the GPUs). Every variant is
+checked before it is timed.
 """
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from pathlib import Path
 
-import numpy as np
-
-from ...check import compare
 from ...device import gpu_count
 from ...errors import CheckFailed, GpulabError
 from ..training import data, reference
-from ..training.reference import LEARNING_RATE, PARAMS
-from .replicas import Layout, Replica, split_batch
+from .replicas import Layout
 
 BATCHES = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_BATCHES = (1024, 65536)
 ALLREDUCE_BYTES = tuple(2 ** k for k in range(10, 29, 2))          # 1 KiB .. 256 MiB
-BUCKETS = 4
 CHECK_STEPS = 3
 #: The two GPUs' summed gradient against one GPU's on the whole batch (relative,
 #: whole gradient): the same float32 sums in another order.
@@ -59,18 +56,23 @@ GRADIENT_TOLERANCE = 1e-5
 TIMING_BUDGET_MS = 1500.0
 #: The documents the run samples (more than the training set: B goes to 65,536).
 DOCS = max(BATCHES)
+#: The fewest GPUs the record needs; it uses every GPU the machine has.
 GPUS = 2
+#: The batches whose eager steps are traced operation by operation (the timeline side table).
+TIMELINE_BATCHES = (1024, 65536)
 
 
 class NeedsTwoGpus(GpulabError):
-    """The chapter's benchmarks need two GPUs."""
+    """The chapter's benchmarks need at least two GPUs."""
 
 
-def require_gpus(n: int = GPUS) -> None:
+def require_gpus(n: int = GPUS) -> int:
+    """The machine's GPU count, or a clear error if it has fewer than ``n``."""
     found = gpu_count()
     if found < n:
         raise NeedsTwoGpus(f"the multigpu chapter's run needs {n} GPUs, found {found}. Record it on a machine "
-                           f"with two GPUs: python -m gpulab record multigpu")
+                           f"with two GPUs or more: python -m gpulab record multigpu")
+    return found
 
 
 def nccl():
@@ -97,7 +99,9 @@ def nccl():
 
 
 class Nccl:
-    """One communicator per GPU, in this one process."""
+    """One communicator per GPU, all in this one process (``ncclCommInitAll``):
+    the chapter's first version, kept to measure what one process driving
+    every GPU costs against one process per GPU (:mod:`.workers`)."""
 
     def __init__(self, devices=(0, 1)):
         self.lib = nccl()
@@ -119,166 +123,11 @@ class Nccl:
             lib.groupEnd()
 
 
-class TwoGpus:
-    """A data-parallel SGD step on two GPUs: ``step()`` runs one.
-
-    ``mode``: ``"plain"`` (the whole gradient, then one all-reduce on the
-    compute stream), ``"bucketed"`` (bucket k's all-reduce and update on a
-    second stream while bucket k+1 is computed), ``"compute only"`` (no
-    all-reduce: timing of the computation alone).
-
-    Each step forks from, and joins back to, device 0's current stream with
-    events, so CUDA events on that stream time the whole two-GPU step."""
-
-    def __init__(self, batch: data.Corpus, params: dict, comm: Nccl, mode: str = "plain",
-                 lr: float = LEARNING_RATE, buckets: int = BUCKETS):
-        import cupy
-        if mode not in ("plain", "bucketed", "compute only"):
-            raise ValueError(f"mode must be 'plain', 'bucketed' or 'compute only', got {mode!r}")
-        self.mode, self.comm = mode, comm
-        parts = split_batch(batch, len(comm.devices))
-        self.replicas, self.compute, self.side, self.ready, self.done = [], [], [], [], []
-        for dev, part in zip(comm.devices, parts):
-            with cupy.cuda.Device(dev):
-                self.replicas.append(Replica(part, params, batch.docs, "gpu", lr, buckets))
-                self.compute.append(cupy.cuda.Stream(non_blocking=True))
-                self.side.append(cupy.cuda.Stream(non_blocking=True))
-                self.ready.append([cupy.cuda.Event(disable_timing=True) for _ in range(buckets + 1)])
-                self.done.append((cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)))
-        with cupy.cuda.Device(comm.devices[0]):
-            self.fork = cupy.cuda.Event(disable_timing=True)
-        self.grads = [r.grad for r in self.replicas]
-
-    def step(self) -> None:
-        import cupy
-        devs, reps = self.comm.devices, self.replicas
-        with cupy.cuda.Device(devs[0]):
-            main = cupy.cuda.get_current_stream()
-            self.fork.record(main)
-        for dev, r, s in zip(devs, reps, self.compute):
-            with cupy.cuda.Device(dev), s:
-                s.wait_event(self.fork)
-                r.forward_backward()
-        if self.mode == "bucketed":
-            buckets = reps[0].buckets
-            for k, bucket in enumerate(buckets):
-                for dev, r, s, side, ready in zip(devs, reps, self.compute, self.side, self.ready):
-                    with cupy.cuda.Device(dev), s:
-                        r.backward_bucket(k)
-                        ready[k].record(s)
-                        side.wait_event(ready[k])
-                self.comm.allreduce(self.grads, bucket.start, bucket.stop, self.side)
-                for dev, r, side in zip(devs, reps, self.side):
-                    with cupy.cuda.Device(dev), side:
-                        r.update(bucket)()
-            for dev, s, side, (side_done, _) in zip(devs, self.compute, self.side, self.done):
-                with cupy.cuda.Device(dev):
-                    side_done.record(side)
-                    s.wait_event(side_done)
-        else:
-            whole = reps[0].layout.whole()
-            for dev, r, s in zip(devs, reps, self.compute):
-                with cupy.cuda.Device(dev), s:
-                    r.backward_plain()
-            if self.mode == "plain":
-                self.comm.allreduce(self.grads, whole.start, whole.stop, self.compute)
-            for dev, r, s in zip(devs, reps, self.compute):
-                with cupy.cuda.Device(dev), s:
-                    r.update(whole)()
-        with cupy.cuda.Device(devs[0]):
-            for dev, s, (_, finished) in zip(devs, self.compute, self.done):
-                with cupy.cuda.Device(dev):
-                    finished.record(s)
-                main.wait_event(finished)
-
-    __call__ = step
-
-    def params(self, device_index: int) -> dict:
-        import cupy
-        with cupy.cuda.Device(self.comm.devices[device_index]):
-            return self.replicas[device_index].params()
-
-    def identical(self) -> bool:
-        import cupy
-        flats = []
-        for dev, r in zip(self.comm.devices, self.replicas):
-            with cupy.cuda.Device(dev):
-                flats.append(cupy.asnumpy(r.flat))
-        return all(np.array_equal(flats[0].view(np.uint32), f.view(np.uint32)) for f in flats[1:])
-
-
-class OneGpuReplica:
-    """One GPU, the replicas' form of the step (gradient, then update), no all-reduce."""
-
-    def __init__(self, batch: data.Corpus, params: dict, lr: float = LEARNING_RATE):
-        self.replica = Replica(batch, params, batch.docs, "gpu", lr)
-        self.whole = self.replica.layout.whole()
-
-    def __call__(self):
-        r = self.replica
-        r.forward_backward()
-        r.backward_plain()
-        r.update(self.whole)()
-
-
 def _synchronize_all(devices=(0, 1)) -> None:
     import cupy
     for dev in devices:
         with cupy.cuda.Device(dev):
             cupy.cuda.Device(dev).synchronize()
-
-
-def check_variants(batch: data.Corpus, params: dict, comm: Nccl, with_reference: bool) -> list[dict]:
-    """Each two-GPU mode, one step from ``params``: the summed gradient both
-    GPUs hold after the all-reduce against the one-GPU gradient on the whole
-    batch (and, with ``with_reference``, against float64 NumPy); then
-    CHECK_STEPS steps, after which the two GPUs' parameters must be equal bit
-    for bit."""
-    import cupy
-    rows = []
-    with cupy.cuda.Device(comm.devices[0]):
-        one = OneGpuReplica(batch, params)
-        one()
-        cupy.cuda.Device(comm.devices[0]).synchronize()
-        g_one = cupy.asnumpy(one.replica.grad).astype(np.float64)
-        layout = one.replica.layout
-        del one
-    ref = None
-    if with_reference:
-        p64 = {k: v.astype(np.float64) for k, v in params.items()}
-        grads = reference.backward(batch, batch.labels, p64, reference.forward(batch, p64))
-        ref = {k: grads["d" + k] for k in PARAMS}
-    for mode in ("plain", "bucketed"):
-        two = TwoGpus(batch, params, comm, mode)
-        with cupy.cuda.Device(comm.devices[0]):
-            two()
-        _synchronize_all(comm.devices)
-        summed = [cupy.asnumpy(g).astype(np.float64) for g in two.grads]
-        err = float(np.linalg.norm(summed[0] - g_one) / np.linalg.norm(g_one))
-        rows.append({"batch": batch.docs, "variant": mode, "quantity": "summed gradient vs 1-GPU gradient",
-                     "rel_error": err, "tolerance": GRADIENT_TOLERANCE, "passed": err <= GRADIENT_TOLERANCE})
-        same_grad = np.array_equal(summed[0], summed[1])
-        rows.append({"batch": batch.docs, "variant": mode, "quantity": "both GPUs hold the same summed gradient",
-                     "rel_error": 0.0 if same_grad else float("inf"), "tolerance": 0.0, "passed": same_grad})
-        if ref is not None:
-            views = layout.views(summed[0])
-            for k in PARAMS:
-                r = compare(views[k], ref[k], "fp32", name=f"{mode}: gradient of {k}")
-                rows.append({"batch": batch.docs, "variant": mode, "quantity": f"gradient of {k} vs float64",
-                             "rel_error": r.rel_error, "tolerance": r.tolerance, "passed": r.passed})
-        with cupy.cuda.Device(comm.devices[0]):
-            for _ in range(CHECK_STEPS - 1):
-                two()
-        _synchronize_all(comm.devices)
-        same = two.identical()
-        rows.append({"batch": batch.docs, "variant": mode,
-                     "quantity": f"parameters bit-identical after {CHECK_STEPS} steps",
-                     "rel_error": 0.0 if same else float("inf"), "tolerance": 0.0, "passed": same})
-        del two
-    failed = [r for r in rows if not r["passed"]]
-    if failed:
-        raise CheckFailed(f"two-GPU step at B = {batch.docs} failed its checks: {failed}")
-    return rows
 
 
 def _work(batch: data.Corpus) -> dict:
@@ -288,47 +137,21 @@ def _work(batch: data.Corpus) -> dict:
     return {"flops": flops_per_step(d, batch.nnz), "bytes": bytes_per_step(d, batch.nnz)}
 
 
-def time_steps(corpus: data.Corpus, params: dict, comm: Nccl, batches, repeats: int, log=print) -> list[dict]:
-    import cupy
-    from ...timing import benchmark, graph_benchmark
-    from ..training.steps import BoundStep, Config, Dims, buffers, step
-    rows = []
-    for b in batches:
-        batch = corpus.rows(0, b)
-        work = _work(batch)
-        with cupy.cuda.Device(0):
-            d = Dims(b, batch.vocab)
-            s9 = step(9)
-            bound = BoundStep(s9, d, buffers(cupy_backend(), s9, d, batch, params), Config(), "gpu")
-            t = benchmark(bound, repeats=repeats, budget_ms=TIMING_BUDGET_MS)
-            rows.append(t.row("step", "1 GPU, step 9", b, phase="step", gpus=1, **work))
-            t = graph_benchmark(bound, launches=10, repeats=max(20, repeats // 2), budget_ms=TIMING_BUDGET_MS)
-            rows.append(t.row("step", "1 GPU, step 10 (CUDA graph)", b, phase="step", gpus=1, **work))
-            t = benchmark(OneGpuReplica(batch, params), repeats=repeats, budget_ms=TIMING_BUDGET_MS)
-            rows.append(t.row("step", "1 GPU, gradient then update", b, phase="step", gpus=1, **work))
-            for mode, label in (("plain", "2 GPUs, one all-reduce"), ("bucketed", "2 GPUs, bucketed, overlapped"),
-                                ("compute only", "2 GPUs, compute only")):
-                two = TwoGpus(batch, params, comm, mode)
-                t = benchmark(two, repeats=repeats, budget_ms=TIMING_BUDGET_MS)
-                rows.append(t.row("step", label, b, phase="step", gpus=2, **work))
-                del two
-        log(f"B={b:6d} " + ", ".join(f"{r['variant']} {r['median_ms']:.4f} ms" for r in rows[-6:]), flush=True)
-    return rows
+ONE_PROCESS = "NCCL all-reduce, lab (CuPy), 1 process driving all GPUs"
 
 
-def cupy_backend():
-    from ...kernels import get_backend
-    return get_backend("gpu")
+def allreduce_sizes() -> list[int]:
+    """The curve's sizes: powers of 4 from 1 KiB to 256 MiB, and the gradient's own size."""
+    return sorted(set(ALLREDUCE_BYTES) | {4 * Layout(data.VOCAB).size})
 
 
-def time_allreduce(comm: Nccl, repeats: int, sizes=ALLREDUCE_BYTES, log=print) -> list[dict]:
+def time_allreduce(comm: Nccl, repeats: int, sizes=None, log=print) -> list[dict]:
     """NCCL's all-reduce alone, both GPUs, timed on device 0's stream around
     both calls (device 1's stream forked from and joined to it)."""
     import cupy
     from ...timing import benchmark
-    grad_bytes = 4 * Layout(data.VOCAB).size
     rows = []
-    for nbytes in sorted(set(sizes) | {grad_bytes}):
+    for nbytes in sizes or allreduce_sizes():
         n = nbytes // 4
         bufs, streams, fork, join = [], [], None, []
         for dev in comm.devices:
@@ -352,17 +175,17 @@ def time_allreduce(comm: Nccl, repeats: int, sizes=ALLREDUCE_BYTES, log=print) -
         comm.allreduce(bufs, 0, n, streams)
         _synchronize_all(comm.devices)
         got = [float(cupy.asnumpy(b[-1:])[0]) for b in bufs]
-        if got != [2.0, 2.0]:
-            raise CheckFailed(f"NCCL all-reduce of ones over 2 GPUs gave {got}, expected [2.0, 2.0]")
+        if got != [float(len(bufs))] * len(bufs):
+            raise CheckFailed(f"NCCL all-reduce of ones over {len(bufs)} GPUs gave {got}, expected {len(bufs)} each")
         for dev, b in zip(comm.devices, bufs):
             with cupy.cuda.Device(dev):
                 b.fill(0)            # timed on zeros: repeated sums of ones would overflow to inf
         _synchronize_all(comm.devices)
         with cupy.cuda.Device(comm.devices[0]):
             t = benchmark(run, repeats=repeats, budget_ms=TIMING_BUDGET_MS)
-        rows.append(t.row("allreduce", "NCCL all-reduce (CuPy, one process)", nbytes, phase="allreduce",
-                          bytes=float(nbytes), gpus=2, gradient=nbytes == grad_bytes))
-        log(f"all-reduce {nbytes:>11d} B: {t.median_ms * 1e3:9.1f} us", flush=True)
+        rows.append(t.row("allreduce", ONE_PROCESS, nbytes, phase="allreduce",
+                          bytes=float(nbytes), gpus=len(comm.devices)))
+        log(f"all-reduce, one process {nbytes:>11d} B: {t.median_ms * 1e3:9.1f} us", flush=True)
         del bufs
     return rows
 
@@ -372,29 +195,39 @@ def topology() -> list[dict]:
     import cupy
     rt = cupy.cuda.runtime
     rows = []
-    for a in range(2):
-        for b in range(2):
+    n = gpu_count()
+    for a in range(n):
+        for b in range(n):
             if a != b:
                 rows.append({"from": a, "to": b, "peer_access": bool(rt.deviceCanAccessPeer(a, b)),
                              "name": rt.getDeviceProperties(a)["name"].decode()})
     return rows
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float | None = None, log=print):
-    """Every experiment on two GPUs: (rows, side tables)."""
-    require_gpus(GPUS)
-    os.environ["NCCL_NVLS_ENABLE"] = "0"      # NVLink multicast stays off (see the lab's device notes)
+def benchmark_all(repeats: int = 30, quick: bool = False, deadline_s: float | None = None, log=print):
+    """Every experiment on all the machine's GPUs (at least two): (rows, side tables)."""
+    from .workers import nccl_env, run_workers
+    world = require_gpus(GPUS)
+    nccl_env()
     start = time.perf_counter()
     batches = QUICK_BATCHES if quick else BATCHES
     corpus = data.sample(max(batches), data.VOCAB, stream=400)
     params = reference.init_params()
-    comm = Nccl((0, 1))
-    checks = []
-    for b in batches:
-        checks += check_variants(corpus.rows(0, b), params, comm, with_reference=b == batches[0])
-    log(f"checks passed ({len(checks)} rows) in {time.perf_counter() - start:.0f} s", flush=True)
-    rows = time_allreduce(comm, repeats)
-    rows += time_steps(corpus, params, comm, batches, repeats, log)
+    repeats = max(5, min(repeats, 30))
+    # One process driving every GPU: measured first, then its communicators destroyed.
+    comm = Nccl(tuple(range(world)))
+    rows = time_allreduce(comm, repeats, log=log)
+    for c in comm.comms:
+        c.destroy()
+    del comm
+    got = run_workers(corpus, params, batches, allreduce_sizes(), repeats, world,
+                      timeline_batches=[b for b in TIMELINE_BATCHES if b in batches])
+    rows += got["rows"]
+    checks = got["checks"]
+    failed = [c for c in checks if not c["passed"]]
+    if failed:
+        raise CheckFailed(f"the multi-GPU steps failed their checks: {failed}")
+    log(f"{world} workers done in {time.perf_counter() - start:.0f} s ({len(checks)} checks passed)", flush=True)
     problems = []
     if deadline_s is not None and time.perf_counter() - start >= deadline_s:
         problems.append({"experiment": "ddp", "problem": f"left out: the deadline of {deadline_s:g} s was reached"})
@@ -403,13 +236,13 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float | N
         # and the run says why the baseline is missing (the notebook shows the problems table).
         from .ddp import time_ddp
         try:
-            ddp_rows, ddp_checks = time_ddp(corpus, params, batches, repeats=min(repeats, 30))
+            ddp_rows, ddp_checks = time_ddp(corpus, params, batches, repeats=repeats, world=world)
             rows += ddp_rows
             checks += ddp_checks
         except Exception as exc:       # noqa: BLE001 -- recorded, not hidden
             problems.append({"experiment": "ddp", "problem": f"{type(exc).__name__}: {exc}"[:2000]})
             log(f"PyTorch DDP failed: {problems[-1]['problem']}", flush=True)
-    tables = {"checks": checks, "topology": topology()}
+    tables = {"checks": checks, "topology": topology(), "timeline": got["timeline"]}
     if problems:
         tables["problems"] = problems
     return rows, tables
