@@ -202,18 +202,32 @@ def test_fit_recovers_known_parameters():
     times = costmodel.allreduce_time_ms(sizes, 2, 320.0, 8.0) * (1 + 0.01 * rng.standard_normal(13))
     m = costmodel.fit(sizes, times, 2)
     assert m.bw_gbs == pytest.approx(320.0, rel=0.03) and m.alpha_us == pytest.approx(8.0, rel=0.05)
+    # 1% noise: standard errors of about a percent, and the truth within 4 of them.
+    assert 0 < m.bw_err < 0.05 * m.bw_gbs and abs(m.bw_gbs - 320.0) < 4 * m.bw_err
+    assert 0 < m.alpha_err and abs(m.alpha_us - 8.0) < 4 * m.alpha_err
+    lo, hi = costmodel.prediction_range(m, 16.8e6, 8)
+    assert lo < m.time_ms(16.8e6, 8) < hi
+    exact = costmodel.fit(sizes, costmodel.allreduce_time_ms(sizes, 2, 320.0, 8.0), 2)
+    assert exact.bw_err == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         costmodel.fit(sizes, times, 1)
     with pytest.raises(ValueError, match="two different sizes"):
         costmodel.fit([1e6, 1e6], [1.0, 1.1], 2)
 
 
-def test_predictions_use_the_datasheet_network_and_say_so():
+def test_predictions_follow_nccls_topology_and_say_what_is_assumed():
     m = costmodel.RingModel(350.0, 6.0, "test")
-    pred = costmodel.predictions(m, 16.8e6)
+    S = 16.8e6
+    pred = costmodel.predictions(m, S)
     p8, m8, t8 = pred["8 GPUs, NVLink"]
-    p16, m16, t16 = pred["2 nodes x 8 GPUs, network"]
+    p16, m16, t16 = pred["2 nodes x 8 GPUs, one NIC per GPU"]
     assert (p8, p16) == (8, 16) and m16.bw_gbs == 50.0 and "datasheet" in m16.source and "assumed" in m16.source
+    # Inside the node: reduce-scatter + all-gather of the 8-GPU ring; across: S/8 per NIC over a 2-node ring.
+    inside = 2 * (7 / 8 * S / 350e9 + 7 * 6e-6) * 1e3
+    across = (S / 8 / 50e9 + 2 * costmodel.NETWORK_STEP_US * 1e-6) * 1e3
+    assert t16 == pytest.approx(inside + across)
+    # Not one 16-GPU ring through one 50 GB/s port (the old model): 8 NICs share the data.
+    assert t16 < costmodel.allreduce_time_ms(S, 16, 50.0, costmodel.NETWORK_STEP_US) / 3
     assert t16 > t8 > pred["2 GPUs (the model itself)"][2]
 
 

@@ -16,8 +16,11 @@ the number to compare across GPU counts.
 Assumptions (each one can fail, and the chapter says so):
 
 * one ring, every link equally fast (true inside an NVSwitch board, where
-  each GPU reaches every other one at its full NVLink bandwidth; across nodes
-  the slowest link -- the network -- sets ``bw`` for the whole ring);
+  each GPU reaches every other one at its full NVLink bandwidth). Across
+  nodes NCCL does not send the whole ring through one network port: it builds
+  one ring (channel) per NIC, each carrying 1/8 of the data, which moves the
+  same bytes per NIC as the hierarchical form :func:`hierarchical_time_ms`
+  (reduce-scatter in the node, all-reduce across, all-gather in the node);
 * ``bw`` and ``alpha`` do not depend on ``p`` (NCCL switches to trees and
   other algorithms at scale; the ring is an upper bound on the time of large
   messages);
@@ -48,6 +51,9 @@ class RingModel:
     bw_gbs: float
     alpha_us: float
     source: str = ""
+    #: One standard error of each (from the fit; 0 for datasheet or assumed numbers).
+    bw_err: float = 0.0
+    alpha_err: float = 0.0
 
     def __post_init__(self):
         if not self.bw_gbs > 0:
@@ -108,9 +114,14 @@ def fit(nbytes, time_ms, p: int) -> RingModel:
     (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     if a <= 0:
         raise ValueError("the fitted time does not grow with the size: these points are not an all-reduce curve")
+    # Standard errors from the residuals (n - 2 degrees of freedom; none with two points).
+    resid = design @ np.array([a, b]) - 1.0
+    dof = len(s) - 2
+    cov = (resid @ resid / dof) * np.linalg.inv(design.T @ design) if dof > 0 else np.zeros((2, 2))
     bw_gbs = 2 * (p - 1) / p / (a * 1e-3) / 1e9
     alpha_us = max(0.0, b / (2 * (p - 1)) * 1e3)
-    return RingModel(bw_gbs, alpha_us, f"fitted to {len(s)} measured sizes on {p} GPUs")
+    return RingModel(bw_gbs, alpha_us, f"fitted to {len(s)} measured sizes on {p} GPUs",
+                     bw_err=float(bw_gbs * np.sqrt(cov[0, 0]) / a), alpha_err=float(np.sqrt(cov[1, 1]) / (2 * (p - 1)) * 1e3))
 
 
 def datasheet_model(link: str = "nvlink4", alpha_us: float = 0.0) -> RingModel:
@@ -123,23 +134,53 @@ def datasheet_model(link: str = "nvlink4", alpha_us: float = 0.0) -> RingModel:
                      f"datasheet bandwidth of {info.name} ({info.source}); alpha {alpha_us:g} µs assumed")
 
 
+#: GPUs per node in the predictions (an HGX/DGX H100 or H200 board), and NICs per node (one per GPU).
+GPUS_PER_NODE = 8
+
+
+def hierarchical_time_ms(nbytes, nodes: int, inside: RingModel, network: RingModel, per_node: int = GPUS_PER_NODE):
+    """An all-reduce over ``nodes`` x ``per_node`` GPUs as NCCL runs it across
+    nodes with one NIC per GPU: a reduce-scatter inside each node (each GPU
+    ends with the node's sum of 1/per_node of the data), an all-reduce of that
+    1/per_node across the nodes -- every GPU through its own NIC, so the
+    per_node NICs of a node work in parallel -- then an all-gather inside the
+    node. NCCL's rings (one channel per NIC, each carrying 1/per_node of the
+    data) move the same bytes per NIC."""
+    nbytes = np.asarray(nbytes, np.float64)
+    q = _check_p(per_node)
+    half = (q - 1) / q * nbytes / (inside.bw_gbs * 1e9) * 1e3 + (q - 1) * inside.alpha_us * 1e-3
+    across = allreduce_time_ms(nbytes / q, nodes, network.bw_gbs, network.alpha_us)
+    t = 2 * half + across
+    return float(t) if np.ndim(t) == 0 else t
+
+
 def predictions(model: RingModel, nbytes, network_step_us: float = NETWORK_STEP_US) -> dict:
     """What ``model`` (fitted on one node) predicts for an all-reduce of ``nbytes``:
 
-    * ``"8 GPUs, NVLink"``: one 8-GPU board, each GPU at the fitted bandwidth
-      (NVSwitch gives each GPU the same bandwidth to all the others);
-    * ``"2 nodes x 8 GPUs, network"``: a 16-GPU ring whose slowest links are
-      the network: one 400 Gb/s port per GPU (datasheet), ``network_step_us``
-      per step (assumed).
+    * ``"8 GPUs, NVLink"``: one 8-GPU board, a ring at the fitted bandwidth and
+      step cost (NVSwitch gives each GPU the same bandwidth to all the others);
+    * ``"2 nodes x 8 GPUs, one NIC per GPU"``: :func:`hierarchical_time_ms`
+      with the fitted model inside each node and, across, one 400 Gb/s port
+      per GPU (50 GB/s each way, datasheet) and ``network_step_us`` per step
+      (assumed).
 
-    Returns ``{label: (p, RingModel, time_ms)}``."""
+    Returns ``{label: (p, RingModel of the slowest link, time_ms)}``."""
     net = datasheet.LINKS["ndr400"]
-    across = RingModel(min(model.bw_gbs, net.gbs_per_direction), max(model.alpha_us, network_step_us),
-                       f"network bandwidth from the datasheet ({net.source}); {network_step_us:g} µs "
-                       "per step assumed")
-    out = {"2 GPUs (the model itself)": (2, model), "8 GPUs, NVLink": (8, model),
-           "2 nodes x 8 GPUs, network": (16, across)}
-    return {k: (p, m, m.time_ms(nbytes, p)) for k, (p, m) in out.items()}
+    across = RingModel(net.gbs_per_direction, network_step_us,
+                       f"inside each node the fitted model; across, one 400 Gb/s NIC per GPU, {net.gbs_per_direction:g} "
+                       f"GB/s each way ({net.source}), each carrying 1/{GPUS_PER_NODE} of the data; "
+                       f"{network_step_us:g} µs per network step assumed")
+    return {"2 GPUs (the model itself)": (2, model, model.time_ms(nbytes, 2)),
+            "8 GPUs, NVLink": (8, model, model.time_ms(nbytes, 8)),
+            "2 nodes x 8 GPUs, one NIC per GPU": (16, across, hierarchical_time_ms(nbytes, 2, model, across))}
+
+
+def prediction_range(model: RingModel, nbytes, p: int) -> tuple[float, float]:
+    """The ring model's time for ``p`` GPUs at the fit's bandwidth and step cost
+    +- one standard error each (the slow end: lower bandwidth, higher cost)."""
+    lo = RingModel(model.bw_gbs + model.bw_err, max(0.0, model.alpha_us - model.alpha_err))
+    hi = RingModel(max(1e-9, model.bw_gbs - model.bw_err), model.alpha_us + model.alpha_err)
+    return lo.time_ms(nbytes, p), hi.time_ms(nbytes, p)
 
 
 def step_time_ms(compute_ms_one_gpu: float, grad_bytes: float, p: int, model: RingModel,
