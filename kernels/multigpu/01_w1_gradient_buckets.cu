@@ -17,13 +17,19 @@
 // while the next bucket is computed.
 //
 // Why it may be faster end to end: the step becomes max(scatter, all-reduce)
-// + one bucket instead of scatter + all-reduce. Why it might not be: every
-// launch re-reads each document's index range (the binary search costs
-// log2(~115) ~ 7 reads per document per bucket) and adds a launch (a few
-// microseconds); the all-reduce also shares the GPU's memory system with the
-// scatter. Prediction: with 4 buckets, a gain of up to ~3/4 of the smaller of
-// (scatter, all-reduce) where the all-reduce is a sizeable share of the step
-// (small batches); nothing, or a small loss, at the largest batches.
+// + the last bucket's all-reduce instead of scatter + all-reduce. Word ids are
+// frequency ranks, so equal row ranges would put ~85% of a batch's scatter in
+// the first bucket (rows 0..V/4) and leave nothing to hide the other buckets'
+// all-reduces under. The buckets are therefore cut at equal non-zeros and
+// launched rarest words first (Layout.buckets): the first holds nearly all of
+// W1's rows and bytes and half the work, so its all-reduce can run beside the
+// frequent-word half. Why it might not be: every launch re-reads each
+// document's index range (a binary search, ~7 reads per document per bucket),
+// and the all-reduce shares the GPU's L2, memory and SMs with the scatter.
+// Prediction: a gain of at most the all-reduce's time (~80 us for 16.8 MB on
+// two H100s), only if the all-reduce runs beside the scatter at close to its
+// speed alone. (Measured on two H100s it does not: beside the scatter it runs
+// ~7x slower, and the bucketed step loses; see the chapter.)
 
 // gW1 (V x H, row-major) += x_w * dZ1[i, :] for every (document i, word w) with
 // w_begin <= w < w_end. One block per document; threads stride over H.
