@@ -31,6 +31,8 @@ CACHE_LINE_BYTES = 128     # four sectors
 MAX_THREADS_PER_BLOCK = 1024
 DEFAULT_SHARED_PER_BLOCK_KIB = 48   # without cudaFuncAttributeMaxDynamicSharedMemorySize
 REGISTER_ALLOCATION_UNIT = 256      # registers are given to a warp in units of 256 (8 per thread)
+SUB_PARTITIONS = 4                  # an SM's four schedulers each own a quarter of its register file
+SHARED_ALLOCATION_UNIT = {7: 256, 8: 128, 9: 128}   # bytes: shared memory is given to a block in these units
 SHARED_RESERVED_PER_BLOCK = 1024    # bytes the system keeps per resident block (compute capability >= 8.0)
 
 
@@ -54,18 +56,32 @@ class Architecture:
         """How many blocks of ``threads`` threads fit on one SM at once, and what
         limits it: each of the four limits (warps, registers, shared memory, the
         block count) as a number of blocks, and ``blocks`` = the smallest. The
-        same arithmetic as CUDA's occupancy calculator, without a GPU."""
+        arithmetic of CUDA's occupancy calculator (``cuda_occupancy.h``), without
+        a GPU, for the largest shared-memory carve-out.
+
+        Registers go to warps in units of 256, and each of the SM's four
+        sub-partitions (one per warp scheduler) has its own quarter of the
+        register file: a warp's registers all come from one quarter, so
+        ``4 * floor(16384 / registers per warp)`` warps fit, not
+        ``floor(65536 / registers per warp)``. (CUDA's launch check, a block's
+        warps counted in fours against 65,536 registers, follows from the same
+        rule: a block that fails it gets 0 here.)"""
         if not 1 <= threads <= MAX_THREADS_PER_BLOCK:
             raise ValueError(f"threads must be 1 to {MAX_THREADS_PER_BLOCK}, got {threads}")
         if not 0 < registers_per_thread <= self.max_registers_per_thread:
             raise ValueError(f"registers_per_thread must be 1 to {self.max_registers_per_thread}, "
                              f"got {registers_per_thread}")
+        if shared_bytes < 0:
+            raise ValueError(f"shared_bytes must be 0 or more, got {shared_bytes}")
         warps = -(-threads // WARP_SIZE)
         per_warp = -(-registers_per_thread * WARP_SIZE // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+        warps_by_registers = SUB_PARTITIONS * (self.registers_per_sm // SUB_PARTITIONS // per_warp)
         reserved = SHARED_RESERVED_PER_BLOCK if float(self.compute_capability) >= 8.0 else 0
+        unit = SHARED_ALLOCATION_UNIT[int(float(self.compute_capability))]
+        shared_per_block = -(-(shared_bytes + reserved) // unit) * unit
         limits = {"warps": self.max_warps_per_sm // warps,
-                  "registers": self.registers_per_sm // (warps * per_warp),
-                  "shared memory": (self.shared_per_sm_kib * 1024 // (shared_bytes + reserved)
+                  "registers": warps_by_registers // warps,
+                  "shared memory": (self.shared_per_sm_kib * 1024 // shared_per_block
                                     if shared_bytes else self.max_blocks_per_sm),
                   "blocks": self.max_blocks_per_sm}
         if shared_bytes > self.shared_per_block_kib * 1024:

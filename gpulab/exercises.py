@@ -349,11 +349,12 @@ EXERCISES: list[Exercise] = [
              signature="occupancy(registers, threads, shared_bytes=0)",
              public=({"registers": 72, "threads": 256, "shared_bytes": 3840},
                      {"registers": 32, "threads": 256, "shared_bytes": 61440},
-                     {"registers": 72, "threads": 1024, "shared_bytes": 0}),
+                     {"registers": 72, "threads": 1024, "shared_bytes": 0},
+                     {"registers": 40, "threads": 64, "shared_bytes": 0}),
              inputs=_convpool_1, tolerance=0.0,
              hint="Resident blocks are the smallest of four limits: registers (per warp, rounded up to "
-                  "256, whole warps, whole blocks), shared memory (each block's plus 1 KB, out of 228 KB), "
-                  "64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
+                  "256; whole warps in each of the four quarters of 16,384; whole blocks), shared memory "
+                  "(each block's plus 1 KB, out of 228 KB), 64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
     Exercise("convpool.2", "convpool", "fuse the pool into step 2", 4, "kernel",
              "kernels/convpool/exercise_pooled_registers.cu", public=({"seed": 0},),
              hint="Input row i feeds output row 0 with tap i (i < 5) and output row 1 with tap i - 1 "

@@ -79,7 +79,7 @@ HIDDEN = {
     ),
     "convpool.1": (
         {"registers": 46, "threads": 256, "shared_bytes": 3200},
-        {"registers": 33, "threads": 160, "shared_bytes": 0},
+        {"registers": 33, "threads": 160, "shared_bytes": 0},   # 9 blocks (48 warps by sub-partition; one pool: 10)
         {"registers": 32, "threads": 96, "shared_bytes": 116736},
         {"registers": 16, "threads": 32, "shared_bytes": 0},
         {"registers": 255, "threads": 96, "shared_bytes": 0},

@@ -10,7 +10,8 @@
 // Why it should be faster: per channel, 6 rows x 5 float4 = 30 shared loads feed 800 FMAs
 // (step 3: 100 loads per 400 FMAs), and the 25 weight loads are shared by twice the FMAs.
 // Why it might not be: 32 sums + 25 weights + 20 inputs is ~85 registers per thread, so fewer
-// warps fit on an SM (an H100 SM has 65,536 registers: about 3 blocks of 256 threads).
+// warps fit on an SM (each of an H100 SM's four warp schedulers has 16,384 registers: at 85 per
+// thread, 2,816 per warp, 5 warps each -- 2 blocks of 256 threads; at 80 or fewer, 3).
 //
 // Launch: grid = any number of blocks (the chapter: one per strip, N * E/2 * ceil(F / 16)),
 // block = any number of threads (the chapter: 256); then relu_maxpool. Needs E even.
