@@ -38,14 +38,29 @@ def test_both_transposes(backend):
         assert np.array_equal(be.to_host(out), tile.T)
 
 
+def _paths_reference(x, steps):
+    """Both paths in float32, the kernels' arithmetic step by step."""
+    one, zero = np.zeros_like(x), np.zeros_like(x)
+    for _ in range(steps):
+        one = one * x + np.float32(1)
+        zero = zero * np.float32(0.5) - x
+    return one, zero
+
+
 def test_divergence_kernels_compute_the_same_function(backend):
     be = gpulab.get_backend(backend)
     module = gpulab.load_module("basics/04_divergence.cu", be)
     n = 300
     x = np.random.default_rng(4).uniform(-1, 1, n).astype(np.float32)
-    for name, path_of in (("by_lane", lambda t: t % 2), ("by_warp", lambda t: (t // 32) % 2)):
-        y, path = be.poisoned(n), be.poisoned(n, np.int32)
-        module.get_function(name)((-(-n // 256),), (256,), (n, be.to_device(x), y, path))
-        expected_path = path_of(np.arange(n) % 256)
-        assert (be.to_host(path) == expected_path).all()
-        assert np.allclose(be.to_host(y), np.where(expected_path == 1, x * x + 1, 2 * x - 1), rtol=1e-6)
+    for steps in (0, 1, 7):
+        one, zero = _paths_reference(x, steps)
+        for name, path_of in (("by_lane", lambda t: t % 2), ("by_warp", lambda t: (t // 32) % 2)):
+            y, path = be.poisoned(n), be.poisoned(n, np.int32)
+            module.get_function(name)((-(-n // 256),), (256,), (n, steps, be.to_device(x), y, path))
+            expected_path = path_of(np.arange(n) % 256)
+            assert (be.to_host(path) == expected_path).all()
+            np.testing.assert_allclose(be.to_host(y), np.where(expected_path == 1, one, zero), rtol=1e-5, atol=1e-6)
+    y = be.poisoned(n)
+    module.get_function("short_by_lane")((-(-n // 256),), (256,), (n, be.to_device(x), y))
+    lane = np.arange(n) % 256 % 2
+    np.testing.assert_allclose(be.to_host(y), np.where(lane == 1, x * x + 1, 2 * x - 1), rtol=1e-6)
