@@ -294,3 +294,23 @@ def test_the_record_skips_a_batch_over_the_memory_budget_with_the_reason():
     ok, skipped = record.runnable_batches(record.BATCHES, small)
     assert ok == [100, 1_000] and [s["size"] for s in skipped] == [10_000]
     assert "GB of device memory" in skipped[0]["reason"] and "an 8 GB GPU" in skipped[0]["reason"]
+
+
+def test_the_report_comparison_divides_each_ladder_by_its_own_step_1():
+    import pandas as pd
+    from gpulab.workloads.lenet import results
+    rng = np.random.default_rng(5)
+    rows = [{"step": step, "variant": f"step {step}", "size": n, "phase": phase, "layer": layer,
+             "median_ms": float(rng.uniform(1, 30))}
+            for step in results.REPORT_OP_TIMES_MS for n in (1000, 10_000) for phase in ("conv", "layer")
+            for layer in ("conv1", "conv2")]
+    ladder = pd.DataFrame(rows)
+    table = results.report_comparison(ladder)
+    mine = ladder[(ladder["size"] == 10_000) & (ladder["phase"] == "conv")].set_index(["step", "layer"])["median_ms"]
+    for step, (c1, c2) in results.REPORT_OP_TIMES_MS.items():
+        assert table.loc[step, "report conv2 / step 1"] == pytest.approx(c2 / results.REPORT_OP_TIMES_MS["01"][1])
+        assert table.loc[step, "this run conv1 / step 1"] == pytest.approx(mine[step, "conv1"] / mine["01", "conv1"])
+    # The H100's recorded run: im2col makes conv2 faster than step 1 there, slower in the report.
+    run = gpulab.load_run(lenet.CHAPTER, "H100")
+    h100 = results.report_comparison(results.step_labels(run.experiment("ladder")))
+    assert h100.loc["04", "this run conv2 / step 1"] < 1 < h100.loc["04", "report conv2 / step 1"]

@@ -7,8 +7,9 @@
 //
 // Why it should be faster than step 4: the 49x-larger unrolled matrix is neither written nor
 // read back, and there is one launch instead of two per chunk.
-// Why it might still lose to step 1: the index arithmetic (three divisions per loaded element)
-// and the mostly-empty 16-row W tiles (M = 4 or 16) stay. The report found it 1.4x faster than
+// Why it might still lose to step 1: the index arithmetic (divisions and remainders by K, K * K
+// and F for every loaded element) and, for conv1 (M = 4), the three-quarters-empty 16-row W
+// tiles stay. The report found it 1.4x faster than
 // its step 4 but 5x (conv1) and 0.6x (conv2) its baseline.
 // Prediction: 2-4x faster than step 4, still slower than step 1 on conv1.
 

@@ -8,7 +8,9 @@
 // It loads each input row once per filter row into registers (float2 loads) and reuses it for
 // every filter and both output rows; the weights sit in shared memory as [c][r][s][m], so one
 // 16-byte broadcast load gives 4 filters' weights, each used for 4 (or 8) outputs.
-// Loads per multiply-add fall from 2 (step 7) to about 1/13 (conv1) and 1/12 (conv2).
+// Load instructions per multiply-add fall from 2 (step 7's conv1: a global load of x and a
+// uniform constant load of w per FFMA) and 1.5 (its conv2: one uniform load serves two weights)
+// to about 1/13 (conv1) and 1/12 (conv2).
 //
 // Shapes are compile-time macros: CH (input channels), MF (filters), IH (input side),
 // BY (pooled rows per block), PX (pooled columns per thread); K = 7. Launch: grid
@@ -66,6 +68,11 @@ __device__ __forceinline__ void conv_relu_pool_body(const float* __restrict__ x,
 #pragma unroll 1
         for (int r = 0; r < KS; ++r) {
             float in0[COLS], in1[COLS];                  // input rows row0 + r and row0 + r + 1
+            // Thread tx reads float2 at words col0 + 2j = 4 tx + 2j (conv1, PX = 2): a 16-byte stride
+            // for 8-byte loads, so threads tx and tx + 8 of a row hit the same banks (2-way), and a
+            // warp's second row adds conflicts where its pitch lands on the first row's banks.
+            // Padding the pitch removes only the second kind; the first needs each thread's
+            // columns interleaved (e.g. pooled columns tx and tx + P / 2), not adjacent.
             const float2* top = reinterpret_cast<const float2*>(&xs[c][row0 + r][col0]);
             const float2* bottom = reinterpret_cast<const float2*>(&xs[c][row0 + r + 1][col0]);
 #pragma unroll

@@ -3,10 +3,10 @@
 // What changed from step 10 (for conv2; conv1 stays step 10's kernel, writing its pooled output
 // as fp16): conv2 becomes a matrix product per image, Y (16 filters x 1156 pixels) =
 // W (16 x 196, zero-padded to 208 = 13 x 16) times the image's unrolled input (208 x 1156),
-// done by nvcuda::wmma 16 x 16 x 16 tiles: one mma_sync is 4096 multiply-adds where an FFMA
-// is one per thread. A block takes one image: its 4 x 40 x 40 input (fp16, 12.8 KB) and the
-// weights go to shared memory, the weights into 13 A fragments held in registers for the whole
-// block. Each warp then builds 16-pixel B tiles (208 x 16: every (c, r, s) for 16 pixels, an
+// done by nvcuda::wmma 16 x 16 x 16 tiles: one mma_sync (two HMMA.16816 instructions on sm_90)
+// is 4096 multiply-adds for the warp, where a warp's FFMA is 32. A block takes one image: its
+// 4 x 40 x 40 input (fp16, 12.8 KB) and the weights go to shared memory, and each warp loads the
+// weights into its own 13 A fragments, kept in its registers for the whole block. Each warp then builds 16-pixel B tiles (208 x 16: every (c, r, s) for 16 pixels, an
 // im2col in shared memory through a table of offsets) and multiplies. The pixels are numbered
 // so that each 2 x 2 pooling window is 4 consecutive columns of Y: the epilogue reads the
 // 16 x 16 result back from shared memory and writes 16 filters x 4 pooled values.

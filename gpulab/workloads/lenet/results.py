@@ -28,16 +28,16 @@ REPORT_OP_TIMES_MS = {
 
 
 def report_comparison(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
-    """Steps 1 and 3-9, the report's op times next to this run's convolution kernels, each
-    relative to its own step 1 (below 1: faster than step 1)."""
+    """Steps 1 and 3-9, the report's op times next to this run's convolution kernels (columns
+    "this run ..."), each relative to its own step 1 (below 1: faster than step 1)."""
     rows = []
     for step, (c1, c2) in REPORT_OP_TIMES_MS.items():
         ours_ = ladder[(ladder["step"] == step) & (ladder["size"] == N) & (ladder["phase"] == "conv")]
         ms = ours_.set_index("layer")["median_ms"]
         rows.append({"step": step, "variant": ours_["variant"].iloc[0], "report conv1": c1, "report conv2": c2,
-                     "H100 conv1": float(ms["conv1"]), "H100 conv2": float(ms["conv2"])})
+                     "this run conv1": float(ms["conv1"]), "this run conv2": float(ms["conv2"])})
     table = pd.DataFrame(rows).set_index("step")
-    for who in ("report", "H100"):
+    for who in ("report", "this run"):
         for layer in ("conv1", "conv2"):
             table[f"{who} {layer} / step 1"] = table[f"{who} {layer}"] / table.loc["01", f"{who} {layer}"]
     return table
