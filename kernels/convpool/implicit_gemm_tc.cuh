@@ -11,9 +11,10 @@
 // The block tile is 128 filters x TC_BN pixels (TC_BN / 4 pooling windows, laid out as in step 6:
 // tile column j is window j / 4, element j % 4), 8 warps of 64 x TC_BN / 4, each holding 4 x 2
 // (or 4 x 4) wmma accumulator fragments of 16 x 16 floats. K advances BK = 64 bytes of k per slice, through a
-// ring of STAGES shared-memory slices filled by cp.async: the copy engine moves the next
-// STAGES - 1 slices while the tensor cores work on this one, and no register holds them on the
-// way. Rows are padded by 16 bytes, so the 8 rows a fragment load reads at once fall in 8
+// ring of STAGES shared-memory slices filled by cp.async: each thread issues its copies, and the
+// SM's asynchronous-copy path (global memory through L2 and L1 to shared memory -- not the DMA
+// copy engines that serve host transfers) moves the next STAGES - 1 slices while the tensor cores
+// work on this one, and no register holds them on the way. Rows are padded by 16 bytes, so the 8 rows a fragment load reads at once fall in 8
 // different groups of 4 banks.
 //
 // The epilogue pools in shared memory: each warp stores one 16 x 16 accumulator fragment at a
