@@ -417,3 +417,16 @@ def test_the_h200_comparison_reads_both_recorded_runs(tmp_path):
     assert float(numbers["g2_lab_min"]) <= float(numbers["g2_s8_ratio"]) <= float(numbers["g2_lab_max"])
     assert views.gpu_comparison(root=tmp_path) is None
     assert set(views.gpu_comparison_numbers(None).values()) == {"-"}
+
+
+def test_the_checks_table_shows_a_dash_for_no_error_and_errors_in_e_notation():
+    from types import SimpleNamespace
+    import pandas as pd
+    from gpulab.workloads.training import views
+    table = pd.DataFrame([{"step": 1, "variant": "01", "passed": True, "error": float("nan"), "rel_error loss": 3.9e-8},
+                          {"step": 2, "variant": "02", "passed": False, "error": "CheckFailed: loss off",
+                           "rel_error loss": float("nan")}])
+    run = SimpleNamespace(tables={"checks": table}, caption="a run", chapter="training", gpu="X")
+    html = views.checks(run).to_html()
+    assert "3.90e-08" in html and "CheckFailed: loss off" in html and "nan" not in html.lower().replace("nano", "")
+    assert html.count("\u2014") >= 3          # the passed row's error, the failed row's missing rel_error, the caption

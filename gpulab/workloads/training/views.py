@@ -472,6 +472,18 @@ def show(fn, run, *args, **kwargs):
         return None
 
 
+def checks(run):
+    """The run's full-size checks as a table to show: every step's relative errors against the
+    float64 reference (norm of the error over norm of the reference, three significant digits),
+    and in ``error`` why a check failed -- a dash where it passed."""
+    table = _table(run, "checks").copy()
+    table["error"] = table["error"].fillna("").astype(str).str.strip().replace("", "\u2014")
+    errors = [c for c in table.columns if c.startswith("rel_error")]
+    return table.style.hide(axis="index").format({c: "{:.2e}" for c in errors}, na_rep="\u2014").set_caption(
+        f"{run.caption}; rel_error: the error's norm over the float64 reference's norm; "
+        "error: why a check failed (\u2014: it passed, or, in a rel_error column, was not measured)")
+
+
 def numbers(run) -> dict:
     """The measured numbers the chapter's prose quotes, formatted, by name
     (a dash for each where there is no run)."""
