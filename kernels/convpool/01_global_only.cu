@@ -18,9 +18,11 @@
 //
 // Launch: grid (ceil(F / 32), ceil(E / 8), N * M), block (32, 8); then relu_maxpool.
 //
-// Prediction: about 3 instructions per FMA; with an H100's 4 instructions per cycle per SM,
-// 132 SMs and ~1.8 GHz, at most ~1.3 T FMA/s: ~2.6 TFLOP/s, ~60 ms for one image. Plus the
-// pre-pool tensor (51 MB written, read back by the pool): ~0.05 ms, invisible here.
+// Prediction: about 3 instructions per FMA. An H100 SM issues at most 4 warp instructions per
+// cycle, so 132 SMs at ~1.8 GHz could do ~10 T FMA/s (~20 TFLOP/s, ~8 ms for one image) if issue
+// were the limit; but its 32 load/store lanes take one warp-wide load per cycle, and each FMA
+// needs two: at most ~3.8 T FMA/s, ~7.6 TFLOP/s, ~22 ms for one image. Plus the pre-pool tensor
+// (51 MB written, read back by the pool): ~0.05 ms, invisible here.
 #define RS 5    // filter height and width
 
 extern "C" __global__ void conv_global(const float* __restrict__ x, const float* __restrict__ w,

@@ -17,8 +17,8 @@
 // tid + blockDim.x, ...), so any grid and any block size computes the whole layer: the launch
 // shape is a free parameter, as in the report's table.
 //
-// Why it should be faster: per channel and thread, 25 coalesced weight loads and 100 broadcast
-// shared loads feed 400 FMAs (step 2: 85 scattered loads per 200 FMAs), and the input comes from
+// Why it should be faster: per channel and thread, 25 coalesced weight loads and 100 shared
+// values (25 broadcast 16-byte loads: a staged row is 20 aligned floats) feed 400 FMAs (step 2: 85 scattered loads per 200 FMAs), and the input comes from
 // DRAM once per strip and filter pass instead of once per thread.
 //
 // Launch: grid = any number of blocks (the chapter uses one per strip: N * E * ceil(F / 16)),
