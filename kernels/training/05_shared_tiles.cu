@@ -17,9 +17,9 @@
 // The product's B tile is padded the same way, as in the report; its reads
 // are along rows, so there the padding is harmless but not needed.
 //
-// Prediction: the products become several times faster (16x fewer loads per
-// multiply-add; still one multiply-add per shared load, so limited by
-// shared-memory bandwidth far below the FP32 rate), the transpose of X close
+// Prediction: the products become several times faster (16x fewer device-memory loads per
+// multiply-add; still two shared loads per multiply-add, As[ty][k] and Bs[k][tx], so limited
+// by shared-memory loads far below the FP32 rate), the transpose of X close
 // to a copy of 134 MB read + 134 MB written (~0.1 ms). The step: 3-5x faster
 // than step 4 at batch 1,024.
 #define TILE 16

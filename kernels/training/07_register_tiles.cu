@@ -5,8 +5,9 @@
 //  * A block of 256 threads computes a 128 x 128 tile of the output; each
 //    thread owns an 8 x 8 piece of it in registers. For each k it reads 8
 //    values of A and 8 of B from shared memory (as float4, conflict-free)
-//    and does 64 multiply-adds with them: 4 FMAs per shared load instead of
-//    step 6's 1, so the arithmetic, not shared memory, sets the pace. The
+//    and does 64 multiply-adds with them: 4 FMAs per value loaded, where
+//    step 6 loaded two values per FMA, so the arithmetic, not shared memory,
+//    sets the pace. The
 //    next k-slice's tiles are loaded into registers while this one computes
 //    (two shared buffers, one barrier per slice).
 //  * X^T dZ1 reads X "by columns" straight from its row-major layout: a tile
