@@ -97,14 +97,16 @@ def test_a_replica_that_skips_the_all_reduce_is_caught(corpus):
     assert not dp.identical()
 
 
-def test_bucketed_gradient_equals_step_9s_gradient():
-    # w1_gradient_rows over all buckets = sparse_update in gradient mode, element for element.
+@pytest.mark.parametrize("scatter_blocks", [None, 5], ids=["one block per document", "grid-stride, 5 blocks"])
+def test_bucketed_gradient_equals_step_9s_gradient(scatter_blocks, monkeypatch):
+    # w1_gradient_rows over all buckets = sparse_update in gradient mode, element for element,
+    # with one block per document or a few blocks that stride over the 37 documents.
     batch = data.sample(37, V, stream=301)
     params = reference.init_params(V)
     plain = Replica(batch, params, 37, "cpu", buckets=5)
     plain.forward_backward()
     plain.backward_plain()
-    bucketed = Replica(batch, params, 37, "cpu", buckets=5)
+    bucketed = Replica(batch, params, 37, "cpu", buckets=5, scatter_blocks=scatter_blocks)
     bucketed.forward_backward()
     for k in range(len(bucketed.buckets)):
         bucketed.backward_bucket(k)
@@ -112,11 +114,37 @@ def test_bucketed_gradient_equals_step_9s_gradient():
     diff = np.linalg.norm(bucketed.grad.astype(np.float64) - plain.grad) / np.linalg.norm(plain.grad)
     assert diff <= 1e-6
     assert np.array_equal(bucketed.grad == 0, plain.grad == 0)     # the same rows written, no others
+    # The split form: the coalesced small gradients and W1's scatter over every row, two launches
+    # (with 5 blocks for the small gradients, each block sums several documents).
+    import gpulab.workloads.multigpu.replicas as rep
+    monkeypatch.setattr(rep, "SMALL_BLOCKS", 5 if scatter_blocks else rep.SMALL_BLOCKS)
+    split = Replica(batch, params, 37, "cpu", buckets=5, scatter_blocks=scatter_blocks)
+    split.forward_backward()
+    split.backward_split()
+    assert np.linalg.norm(split.grad.astype(np.float64) - plain.grad) / np.linalg.norm(plain.grad) <= 1e-6
+    assert np.array_equal(split.grad == 0, plain.grad == 0)
+    assert split.loss == pytest.approx(plain.loss, rel=1e-6)
     acts = reference.forward(batch, {k: v.astype(np.float64) for k, v in params.items()})
     grads = reference.backward(batch, batch.labels, params, acts)
     g = plain.layout.views(plain.grad)
     for k in reference.PARAMS:
         np.testing.assert_allclose(g[k], grads["d" + k], rtol=1e-4, atol=1e-7)
+
+
+def test_bucket_ranges_find_each_documents_words_of_the_bucket():
+    from gpulab.workloads.multigpu.replicas import bucket_ranges
+    batch = data.sample(29, V, stream=302)
+    for rows in ((0, 3), (3, 250), (250, V), (0, V), (500, 501)):
+        first, last = bucket_ranges(batch, rows)
+        for i in range(batch.docs):
+            words = batch.indices[batch.indptr[i]:batch.indptr[i + 1]]
+            want = np.flatnonzero((words >= rows[0]) & (words < rows[1])) + batch.indptr[i]
+            assert list(range(first[i], last[i])) == list(want)
+    shuffled = data.Corpus(batch.indptr, batch.indices[::-1].copy(), batch.counts, batch.labels, batch.vocab)
+    with pytest.raises(ValueError, match="ascending"):
+        bucket_ranges(shuffled, (0, 10))
+    with pytest.raises(ValueError, match="scatter_blocks"):
+        Replica(batch, reference.init_params(V), 29, "cpu", scatter_blocks=0)
 
 
 def _covers_once(L, buckets):
@@ -328,6 +356,13 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     assert sum("bit-identical" in c["quantity"] for c in got["checks"]) == 2
     variants = {r["variant"] for r in got["rows"]}
     assert {workers.variant(m, world) for m in workers.MODES} <= variants
+    # Every bucketed configuration was checked against the plain step and timed; the one kept is one of them.
+    swept = [c for c in got["checks"] if c["quantity"] == "summed gradient vs the plain step's"]
+    assert len(swept) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
+    assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
+    assert [c["batch"] for c in got["choices"]] == [1024]
+    assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS}
+    assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
     lanes = {(t["gpu"], t["lane"]) for t in got["timeline"]}
     assert {(g, "compute") for g in range(world)} <= lanes

@@ -9,43 +9,59 @@
 // "W1" is a zeroed gradient buffer and lr = -1. That kernel writes all of the
 // gradient at once; the all-reduce can only start when it ends.
 //
-// This kernel writes only the rows of one bucket, words [w_begin, w_end):
-// block i walks document i's words (ascending in the CSR rows), skips to the
-// first word >= w_begin with a binary search and scatter-adds the document's
-// contribution into the rows up to w_end. Launched once per bucket, in order,
-// on the compute stream, each bucket's all-reduce can run on a second stream
-// while the next bucket is computed.
+// This kernel writes only the rows of one bucket, words [w_begin, w_end).
+// Document i's words are ascending in its CSR row, so the bucket's words of
+// document i are one contiguous range of the CSR, [first[i], last[i]): the
+// replica finds these ranges once per batch, with the CSR itself (host side,
+// like the CSR), so that no launch searches a document's words. The inner
+// loop is step 9's: the range's ids and values staged in shared memory,
+// fire-and-forget atomic adds (RED) unrolled by 8.
+//
+// The grid need not have one block per document: block b does documents b,
+// b + gridDim.x, ... (a grid-stride loop). Launched with fewer blocks than
+// the SMs can hold, the scatter leaves room on every SM for the blocks of
+// NCCL's kernel, which the bucket's all-reduce launches on another stream
+// while the next bucket's scatter runs (a grid of one block per document
+// fills every SM and NCCL's blocks queue behind its waiting blocks).
 //
 // Why it may be faster end to end: the step becomes max(scatter, all-reduce)
 // + the last bucket's all-reduce instead of scatter + all-reduce. Word ids are
 // frequency ranks, so equal row ranges would put ~85% of a batch's scatter in
-// the first bucket (rows 0..V/4) and leave nothing to hide the other buckets'
-// all-reduces under. The buckets are therefore cut at equal non-zeros and
-// launched rarest words first (Layout.buckets): the first holds nearly all of
-// W1's rows and bytes and half the work, so its all-reduce can run beside the
-// frequent-word half. Why it might not be: every launch re-reads each
-// document's index range (a binary search, ~7 reads per document per bucket),
-// and the all-reduce shares the GPU's L2, memory and SMs with the scatter.
-// Prediction: a gain of at most the all-reduce's time (~80 us for 16.8 MB on
-// two H100s), only if the all-reduce runs beside the scatter at close to its
-// speed alone. (Measured on two H100s it does not: beside the scatter it runs
-// ~7x slower, and the bucketed step loses; see the chapter.)
+// the first bucket and leave nothing to hide the other buckets' all-reduces
+// under: the buckets are cut at equal non-zeros and launched rarest words
+// first (Layout.buckets), so the first, which holds nearly all of W1's rows
+// and bytes, is all-reduced beside the frequent words' scatter. Why it might
+// not be: the all-reduce shares the GPU's L2 and memory with the scatter's
+// atomics, and a scatter on fewer blocks may run slower. Prediction: a gain
+// of at most the all-reduce's time (~80 us for 16.8 MB on two H100s), only if
+// the all-reduce runs beside the scatter at close to its speed alone; the run
+// sweeps the scatter's grid, the bucket count and the streams' priorities.
 
-// gW1 (V x H, row-major) += x_w * dZ1[i, :] for every (document i, word w) with
-// w_begin <= w < w_end. One block per document; threads stride over H.
-extern "C" __global__ void w1_gradient_rows(int B, int H, int w_begin, int w_end, const int* __restrict__ indptr,
-                                            const int* __restrict__ indices, const float* __restrict__ values,
-                                            const float* __restrict__ dz1, float* __restrict__ gW1) {
-    int i = blockIdx.x;
-    if (i >= B) return;
-    int lo = indptr[i], hi = indptr[i + 1];
-    while (lo < hi) {                       // first n with indices[n] >= w_begin
-        int mid = (lo + hi) / 2;
-        if (indices[mid] < w_begin) lo = mid + 1; else hi = mid;
-    }
-    for (int n = lo; n < indptr[i + 1] && indices[n] < w_end; ++n) {
-        float x = values[n];
-        float* row = gW1 + (long)indices[n] * H;
-        for (int j = threadIdx.x; j < H; j += blockDim.x) atomicAdd(&row[j], x * dz1[(long)i * H + j]);
+#define CHUNK 128
+
+// gW1 (V x H, row-major) += x_n * dZ1[i, :] for every non-zero n of document i
+// in [first[i], last[i]). Threads stride over H (128 threads: one per unit).
+extern "C" __global__ void w1_gradient_rows(int B, int H, const int* __restrict__ first,
+                                            const int* __restrict__ last, const int* __restrict__ indices,
+                                            const float* __restrict__ values, const float* __restrict__ dz1,
+                                            float* __restrict__ gW1) {
+    __shared__ int word[CHUNK];
+    __shared__ float value[CHUNK];
+    for (int i = blockIdx.x; i < B; i += gridDim.x) {
+        int begin = first[i], end = last[i];
+        for (int c0 = begin; c0 < end; c0 += CHUNK) {
+            int count = min(CHUNK, end - c0);
+            __syncthreads();                           // the previous chunk is used up
+            for (int t = threadIdx.x; t < count; t += blockDim.x) {
+                word[t] = indices[c0 + t];
+                value[t] = values[c0 + t];
+            }
+            __syncthreads();
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                float d = dz1[(long)i * H + j];
+#pragma unroll 8
+                for (int t = 0; t < count; ++t) atomicAdd(&gW1[(long)word[t] * H + j], value[t] * d);
+            }
+        }
     }
 }

@@ -39,6 +39,10 @@ from ..training.reference import CLASSES, HIDDEN, LEARNING_RATE, PARAMS
 SPARSE = "training/09_sparse_first_layer.cu"       # the lab's best training-step kernels
 BUCKETS = "multigpu/01_w1_gradient_buckets.cu"     # W1's gradient for a range of rows
 UPDATE = "multigpu/02_update_and_zero.cu"          # w -= lr * g; g = 0 over a flat range
+SMALL = "multigpu/03_small_gradients.cu"           # W2, b1, b2's gradient, coalesced
+#: Blocks of the small parameters' gradient (each sums its documents, then adds with atomics):
+#: two per SM of an H100.
+SMALL_BLOCKS = 264
 THREADS = 128                                      # threads per block, one per hidden unit
 UPDATE_THREADS = 256
 #: W1's offset in the flat buffers is a multiple of this many floats (128 bytes, one cache line).
@@ -170,6 +174,25 @@ def row_work(batch: Corpus) -> np.ndarray:
     return np.bincount(np.asarray(batch.indices), minlength=batch.vocab)[:batch.vocab]
 
 
+def bucket_ranges(part: Corpus, rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Where each document's words in rows ``[a, b)`` of W1 sit in the CSR:
+    (first, last), int32 arrays of length ``part.docs``, document i's words
+    of the bucket being ``indices[first[i]:last[i]]``. Needs every CSR row's
+    word ids in ascending order (what the corpus gives); found once per batch
+    on the host, as the CSR itself is."""
+    indptr, indices = np.asarray(part.indptr, np.int64), np.asarray(part.indices)
+    a, b = rows
+    starts = np.repeat(np.arange(part.docs), np.diff(indptr))
+    if np.any((np.diff(indices) <= 0) & (np.diff(starts) == 0)):
+        raise ValueError("the bucketed scatter needs each document's word ids in ascending order in the CSR")
+    below = lambda w: np.concatenate([[0], np.cumsum(indices < w)])    # noqa: E731 -- non-zeros before n with id < w
+    ca, cb = below(a), below(b)
+    # document i's words with id < a are its first ca[indptr[i+1]] - ca[indptr[i]] (ascending ids)
+    first = indptr[:-1] + ca[indptr[1:]] - ca[indptr[:-1]]
+    last = indptr[:-1] + cb[indptr[1:]] - cb[indptr[:-1]]
+    return first.astype(np.int32), last.astype(np.int32)
+
+
 def split_batch(batch: Corpus, replicas: int) -> list[Corpus]:
     """The batch cut into ``replicas`` consecutive slices of equal size."""
     if replicas < 1:
@@ -188,7 +211,8 @@ class Replica:
     ``cupy.cuda.Device(d)``)."""
 
     def __init__(self, part: Corpus, params: dict, global_batch: int, backend: Backend | str | None = None,
-                 lr: float = LEARNING_RATE, buckets: int | list = 4):
+                 lr: float = LEARNING_RATE, buckets: int | list = 4, scatter_blocks: int | None = None,
+                 ranges: list | None = None):
         be = self.backend = get_backend(backend)
         self.layout = Layout(part.vocab, params["W1"].shape[1], params["W2"].shape[1])
         if part.docs < 1:
@@ -210,9 +234,21 @@ class Replica:
         self._fb, self._su = sparse.get_function("sparse_forward_backward"), sparse.get_function("sparse_update")
         self._rows = load_module(BUCKETS, be).get_function("w1_gradient_rows")
         self._upd = load_module(UPDATE, be).get_function("sgd_update_zero")
+        self._small = load_module(SMALL, be).get_function("small_gradients")
         # Every replica must use the same buckets (their all-reduces must match):
         # pass the list that Layout.buckets made from the whole batch.
         self.buckets = L.buckets(buckets) if isinstance(buckets, int) else list(buckets)
+        if scatter_blocks is not None and scatter_blocks < 1:
+            raise ValueError(f"scatter_blocks must be at least 1 (or None: one block per document), got {scatter_blocks}")
+        #: Blocks of each bucket's scatter (a grid-stride loop over the documents); None: one per document.
+        self.scatter_blocks = scatter_blocks
+        # Each W1 bucket's range of every document's words (host arrays, found once per batch:
+        # ``ranges`` may pass them in, as bucket_ranges gives them for self.buckets[1:]).
+        ranges = ranges if ranges is not None else [bucket_ranges(part, k.rows) for k in self.buckets[1:]]
+        if len(ranges) != len(self.buckets) - 1:
+            raise ValueError(f"ranges must hold one (first, last) pair per W1 bucket ({len(self.buckets) - 1}), "
+                             f"got {len(ranges)}")
+        self.ranges = [tuple(be.to_device(np.asarray(r, np.int32)) for r in pair) for pair in ranges]
         self._bind()
 
     def _bind(self):
@@ -226,10 +262,18 @@ class Replica:
         # Step 9's sparse_update in gradient mode (lr = -1 on zeroed buffers):
         # blocks 0..H-1 the small parameters and the loss, blocks H.. W1's rows.
         self.gradients = self._su.bind((H + B,), (THREADS,), (B, H, C, -1.0, *head))
-        # The same kernel with only its first H blocks: the small gradients alone.
-        self.small_gradients = self._su.bind((H,), (THREADS,), (B, H, C, -1.0, *head))
-        self.bucket_gradients = [self._rows.bind((B,), (THREADS,), (
-            B, H, k.rows[0], k.rows[1], *csr, s["dz1"], g["W1"])) for k in self.buckets[1:]]
+        # The same kernel with only its first H blocks: the small gradients alone, as step 9 forms them.
+        self.small_gradients_step9 = self._su.bind((H,), (THREADS,), (B, H, C, -1.0, *head))
+        # The small gradients with coalesced reads (kernels/multigpu/03_small_gradients.cu).
+        self.small_gradients = self._small.bind((min(B, SMALL_BLOCKS),), (THREADS,), (
+            B, H, C, s["h"], s["dz2"], s["dz1"], s["loss_terms"], g["W2"], g["b1"], g["b2"], s["loss"]))
+        # W1's whole gradient alone (every document's whole CSR row), for the split form of the step.
+        self.w1_gradient = self._rows.bind((B if self.scatter_blocks is None else min(B, self.scatter_blocks),),
+                                           (THREADS,), (B, H, b["indptr"][:-1], b["indptr"][1:], b["indices"],
+                                                        b["values"], s["dz1"], g["W1"]))
+        grid = B if self.scatter_blocks is None else min(B, self.scatter_blocks)
+        self.bucket_gradients = [self._rows.bind((grid,), (THREADS,), (
+            B, H, first, last, b["indices"], b["values"], s["dz1"], g["W1"])) for first, last in self.ranges]
         self._updates = {}
 
     def update(self, bucket: Bucket):
@@ -251,6 +295,13 @@ class Replica:
         """The whole gradient in one launch (after :attr:`forward_backward`), into
         the gradient buffer, which the previous step's updates left at zero."""
         self.gradients()
+
+    def backward_split(self):
+        """The whole gradient in two launches: the small parameters' (coalesced)
+        and W1's (the bucket kernel over every row); the GPU step runs them on
+        two streams."""
+        self.small_gradients()
+        self.w1_gradient()
 
     def backward_bucket(self, k: int):
         """Bucket ``k``'s gradient (0: the small parameters, with the loss; then

@@ -21,6 +21,7 @@ from .replicas import Layout
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
 ONE_GPU_REPLICA = "1 GPU, gradient then update (CUDA graph)"
+ONE_GPU_SPLIT = "1 GPU, split gradient then update (CUDA graph)"
 PLAIN = "2 GPUs, one all-reduce"
 BUCKETED = "2 GPUs, bucketed, overlapped"
 BUCKETED_EAGER = "2 GPUs, bucketed, overlapped, eager"
@@ -65,7 +66,7 @@ def scaling_table(run: RecordedRun) -> pd.DataFrame:
     scaling efficiency (speed-up / 2) and the all-reduce's share of the plain
     two-GPU step (from the compute-only timing)."""
     t = step_table(run)
-    one = t[[c for c in (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA) if c in t]].min(axis=1)
+    one = t[[c for c in (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
     bucketed = t[[c for c in (BUCKETED, BUCKETED_EAGER) if c in t]].min(axis=1)
     out = pd.DataFrame({"1 GPU (fastest)": one, PLAIN: t[PLAIN], BUCKETED: bucketed})
     two = out[[PLAIN, BUCKETED]].min(axis=1)
@@ -123,20 +124,21 @@ def allreduce_comparison(run: RecordedRun) -> pd.DataFrame | None:
 
 def predicted_steps(run: RecordedRun, model: costmodel.RingModel | None = None) -> pd.DataFrame | None:
     """The cost model's two-GPU plain step: one GPU's replica step (gradient, then
-    update, CUDA graph) on half the batch, measured, plus the fitted all-reduce
-    of the whole gradient; against the measured plain step."""
+    update, CUDA graph; the faster of its two forms) on half the batch, measured,
+    plus the fitted all-reduce of the whole gradient; against the measured plain step."""
     t = step_table(run)
     if ONE_GPU_REPLICA not in t or PLAIN not in t:
         return None
+    replica = t[[c for c in (ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
     model = model or fitted_model(run)
     grad = 4 * Layout(VOCAB).size
     rows = []
     for b in t.index:
-        if b // 2 in t.index and not np.isnan(t.loc[b // 2, ONE_GPU_REPLICA]):
+        if b // 2 in t.index and not np.isnan(replica.loc[b // 2]):
             comm = model.time_ms(grad, 2)
             lo, hi = costmodel.prediction_range(model, grad, 2)
-            pred = t.loc[b // 2, ONE_GPU_REPLICA] + comm
-            rows.append({"batch": b, "1 GPU on B/2 (ms)": t.loc[b // 2, ONE_GPU_REPLICA], "all-reduce, model (ms)": comm,
+            pred = replica.loc[b // 2] + comm
+            rows.append({"batch": b, "1 GPU on B/2 (ms)": replica.loc[b // 2], "all-reduce, model (ms)": comm,
                          "predicted (ms)": pred, "predicted range (ms)": f"{pred - comm + lo:.3f}-{pred - comm + hi:.3f}",
                          "measured (ms)": t.loc[b, PLAIN], "error": pred / t.loc[b, PLAIN] - 1})
     return pd.DataFrame(rows) if rows else None

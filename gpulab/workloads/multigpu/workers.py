@@ -30,6 +30,7 @@ import socket
 import tempfile
 import time
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ import numpy as np
 from ...errors import CheckFailed, GpulabError
 from ..training import data, reference
 from ..training.reference import LEARNING_RATE, PARAMS
-from .replicas import Layout, Replica, row_work, split_batch
+from .replicas import Bucket, Layout, Replica, row_work, split_batch
 
 MODES = ("plain", "bucketed", "compute only")
 #: Variant names of the recorded rows, for ``p`` GPUs.
@@ -49,12 +50,46 @@ def variant(mode: str, p: int) -> str:
 
 STEP_LAUNCHES = 10           # steps per CUDA graph in the step timings
 ALLREDUCE_LAUNCHES = 10      # all-reduces per CUDA graph in the all-reduce curve
-WAIT_S = 420                  # the parent gives up on the workers after this long
+WAIT_S = 540                  # the parent gives up on the workers after this long
 
 
 def nccl_env() -> None:
     """NVLink multicast (NVLS) stays off on the lab's machines: set before NCCL loads."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How the bucketed step is launched: ``buckets`` of W1 (cut at equal work,
+    rarest words first), the scatter's grid (``blocks_per_sm`` blocks per SM
+    in a grid-stride loop, leaving the rest of each SM to NCCL's and the
+    update's blocks; None: one block per document), and whether the all-reduces
+    and updates run at the device's highest stream priority (in a graph: with
+    node priorities)."""
+
+    buckets: int = 2
+    blocks_per_sm: int | None = None
+    priority: bool = True
+
+    def blocks(self, sms: int) -> int | None:
+        return None if self.blocks_per_sm is None else self.blocks_per_sm * sms
+
+    @property
+    def label(self) -> str:
+        grid = "one block per document" if self.blocks_per_sm is None else f"{self.blocks_per_sm} blocks per SM"
+        return f"{self.buckets} buckets, scatter on {grid}, {'high' if self.priority else 'equal'} priority"
+
+
+#: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
+#: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
+#: threads for NCCL's blocks (512 or 640 threads each).
+OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for p in (True, False))
+#: NCCL settings tried at the largest batch, each in a fresh pair of processes (NCCL reads them once).
+NCCL_SETTINGS = ({}, {"NCCL_MAX_NCHANNELS": "8"}, {"NCCL_NTHREADS": "256"})
+
+
+def nccl_label(env: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "NCCL defaults"
 
 
 class GpuStep:
@@ -66,35 +101,46 @@ class GpuStep:
     on the update stream), ``"compute only"`` (no all-reduce: the
     computation alone; the replicas drift apart, so it is a timing, never a
     training step). ``comm``: an NCCL communicator (``None`` only for
-    ``"compute only"``)."""
+    ``"compute only"``). ``config``: how the bucketed step is launched
+    (:class:`Overlap`). ``split`` (plain and compute only): the gradient in two
+    launches on two streams, the coalesced small gradients beside W1's scatter,
+    instead of step 9's one launch."""
 
     def __init__(self, part: data.Corpus, params: dict, global_batch: int, comm, mode: str, buckets: list,
-                 lr: float = LEARNING_RATE):
+                 lr: float = LEARNING_RATE, config: "Overlap | None" = None, ranges: list | None = None,
+                 split: bool = False):
         import cupy
         from .record import nccl
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if comm is None and mode != "compute only":
             raise ValueError(f"mode {mode!r} needs an NCCL communicator")
-        self.mode, self.comm = mode, comm
+        self.mode, self.comm, self.split = mode, comm, split
+        self.config = config or Overlap()
         self.lib = nccl() if comm is not None else None
-        self.replica = Replica(part, params, global_batch, "gpu", lr, buckets)
-        # The all-reduces and the updates run on the device's highest-priority streams: while the
-        # scatter-add's thousands of blocks fill every SM, the block scheduler hands each SM that
-        # frees up to NCCL's and the update's blocks first instead of queueing them behind the
-        # scatter (measured without priorities: a 16 MB all-reduce took 330 us beside the scatter,
-        # 75 us alone). A CUDA graph replays every node at its launch stream's priority, so
-        # the graph-captured step has no such preference (the eager step does).
+        sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+        self.replica = Replica(part, params, global_batch, "gpu", lr, buckets, scatter_blocks=self.config.blocks(sms),
+                               ranges=ranges)
+        # With config.priority, the all-reduces and the updates run on the device's highest-priority
+        # streams: whenever an SM frees up, the block scheduler hands it to their waiting blocks before
+        # the scatter's. A CUDA graph keeps each captured kernel's stream priority as a node attribute
+        # but replays every node at the launch stream's priority unless instantiated with
+        # cudaGraphInstantiateFlagUseNodePriority: :func:`graph_timing` does that for such steps.
         try:
             least, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
         except AttributeError:
             least = greatest = 0
+        r = self.replica
+        if mode == "bucketed" and r.buckets[-1].start != r.buckets[0].stop:
+            raise ValueError("the bucketed step sends the small parameters with W1's last bucket: the buckets must "
+                             "be Layout.buckets' (the small parameters, then W1's rows, rarest words first)")
+        high = greatest if self.config.priority else least
         self.compute, self.small = _stream(least), _stream(least)
-        self.side, self.upd = _stream(greatest), _stream(greatest)
+        self.side, self.upd = _stream(high), _stream(high)
         n = len(self.replica.buckets)
         ev = lambda: cupy.cuda.Event(disable_timing=True)     # noqa: E731
         self.fork, self.ready, self.reduced = ev(), [ev() for _ in range(n)], [ev() for _ in range(n)]
-        self.forward_done = ev()
+        self.forward_done, self.small_done = ev(), ev()
         self.joins = [ev() for _ in range(4)]
 
     def allreduce(self, lo: int, hi: int, stream) -> None:
@@ -126,28 +172,44 @@ class GpuStep:
         self._on(self.compute, "compute", "forward + backward to dZ1", r.forward_backward, trace)
         save = None if snapshot is None else (lambda lo, hi: snapshot.__setitem__(slice(lo, hi), r.grad[lo:hi]))
         if self.mode == "bucketed":
-            # The small parameters' gradient (bucket 0: H blocks that each sum over every
-            # document) runs beside W1's buckets on a stream of its own; its all-reduce goes last.
+            # The small parameters' gradient (H blocks that each sum over every document) runs
+            # beside W1's buckets on a stream of its own. The small parameters sit just before W1's
+            # row 0 in the flat buffer, so they travel with the last bucket (the most frequent
+            # words, rows 0..): one all-reduce and one update fewer per step.
             self.forward_done.record(self.compute)
             self.small.wait_event(self.forward_done)
-            order = list(range(1, len(r.buckets))) + [0]
-            for k in order:
-                bucket, stream = r.buckets[k], (self.small if k == 0 else self.compute)
-                self._on(stream, "compute" if k else "compute (small)", f"gradient: {bucket.name}",
-                         lambda k=k: r.backward_bucket(k), trace)
-                self.ready[k].record(stream)
+            self._on(self.small, "compute (small)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0),
+                     trace)
+            self.small_done.record(self.small)
+            for k in range(1, len(r.buckets)):
+                bucket = r.buckets[k]
+                self._on(self.compute, "compute", f"gradient: {bucket.name}", lambda k=k: r.backward_bucket(k), trace)
+                self.ready[k].record(self.compute)
                 self.side.wait_event(self.ready[k])
-                self._on(self.side, "communication", f"all-reduce: {bucket.name}",
-                         lambda b=bucket: self.allreduce(b.start, b.stop, self.side), trace)
+                span = bucket
+                if k == len(r.buckets) - 1:
+                    self.side.wait_event(self.small_done)
+                    span = Bucket(f"{bucket.name} and {r.buckets[0].name}", r.buckets[0].start, bucket.stop)
+                self._on(self.side, "communication", f"all-reduce: {span.name}",
+                         lambda b=span: self.allreduce(b.start, b.stop, self.side), trace)
                 self.reduced[k].record(self.side)
                 self.upd.wait_event(self.reduced[k])
                 if save:
                     with self.upd:
-                        save(bucket.start, bucket.stop)
-                self._on(self.upd, "update", f"update: {bucket.name}", r.update(bucket), trace)
+                        save(span.start, span.stop)
+                self._on(self.upd, "update", f"update: {span.name}", r.update(span), trace)
         else:
             whole = r.layout.whole()
-            self._on(self.compute, "compute", "gradient: whole", r.backward_plain, trace)
+            if self.split:
+                # The small parameters' gradient (coalesced) beside W1's scatter, joined before the sum.
+                self.forward_done.record(self.compute)
+                self.small.wait_event(self.forward_done)
+                self._on(self.small, "compute (small)", "gradient: W2, b1, b2", r.small_gradients, trace)
+                self.small_done.record(self.small)
+                self._on(self.compute, "compute", "gradient: W1", r.w1_gradient, trace)
+                self.compute.wait_event(self.small_done)
+            else:
+                self._on(self.compute, "compute", "gradient: whole", r.backward_plain, trace)
             if self.mode == "plain":
                 self._on(self.compute, "communication", "all-reduce: whole",
                          lambda: self.allreduce(whole.start, whole.stop, self.compute), trace)
@@ -160,6 +222,92 @@ class GpuStep:
             main.wait_event(e)
 
     __call__ = step
+
+
+#: cudaGraphInstantiateFlagUseNodePriority: replay each kernel node at the priority it was captured with.
+USE_NODE_PRIORITY = 8
+
+
+def _libcuda():
+    import ctypes
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_ulonglong]
+    lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuGraphExecDestroy.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def priority_graph_benchmark(fn, launches: int, repeats: int, warmup: int = 3):
+    """:func:`gpulab.timing.graph_benchmark` (fixed repeats), the graph
+    instantiated through the driver with cudaGraphInstantiateFlagUseNodePriority,
+    so that the kernels captured on high-priority streams keep their priority
+    when the graph replays (CuPy instantiates without flags)."""
+    import ctypes
+    import cupy
+    from ...timing import Timing, _event_loop
+    lib = _libcuda()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.begin_capture()
+        try:
+            for _ in range(launches):
+                fn()
+        finally:
+            graph = stream.end_capture()
+    if not getattr(graph, "graph", 0):
+        raise GpulabError("CuPy's captured graph exposes no cudaGraph_t: it cannot be instantiated with node priorities")
+    exe = ctypes.c_void_p()
+    rc = lib.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph.graph, USE_NODE_PRIORITY)
+    if rc:
+        raise GpulabError(f"cuGraphInstantiateWithFlags(USE_NODE_PRIORITY) failed with CUresult {rc}")
+
+    def launch():
+        err = lib.cuGraphLaunch(exe, stream.ptr)
+        if err:
+            raise GpulabError(f"cuGraphLaunch failed with CUresult {err}")
+    try:
+        gpu, host, stop = _event_loop(launch, stream, warmup=warmup, rule=None, repeats=repeats, flush_l2=False,
+                                      divide=launches)
+    finally:
+        stream.synchronize()
+        lib.cuGraphExecDestroy(exe)
+    del graph
+    return Timing(gpu, method=f"cuda graph of {launches} launches, node priorities", host_ms=host, stop=stop)
+
+
+def time_step(step: "GpuStep", repeats: int):
+    """A step's time per call in a CUDA graph of STEP_LAUNCHES steps; with node
+    priorities where the step's streams have them."""
+    global _PRIORITY_FAILED
+    from ...timing import graph_benchmark
+    if step.mode == "bucketed" and step.config.priority and not _PRIORITY_FAILED:
+        try:
+            return priority_graph_benchmark(step, STEP_LAUNCHES, repeats)
+        except GpulabError as exc:
+            # Both ranks' graphs hold the same collectives either way, so falling back keeps them in step.
+            _PRIORITY_FAILED = f"{exc}"
+            print(f"node priorities unavailable, plain graphs from here on: {exc}", flush=True)
+    return graph_benchmark(step, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
+
+
+_PRIORITY_FAILED = ""
+
+
+class Buckets:
+    """A batch's W1 buckets for each bucket count, and every rank's word
+    ranges for them, found once (every configuration of the sweep reuses them)."""
+
+    def __init__(self, batch: data.Corpus, part: data.Corpus):
+        from .replicas import bucket_ranges
+        self.batch, self.part, self._cache = batch, part, {}
+        self._ranges = bucket_ranges
+
+    def get(self, n: int) -> tuple[list, list]:
+        if n not in self._cache:
+            buckets = Layout(self.batch.vocab).buckets(n, row_work(self.batch))
+            self._cache[n] = (buckets, [self._ranges(self.part, k.rows) for k in buckets[1:]])
+        return self._cache[n]
 
 
 def _stream(priority: int):
@@ -186,32 +334,34 @@ def _one_gpu_gradient(batch: data.Corpus, params: dict):
     return g
 
 
-def _checks(rank, world, comm, batch, params, buckets, with_reference, barrier) -> tuple[list, list]:
-    """Each mode, one step with the summed gradient saved: rank 0 compares it
-    with one GPU's gradient on the whole batch (and float64); every rank
-    reports digests of its summed gradient and, after CHECK_STEPS steps, of its
-    parameters (the parent compares them across ranks)."""
+def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, split: bool, with_reference,
+            barrier) -> tuple[list, list]:
+    """Each mode (the bucketed one in ``config``), one step with the summed
+    gradient saved: rank 0 compares it with one GPU's gradient on the whole
+    batch (and float64); every rank reports digests of its summed gradient and,
+    after CHECK_STEPS steps, of its parameters (the parent compares them across ranks)."""
     import cupy
     from ...check import compare
     from .record import CHECK_STEPS, GRADIENT_TOLERANCE
     rows, digests = [], []
     g_one = _one_gpu_gradient(batch, params) if rank == 0 else None
-    part = split_batch(batch, world)[rank]
     for mode in ("plain", "bucketed"):
-        step = GpuStep(part, params, batch.docs, comm, mode, buckets)
+        buckets, ranges = bk.get(config.buckets)
+        step = GpuStep(bk.part, params, batch.docs, comm, mode, buckets, config=config, ranges=ranges, split=split)
         snap = cupy.empty_like(step.replica.grad)
         snap.fill(np.nan)
         step(snapshot=snap)
         for _ in range(CHECK_STEPS - 1):
             step()
         cupy.cuda.Device().synchronize()
-        digests.append({"batch": batch.docs, "variant": mode, "rank": rank, "gradient": _digest(snap),
+        label = f"plain ({PLAIN_FORMS[split]})" if mode == "plain" else f"bucketed ({config.label})"
+        digests.append({"batch": batch.docs, "variant": label, "rank": rank, "gradient": _digest(snap),
                         "parameters": _digest(step.replica.flat)})
         if rank == 0:
             summed = cupy.asnumpy(snap).astype(np.float64)
             err = float(np.linalg.norm(summed - g_one) / np.linalg.norm(g_one)) if np.isfinite(summed).all() \
                 else float("inf")
-            rows.append({"batch": batch.docs, "variant": mode, "quantity": f"summed gradient ({world} GPUs) vs 1-GPU "
+            rows.append({"batch": batch.docs, "variant": label, "quantity": f"summed gradient ({world} GPUs) vs 1-GPU "
                          "gradient", "rel_error": err, "tolerance": GRADIENT_TOLERANCE,
                          "passed": err <= GRADIENT_TOLERANCE})
             if with_reference:
@@ -220,11 +370,65 @@ def _checks(rank, world, comm, batch, params, buckets, with_reference, barrier) 
                 views = step.replica.layout.views(summed)
                 for k in PARAMS:
                     c = compare(views[k], ref["d" + k], "fp32", name=f"{mode}: gradient of {k}")
-                    rows.append({"batch": batch.docs, "variant": mode, "quantity": f"gradient of {k} vs float64",
+                    rows.append({"batch": batch.docs, "variant": label, "quantity": f"gradient of {k} vs float64",
                                  "rel_error": c.rel_error, "tolerance": c.tolerance, "passed": bool(c.passed)})
         del step, snap
     barrier.wait()
     return rows, digests
+
+
+PLAIN_FORMS = {False: "step 9's gradient kernel", True: "split gradient"}
+
+
+def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl: str, experiment: str):
+    """The plain step in both forms (step 9's one gradient launch, or the
+    split one) and the bucketed step in every configuration, at this batch:
+    each checked (its summed gradient against the plain step's, on rank 0)
+    and timed in a CUDA graph. Returns (rows, checks, the fastest bucketed
+    configuration, whether the split plain form is the faster): the ranks'
+    times are max-reduced over NCCL first, so every rank picks the same (their
+    all-reduces must match)."""
+    import cupy
+    from .record import GRADIENT_TOLERANCE, nccl as nccl_lib
+    lib = nccl_lib()
+    rows, checks, medians = [], [], []
+    buckets, ranges = bk.get(2)
+    reference_step = GpuStep(bk.part, params, batch.docs, comm, "plain", buckets, ranges=ranges)
+    want = cupy.full_like(reference_step.replica.grad, np.nan)
+    reference_step(snapshot=want)
+    del reference_step
+    norm = float(cupy.linalg.norm(want.astype(cupy.float64)))
+    runs = [("plain", split, None) for split in PLAIN_FORMS] + [("bucketed", False, c) for c in configs]
+    for mode, split, config in runs:
+        n = config.buckets if config else 2
+        buckets, ranges = bk.get(n)
+        step = GpuStep(bk.part, params, batch.docs, comm, mode, buckets, config=config, ranges=ranges, split=split)
+        got = cupy.full_like(want, np.nan)
+        step(snapshot=got)
+        err = float(cupy.linalg.norm(got.astype(cupy.float64) - want)) / norm
+        err = err if np.isfinite(err) else float("inf")
+        label = f"one all-reduce, {PLAIN_FORMS[split]}" if config is None else f"bucketed: {config.label}"
+        if rank == 0:
+            checks.append({"batch": batch.docs, "variant": f"{label}; {nccl}",
+                           "quantity": "summed gradient vs the plain step's", "rel_error": err,
+                           "tolerance": GRADIENT_TOLERANCE, "passed": err <= GRADIENT_TOLERANCE})
+        t = time_step(step, repeats)
+        medians.append(t.median_ms if err <= GRADIENT_TOLERANCE else float("inf"))
+        extra = {} if config is None else {"buckets": config.buckets, "blocks_per_sm": config.blocks_per_sm or 0,
+                                           "priority": int(config.priority)}
+        rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl}", batch.docs, phase="step", gpus=world,
+                          rank=rank, **extra))
+        del step, got
+    worst = cupy.asarray(medians, cupy.float64)
+    stream = cupy.cuda.get_current_stream()
+    comm.allReduce(worst.data.ptr, worst.data.ptr, len(medians), lib.NCCL_FLOAT64, lib.NCCL_MAX, stream.ptr)
+    worst = cupy.asnumpy(worst)
+    for r, w in zip(rows, worst):
+        r["slowest_rank_ms"] = float(w)
+    cupy.get_default_memory_pool().free_all_blocks()
+    p = len(PLAIN_FORMS)
+    split = list(PLAIN_FORMS)[int(np.argmin(worst[:p]))]
+    return rows, checks, configs[int(np.argmin(worst[p:]))], split
 
 
 def _allreduce_curve(rank, world, comm, sizes, repeats, log) -> list:
@@ -291,9 +495,16 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
     one = GpuStep(batch, params, b, None, "compute only", Layout(batch.vocab).buckets(1))
     t = graph_benchmark(one, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
     rows.append(t.row("step", "1 GPU, gradient then update (CUDA graph)", b, phase="step", gpus=1, **work))
+    split = GpuStep(batch, params, b, None, "compute only", Layout(batch.vocab).buckets(1), split=True)
+    t = graph_benchmark(split, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
+    rows.append(t.row("step", "1 GPU, split gradient then update (CUDA graph)", b, phase="step", gpus=1, **work))
+    del split
     if pieces:
         r = one.replica
         for name, fn in (("forward + backward to dZ1", r.forward_backward), ("gradient (scatter-add)", r.gradients),
+                         ("small gradients, step 9's H blocks", r.small_gradients_step9),
+                         ("small gradients, coalesced", r.small_gradients),
+                         ("W1's gradient alone (bucket kernel, every row)", r.w1_gradient),
                          ("update and zero", r.update(r.layout.whole())),
                          ("step 9: sparse_forward_backward", bound.launches[0]),
                          ("step 9: sparse_update (scatter into W1)", bound.launches[-1])):
@@ -321,45 +532,62 @@ def _timeline(step: GpuStep, rank: int, batch: int, mode: str, repeats: int = 3)
 
 
 def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, repeats: int, barrier,
-            timeline_batches) -> None:
+            timeline_batches, env: dict, sweep_only: bool) -> None:
     nccl_env()
+    os.environ.update(env)
+    nccl = nccl_label(env)
     out = Path(tmp, f"rank{rank}.json")
     log = (lambda msg: print(msg, flush=True)) if rank == 0 else (lambda msg: None)
     try:
         import cupy
         import torch
         import torch.distributed as dist
-        from .record import nccl
+        from ...timing import benchmark
+        from .record import _work, nccl as nccl_lib
         cupy.cuda.Device(rank).use()
         torch.cuda.set_device(rank)
-        lib = nccl()
+        lib = nccl_lib()
         comm = lib.NcclCommunicator(world, uid, rank)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        if not sweep_only:
+            dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         z = np.load(Path(tmp, "corpus.npz"))
         corpus = data.Corpus(z["indptr"], z["indices"], z["counts"], z["labels"], int(z["vocab"]))
         params = {k: z[k] for k in PARAMS}
-        result = {"rows": [], "checks": [], "digests": [], "timeline": []}
-        start = time.perf_counter()
-        for b in batches:
+        result = {"rows": [], "checks": [], "digests": [], "timeline": [], "choices": []}
+        sweep_repeats = max(5, min(repeats, SWEEP_REPEATS))
+        if sweep_only:
+            b = max(batches)
             batch = corpus.rows(0, b)
-            buckets = Layout(batch.vocab).buckets(BUCKET_COUNT, row_work(batch))
-            rows, digests = _checks(rank, world, comm, batch, params, buckets, b == batches[0], barrier)
-            result["checks"] += rows
-            result["digests"] += digests
-        log(f"checks done in {time.perf_counter() - start:.0f} s")
-        result["rows"] += _allreduce_curve(rank, world, comm, sizes, repeats, log)
-        from ...timing import benchmark, graph_benchmark
-        from .record import _work
+            bk = Buckets(batch, split_batch(batch, world)[rank])
+            rows, checks, best, split = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl,
+                                                "nccl settings")
+            result["rows"] += rows
+            result["checks"] += checks
+            result["choices"].append({"batch": b, "nccl": nccl, **asdict(best), "label": best.label,
+                                      "plain": PLAIN_FORMS[split]})
+            log(f"{nccl}: B={b} " + ", ".join(f"{r['variant']} {r['slowest_rank_ms']:.4f}" for r in rows))
+            out.write_text(json.dumps(result, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+            return
+        start = time.perf_counter()
         for b in batches:
             batch = corpus.rows(0, b)
             if rank == 0:
                 result["rows"] += _one_gpu_rows(batch, params, repeats, pieces=b in (max(batches), max(batches) // world))
             barrier.wait()
-            buckets = Layout(batch.vocab).buckets(BUCKET_COUNT, row_work(batch))
-            part = split_batch(batch, world)[rank]
+            bk = Buckets(batch, split_batch(batch, world)[rank])
+            rows, checks, best, split = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl,
+                                                "overlap")
+            result["rows"] += rows
+            result["checks"] += checks
+            result["choices"].append({"batch": b, "nccl": nccl, **asdict(best), "label": best.label,
+                                      "plain": PLAIN_FORMS[split]})
+            rows, digests = _checks(rank, world, comm, batch, params, bk, best, split, b == batches[0], barrier)
+            result["checks"] += rows
+            result["digests"] += digests
+            buckets, ranges = bk.get(best.buckets)
             for mode in MODES:
-                step = GpuStep(part, params, b, comm, mode, buckets)
-                t = graph_benchmark(step, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
+                step = GpuStep(bk.part, params, b, comm, mode, buckets, config=best, ranges=ranges, split=split)
+                t = time_step(step, repeats)
                 result["rows"].append(t.row("step", variant(mode, world), b, phase="step", gpus=world, rank=rank,
                                             **_work(batch)))
                 if mode != "compute only":
@@ -374,7 +602,9 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             cupy.get_default_memory_pool().free_all_blocks()
             if rank == 0:
                 got = [r for r in result["rows"] if r["size"] == b and r["experiment"] == "step"]
-                log(f"B={b:6d} " + ", ".join(f"{r['variant']} {r['median_ms']:.4f}" for r in got))
+                log(f"B={b:6d} [{best.label}; plain: {PLAIN_FORMS[split]}] " + ", ".join(f"{r['variant']} {r['median_ms']:.4f}" for r in got)
+                    + f" ({time.perf_counter() - start:.0f} s)")
+        result["rows"] += _allreduce_curve(rank, world, comm, sizes, repeats, log)
         dist.destroy_process_group()
         out.write_text(json.dumps(result, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
     except BaseException as exc:     # noqa: BLE001 -- reported to the parent, which raises
@@ -382,10 +612,8 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
         raise
 
 
-#: W1's buckets, cut at equal non-zeros of the batch: the rare-word half of the work (nearly all
-#: of W1's rows and bytes) first, so its all-reduce runs beside the frequent-word half's scatter,
-#: then the frequent words' few rows, whose all-reduce is all that is left after the scatter.
-BUCKET_COUNT = 2
+#: Repeats of each configuration in the sweep (its fastest is timed again, with the run's repeats).
+SWEEP_REPEATS = 10
 
 
 def _free_port() -> int:
@@ -395,10 +623,13 @@ def _free_port() -> int:
 
 
 def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int, world: int,
-                timeline_batches=()) -> dict:
+                timeline_batches=(), env: dict | None = None, sweep_only: bool = False) -> dict:
     """Start ``world`` processes, one per GPU, run :func:`_worker` in each and
     return {"rows": rank 0's rows, "checks", "digests" (every rank's),
-    "timeline" (every rank's)}."""
+    "timeline" (every rank's), "choices" (the bucketed configuration kept at
+    each batch)}. ``env``: NCCL settings for the workers (set before NCCL
+    loads). ``sweep_only``: only the bucketed configurations and the plain
+    step at the largest batch (the record's NCCL-settings sweep)."""
     import multiprocessing as mp
     from .record import nccl
     nccl_env()
@@ -411,7 +642,8 @@ def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int,
                  labels=part.labels, vocab=part.vocab, **params)
         port = _free_port()
         procs = [ctx.Process(target=_worker, args=(r, world, uid, port, tmp, tuple(batches), tuple(sizes), repeats,
-                                                   barrier, tuple(timeline_batches))) for r in range(world)]
+                                                   barrier, tuple(timeline_batches), dict(env or {}), sweep_only))
+                 for r in range(world)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + WAIT_S
@@ -432,7 +664,7 @@ def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int,
             raise GpulabError(f"workers {missing} ended without results (exit codes "
                               f"{[p.exitcode for p in procs]}; time limit {WAIT_S} s)")
         results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
-    merged = {"rows": results[0]["rows"], "checks": results[0]["checks"],
+    merged = {"rows": results[0]["rows"], "checks": results[0]["checks"], "choices": results[0]["choices"],
               "digests": [d for r in results for d in r["digests"]],
               "timeline": [t for r in results for t in r["timeline"]]}
     # The ranks' copies after the all-reduce and after CHECK_STEPS steps: bit for bit the same.
