@@ -336,6 +336,36 @@ def test_views_on_a_synthetic_run():
     plt.close("all")
 
 
+def test_sweep_views_on_a_synthetic_run():
+    # SYNTHETIC sweep rows: the views name each configuration without its GPU count and NCCL part,
+    # take the slower GPU's time, and pick each NCCL setting's fastest bucketed configuration.
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views
+    run, _ = _synthetic_run()
+    assert views.overlap_table(run) is None and views.nccl_table(run) is None and views.kept(run) is None
+    budget = views.scaling_budget(run).set_index("step")["vs one GPU"]
+    assert budget.iloc[0] == pytest.approx(0.5) and budget.iloc[-1] == pytest.approx(views.SCALING_TARGET)
+    assert np.isnan(budget.iloc[1])              # the synthetic run has no half of its largest batch
+    rows = run.timings.to_dict("records")
+    base = {k: v for k, v in rows[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
+    for nccl, shift in (("NCCL defaults", 0.0), ("NCCL_MAX_NCHANNELS=8", 0.1)):
+        for variant, ms in (("one all-reduce, step 9's gradient kernel", 1.0), ("bucketed: A", 0.9), ("bucketed: B", 0.8)):
+            for exp, size in (("overlap", 1024), ("nccl settings", 65536)):
+                if exp == "overlap" and nccl != "NCCL defaults":
+                    continue
+                rows.append({**base, "experiment": exp, "variant": f"2 GPUs, {variant}; {nccl}", "size": size,
+                             "median_ms": ms, "slowest_rank_ms": ms + shift})
+    choices = pd.DataFrame([{"batch": 1024, "label": "B", "plain": "step 9's gradient kernel", "nccl": "NCCL defaults"}])
+    swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta), tables={"choices": choices})
+    t = views.overlap_table(swept)
+    assert list(t.index) == ["one all-reduce, step 9's gradient kernel", "bucketed: A", "bucketed: B"]
+    assert t.loc["bucketed: B", 1024] == pytest.approx(0.8)
+    n = views.nccl_table(swept).set_index("NCCL settings")
+    assert n.loc["NCCL_MAX_NCHANNELS=8", "fastest bucketed step (ms)"] == pytest.approx(0.9)
+    assert n.loc["NCCL defaults", "its configuration"] == "bucketed: B"
+    assert views.kept(swept).loc[1024, "label"] == "B"
+
+
 def test_no_recorded_run_is_none(tmp_path):
     from gpulab.workloads.multigpu import views
     assert views.recorded(root=tmp_path) is None

@@ -9,13 +9,21 @@ Experiments (the ``experiment`` column):
 
 * ``step``: time per SGD step against the global batch B = 1,024 ... 65,536:
   one GPU (the training chapter's step 9, eager, and step 10, its CUDA graph;
-  and the gradient-then-update form the replicas use, in a graph), ``p`` GPUs
+  and the gradient-then-update form the replicas use, whole and split, in a
+  graph), ``p`` GPUs
   with one all-reduce of the whole gradient after the backward pass (in a
   graph, and eager), with the bucketed all-reduce overlapping the backward
   pass, and with no all-reduce at all ("compute only": the replicas drift
   apart, a timing of the computation alone, never a training step);
 * ``pieces``: the one-GPU kernels alone at the largest batch and at one GPU's
   share of it (where a replica's time goes);
+* ``overlap``: at every batch, the plain step in its two forms and the
+  bucketed step in every launch configuration of ``workers.OVERLAPS``, each
+  checked and timed (``slowest_rank_ms``: the slower GPU's median); the
+  fastest of each is what the ``step`` rows time again;
+* ``nccl settings``: the same sweep at the largest batch under each of
+  ``workers.NCCL_SETTINGS``, each in fresh processes; the run keeps the
+  setting with the fastest two-GPU step;
 * ``allreduce``: the all-reduce alone, 1 KiB to 256 MiB and the gradient's own
   size: the lab's (one process per GPU, eager and in a CUDA graph),
   torch.distributed's (the same processes), and one process driving every
@@ -30,7 +38,8 @@ files into ``labdata/runs/<gpu>/``. ``--quick`` records batches 1,024 and 65,536
 (a smoke test, not for committing).
 
 Side tables: ``checks`` (every variant against the float64 reference and the
-one-GPU gradient; every GPU's copy compared bit for bit), ``timeline`` (one
+one-GPU gradient; every GPU's copy compared bit for bit), ``choices`` (per
+batch, the configuration and plain form kept, and the NCCL settings), ``timeline`` (one
 eager step of each mode, every operation's start and end on each GPU's
 streams), ``topology`` (what CUDA says links the GPUs). Every variant is
 checked before it is timed.

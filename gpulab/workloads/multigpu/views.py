@@ -110,6 +110,69 @@ def targets(run: RecordedRun) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _short(variant: str) -> str:
+    """A sweep row's variant without its "2 GPUs, " and "; NCCL ..." parts."""
+    v = variant.split("; ")[0]
+    return v.split(", ", 1)[1] if v.startswith(("2 GPUs", "1 GPU")) else v
+
+
+def overlap_table(run: RecordedRun) -> pd.DataFrame | None:
+    """The record's sweep (experiment ``overlap``): per batch, the plain step
+    in its two forms and the bucketed step in every launch configuration,
+    each the slower GPU's median (ms), with the configuration the run kept."""
+    if "overlap" not in set(run.timings["experiment"]):
+        return None
+    r = run.experiment("overlap").copy()
+    col = "slowest_rank_ms" if "slowest_rank_ms" in r else "median_ms"
+    r["configuration"] = r["variant"].map(_short)
+    t = r.pivot_table(index="configuration", columns="size", values=col, sort=False).rename_axis(columns="batch")
+    return t
+
+
+def kept(run: RecordedRun) -> pd.DataFrame | None:
+    """Per batch, the configuration the run kept for its bucketed step and its plain step's form."""
+    c = run.tables.get("choices")
+    return None if c is None or len(c) == 0 else c.set_index("batch")[["label", "plain", "nccl"]]
+
+
+def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
+    """The NCCL settings the run tried at its largest batch (each in fresh
+    processes): the plain step (step 9's kernel) and the fastest bucketed
+    configuration, the slower GPU's median (ms)."""
+    if "nccl settings" not in set(run.timings["experiment"]):
+        return None
+    r = run.experiment("nccl settings").copy()
+    col = "slowest_rank_ms" if "slowest_rank_ms" in r else "median_ms"
+    r["nccl"] = r["variant"].str.split("; ").str[-1]
+    rows = []
+    for nccl, g in r.groupby("nccl", sort=False):
+        plain = g[g["variant"].str.contains("one all-reduce, step 9")]
+        bucketed = g[g["variant"].str.contains("bucketed")]
+        best = bucketed.loc[bucketed[col].idxmin()]
+        rows.append({"NCCL settings": nccl, "plain step (ms)": float(plain[col].iloc[0]),
+                     "fastest bucketed step (ms)": float(best[col]), "its configuration": _short(best["variant"])})
+    return pd.DataFrame(rows)
+
+
+def scaling_budget(run: RecordedRun) -> pd.DataFrame:
+    """At the largest batch, what separates the two-GPU step from half of one
+    GPU's: the measured steps, each against the previous line (ms)."""
+    t, s = step_table(run), scaling_table(run)
+    b = int(t.index.max())
+    one = float(s.loc[b, "1 GPU (fastest)"])
+    lines = [("half of the fastest one-GPU step", one / 2),
+             ("1 GPU, step 10, on half the batch (measured)",
+              float(t.loc[b // 2, ONE_GPU_GRAPH]) if b // 2 in t.index else float("nan")),
+             ("2 GPUs, compute only (each GPU: half the batch, gradient buffer, update; no all-reduce)",
+              float(t.loc[b, COMPUTE_ONLY])),
+             ("2 GPUs, one all-reduce", float(t.loc[b, PLAIN])),
+             ("2 GPUs, bucketed, overlapped", float(t.loc[b, BUCKETED])),
+             (f"target: {SCALING_TARGET} x the fastest one-GPU step", SCALING_TARGET * one)]
+    out = pd.DataFrame(lines, columns=["step", "ms"])
+    out["vs one GPU"] = out["ms"] / one
+    return out
+
+
 def allreduce_comparison(run: RecordedRun) -> pd.DataFrame | None:
     """Per size: the lab's all-reduce (one process per GPU, eager and CUDA graph),
     torch.distributed's, one process driving both GPUs; lab / torch."""
@@ -227,6 +290,20 @@ def plot_predictions(model: costmodel.RingModel, caption: str):
 
 LANES = ("compute", "compute (small)", "communication", "update")
 COLOURS = {"forward": "#4c72b0", "gradient": "#55a868", "all-reduce": "#c44e52", "update": "#8172b2"}
+
+
+def timeline_span(run: RecordedRun, batch: int, mode: str, operation: str, gpu: int | None = None,
+                  edge: str = "duration") -> float:
+    """From the timeline: the longest duration (µs), or the latest ``"end"``,
+    of the operations of ``mode`` at ``batch`` whose name starts with
+    ``operation`` (on ``gpu``, or on any GPU)."""
+    t = run.tables["timeline"]
+    r = t[(t["batch"] == batch) & (t["mode"] == mode) & t["operation"].str.startswith(operation)]
+    if gpu is not None:
+        r = r[r["gpu"] == gpu]
+    if len(r) == 0:
+        raise KeyError(f"no operation starting with {operation!r} in the {mode} timeline at B = {batch}")
+    return float((r["end_us"] - r["start_us"]).max() if edge == "duration" else r["end_us"].max())
 
 
 def plot_timeline(run: RecordedRun, batch: int):

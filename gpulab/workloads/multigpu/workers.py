@@ -16,6 +16,11 @@ bucket k+1's all-reduce. The step forks from and joins back to the caller's
 stream with events, so it can be timed with events there and captured whole,
 NCCL calls included, into one CUDA graph.
 
+:func:`_sweep` times every launch configuration of the bucketed step
+(:data:`OVERLAPS`: bucket count, the scatter's grid, stream and graph-node
+priorities) and both forms of the plain step at a batch and picks the
+fastest the same way on every rank (times max-reduced over NCCL).
+
 Every number a rank records comes from the same timer as the rest of the lab
 (:func:`gpulab.timing.graph_benchmark` / :func:`~gpulab.timing.benchmark`)
 with a *fixed* number of repeats: a stop rule could stop the ranks after
