@@ -325,6 +325,8 @@ def plot_timeline(run: RecordedRun, batch: int):
         ax.set_title(f"{mode}: {m['end_us'].max():.0f} µs", fontsize=9, loc="left")
     axes[-1, 0].set_xlabel("time from the step's first operation (µs)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    axes[0, 0].legend(handles, list(COLOURS), fontsize=7, ncol=4, loc="lower right")
+    axes[0, 0].legend(handles, list(COLOURS), fontsize=7, ncol=4, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                      frameon=False)
+    # One title for the whole figure (each panel keeps its own "mode: time" title).
     return plots._finish(fig, axes[-1, 0], f"Where does the all-reduce run? One step at B = {batch:,}, both GPUs",
-                         run.caption + " (two GPUs, eager steps)")
+                         run.caption + " (two GPUs, eager steps)", whole_figure=True)
