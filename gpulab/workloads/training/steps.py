@@ -435,3 +435,42 @@ class BoundStep:
             import cupy
             return main or cupy.cuda.get_current_stream()
         return self._streams[op.stream]
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# Each kernel file states its prediction in words; these are the same claims in numbers a run can
+# check (gpulab.predictions states the rules), and, for a claim that can fail, why it did: the
+# verdict shows the reason only when the run says the claim failed in that direction.
+def _predicted():
+    from ... import predictions as p
+    return {
+        1: p.unjudged("the baseline: every later step is measured against it"),
+        2: p.Expect(1.0, p.SAME, 1, claim="faster than step 1 by a few percent at most",
+                    because="fusing removed launches but added work to the remaining kernels"),
+        3: p.faster(2, because=(
+            "the kernels put beside the forward product on other streams compete with it for the same "
+            "SMs and memory bandwidth: the product itself got slower by more than the transpose it was "
+            "to hide (see the breakdown); streams help only where work leaves resources idle")),
+        4: p.same(3),
+        5: p.times(3, 5, 4, because=(
+            "the two products, most of the step, got faster by far less than several times: one "
+            "shared-memory load per multiply-add is still their limit, the one the prediction named")),
+        6: p.same(5),
+        7: p.times(10, None, 6, claim="tens of times faster than step 6", because=(
+            "\"tens of times\" overstated the prediction's own estimate (about half a millisecond), which "
+            "is less than ten times below step 6's time; compare the step's time in the table with it")),
+        8: p.times(4, 5, 7, because=(
+            "the two tensor-core products ran well below the few hundred TFLOP/s assumed and still take "
+            "most of the step (see the breakdown)")),
+        9: p.times(10, 20, 7, claim="10-20x faster than step 7, the best dense fp32 step", because=(
+            "each of the two kernels (the gather with the head, the updates with the scatter-add) takes "
+            "tens of microseconds by itself, not the few tens in all the prediction assumed")),
+        10: p.times(1.5, 2, 9, because=(
+            "step 9's time was already close to the sum of its two kernels' durations (see the "
+            "breakdown): launching them from Python cost less than predicted, so the graph had little "
+            "to remove")),
+    }
+
+
+#: step number -> the checkable claim of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()

@@ -622,3 +622,13 @@ def profile_numbers(run: RecordedRun | None) -> dict:
         out.update(pr_s9_fb_stall=fb_name, pr_s9_fb_stall_cycles=fb_cycles, pr_s9_up_stall=up_name,
                    pr_s9_up_stall_cycles=up_cycles, pr_s9_up_stall2=up2_name, pr_s9_up_stall2_cycles=up2_cycles)
     return out
+
+
+def prediction_table(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
+    """Each step's prediction (from its kernel file) against its time in ``run`` at ``batch``,
+    with the verdict (see :mod:`gpulab.predictions`)."""
+    from ... import predictions
+    from .steps import PREDICTED
+    measured = ladder(run, batch)[["step", "median_ms"]]
+    steps = [(s.number, s.title, s.file) for s in STEPS]
+    return predictions.table(steps, measured, PREDICTED)

@@ -1,0 +1,385 @@
+"""Predictions against measurements: did each ladder step do what its kernel file said it would?
+
+Every ladder step's kernel file (``kernels/<chapter>/NN_*.cu``) opens with a comment saying what
+changed and, in a sentence starting "Prediction", what that should buy. This module reads that
+sentence, pairs it with the step's time in a recorded (or live) run, and writes a verdict.
+
+A verdict is computed, never typed: each chapter declares next to its steps (a ``PREDICTED``
+dict: step -> :class:`Expect`) what the prediction claims in numbers, and :func:`verdict` compares
+that claim with the run. The rules, shown under every table (:data:`RULES`):
+
+- "faster" / "slower": the step takes at most 1/1.05 (at least 1.05) times the time it is
+  compared with -- a 5% margin, so that run-to-run noise is not called a gain;
+- "about the same" ("no change", "little", "within a few percent"): the ratio lies in
+  [1/1.1, 1.1];
+- "several times faster": at least 3x;
+- "about N x" : within 25% of N;
+- "N-M x faster": between N and M, with 10% slack at each end (N/1.1 to 1.1 M): a prediction
+  of "2-3x" that measures 1.9x held, one that measures 1.5x did not.
+
+A prediction a run's times cannot judge (one about a profiler counter, or about a different
+experiment than the ladder) is declared with :func:`unjudged` and a note, which the table shows
+as it is. A failed prediction shows the reason the chapter declares for that direction
+(``because``: slower than predicted; ``because_faster``: faster), so the verdict says why.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import paths
+
+#: "faster"/"slower": at least this ratio.
+FASTER = 1.05
+#: "about the same": the ratio within [1/SAME, SAME].
+SAME = 1.10
+#: "several times faster": at least this ratio.
+SEVERAL = 3.0
+#: "about N x": within this fraction of N.
+ABOUT = 0.25
+#: "N-M x": this much slack at each end of the range.
+SLACK = 0.10
+
+RULES = (f"How a verdict is reached: \"faster\" means at least {FASTER:.2f}x; \"about the same\" "
+         f"a ratio between 1/{SAME:g} and {SAME:g}; \"several times\" at least {SEVERAL:g}x; "
+         f"\"about N x\" within {ABOUT:.0%} of N; a range \"N-M x\" with {SLACK:.0%} slack at each end.")
+
+NO_PREDICTION = "no prediction written"
+#: ``Expect.than`` for a claim about the step's own time (ms) rather than a speedup.
+TIME = "time"
+NOT_MEASURED = "not measured in this run"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one step's prediction claims, in numbers a run can check: the speedup of this
+    step over step ``than`` (None: the previous step of the ladder) lies in [low, high]
+    (either end open), measured on ``case`` (None: the ladder's main case)."""
+
+    low: float | None = None
+    high: float | None = None
+    than: object = None
+    case: str | None = None
+    claim: str = ""
+    because: str = ""          # why, when the step came out slower than predicted
+    because_faster: str = ""   # why, when it came out faster than predicted
+    note: str = ""             # the verdict of a prediction the times cannot judge
+
+    def __post_init__(self):
+        if not self.note and self.low is None and self.high is None:
+            raise ValueError("an Expect needs a range (low and/or high) or a note (use unjudged())")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"Expect: low {self.low} is above high {self.high}")
+
+    @property
+    def judged(self) -> bool:
+        return not self.note
+
+
+def _against(than) -> str:
+    return "the previous step" if than is None else f"step {than}"
+
+
+def faster(than=None, case=None, **why) -> Expect:
+    """Prediction: faster than step ``than`` (at least :data:`FASTER`)."""
+    return Expect(FASTER, None, than, case, f"faster than {_against(than)}", **why)
+
+
+def slower(than=None, case=None, **why) -> Expect:
+    """Prediction: slower than step ``than`` (at most 1/:data:`FASTER`)."""
+    return Expect(None, 1 / FASTER, than, case, f"slower than {_against(than)}", **why)
+
+
+def same(than=None, case=None, **why) -> Expect:
+    """Prediction: about the time of step ``than`` (within :data:`SAME`)."""
+    return Expect(1 / SAME, SAME, than, case, f"about the time of {_against(than)}", **why)
+
+
+def several(than=None, case=None, **why) -> Expect:
+    """Prediction: several times faster than step ``than`` (at least :data:`SEVERAL`)."""
+    return Expect(SEVERAL, None, than, case, f"several times faster than {_against(than)}", **why)
+
+
+def about(x: float, than=None, case=None, **why) -> Expect:
+    """Prediction: about ``x`` times faster than step ``than`` (within :data:`ABOUT`)."""
+    return Expect(x * (1 - ABOUT), x * (1 + ABOUT), than, case, f"about {x:g}x faster than {_against(than)}",
+                  **why)
+
+
+def times(low: float, high: float | None, than=None, case=None, claim: str = "", **why) -> Expect:
+    """Prediction: ``low``-``high`` times faster than step ``than`` (``high`` None: at least
+    ``low``; below 1: slower), with :data:`SLACK` at each end; ``claim`` words it."""
+    text = f"{low:g}-{high:g}x" if high is not None else f"at least {low:g}x"
+    where = f" on {case}" if case else ""
+    return Expect(low / (1 + SLACK), None if high is None else high * (1 + SLACK), than, case,
+                  claim or f"{text} faster than {_against(than)}{where}", **why)
+
+
+def about_ms(x: float, case=None, **why) -> Expect:
+    """Prediction: the step itself takes about ``x`` ms on ``case`` (within :data:`ABOUT`)."""
+    return Expect(x * (1 - ABOUT), x * (1 + ABOUT), TIME, case,
+                  f"about {x:g} ms" + (f" on {case}" if case else ""), **why)
+
+
+def unjudged(note: str) -> Expect:
+    """A prediction the ladder's times cannot judge; ``note`` is the table's verdict."""
+    return Expect(note=note, claim="not judged from the ladder's times")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the prediction from the kernel file
+
+_PREDICTION = re.compile(r"prediction", re.IGNORECASE)
+
+
+def header(path: Path) -> list[str]:
+    """The kernel file's opening comment, one string per paragraph (``//`` lines up to the
+    first line of code). A blank comment line ends a paragraph; so does a line that opens a
+    parenthetical aside after a finished sentence ("(Measured before ...", "(Tried ..."), which
+    is a paragraph of its own: history, not the prediction."""
+    paragraphs, current = [], []
+
+    def close():
+        if current:
+            paragraphs.append(" ".join(current))
+            current.clear()
+
+    for line in Path(path).read_text().splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("//"):
+            if stripped and not stripped.startswith("#"):
+                break
+            close()
+            continue
+        text = stripped[2:].strip()
+        if not text:
+            close()
+        elif text.startswith("(") and (not current or current[-1].rstrip().endswith((".", ":", ";"))):
+            close()
+            current.append(text)
+        elif current and current[0].startswith("(") and current[-1].rstrip().endswith((".", ")")):
+            close()        # the aside ended; what follows is a new paragraph
+            current.append(text)
+        else:
+            current.append(text)
+    close()
+    return paragraphs
+
+
+#: A sentence starting so is history (what was tried), not the prediction: the prediction ends there.
+_HISTORY = re.compile(r"\s(?=\(?(Tried|Measured before|Measured on)\b)")
+
+
+def prediction_text(path: Path) -> str | None:
+    """The prediction a kernel file states: from the word "Prediction" (after its colon, when
+    one follows within a few words) to the end of its paragraph; None if it states none."""
+    for paragraph in header(path):
+        if paragraph.startswith("("):
+            continue
+        m = _PREDICTION.search(paragraph)
+        if m is None:
+            continue
+        rest = paragraph[m.end():]
+        colon = rest.find(":")
+        if 0 <= colon <= 40:
+            text = rest[colon + 1:]
+        else:      # "..., so the prediction there is no change." : the sentence from its start
+            start = max(paragraph.rfind(". ", 0, m.start()) + 2, 0) if ". " in paragraph[:m.start()] else 0
+            text = paragraph[start:]
+        text = _HISTORY.split(text, maxsplit=1)[0].strip()
+        return text[:1].upper() + text[1:]
+    return None
+
+
+def kernel_path(file: str | Path) -> Path:
+    """A step's kernel file, given as "chapter/NN_name.cu" (relative to ``kernels/``) or a path."""
+    path = Path(file)
+    return path if path.is_absolute() else paths.KERNELS / path
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+
+def _fmt_ratio(r: float) -> str:
+    return f"x{r:.2f}"
+
+
+def verdict(expect: Expect | None, ratio: float, against_label: str, unit: str = "x",
+            where: str = "") -> tuple[str, str]:
+    """(outcome, text) for one claim: outcome is "held", "did not hold", "not judged" or
+    "not measured"; text is the one-line verdict, with the measured ratio (``unit`` "x") or
+    time (``unit`` "ms", for :func:`about_ms` claims) in it."""
+    if expect is None:
+        return "not judged", "no checkable claim declared"
+    if not expect.judged:
+        return "not judged", expect.note
+    if ratio is None or not np.isfinite(ratio):
+        return "not measured", f"{NOT_MEASURED} (this step or the one it is compared with)"
+    if unit == "ms":
+        measured, low_word, high_word = f"{ratio:.3g} ms{where}", "slower", "faster"
+        # a time above the range is slower than predicted
+        below, above = expect.low is not None and ratio < expect.low, expect.high is not None and ratio > expect.high
+        below, above = above, below
+    else:
+        measured = f"{_fmt_ratio(ratio)} vs {against_label}"
+        below = expect.low is not None and ratio < expect.low
+        above = expect.high is not None and ratio > expect.high
+    predicted = f" (predicted: {expect.claim})" if expect.claim else ""
+    if below:
+        why = expect.because or "no reason written yet"
+        return "did not hold", f"did not hold: {measured}, slower than predicted{predicted}, because {why}"
+    if above:
+        why = expect.because_faster or "no reason written yet"
+        return "did not hold", f"did not hold: {measured}, faster than predicted{predicted}, because {why}"
+    return "held", f"held: {measured}{predicted}"
+
+
+def _row_times(measured: pd.DataFrame, case) -> dict:
+    rows = measured if case is None else measured[measured["case"] == case]
+    return {str(k): float(v) for k, v in zip(rows["step"], rows["median_ms"])}
+
+
+def table(steps, measured: pd.DataFrame, expected: dict, *, main_case: str | None = None) -> pd.DataFrame:
+    """The prediction-against-measurement table of one ladder.
+
+    ``steps``: (key, what changed, kernel file) per ladder step, in ladder order (key: the step
+    number or label the run and ``expected`` use). ``measured``: the run's times, columns
+    ``step`` (the key), ``median_ms`` and, when the ladder has several cases, ``case``.
+    ``expected``: key -> :class:`Expect` (a step without one is shown, not judged).
+    ``main_case``: the case whose times the table shows.
+    """
+    for column in ("step", "median_ms"):
+        if column not in measured.columns:
+            raise ValueError(f"the measured rows need a '{column}' column; they have {list(measured.columns)}")
+    measured = measured.assign(step=measured["step"].map(str))
+    if "case" in measured.columns and main_case is None:
+        raise ValueError(f"the measured rows have several cases {sorted(measured['case'].unique())}: "
+                         "name the main_case the table shows")
+    main = _row_times(measured, main_case if "case" in measured.columns else None)
+    keys = [str(k) for k, _, _ in steps]
+    unknown = sorted(set(map(str, expected)) - set(keys))
+    if unknown:
+        raise ValueError(f"predictions declared for steps {unknown}, which are not in the ladder {keys}")
+    shown = [k for k in keys if k in main]
+    out = []
+    for key, what, file in steps:
+        key = str(key)
+        text = prediction_text(kernel_path(file)) or NO_PREDICTION
+        declared = expected.get(key, expected.get(_number(key)))
+        claims = () if declared is None else (declared if isinstance(declared, tuple) else (declared,))
+        t = main.get(key, np.nan)
+        pos = shown.index(key) if key in shown else None
+        prev = main[shown[pos - 1]] if pos else np.nan
+        first = main[shown[0]] if shown else np.nan
+        judged = [_judge(e, key, keys, measured, main_case) for e in claims]
+        if not claims:
+            outcome, line, ratio = "not judged", (NO_PREDICTION if text == NO_PREDICTION
+                                                  else "no checkable claim declared"), np.nan
+        else:
+            outcomes = [o for o, _, _ in judged]
+            outcome = ("did not hold" if "did not hold" in outcomes else "not measured" if "not measured" in outcomes
+                       else "held" if "held" in outcomes else "not judged")
+            line = "; ".join(l for _, l, _ in judged)
+            ratio = judged[0][2]
+        out.append({"step": key, "what changed": what, "prediction (kernel file)": text,
+                    "claim checked": "; ".join(e.claim for e in claims),
+                    "time (ms)": t, "vs previous": prev / t if pos else np.nan,
+                    "vs first": first / t if pos is not None else np.nan,
+                    "ratio judged": ratio, "outcome": outcome, "verdict": line})
+    return pd.DataFrame(out)
+
+
+def _judge(expect: Expect, key: str, keys: list, measured: pd.DataFrame, main_case):
+    """(outcome, verdict line, measured ratio or time) of one claim about step ``key``."""
+    if not expect.judged:
+        outcome, line = verdict(expect, np.nan, "")
+        return outcome, line, np.nan
+    several_cases = "case" in measured.columns
+    case = expect.case if expect.case is not None else (main_case if several_cases else None)
+    times_ = _row_times(measured, case if several_cases else None)
+    where = f" ({case})" if case is not None and case != main_case else ""
+    if expect.than == TIME:
+        value = times_.get(key, np.nan)
+        return (*verdict(expect, value, "", unit="ms", where=where), value)
+    if expect.than is None:
+        case_keys = [k for k in keys if k in times_]
+        j = case_keys.index(key) if key in case_keys else None
+        base = times_[case_keys[j - 1]] if j else np.nan
+        against = f"step {case_keys[j - 1]}" if j else "the previous step"
+    else:
+        base = times_.get(str(expect.than), np.nan)
+        against = f"step {expect.than}"
+    ratio = base / times_[key] if key in times_ else np.nan
+    return (*verdict(expect, ratio, against + where), ratio)
+
+
+def _number(key: str):
+    try:
+        return int(float(key))
+    except ValueError:
+        return key
+
+
+OUTCOME_COLORS = {"held": "#DFF0D8", "did not hold": "#F8D7DA", "not judged": "#F2F2F2",
+                  "not measured": "#F2F2F2"}
+
+
+def styled(frame: pd.DataFrame, caption: str = ""):
+    """The table as the notebook shows it: prediction, time, ratios, verdict; rows coloured by
+    outcome; the rules and the run's caption under it."""
+    shown = frame[["step", "what changed", "prediction (kernel file)", "time (ms)", "vs previous",
+                   "verdict"]]
+    colors = frame["outcome"].map(OUTCOME_COLORS).fillna("")
+
+    def color_rows(_):
+        return pd.DataFrame({c: "background-color: " + colors if c == "verdict" else "" for c in shown.columns},
+                            index=shown.index)
+
+    return (shown.style.format({"time (ms)": "{:.4g}", "vs previous": "x{:.2f}"}, na_rep="")
+            .apply(color_rows, axis=None).hide(axis="index")
+            .set_properties(subset=["prediction (kernel file)", "verdict"],
+                            **{"text-align": "left", "white-space": "normal", "min-width": "16em"})
+            .set_caption(f"{RULES} {caption}".strip()))
+
+
+def summary(frame: pd.DataFrame) -> dict:
+    """Counts of each outcome, for the prose: held, did_not_hold, not_judged."""
+    counts = frame["outcome"].value_counts()
+    return {"held": int(counts.get("held", 0)), "did_not_hold": int(counts.get("did not hold", 0)),
+            "not_judged": int(counts.get("not judged", 0) + counts.get("not measured", 0)),
+            "judged": int(counts.get("held", 0) + counts.get("did not hold", 0))}
+
+
+def glue_verdicts(frame: pd.DataFrame, prefix: str) -> dict:
+    """Glue each step's verdict line as ``{prefix}_verdict_{step}`` and its outcome as
+    ``{prefix}_outcome_{step}``, and the outcome counts as ``{prefix}_held`` etc."""
+    from .prose import glue
+    values = {}
+    for _, row in frame.iterrows():
+        key = re.sub(r"\W", "_", str(row["step"]))
+        values[f"{prefix}_verdict_{key}"] = row["verdict"]
+        values[f"{prefix}_outcome_{key}"] = row["outcome"]
+    values.update({f"{prefix}_{k}": v for k, v in summary(frame).items()})
+    return glue(**values)
+
+
+def ladder_steps(step_list, chapter_files: dict | None = None):
+    """(key, what changed, kernel file) for a ladder's declared steps (objects with ``number``,
+    ``title`` and ``file``); one entry per number (the first)."""
+    seen, out = set(), []
+    for s in step_list:
+        key = str(s.number)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((key, s.title, s.file))
+    return out
+
+
+__all__ = ["Expect", "faster", "slower", "same", "several", "about", "times", "unjudged", "header",
+           "prediction_text", "verdict", "table", "styled", "summary", "glue_verdicts", "RULES",
+           "NO_PREDICTION"]
