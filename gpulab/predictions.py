@@ -80,28 +80,38 @@ class Expect:
         return not self.note
 
 
+def _step_name(key) -> str:
+    """ "01" -> "1" (runs and step lists write numbers with a leading zero, prose does not)."""
+    text = str(key)
+    return str(int(text)) if text.isdigit() else text
+
+
 def _against(than) -> str:
-    return "the previous step" if than is None else f"step {than}"
+    return "the previous step" if than is None else f"step {_step_name(than)}"
 
 
-def faster(than=None, case=None, **why) -> Expect:
+def _where(text: str, case) -> str:
+    return f"{text} on {case}" if case else text
+
+
+def faster(than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: faster than step ``than`` (at least :data:`FASTER`)."""
-    return Expect(FASTER, None, than, case, f"faster than {_against(than)}", **why)
+    return Expect(FASTER, None, than, case, claim or _where(f"faster than {_against(than)}", case), **why)
 
 
-def slower(than=None, case=None, **why) -> Expect:
+def slower(than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: slower than step ``than`` (at most 1/:data:`FASTER`)."""
-    return Expect(None, 1 / FASTER, than, case, f"slower than {_against(than)}", **why)
+    return Expect(None, 1 / FASTER, than, case, claim or _where(f"slower than {_against(than)}", case), **why)
 
 
-def same(than=None, case=None, **why) -> Expect:
+def same(than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: about the time of step ``than`` (within :data:`SAME`)."""
-    return Expect(1 / SAME, SAME, than, case, f"about the time of {_against(than)}", **why)
+    return Expect(1 / SAME, SAME, than, case, claim or _where(f"about the time of {_against(than)}", case), **why)
 
 
-def several(than=None, case=None, **why) -> Expect:
+def several(than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: several times faster than step ``than`` (at least :data:`SEVERAL`)."""
-    return Expect(SEVERAL, None, than, case, f"several times faster than {_against(than)}", **why)
+    return Expect(SEVERAL, None, than, case, claim or _where(f"several times faster than {_against(than)}", case), **why)
 
 
 def about(x: float, than=None, case=None, **why) -> Expect:
@@ -309,10 +319,10 @@ def _judge(expect: Expect, key: str, keys: list, measured: pd.DataFrame, main_ca
         case_keys = [k for k in keys if k in times_]
         j = case_keys.index(key) if key in case_keys else None
         base = times_[case_keys[j - 1]] if j else np.nan
-        against = f"step {case_keys[j - 1]}" if j else "the previous step"
+        against = f"step {_step_name(case_keys[j - 1])}" if j else "the previous step"
     else:
         base = times_.get(str(expect.than), np.nan)
-        against = f"step {expect.than}"
+        against = f"step {_step_name(expect.than)}"
     ratio = base / times_[key] if key in times_ else np.nan
     return (*verdict(expect, ratio, against + where), ratio)
 

@@ -334,3 +334,41 @@ def check_steps(backend: str | Backend | None = None, steps=None, shape: Shape =
 
 
 from ...check import assert_passed  # noqa: E402,F401  (one definition for every chapter)
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# The kernel files' predictions as claims a run can check at one image (gpulab.predictions states
+# the rules); a reason is shown only when the run says the claim failed in that direction.
+def _predicted():
+    from ... import predictions as p
+    return {
+        "01": p.about_ms(60, because_faster=(
+            "the estimate's ceiling of about 3 issued instructions per FMA was pessimistic: step 1's "
+            "loads are coalesced and mostly hit L1, and the kernel needs fewer instructions than that "
+            "(step 1 is not profiled, so the run does not say how many)")),
+        "02": p.times(3, 4, "01", because=(
+            "consecutive threads now start 8 floats apart, so each warp-wide load touches 32 sectors "
+            "instead of 4, and L1 serves them one request at a time: fewer loads, each dearer")),
+        "03": p.times(2, 3, "02", because_faster=(
+            "it is measured from step 2, itself slower than step 1; the broadcast input and coalesced "
+            "weights beat both")),
+        "04": p.times(1.5, 2, "03", because=(
+            "step 3 already spent most of its issue slots on FMAs (its FMA pipe is busy most of the "
+            "time, see the profile): two rows per thread removed only the instructions that were not")),
+        "05": p.same("04"),
+        "06": p.about(5, "05", because=(
+            "step 5 did not spend many instructions on loads and addressing, as the prediction assumed: "
+            "both kernels execute about the same warp instructions, nearly all FMAs; step 6 gains only by "
+            "issuing them more often (see the profile)")),
+        "07": p.times(4, 6, "06", because=(
+            "the tensor pipe is busy only a small share of the time: the warps load wmma fragments from "
+            "shared memory and wait on them, one mma.sync at a time (see the profile)")),
+        "08": p.times(1.5, 2, "07", because_faster=(
+            "tf32 needs several times fp16's instructions for the same product (half the k per fragment, "
+            "a rounding per fragment element; see the profile), so fp16 saved more than the doubled "
+            "tensor rate")),
+    }
+
+
+#: step number -> the checkable claim(s) of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()

@@ -223,3 +223,12 @@ def batch_lines(run, precisions=("fp32", "tf32", "fp16")) -> pd.DataFrame:
         if picks:
             lines.append(pd.DataFrame(picks).assign(variant=f"fastest cuDNN path, {p}"))
     return pd.concat(lines)
+
+
+def prediction_table(run, N: int = 1) -> pd.DataFrame:
+    """Each step's prediction (from its kernel file) against its time at batch ``N`` in ``run``."""
+    from ... import predictions
+    from .steps import PREDICTED
+    rows = ladder(run, N, vendor=False)
+    return predictions.table([(s.number, s.title, s.file) for s in STEPS], rows[["step", "median_ms"]],
+                             PREDICTED)

@@ -170,3 +170,18 @@ def gpu_comparison(N: int = 10_000, root=None):
     return compare_gpus("lenet", lambda run: gpu_comparison_rows(run, N), root=root,
                         title=f"Does each step gain what the roofline predicts on the H200? "
                               f"(conv1 + conv2, N = {N:,})")
+
+
+def prediction_table(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
+    """Each step's prediction (from its kernel file) against the run at batch N: both layers'
+    time (conv + ReLU + pool, the "layer" phase), judged per layer where the claim names one."""
+    from ... import predictions
+    from .steps import PREDICTED, STEPS
+    table = per_layer(ours(ladder), N, "layer")
+    steps = [(s.number, s.title, s.file) for s in STEPS if not s.graph]
+    number = {s.label: s.number for s in STEPS}
+    measured = pd.concat([pd.DataFrame({"step": [number.get(v) for v in table.index], "case": case,
+                                        "median_ms": table[column].to_numpy()})
+                          for case, column in (("both", "conv1 + conv2"), ("conv1", "conv1"), ("conv2", "conv2"))])
+    measured = measured.dropna(subset=["step", "median_ms"])
+    return predictions.table(steps, measured, PREDICTED, main_case="both")

@@ -394,3 +394,47 @@ def check_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dic
     return {"step": step.number, "N": len(x), "rel_error": result.rel_error, "passed": result.passed,
             "unwritten": result.unwritten, "agree": int((out["predictions"] == ref_pred).sum()),
             "predictions": out["predictions"]}
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# The kernel files' predictions as claims a run can check (gpulab.predictions states the rules),
+# on both layers' time ("both"), or on one layer, at N = 10,000; a reason is shown only when the
+# run says the claim failed in that direction. Steps 12 and 12h reuse steps 10 and 11's kernels.
+def _predicted():
+    from ... import predictions as p
+    conflicts = ("its tiles cost shared-memory bank conflicts and two barriers per channel, and step 1 "
+                 "was limited by issuing instructions, not by memory (see the profile below)")
+    tensor_b = ("building the B tiles element by element through shared memory costs more than the "
+                "products, and the tensor pipe is mostly idle (see the profile)")
+    return {
+        "01": p.unjudged("the baseline: every later step is measured against it"),
+        "02": p.unjudged("not in this table: step 2 changes only the host side (copies on four streams); "
+                         "the section on overlapping copies measures it"),
+        "03": p.Expect(1 / 1.2, 1.2, "01", claim="within 20% of step 1", because=conflicts),
+        "04": (p.slower("01", "conv1"), p.same("01", "conv2", because_faster=(
+            "with 16 filters conv2 fills the product's tiles, and each unrolled input then serves all "
+            "16 filters, where step 1 re-reads it for each"))),
+        "05": (p.times(2, 4, "04", because=(
+            "fusing the unrolling removed the matrix's round trip, but the product's tiles stay "
+            "mostly empty (M = 4 or 16 rows of 16)")), p.slower("01", "conv1")),
+        "06": p.times(1.1, 1.3, "01", because=(
+            "step 1's weight loads were already uniform across a warp and cached, so constant memory "
+            "had nothing left to save")),
+        "07": p.about(2, "06"),
+        "08": (p.times(1 / 1.3, 1 / 1.1, "07", "conv2", claim="conv2 10-30% slower than step 7", because=(
+            "the tree's shared-memory rounds and barriers cost more than predicted, and the batch of "
+            "10,000 images never needed the channels' extra parallelism")),
+               p.same("07", "conv1", because="one channel still pays for the tree's barriers")),
+        "09": (p.times(1 / 2, 1 / 1.5, "07", "conv2", claim="conv2 1.5-2x slower than step 7", because=(
+            "atomics to the same outputs serialise more than predicted")),
+               p.slower("07", "conv1", claim="conv1: step 7's time plus the zeroing of y")),
+        "10": (p.about_ms(0.6, "conv1"), p.about_ms(1.8, "conv2", because=(
+            "conv2's threads need so many registers for their 64 sums that one block fills an SM, "
+            "and too few warps are left to cover the shared-memory loads (see the profile)"))),
+        "11": (p.about_ms(0.4, "conv2", because=tensor_b),
+               p.about(4, "10", "conv2", because=tensor_b)),
+    }
+
+
+#: step number -> the checkable claim(s) of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()
