@@ -632,3 +632,65 @@ def prediction_table(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
     measured = ladder(run, batch)[["step", "median_ms"]]
     steps = [(s.number, s.title, s.file) for s in STEPS]
     return predictions.table(steps, measured, PREDICTED)
+
+
+def prediction_styled(run: RecordedRun, batch: int = MAIN_BATCH):
+    """:func:`prediction_table` as the notebook shows it (see :func:`gpulab.predictions.styled`)."""
+    from ... import predictions
+    return predictions.styled(prediction_table(run, batch), f"Batch {batch:,}; " + run.caption)
+
+
+def prediction_numbers(run) -> dict:
+    """Each step's verdict line (``verdict_NN``) and the counts of held and failed predictions,
+    for the prose (a dash for each where there is no run)."""
+    from ... import predictions
+    keys = [f"verdict_{n:02d}" for n in range(1, len(STEPS) + 1)] + ["predictions_held", "predictions_failed",
+                                                                      "predictions_judged"]
+    if run is None:
+        return dict.fromkeys(keys, "-")
+    table = prediction_table(run)
+    out = {f"verdict_{int(k):02d}": v for k, v in zip(table["step"], table["verdict"])}
+    counts = predictions.summary(table)
+    out.update(predictions_held=counts["held"], predictions_failed=counts["did_not_hold"],
+               predictions_judged=counts["judged"])
+    return {k: out.get(k, "-") for k in keys}
+
+
+def breakdown_pair(run: RecordedRun, a: int = 2, b: int = 3) -> pd.DataFrame:
+    """Step ``a``'s and step ``b``'s kernels side by side, matched by operation, with the stream
+    each ran on in step ``b``: which kernels got slower when they ran beside others."""
+    rows = run.experiment("breakdown")
+    pick = lambda n: rows[rows["step"] == n].set_index("op")  # noqa: E731
+    left, right = pick(a), pick(b)
+    table = pd.DataFrame({f"step {a} (ms)": left["median_ms"], f"step {b} (ms)": right["median_ms"],
+                          f"stream in step {b}": right["stream"]})
+    table = table.loc[[op for op in right.sort_values("order").index if op in table.index]]
+    table[f"step {b} / step {a}"] = table[f"step {b} (ms)"] / table[f"step {a} (ms)"]
+    table.loc["sum of the kernels"] = [left["median_ms"].sum(), right["median_ms"].sum(), np.nan,
+                                       right["median_ms"].sum() / left["median_ms"].sum()]
+    return table
+
+
+def streams_numbers(run) -> dict:
+    """The numbers of step 3's lesson (streams made the step slower): the forward product's time
+    alone (step 2) and beside the other streams' kernels (step 3), the transpose the streams were
+    to hide, and the step's wall time against the sum of its kernels (from the timeline)."""
+    from ...errors import RecordedRunError
+    keys = ("z1_alone", "z1_beside", "z1_lost", "xt_alone", "streams_wall", "streams_kernel_sum", "slower_pct")
+    if run is None:
+        return dict.fromkeys(keys, "-")
+    try:
+        pair = breakdown_pair(run, 2, 3)
+        product = [op for op in pair.index if op.startswith("Z1 = X W1")][0]
+        transpose = [op for op in pair.index if op == "X^T"][0]
+        lad = ladder(run).set_index("step")["median_ms"]
+        over = overlap(run).set_index("step")
+    except (KeyError, IndexError, RecordedRunError):     # a run without the breakdown or timeline
+        return dict.fromkeys(keys, "-")
+    return {"z1_alone": f"{pair.loc[product, 'step 2 (ms)']:.2f}",
+            "z1_beside": f"{pair.loc[product, 'step 3 (ms)']:.2f}",
+            "z1_lost": f"{pair.loc[product, 'step 3 (ms)'] - pair.loc[product, 'step 2 (ms)']:.2f}",
+            "xt_alone": f"{pair.loc[transpose, 'step 2 (ms)']:.2f}",
+            "streams_wall": f"{over.loc[3, 'wall (ms)']:.2f}",
+            "streams_kernel_sum": f"{over.loc[3, 'sum of kernel times (ms)']:.2f}",
+            "slower_pct": f"{(lad[3] / lad[2] - 1):.0%}"}

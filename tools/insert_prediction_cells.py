@@ -1,0 +1,163 @@
+"""Insert the prediction-against-measurement cells into the ladder chapters' notebooks.
+
+Idempotent, and safe to re-run on a notebook someone else has edited: each inserted cell carries
+``metadata.gpulab_cell`` (its id); a cell with that id already present is replaced in place
+(same content: no change), and a new one goes after (or before) the first cell whose source
+contains its anchor text. A missing anchor is an error naming the notebook and the anchor, so a
+merge that changed the anchor's cell is noticed, not silently skipped. Prose edits (a phrase
+replaced in an existing cell) apply only where the old phrase is still present.
+
+    python tools/insert_prediction_cells.py [--check] [chapter ...]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import json
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+
+TABLE_INTRO = (
+    "## Did the predictions hold?\n"
+    "Every kernel file states, before any measurement, what its step should buy. The table sets "
+    "that prediction (read from the file) against the recorded run, and a rule turns each into a "
+    "verdict: a claim that a step is \"faster\", \"about the same\" or \"2-3x faster\" is checked "
+    "against the measured ratio (the rules are under the table). Where the prediction failed, the "
+    "verdict says why, from what the run and its profile show. A failed prediction is not a failed "
+    "step: it is where the mental model of the GPU was wrong, and the most useful row to read.")
+
+CHAPTERS = {
+    "training": [
+        # The step-3 lesson: the prose cell about step 3's result, and the evidence after the timeline.
+        {"replace": ("{glue:text}`t03` ms (a speedup of {glue:text}`x03` over step 2). The timeline below\n"
+                     "shows, from CUDA events recorded around each kernel, what actually overlapped.",
+                     "{glue:text}`t03` ms against step 2's {glue:text}`t02` ms: step 3 is "
+                     "**slower**, by {glue:text}`slower_pct`, and the prediction failed. The timeline below\n"
+                     "shows, from CUDA events recorded around each kernel, what actually overlapped.")},
+        {"id": "predictions-glue", "after": "prose.glue(**views.numbers(run))", "type": "code",
+         "source": "prose.glue(**views.prediction_numbers(run), **views.streams_numbers(run));"},
+        {"id": "streams-breakdown", "after": "views.show(views.overlap, run)", "type": "code",
+         "source": "views.show(views.breakdown_pair, run, 2, 3)"},
+        {"id": "streams-lesson", "after": "gpulab_cell:streams-breakdown", "type": "markdown",
+         "source": (
+             "**Why the prediction failed.** The transpose of $X$ did run beside the forward product, but "
+             "the product, alone on the GPU in step 2 ({glue:text}`z1_alone` ms), took "
+             "{glue:text}`z1_beside` ms with the other streams' kernels beside it: it lost "
+             "{glue:text}`z1_lost` ms to hide a transpose of {glue:text}`xt_alone` ms. The small kernels "
+             "on the second stream got slower still (the table's last column), because a kernel's time "
+             "counts from its launch, and they waited for SMs the product held. Streams let the GPU run "
+             "independent kernels at the same time; they do not make an SM or a byte of bandwidth "
+             "appear. The forward product alone launches a thread per output, blocks enough for every SM, so "
+             "whatever runs beside it takes SM time from it.\n\n"
+             "*What would have to be true for streams to help?* Independent work that leaves resources "
+             "idle: a copy over PCIe beside a kernel (the copy engines are otherwise idle; the measuring "
+             "chapter's section on streams overlaps them), or kernels too small to fill the GPU. Step 3's kernels are neither.\n\n"
+             "**Prediction:** {glue:text}`verdict_03`.")},
+        *[{"id": f"verdict-{n:02d}", "after": f"views.show(views.step_times, run, {n})", "skip_cells": 1,
+           "type": "markdown", "source": f"**Prediction:** {{glue:text}}`verdict_{n:02d}`."}
+          for n in (2, 4, 5, 6, 7, 8, 9, 10)],
+        {"id": "prediction-table", "before": "## The ladder, side by side with PyTorch", "type": "markdown",
+         "source": TABLE_INTRO + (
+             " Of the {glue:text}`predictions_judged` predictions the run can judge, "
+             "{glue:text}`predictions_held` held and {glue:text}`predictions_failed` did not.")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": "views.show(views.prediction_styled, run)"},
+    ],
+    "lenet": [
+        {"id": "prediction-table", "before": "## Step 12: the whole forward pass", "type": "markdown",
+         "source": TABLE_INTRO + (
+             " Here the times are both layers' (convolution, ReLU and pool) at $N$ = 10,000; a claim "
+             "about one layer is judged on that layer's time. Step 2 changes only the host side and is "
+             "measured in the section on overlapping copies; steps 12 and 12h reuse steps 10 and 11's "
+             "kernels.")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(results.prediction_table(ladder, lenet.MAIN_N), "
+                    "f\"N = {lenet.MAIN_N:,}; \" + run.caption)")},
+    ],
+    "convpool": [
+        {"id": "prediction-table", "before": "## Did we reach the targets?", "type": "markdown",
+         "source": TABLE_INTRO + " Here the times are one image's."},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(views.prediction_table(run, 1), views.caption(run, [1]))")},
+    ],
+}
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _source(cell) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _new_cell(kind: str, ident: str, text: str) -> dict:
+    meta = {"gpulab_cell": ident}
+    if kind == "code":
+        return {"cell_type": "code", "execution_count": None, "id": f"gpulab-{ident}", "metadata": meta,
+                "outputs": [], "source": _lines(text)}
+    return {"cell_type": "markdown", "id": f"gpulab-{ident}", "metadata": meta, "source": _lines(text)}
+
+
+def _find(cells, anchor: str, where: str) -> int:
+    if anchor.startswith("gpulab_cell:"):
+        ident = anchor.split(":", 1)[1]
+        hits = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("gpulab_cell") == ident]
+    else:
+        hits = [i for i, c in enumerate(cells) if anchor in _source(c)]
+    if not hits:
+        raise SystemExit(f"{where}: no cell contains the anchor {anchor!r}; update "
+                         "tools/insert_prediction_cells.py to the notebook's new text")
+    return hits[0]
+
+
+def apply(chapter: str, check: bool = False) -> bool:
+    """Apply the chapter's edits; return True if the notebook changed (with ``check``: would change).
+    The notebook is read and written as plain JSON (indent 1, as Jupyter writes it), so cells this
+    script does not touch keep their bytes."""
+    path = BOOK / chapter / f"{chapter}.ipynb"
+    before = path.read_text()
+    nb = json.loads(before)
+    cells = nb["cells"]
+    for edit in CHAPTERS[chapter]:
+        if "replace" in edit:
+            old, new = edit["replace"]
+            for c in cells:
+                if old in _source(c):
+                    c["source"] = _lines(_source(c).replace(old, new))
+            continue
+        existing = [c for c in cells if c.get("metadata", {}).get("gpulab_cell") == edit["id"]]
+        if existing:
+            if _source(existing[0]) != edit["source"]:
+                existing[0]["source"] = _lines(edit["source"])
+            continue
+        cell = _new_cell(edit["type"], edit["id"], edit["source"])
+        if "after" in edit:
+            at = _find(cells, edit["after"], str(path)) + 1 + edit.get("skip_cells", 0)
+        else:
+            at = _find(cells, edit["before"], str(path))
+        cells.insert(at, cell)
+    after = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    changed = after != before
+    if changed and not check:
+        path.write_text(after)
+    return changed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", default=list(CHAPTERS))
+    parser.add_argument("--check", action="store_true", help="exit 1 if a notebook lacks the cells")
+    args = parser.parse_args(argv)
+    changed = [ch for ch in args.chapters if apply(ch, check=args.check)]
+    for ch in changed:
+        print(f"{'would change' if args.check else 'changed'}: book/{ch}/{ch}.ipynb")
+    return 1 if (args.check and changed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
