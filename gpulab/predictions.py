@@ -14,7 +14,8 @@ that claim with the run. The rules, shown under every table (:data:`RULES`):
   [1/1.1, 1.1];
 - "several times faster": at least 3x;
 - "about N x" : within 25% of N;
-- "N-M x faster": between N and M, with 10% slack at each end (N/1.1 to 1.1 M): a prediction
+- "N-M x faster": between N and M, each end moved outwards by 10% of its distance from 1 on a
+  log scale (2-3x accepts 1.87x to 3.35x; "10-25% faster" accepts 1.09x to 1.28x): a prediction
   of "2-3x" that measures 1.9x held, one that measures 1.5x did not.
 
 A prediction a run's times cannot judge (one about a profiler counter, or about a different
@@ -46,7 +47,9 @@ SLACK = 0.10
 
 RULES = (f"How a verdict is reached: \"faster\" means at least {FASTER:.2f}x; \"about the same\" "
          f"a ratio between 1/{SAME:g} and {SAME:g}; \"several times\" at least {SEVERAL:g}x; "
-         f"\"about N x\" within {ABOUT:.0%} of N; a range \"N-M x\" with {SLACK:.0%} slack at each end.")
+         f"\"about N x\" within {ABOUT:.0%} of N; a range \"N-M x\" widened by {SLACK:.0%} of each end's "
+         f"distance from 1 on a log scale (2-3x accepts {2 ** (1 - SLACK):.2f}-{3 ** (1 + SLACK):.2f}x); "
+         f"a time range \"N-M ms\" by {SLACK:.0%} of each end.")
 
 NO_PREDICTION = "no prediction written"
 #: ``Expect.than`` for a claim about the step's own time (ms) rather than a speedup.
@@ -120,12 +123,19 @@ def about(x: float, than=None, case=None, **why) -> Expect:
                   **why)
 
 
+def _widen(bound: float, lower: bool) -> float:
+    """A range end moved outwards by :data:`SLACK` of its distance from 1 on a log scale: 2x -> 1.87x
+    (lower) or 2.14x (upper); 0.5x -> 0.47x (lower) -- a small predicted gain gets a small slack."""
+    outward = (bound < 1) == lower
+    return bound ** (1 + SLACK if outward else 1 - SLACK)
+
+
 def times(low: float, high: float | None, than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: ``low``-``high`` times faster than step ``than`` (``high`` None: at least
-    ``low``; below 1: slower), with :data:`SLACK` at each end; ``claim`` words it."""
+    ``low``; below 1: slower), each end widened by :func:`_widen`; ``claim`` words it."""
     text = f"{low:g}-{high:g}x" if high is not None else f"at least {low:g}x"
     where = f" on {case}" if case else ""
-    return Expect(low / (1 + SLACK), None if high is None else high * (1 + SLACK), than, case,
+    return Expect(_widen(low, True), None if high is None else _widen(high, False), than, case,
                   claim or f"{text} faster than {_against(than)}{where}", **why)
 
 
@@ -133,6 +143,12 @@ def about_ms(x: float, case=None, **why) -> Expect:
     """Prediction: the step itself takes about ``x`` ms on ``case`` (within :data:`ABOUT`)."""
     return Expect(x * (1 - ABOUT), x * (1 + ABOUT), TIME, case,
                   f"about {x:g} ms" + (f" on {case}" if case else ""), **why)
+
+
+def ms_between(low: float, high: float, case=None, **why) -> Expect:
+    """Prediction: the step itself takes ``low``-``high`` ms on ``case`` (with :data:`SLACK`)."""
+    return Expect(low / (1 + SLACK), high * (1 + SLACK), TIME, case,
+                  f"{low:g}-{high:g} ms" + (f" on {case}" if case else ""), **why)
 
 
 def unjudged(note: str) -> Expect:

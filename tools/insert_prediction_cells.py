@@ -84,6 +84,26 @@ CHAPTERS = {
          "source": ("from gpulab import predictions\n"
                     "predictions.styled(views.prediction_table(run, 1), views.caption(run, [1]))")},
     ],
+    "fcnet": [
+        {"id": "prediction-table", "after": 'fcnet.ladder_figure(run, "large"', "type": "markdown",
+         "source": TABLE_INTRO + (" Here the times are the large case's; a claim about the small case is "
+                                  "judged on the small case's times.")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(fcnet.prediction_table(run, \"large\"), "
+                    "f\"large case ({fcnet.SIZES['large']:,} vectors); \" + run.caption)")},
+    ],
+    "measuring": [
+        {"id": "prediction-table", "before": "## Where the time goes when the data starts on the host",
+         "type": "markdown",
+         "source": ("**Did the prediction hold?** Step 2's kernel file predicted its result before it was "
+                    "measured; the table sets that prediction against the run, and a stated rule turns it "
+                    "into a verdict (the rules are under the table). The later chapters' ladders each end "
+                    "with a table like this one.")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(saxpy.prediction_table(run), run.caption)")},
+    ],
 }
 
 

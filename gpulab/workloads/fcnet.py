@@ -978,3 +978,71 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# The kernel files' predictions as claims a run can check (gpulab.predictions states the rules),
+# on the large case unless a claim names the small one; a reason is shown only when the run says
+# the claim failed in that direction (the chapter's "What we learned" cells give the evidence).
+def _predicted():
+    from .. import predictions as p
+    conflicts = ("the bank conflicts of its shared-memory weight reads and the per-block weight copy "
+                 "(1.28 million copies on the large case) cost more than the re-reads they saved")
+    return {
+        1: p.unjudged("the baseline: every later step is measured against it"),
+        2: (p.times(1 / 2, 1 / 1.5, 1, claim="1.5-2x slower than step 1 (large case)", because=(
+                "its hidden layers' scattered reads and writes in global memory touch many more sectors per "
+                "request than step 1's (see the profile)")),
+            p.times(1 / 2, 1 / 1.5, 1, "small", claim="1.5-2x slower than step 1 (small case)", because=(
+                "its hidden layers' scattered reads and writes in global memory touch many more sectors per "
+                "request than step 1's (see the profile)"))),
+        3: p.times(2, 3, 1, because=conflicts),
+        4: (p.faster(3), p.same(3, "small", because_faster=(
+            "one copy of the weights per block instead of per group of vectors pays on the small case too"))),
+        5: p.times(1.3, 1.6, 4, because_faster=(
+            "the bank conflicts dropped with the 32-way conflicted reads of W2s, which were most of "
+            "them (see the profile)")),
+        6: p.same(5, claim="a few percent at most faster than step 5", because_faster=(
+            "the 64-long serial loop in 4 threads was the critical path of every group, and the other "
+            "60 threads waited for it at the next barrier: a serial tail costs more than its operations")),
+        7: p.times(1.5, 2, 6, because=(
+            "occupancy stays where step 5 left it (registers), and the input loads touch more sectors per "
+            "request (see the profile)")),
+        8: p.times(1.3, 1.6, 7, because=(
+            "fewer registers did not buy more warps (the occupancy is unchanged) and the scattered input "
+            "loads are unchanged")),
+        9: p.times(1.5, 2, 8),
+        10: (p.same(9), p.times(1.1, 1.25, 9, "small", claim="10-25% faster than step 9 on the small case",
+                                because=("with several tiles per block the weight prologue is a smaller share of "
+                                         "a block's life than the prediction assumed, and the weights come "
+                                         "from L2"))),
+        11: (p.times(1.1, 1.2, 10), p.same(10, "small")),
+        12: p.Expect(None, p.FASTER, 11, claim="no faster than step 11", because_faster=(
+            "occupancy was part of what held step 11 back, the exception the prediction allowed")),
+        13: p.unjudged("two kernels, one written for each case; the ladder shows the faster on each case, "
+                       "and the step's section sets each against its own prediction"),
+        14: p.times(2, 3, 13, because=(
+            "the prediction asked for nearly all of the rate cuBLAS's SGEMM measured")),
+        15: p.ms_between(0.6, 0.7),
+        17: p.ms_between(0.57, 0.59, because=(
+            "what it removed from step 15 (shared-memory round trips, barriers) was not the limit; the "
+            "stream of reads of X from DRAM was, and a kernel that only reads gets somewhat less out of "
+            "memory than the copy ceiling's equal reads and writes"), because_faster=(
+            "the prediction was made for an H100's memory; this GPU's reads X faster")),
+        18: p.ms_between(1.0, 1.2, because=(
+            "each product's three tensor-core instructions depend on one another through the accumulator, "
+            "and one block of 8 warps per SM is too few to cover that latency (see the profile)")),
+    }
+
+
+#: step number -> the checkable claim(s) of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()
+
+
+def prediction_table(run, case: str = "large"):
+    """Each step's prediction (from its kernel file) against ``run``: times of ``case``, claims
+    about the other case judged on it."""
+    from .. import predictions
+    measured = pd.concat([ladder(run.timings, c)[["step", "median_ms"]].assign(case=c) for c in SIZES])
+    measured["step"] = measured["step"].astype(int)
+    return predictions.table(predictions.ladder_steps(STEPS), measured, PREDICTED, main_case=case)

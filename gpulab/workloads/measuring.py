@@ -327,3 +327,36 @@ def speedup_by_size(run) -> pd.DataFrame:
         table["cuBLAS vs step 1, events"] = ladder[step1] / ladder[vendor[0]]
     table["launch-bound"] = table["step 1, events (ms)"] > 2 * table["step 1, graph (ms)"]
     return table.rename_axis("n").reset_index()
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# The kernel files' predictions as claims a run can check (gpulab.predictions states the rules),
+# at the chapter's main size ("large") and the smallest ("small"); a reason is shown only when the
+# run says the claim failed in that direction.
+def _predicted():
+    from .. import predictions as p
+    return {
+        "1": p.unjudged("the baseline: step 2 is measured against it"),
+        "2": (p.same("1", claim=f"within about 10% of step 1 at n = {MAIN_SIZE:,}", because_faster=(
+                  "on this GPU step 1 was still short of the bandwidth floor at this size, and a quarter of "
+                  "the requests brought float4 closer to it (the roofline below shows how close each gets)")),
+              p.same("1", "small", claim=f"no gain at n = {SIZES[0]:,}, where the launch dominates")),
+    }
+
+
+#: step -> the checkable claim(s) of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()
+
+
+def prediction_table(run):
+    """Each step's prediction (from its kernel file) against ``run`` at :data:`MAIN_SIZE`, the
+    small-array claim judged at the smallest size."""
+    from .. import predictions
+    rows = run.experiment("ladder")
+    step_of = {s.title: str(i) for i, s in enumerate(STEPS, 1)}
+    rows = rows[rows["variant"].isin(step_of)]
+    measured = pd.concat([rows[rows["size"] == n].assign(case=case)
+                          for n, case in ((MAIN_SIZE, "large"), (SIZES[0], "small"))])
+    measured = measured.assign(step=measured["variant"].map(step_of))[["step", "case", "median_ms"]]
+    steps = [(str(i), s.title, s.file) for i, s in enumerate(STEPS, 1)]
+    return predictions.table(steps, measured, PREDICTED, main_case="large")
