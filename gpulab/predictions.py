@@ -211,7 +211,7 @@ def prediction_text(path: Path) -> str | None:
             continue
         rest = paragraph[m.end():]
         colon = rest.find(":")
-        if 0 <= colon <= 40:
+        if 0 <= colon <= 40 and ". " not in rest[:colon]:   # "Prediction (batch 10,000): ..."
             text = rest[colon + 1:]
         else:      # "..., so the prediction there is no change." : the sentence from its start
             start = max(paragraph.rfind(". ", 0, m.start()) + 2, 0) if ". " in paragraph[:m.start()] else 0

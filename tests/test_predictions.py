@@ -1,0 +1,222 @@
+"""gpulab.predictions: reading each ladder step's prediction from its kernel file, the verdict rules,
+and every chapter's declared claims against its recorded runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpulab import predictions as p
+from gpulab.runs import load_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------- the chapters' ladders
+def _ladders():
+    from importlib import import_module
+    from gpulab.workloads import fcnet, measuring
+    convpool_steps = import_module("gpulab.workloads.convpool.steps")
+    lenet_steps = import_module("gpulab.workloads.lenet.steps")
+    training_steps = import_module("gpulab.workloads.training.steps")
+    return {
+        "training": ([(s.number, s.title, s.file) for s in training_steps.STEPS], training_steps.PREDICTED),
+        "lenet": ([(s.number, s.title, s.file) for s in lenet_steps.STEPS if not s.graph], lenet_steps.PREDICTED),
+        "convpool": ([(s.number, s.title, s.file) for s in convpool_steps.STEPS], convpool_steps.PREDICTED),
+        "fcnet": (p.ladder_steps(fcnet.STEPS), fcnet.PREDICTED),
+        "measuring": ([(str(i), s.title, s.file) for i, s in enumerate(measuring.STEPS, 1)], measuring.PREDICTED),
+    }
+
+
+def _tables(chapter: str, run):
+    from gpulab.workloads import fcnet, measuring
+    from gpulab.workloads.convpool import views as convpool_views
+    from gpulab.workloads.lenet import results as lenet_results
+    from gpulab.workloads.training import views as training_views
+    return {"training": lambda: training_views.prediction_table(run),
+            "lenet": lambda: lenet_results.prediction_table(run.experiment("ladder")),
+            "convpool": lambda: convpool_views.prediction_table(run, 1),
+            "fcnet": lambda: fcnet.prediction_table(run, "large"),
+            "measuring": lambda: measuring.prediction_table(run)}[chapter]()
+
+
+CHAPTERS = list(_ladders())
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_ladder_step_has_a_prediction_or_says_so(chapter):
+    steps, expected = _ladders()[chapter]
+    for key, _, file in steps:
+        path = p.kernel_path(file)
+        assert path.exists(), f"{chapter} step {key}: no kernel file {path}"
+        text = p.prediction_text(path)
+        if text is None:
+            # Only a first step (the baseline) may lack one, and it must be declared unjudged.
+            assert str(key).lstrip("0") == "1", f"{path} states no prediction"
+            assert not expected[key].judged
+        else:
+            assert len(text) > 10 and "//" not in text, f"{path}: prediction parsed badly: {text!r}"
+            assert not text.startswith(("(", "Tried", "Measured before")), text
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_claims_are_declared_for_ladder_steps_only(chapter):
+    steps, expected = _ladders()[chapter]
+    keys = {str(k) for k, _, _ in steps}
+    assert {str(k) for k in expected} <= keys
+    missing = keys - {str(k) for k in expected}
+    assert not missing, f"{chapter}: steps {sorted(missing)} declare no claim (use predictions.unjudged)"
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_verdicts_agree_with_the_recorded_runs(chapter, gpu):
+    """The verdict the table prints is the one the numbers give: recomputed here from the run's
+    times and the declared bounds, and every failed claim carries its reason."""
+    run = load_run(chapter, gpu)
+    table = _tables(chapter, run)
+    steps, expected = _ladders()[chapter]
+    assert list(table["step"]) == [str(k) for k, _, _ in steps]
+    for _, row in table.iterrows():
+        assert "no reason written yet" not in row["verdict"], \
+            f"{chapter} on {gpu}, step {row['step']}: a failed prediction without its reason: {row['verdict']}"
+        claims = expected[row["step"] if row["step"] in expected else int(row["step"])]
+        claims = claims if isinstance(claims, tuple) else (claims,)
+        judged = [c for c in claims if c.judged]
+        if not judged:
+            assert row["outcome"] == "not judged"
+            continue
+        c = judged[0]
+        value = row["ratio judged"]
+        inside = (c.low is None or value >= c.low) and (c.high is None or value <= c.high)
+        if row["outcome"] == "held":
+            assert inside, f"{chapter} {gpu} step {row['step']}: 'held' but {value} outside [{c.low}, {c.high}]"
+            assert row["verdict"].startswith("held")
+        if not inside:
+            assert row["outcome"] == "did not hold"
+            assert "did not hold" in row["verdict"]
+
+
+def test_training_step_3_is_a_failed_prediction_in_both_runs():
+    from gpulab.workloads.training import views
+    for gpu in ("H100", "H200"):
+        run = load_run("training", gpu)
+        table = views.prediction_table(run).set_index("step")
+        lad = views.ladder(run).set_index("step")["median_ms"]
+        assert lad[3] > lad[2]     # the run: streams made the step slower
+        assert table.loc["3", "outcome"] == "did not hold"
+        assert "slower than predicted" in table.loc["3", "verdict"]
+        numbers = views.streams_numbers(run)
+        assert float(numbers["z1_beside"]) > float(numbers["z1_alone"])
+
+
+# ----------------------------------------------------------------------------- rules, on made-up runs
+STEPS = [(1, "first", "training/01_one_kernel_per_op.cu"), (2, "second", "training/02_fused_elementwise.cu"),
+         (3, "third", "training/03_streams.cu")]
+
+
+def _run(*times, cases=None):
+    rows = pd.DataFrame({"step": [1, 2, 3], "median_ms": list(times)})
+    return rows
+
+
+@pytest.mark.parametrize("expect, t2, outcome", [
+    (p.faster(), 0.90, "held"), (p.faster(), 0.97, "did not hold"), (p.faster(), 1.2, "did not hold"),
+    (p.slower(), 1.2, "held"), (p.slower(), 1.0, "did not hold"),
+    (p.same(), 1.05, "held"), (p.same(), 0.95, "held"), (p.same(), 0.8, "did not hold"), (p.same(), 1.3, "did not hold"),
+    (p.several(), 1 / 3.1, "held"), (p.several(), 1 / 2.5, "did not hold"),
+    (p.about(2), 1 / 2.4, "held"), (p.about(2), 1 / 2.6, "did not hold"), (p.about(2), 1 / 1.4, "did not hold"),
+    (p.times(2, 3), 1 / 1.9, "held"), (p.times(2, 3), 1 / 1.5, "did not hold"), (p.times(2, 3), 1 / 3.3, "held"),
+    (p.times(2, 3), 1 / 3.6, "did not hold"), (p.times(1.1, 1.25), 1 / 1.03, "did not hold"),
+    (p.times(1 / 2, 1 / 1.5), 1.8, "held"), (p.times(1 / 2, 1 / 1.5), 5.0, "did not hold"),
+    (p.about_ms(1.0), 1.2, "held"), (p.about_ms(1.0), 1.4, "did not hold"),
+    (p.ms_between(0.5, 0.6), 0.64, "held"), (p.ms_between(0.5, 0.6), 0.7, "did not hold"),
+])
+def test_verdict_rules(expect, t2, outcome):
+    """Step 2 against step 1 (1 ms): each rule's edges, on a constructed run."""
+    table = p.table(STEPS, _run(1.0, t2, 1.0), {2: expect, 3: p.unjudged("n/a")})
+    row = table.set_index("step").loc["2"]
+    assert row["outcome"] == outcome, row["verdict"]
+    assert row["verdict"].startswith("held" if outcome == "held" else "did not hold")
+
+
+def test_reason_follows_the_direction_of_the_failure():
+    e = p.times(2, 3, because="SLOW-REASON", because_faster="FAST-REASON")
+    slow = p.table(STEPS, _run(1.0, 0.8, 1.0), {2: e}).set_index("step").loc["2", "verdict"]
+    fast = p.table(STEPS, _run(1.0, 0.1, 1.0), {2: e}).set_index("step").loc["2", "verdict"]
+    held = p.table(STEPS, _run(1.0, 0.4, 1.0), {2: e}).set_index("step").loc["2", "verdict"]
+    assert "SLOW-REASON" in slow and "FAST-REASON" not in slow and "slower than predicted" in slow
+    assert "FAST-REASON" in fast and "faster than predicted" in fast
+    assert "REASON" not in held
+
+
+def test_numbers_in_verdicts_come_from_the_run():
+    a = p.table(STEPS, _run(1.0, 0.5, 0.5), {2: p.times(2, 3)}).set_index("step").loc["2", "verdict"]
+    b = p.table(STEPS, _run(1.0, 0.4, 0.5), {2: p.times(2, 3)}).set_index("step").loc["2", "verdict"]
+    assert "x2.00" in a and "x2.50" in b
+
+
+def test_claim_against_a_named_step_and_case():
+    measured = pd.DataFrame({"step": [1, 2, 3, 1, 2, 3], "case": ["big"] * 3 + ["tiny"] * 3,
+                             "median_ms": [1.0, 2.0, 0.5, 1.0, 1.0, 1.0]})
+    table = p.table(STEPS, measured, {3: (p.times(1.8, 2.2, than=1), p.same(2, "tiny"))}, main_case="big")
+    row = table.set_index("step").loc["3"]
+    assert row["outcome"] == "held", row["verdict"]
+    assert "vs step 1" in row["verdict"] and "(tiny)" in row["verdict"]
+    assert row["vs previous"] == pytest.approx(4.0)
+
+
+def test_a_missing_step_is_not_measured_not_held():
+    measured = pd.DataFrame({"step": [1, 3], "median_ms": [1.0, 0.5]})
+    row = p.table(STEPS, measured, {2: p.faster(1)}).set_index("step").loc["2"]
+    assert row["outcome"] == "not measured"
+
+
+def test_bad_declarations_are_refused():
+    with pytest.raises(ValueError, match="not in the ladder"):
+        p.table(STEPS, _run(1, 1, 1), {7: p.faster()})
+    with pytest.raises(ValueError, match="range"):
+        p.Expect()
+    with pytest.raises(ValueError, match="main_case"):
+        p.table(STEPS, pd.DataFrame({"step": [1], "case": ["a"], "median_ms": [1.0]}), {})
+    with pytest.raises(ValueError, match="'median_ms'"):
+        p.table(STEPS, pd.DataFrame({"step": [1]}), {})
+
+
+def test_prediction_text_parsing(tmp_path):
+    f = tmp_path / "k.cu"
+    f.write_text("// What changed: tiles.\n// Why: reuse. Prediction: 2-3x faster than step 1, on the\n"
+                 "// (large) case.\n// (Measured before the tile change: 1.2 ms.)\n//\n// Notes.\n"
+                 "#include <x.h>\nextern \"C\" __global__ void k() {}\n")
+    assert p.prediction_text(f) == "2-3x faster than step 1, on the (large) case."
+    g = tmp_path / "g.cu"
+    g.write_text("// Nothing predicted here.\n__global__ void k() {}\n// Prediction: not in the header\n")
+    assert p.prediction_text(g) is None
+    h = tmp_path / "h.cu"
+    h.write_text("// so the prediction there is no change. Tried on the H100: worse.\nint x;\n")
+    assert p.prediction_text(h) == "So the prediction there is no change."
+
+
+# ------------------------------------------------------------------------------------ the notebooks
+def test_insertion_script_is_idempotent_and_applied():
+    """The committed notebooks already hold the cells (so --check changes nothing)."""
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "insert_prediction_cells.py"), "--check"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_glued_verdict_names_exist():
+    """Every ``verdict_NN`` the training notebook's prose reads is glued by prediction_numbers."""
+    import re
+    from gpulab.workloads.training import views
+    nb = json.loads((REPO / "book" / "training" / "training.ipynb").read_text())
+    used = set()
+    for cell in nb["cells"]:
+        used |= set(re.findall(r"\{glue:text\}`(verdict_\d\d|predictions_\w+|z1_\w+|xt_\w+|slower_pct)",
+                               "".join(cell["source"])))
+    glued = set(views.prediction_numbers(load_run("training", "H100"))) | set(views.streams_numbers(None))
+    assert used and used <= glued, used - glued
