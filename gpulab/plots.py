@@ -70,45 +70,88 @@ def _finish(fig, ax, title: str, caption: str | None, whole_figure: bool | None 
 OTHER_MARKERS = ("D", "s", "^", "v", "P")
 
 
+#: Line styles of the vendor reference lines, fastest first (colour alone would not tell them apart).
+VENDOR_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+
+
+def fastest_vendor_lines(vendor: pd.DataFrame, label: str = "variant", most: int = 4) -> pd.DataFrame:
+    """The vendor rows worth a reference line: all of them when there are at most ``most``,
+    else the fastest of each precision class (fp32, tf32, fp16/bf16) and, where the rows say,
+    of each mode (eager, CUDA graph); fastest first. The rest belong in the chapter's table."""
+    vendor = vendor.sort_values("median_ms")
+    if len(vendor) <= most or "precision" not in vendor.columns:
+        return vendor.head(most).reset_index(drop=True)
+    klass = vendor["precision"].replace({"bf16": "fp16"})
+    keys = [klass] + ([vendor["mode"]] if "mode" in vendor.columns else [])
+    return vendor.groupby(keys, sort=False).head(1).head(most).reset_index(drop=True)
+
+
 def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None,
                    vendor: pd.DataFrame | None = None, label: str = "variant", ax=None,
                    others: dict | None = None):
     """Time per ladder step (rows in ladder order), with the speedup over the
-    first step and over the previous one written beside each bar. ``vendor``
-    rows are drawn as dashed reference lines. ``others`` ({GPU name: rows}):
-    recorded runs of the same steps, marked on each bar (a live run beside the
-    recorded H100 and H200 runs)."""
-    fig, ax = _figure(ax, (8, 0.45 * len(rows) + 1.8))
+    first step and over the previous one written right of the plot, beside each
+    bar. ``vendor`` rows are drawn as reference lines with a legend entry each
+    (at most four: :func:`fastest_vendor_lines` keeps the fastest per precision
+    and mode), so no label overlaps another or a bar. ``others`` ({GPU name:
+    rows}): recorded runs of the same steps, marked on each bar (a live run
+    beside the recorded H100 and H200 runs)."""
+    from matplotlib.transforms import blended_transform_factory
+    fig, ax = _figure(ax, (9.5, 0.42 * len(rows) + 2.4))
     rows = rows.reset_index(drop=True)
     y = np.arange(len(rows))[::-1]
     med = rows["median_ms"].to_numpy()
-    err = np.vstack([med - rows["q1_ms"].to_numpy(), rows["q3_ms"].to_numpy() - med])
+    err = np.vstack([med - rows["q1_ms"].to_numpy(), rows["q3_ms"].to_numpy() - med]) \
+        if {"q1_ms", "q3_ms"} <= set(rows.columns) else None
     ax.barh(y, med, xerr=err, color="#4C72B0", alpha=0.85, capsize=2)
     ax.set_yticks(y, rows[label])
+    handles = []
     for k, (gpu, other) in enumerate((others or {}).items()):
         times = other.drop_duplicates(label).set_index(label)["median_ms"]
         shown = [(yy, times[v]) for yy, v in zip(y, rows[label]) if v in times.index]
         if shown:
-            ax.plot([t for _, t in shown], [yy for yy, _ in shown], OTHER_MARKERS[k % len(OTHER_MARKERS)],
-                    ms=5, mfc="none", color="black", label=f"recorded: {gpu}")
-    if others:
-        ax.legend(fontsize=7, loc="lower right")
+            line, = ax.plot([t for _, t in shown], [yy for yy, _ in shown], OTHER_MARKERS[k % len(OTHER_MARKERS)],
+                            ms=5, mfc="none", color="black", label=f"recorded: {gpu}")
+            handles.append(line)
     ax.set_xscale("log")
     _log_axis(ax.xaxis)
-    ax.set_xlabel("time per run (ms, median; whiskers: quartiles)")
-    for i, (yy, t) in enumerate(zip(y, med)):
-        note = f"  {t:.3g} ms   x{med[0] / t:.2f} vs first"
-        if i:
-            note += f", x{med[i - 1] / t:.2f} vs previous"
-        ax.text(t, yy, note, va="center", fontsize=8)
-    if vendor is not None:
-        # Labels stacked one above the other, so close vendor lines stay readable.
-        for k, (_, v) in enumerate(vendor.sort_values("median_ms").iterrows()):
-            ax.axvline(v["median_ms"], color=VENDOR_COLOR, ls="--", lw=1.2)
-            ax.text(v["median_ms"], y.max() + 0.6 + 0.45 * k, f" {v[label]}: {v['median_ms']:.3g} ms",
-                    color=VENDOR_COLOR, fontsize=8, va="bottom")
-        ax.set_ylim(-0.6, y.max() + 0.9 + 0.45 * len(vendor))
-    ax.set_xlim(med.min() / 2, med.max() * 120)  # room for the annotations right of the longest bar
+    ax.set_xlabel("time per run (ms, median; whiskers: quartiles; log scale)")
+    # The time and speedups as columns right of the plot, one line per bar: inside the axes they
+    # would need two decades of empty log axis to fit, and would cross the vendor lines.
+    from matplotlib.transforms import offset_copy
+    right = blended_transform_factory(ax.transAxes, ax.transData)
+    columns = [(48, "time (ms)", [f"{t:.3g}" for t in med]),
+               (98, "vs first", [f"x{med[0] / t:.2f}" for t in med]),
+               (150, "vs previous", [""] + [f"x{med[i - 1] / t:.2f}" for i, t in enumerate(med) if i])]
+    for offset, header, cells in columns:
+        at = offset_copy(right, fig=fig, x=offset, units="points")
+        # Headers under the columns, level with the tick labels: above them, the legend may reach.
+        ax.text(1.0, -0.75, header, fontsize=7.5, color="#555555", transform=at, clip_on=False,
+                ha="right", va="top")
+        for yy, cell in zip(y, cells):
+            ax.text(1.0, yy, cell, va="center", ha="right", fontsize=8, transform=at, clip_on=False)
+    lo, hi = med.min(), med.max()
+    if vendor is not None and len(vendor):
+        lines = fastest_vendor_lines(vendor, label)
+        for k, (_, v) in enumerate(lines.iterrows()):
+            handles.append(ax.axvline(v["median_ms"], color=VENDOR_COLOR, lw=1.4,
+                                      ls=VENDOR_STYLES[k % len(VENDOR_STYLES)],
+                                      label=textwrap.fill(f"{v[label]}: {v['median_ms']:.3g} ms", 75,
+                                                          subsequent_indent="  ")))
+        lo, hi = min(lo, lines["median_ms"].min()), max(hi, lines["median_ms"].max())
+        if len(lines) < len(vendor):
+            handles.append(plt.Line2D([], [], color="none",
+                                      label=f"({len(vendor) - len(lines)} slower vendor paths: see the table)"))
+    if handles:
+        # Above the plot, under the title: one entry per line, so long names never overlap.
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=7.5, ncol=1,
+                  borderaxespad=0.3)
+    ax.set_ylim(-0.6, y.max() + 0.6)
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    if hi / lo < 20:     # under about a decade the major ticks alone leave the axis nearly bare
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda value, _: f"{value:g}" if f"{value:.1e}"[0] in "25" else ""))
+        ax.tick_params(axis="x", which="minor", labelsize=8)
     return _finish(fig, ax, title, caption)
 
 
@@ -138,8 +181,8 @@ def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: st
             y: str = "median_ms", label: str = "variant", xlabel: str | None = None,
             ylabel: str = "time (ms, median)", logx: bool = True, logy: bool = True, ax=None):
     """One line per variant over ``x`` (batch size, problem size), with the
-    quartiles shaded when ``y`` is the median time."""
-    fig, ax = _figure(ax)
+    quartiles shaded when ``y`` is the median time; the legend right of the plot."""
+    fig, ax = _figure(ax, (9.5, 4.8))
     for name, group in rows.groupby(label, sort=False):
         group = group.sort_values(x)
         color = VENDOR_COLOR if _is_vendor(name) else None
@@ -153,7 +196,8 @@ def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: st
             _log_axis(axis)
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
+    # Outside the plot, right of it: inside, a legend covers the lines it names.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _finish(fig, ax, title, caption)
 
 

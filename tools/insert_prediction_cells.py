@@ -36,6 +36,9 @@ CHAPTERS = {
                      "{glue:text}`t03` ms against step 2's {glue:text}`t02` ms: step 3 is "
                      "**slower**, by {glue:text}`slower_pct`, and the prediction failed. The timeline below\n"
                      "shows, from CUDA events recorded around each kernel, what actually overlapped.")},
+        {"replace": ("over batch sizes 32 to 2,048, for every step:",
+                     "over batch sizes 32 to 2,048, for four steps that span the ladder (each step's own "
+                     "table above has its times at every batch size):")},
         {"id": "predictions-glue", "after": "prose.glue(**views.numbers(run))", "type": "code",
          "source": "prose.glue(**views.prediction_numbers(run), **views.streams_numbers(run));"},
         {"id": "streams-breakdown", "after": "views.show(views.overlap, run)", "type": "code",

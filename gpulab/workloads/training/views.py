@@ -113,22 +113,42 @@ def epoch_times(run: RecordedRun) -> pd.DataFrame:
     return best
 
 
-def scaling_figure(run: RecordedRun):
-    """Time per epoch against batch size, one line per step."""
+#: The steps the epoch-time figure draws: the first, the report's last, our best dense fp32, and
+#: the last (ten lines hide each other; each step's own table has its times at every batch).
+SCALING_STEPS = (1, 6, 7, 10)
+
+
+def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
+    """Time per epoch against batch size for a few steps (:data:`SCALING_STEPS`), and PyTorch's
+    fastest path where the run timed it at several batch sizes."""
     from ... import plots
     rows = epoch_times(run).rename(columns={"size": "batch"})
+    labels = [step(n).label for n in steps]
+    rows = rows[rows["variant"].isin(labels)]
+    rows = rows.assign(order=rows["variant"].map(labels.index)).sort_values("order").drop(columns="order")
+    v = run.timings[run.timings["experiment"] == "vendor"]
+    if len(v) and v["size"].nunique() > 1:
+        best = v.loc[v[v["size"] == MAIN_BATCH]["median_ms"].idxmin(), "variant"]
+        torch = v[v["variant"] == best].groupby("size")["median_ms"].min().reset_index()
+        torch = torch.assign(variant=best, epoch_ms=torch["median_ms"] * (data.TRAIN_DOCS // torch["size"]))
+        rows = pd.concat([rows, torch.rename(columns={"size": "batch"})], ignore_index=True)
+    shown = ", ".join(str(n) for n in steps)
     return plots.scaling(rows, x="batch", y="epoch_ms", xlabel="batch size (documents per SGD step)",
                          ylabel="time per epoch (ms, 40,960 documents)", caption=run.caption,
-                         title="How long does an epoch take, for each step and batch size?")
+                         title=f"How does the batch size change the time of an epoch? (steps {shown}; each "
+                               "step's table above has its times at every batch size)")
 
 
 def ladder_figure(run: RecordedRun, batch: int = MAIN_BATCH):
-    """The ladder at one batch size, with PyTorch's paths as dashed lines."""
+    """The ladder at one batch size, with PyTorch's fastest eager path and fastest path in a CUDA
+    graph as reference lines (every path: :func:`vendor_table`)."""
     from ... import plots
     table = ladder(run, batch)
     v = vendor(run, batch)
-    return plots.speedup_ladder(table, vendor=v[["variant", "median_ms"]], caption=run.caption,
-                                title=f"How long does one SGD step take at batch {batch:,}?")
+    return plots.speedup_ladder(table, vendor=v[["variant", "median_ms", "precision", "mode"]],
+                                caption=run.caption,
+                                title=f"How long does one SGD step take at batch {batch:,}, "
+                                      "against PyTorch's fastest paths?")
 
 
 def breakdown(run: RecordedRun, number: int) -> pd.DataFrame:
