@@ -13,7 +13,7 @@ that claim with the run. The rules, shown under every table (:data:`RULES`):
 - "about the same" ("no change", "little", "within a few percent"): the ratio lies in
   [1/1.1, 1.1];
 - "several times faster": at least 3x;
-- "about N x" : within 25% of N;
+- "about N x" : within 25% of N on a log scale (N^0.75 to N^1.25: about 2x accepts 1.68-2.38x);
 - "N-M x faster": between N and M, each end moved outwards by 10% of its distance from 1 on a
   log scale (2-3x accepts 1.87x to 3.35x; "10-25% faster" accepts 1.09x to 1.28x): a prediction
   of "2-3x" that measures 1.9x held, one that measures 1.5x did not.
@@ -47,7 +47,8 @@ SLACK = 0.10
 
 RULES = (f"How a verdict is reached: \"faster\" means at least {FASTER:.2f}x; \"about the same\" "
          f"a ratio between 1/{SAME:g} and {SAME:g}; \"several times\" at least {SEVERAL:g}x; "
-         f"\"about N x\" within {ABOUT:.0%} of N; a range \"N-M x\" widened by {SLACK:.0%} of each end's "
+         f"\"about N x\" within {ABOUT:.0%} of N on a log scale (about 2x accepts {2 ** (1 - ABOUT):.2f}-"
+         f"{2 ** (1 + ABOUT):.2f}x); \"about T ms\" within {ABOUT:.0%} of T; a range \"N-M x\" widened by {SLACK:.0%} of each end's "
          f"distance from 1 on a log scale (2-3x accepts {2 ** (1 - SLACK):.2f}-{3 ** (1 + SLACK):.2f}x); "
          f"a time range \"N-M ms\" by {SLACK:.0%} of each end.")
 
@@ -117,10 +118,11 @@ def several(than=None, case=None, claim: str = "", **why) -> Expect:
     return Expect(SEVERAL, None, than, case, claim or _where(f"several times faster than {_against(than)}", case), **why)
 
 
-def about(x: float, than=None, case=None, **why) -> Expect:
-    """Prediction: about ``x`` times faster than step ``than`` (within :data:`ABOUT`)."""
-    return Expect(x * (1 - ABOUT), x * (1 + ABOUT), than, case, f"about {x:g}x faster than {_against(than)}",
-                  **why)
+def about(x: float, than=None, case=None, claim: str = "", **why) -> Expect:
+    """Prediction: about ``x`` times faster than step ``than``: within :data:`ABOUT` of ``x`` on a
+    log scale (x^(1-ABOUT) to x^(1+ABOUT): "about 2x" accepts 1.68-2.38x, "about 1.2x" 1.15-1.26x)."""
+    low, high = sorted((x ** (1 - ABOUT), x ** (1 + ABOUT)))
+    return Expect(low, high, than, case, claim or _where(f"about {x:g}x faster than {_against(than)}", case), **why)
 
 
 def _widen(bound: float, lower: bool) -> float:

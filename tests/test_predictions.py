@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------- the chapters' ladders
 def _ladders():
     from importlib import import_module
-    from gpulab.workloads import fcnet, measuring
+    from gpulab.workloads import alexnet, fcnet, measuring
     convpool_steps = import_module("gpulab.workloads.convpool.steps")
     lenet_steps = import_module("gpulab.workloads.lenet.steps")
     training_steps = import_module("gpulab.workloads.training.steps")
@@ -29,11 +29,12 @@ def _ladders():
         "convpool": ([(s.number, s.title, s.file) for s in convpool_steps.STEPS], convpool_steps.PREDICTED),
         "fcnet": (p.ladder_steps(fcnet.STEPS), fcnet.PREDICTED),
         "measuring": ([(str(i), s.title, s.file) for i, s in enumerate(measuring.STEPS, 1)], measuring.PREDICTED),
+        "alexnet": ([(s.number, s.title, s.file) for s in alexnet.STEPS], alexnet.PREDICTED),
     }
 
 
 def _tables(chapter: str, run):
-    from gpulab.workloads import fcnet, measuring
+    from gpulab.workloads import alexnet, fcnet, measuring
     from gpulab.workloads.convpool import views as convpool_views
     from gpulab.workloads.lenet import results as lenet_results
     from gpulab.workloads.training import views as training_views
@@ -41,7 +42,8 @@ def _tables(chapter: str, run):
             "lenet": lambda: lenet_results.prediction_table(run.experiment("ladder")),
             "convpool": lambda: convpool_views.prediction_table(run, 1),
             "fcnet": lambda: fcnet.prediction_table(run, "large"),
-            "measuring": lambda: measuring.prediction_table(run)}[chapter]()
+            "measuring": lambda: measuring.prediction_table(run),
+            "alexnet": lambda: alexnet.prediction_table(run)}[chapter]()
 
 
 CHAPTERS = list(_ladders())

@@ -96,6 +96,16 @@ CHAPTERS = {
                     "predictions.styled(fcnet.prediction_table(run, \"large\"), "
                     "f\"large case ({fcnet.SIZES['large']:,} vectors); \" + run.caption)")},
     ],
+    "alexnet": [
+        {"id": "prediction-table", "after": "Every step, all five layers, N = ", "type": "markdown",
+         "source": TABLE_INTRO + (" Here the times are the five layers' at $N$ = 128; a claim about some "
+                                  "layers, or about one image, is judged on those. Steps 7-13 branch from "
+                                  "step 2 (the channel family) and steps 14 on start again from a matrix "
+                                  "product, so each claim names the step it is measured against.")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(alexnet.prediction_table(run), f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
+    ],
     "measuring": [
         {"id": "prediction-table", "before": "## Where the time goes when the data starts on the host",
          "type": "markdown",

@@ -1228,3 +1228,101 @@ if __name__ == "__main__":
         _profile_target()
     else:
         print("usage: python -m gpulab.workloads.alexnet profile-target  (the child run ncu profiles)")
+
+
+# ------------------------------------------------------------ what each step's prediction claims
+# The kernel files' predictions as claims a run can check (gpulab.predictions states the rules):
+# on the five layers' time at N = MAIN_N ("all"), or on the layers a prediction names ("layer 1",
+# "layers 2-5", "layers 3-5", or "one image"); a reason is shown only when the run says the
+# claim failed in that direction (the chapter's "What we learned" cells give the evidence).
+def _predicted():
+    from .. import predictions as p
+    issue = ("every kernel of the report's family spends several instructions per multiply-add, and "
+             "the rate at which an SM issues them, not the loads, is the limit (see the profile)")
+    return {
+        "01": p.unjudged("the baseline: every later step is measured against it"),
+        "02": p.times(3, None, "01", claim="3x or more faster than step 1", because=(
+            "step 2 removed step 1's L2 round trips but is limited by instruction issue: each "
+            "multiply-add costs about twenty instructions (loads, index arithmetic, padding tests)")),
+        "03": p.slower("02", because_faster=(
+            "at N = 128 each block computes for far longer than the one-thread copy takes")),
+        "04": p.same("02", claim="back to about step 2's time"),
+        "05": p.about(1 / 1.5, "03", claim="about 1.5x slower than step 3", because_faster=(
+            "shared sums change where a value comes from, not how many instructions fetch it: " + issue)),
+        "06": p.Expect(1 / 1.2, 1.2, "02", claim="within 20% of step 2"),
+        "07": (p.faster("02", "one image"), p.slower("02")),
+        "08": p.faster("07", claim="a small gain over step 7", because=(
+            "the shared copy of the weights and its barrier cost more than the broadcast loads from L1 "
+            "they replaced")),
+        "09": p.times(1.5, 2, "08", because=(
+            "with a 3 x 3 filter a block does only nine multiply-adds per output between two barriers, "
+            "so copying the patch and waiting costs more than the loads it saves, and layer 1's stride-4 "
+            "reads put four threads of a warp on each shared-memory bank")),
+        "10": (p.times(1 / 1.7, 1 / 1.3, "02", "layer 1", claim="layer 1 1.3-1.7x slower than step 2"),
+               p.same("02", "layers 2-5", claim="layers 2-5 unchanged")),
+        "11": (p.about(2, "09", "layer 1", because=issue),
+               p.same("09", "layers 3-5", claim="roughly even on layers 3-5", because=(
+                   "layers 3-5 now do a third more multiply-adds, on padding zeros"))),
+        "12": (p.times(1.5, 2, "11", "layers 2-5", claim="towards 2x faster than step 11 on layers 2-5",
+                       because="the partial buffer's traffic was not most of the time: " + issue),
+               p.same("11", "one image", claim="little change at N = 1")),
+        "13": p.times(2, 4, "11", "layers 2-5", because=(
+            "without the partial buffer the atomics remain, and " + issue)),
+        "14": p.ms_between(7, 10, because=(
+            "at 128 registers per thread only two blocks (a quarter of the SM's warps) are resident, too "
+            "few to hide the shared-memory loads and the barrier per slice; the rest goes to the im2col "
+            "address arithmetic and to partly empty tiles (see the profile)")),
+        "15": p.times(3, 5, "14", because=(
+            "its tensor pipe is busy less than a tenth of the time: its warps build each B slice one "
+            "2-byte element at a time (a table lookup, a bounds test and a load per element) and wait "
+            "for those loads")),
+        "16": (p.times(2, 3, "15", "layers 2-5"), p.ms_between(2, 2.5)),
+        "17": p.about_ms(7),
+        "18": p.times(1.5, 2, "16", "layers 2-5", because=(
+            "its warps stall on shared memory, and its 16-byte stores of the next slice into padded "
+            "rows cost bank conflicts (see the profile)")),
+        "19": p.times(1.1, 1.2, "18", "layers 2-5", because=(
+            "cp.async halved the shared-memory stall (see the profile), but that stall was a smaller "
+            "share of the main loop's time than the prediction assumed")),
+        "20": (p.about(1.2, "19", "layer 1", because=(
+            "layer 1's short reduction (17 slices) leaves much of each tile's time to the prologue and the "
+            "write-back, which the 96-row tiles do not shorten")), p.about(1.25, "19", "layer 5", because_faster=(
+            "besides fuller waves, the swizzled rows free shared memory for larger tiles (four warps "
+            "of 64 x 64, slices of 64 k: half the barriers)"))),
+        "21": p.about_ms(2),
+        "22": p.ms_between(3.3, 3.6, because=(
+            "the second set of sums takes registers (one block of 8 warps per SM), and the tensor pipe "
+            "is busy only part of the time (see the profile): it costs less than three times step 20, "
+            "but more than predicted")),
+        "23": p.about_ms(2, "layers 3-5"),
+        "24": p.about(1.3, "23", "layers 3-5"),
+    }
+
+
+#: step number -> the checkable claim(s) of its kernel file's prediction (see gpulab.predictions)
+PREDICTED = _predicted()
+
+#: The cases a claim may name: (name, batch size, layers summed).
+PREDICTION_CASES = (("all", MAIN_N, (1, 2, 3, 4, 5)), ("layers 2-5", MAIN_N, (2, 3, 4, 5)),
+                    ("layers 3-5", MAIN_N, (3, 4, 5)), ("layer 1", MAIN_N, (1,)), ("layer 5", MAIN_N, (5,)),
+                    ("one image", 1, (1, 2, 3, 4, 5)))
+
+
+def prediction_table(run):
+    """Each step's prediction (from its kernel file) against ``run``: the five layers at
+    :data:`MAIN_N`, claims about some layers (or one image) judged on those."""
+    from .. import predictions
+    from ..baselines import is_vendor
+    lad = run.experiment("ladder")
+    lad = lad[~is_vendor(lad)]
+    out = []
+    for case, N, layers in PREDICTION_CASES:
+        per = lad[lad["size"] == N].pivot_table(index="step", columns="layer", values="median_ms", aggfunc="first")
+        per.index = [step_labels(pd.DataFrame({"step": [s]}))["step"].iloc[0] for s in per.index]
+        if not set(layers) <= set(per.columns):
+            continue
+        sums = per[list(layers)].sum(axis=1, min_count=len(layers)).dropna()
+        out.append(pd.DataFrame({"step": sums.index, "case": case, "median_ms": sums.to_numpy()}))
+    measured = pd.concat(out, ignore_index=True)
+    steps = [(s.number, s.title, s.file) for s in STEPS]
+    return predictions.table(steps, measured, PREDICTED, main_case="all")
