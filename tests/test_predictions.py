@@ -94,6 +94,9 @@ def test_verdicts_agree_with_the_recorded_runs(chapter, gpu):
             continue
         c = judged[0]
         value = row["ratio judged"]
+        if pd.isna(value):      # a step this run did not time (e.g. a later step on an older run)
+            assert row["outcome"] == "not measured" and not row["verdict"].startswith("held")
+            continue
         inside = (c.low is None or value >= c.low) and (c.high is None or value <= c.high)
         if row["outcome"] == "held":
             assert inside, f"{chapter} {gpu} step {row['step']}: 'held' but {value} outside [{c.low}, {c.high}]"
@@ -131,7 +134,8 @@ def _run(*times, cases=None):
     (p.slower(), 1.2, "held"), (p.slower(), 1.0, "did not hold"),
     (p.same(), 1.05, "held"), (p.same(), 0.95, "held"), (p.same(), 0.8, "did not hold"), (p.same(), 1.3, "did not hold"),
     (p.several(), 1 / 3.1, "held"), (p.several(), 1 / 2.5, "did not hold"),
-    (p.about(2), 1 / 2.4, "held"), (p.about(2), 1 / 2.6, "did not hold"), (p.about(2), 1 / 1.4, "did not hold"),
+    (p.about(2), 1 / 2.3, "held"), (p.about(2), 1 / 1.7, "held"), (p.about(2), 1 / 2.45, "did not hold"),
+    (p.about(2), 1 / 1.6, "did not hold"), (p.about(1.2), 1 / 0.9, "did not hold"),
     (p.times(2, 3), 1 / 1.9, "held"), (p.times(2, 3), 1 / 1.5, "did not hold"), (p.times(2, 3), 1 / 3.3, "held"),
     (p.times(2, 3), 1 / 3.6, "did not hold"), (p.times(1.1, 1.25), 1 / 1.03, "did not hold"),
     (p.times(1 / 2, 1 / 1.5), 1.8, "held"), (p.times(1 / 2, 1 / 1.5), 5.0, "did not hold"),
