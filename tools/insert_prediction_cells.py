@@ -1,9 +1,9 @@
 """Insert the prediction-against-measurement cells into the ladder chapters' notebooks.
 
 Idempotent, and safe to re-run on a notebook someone else has edited: each inserted cell carries
-``metadata.gpulab_cell`` (its id); a cell with that id already present is replaced in place
-(same content: no change), and a new one goes after (or before) the first cell whose source
-contains its anchor text. A missing anchor is an error naming the notebook and the anchor, so a
+``metadata.gpulab_cell`` (its id) and goes after (or before) the first cell whose source contains
+its anchor text ("^text": starts with it; "gpulab_cell:id": an inserted cell); a cell already
+present is updated and put back at its anchor (same content and place: no change). A missing anchor is an error naming the notebook and the anchor, so a
 merge that changed the anchor's cell is noticed, not silently skipped. Prose edits (a phrase
 replaced in an existing cell) apply only where the old phrase is still present.
 
@@ -69,7 +69,7 @@ CHAPTERS = {
          "source": "views.show(views.prediction_styled, run)"},
     ],
     "lenet": [
-        {"id": "prediction-table", "before": "## Step 12: the whole forward pass", "type": "markdown",
+        {"id": "prediction-table", "before": "^## A second GPU: the H200", "type": "markdown",
          "source": TABLE_INTRO + (
              " Here the times are both layers' (convolution, ReLU and pool) at $N$ = 10,000; a claim "
              "about one layer is judged on that layer's time. Step 2 changes only the host side and is "
@@ -81,7 +81,7 @@ CHAPTERS = {
                     "f\"N = {lenet.MAIN_N:,}; \" + run.caption)")},
     ],
     "convpool": [
-        {"id": "prediction-table", "before": "## Did we reach the targets?", "type": "markdown",
+        {"id": "prediction-table", "before": "^## Batches of 8 and 32", "type": "markdown",
          "source": TABLE_INTRO + " Here the times are one image's."},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
@@ -140,6 +140,8 @@ def _find(cells, anchor: str, where: str) -> int:
     if anchor.startswith("gpulab_cell:"):
         ident = anchor.split(":", 1)[1]
         hits = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("gpulab_cell") == ident]
+    elif anchor.startswith("^"):      # a cell that starts with the text (a section's heading)
+        hits = [i for i, c in enumerate(cells) if _source(c).lstrip().startswith(anchor[1:])]
     else:
         hits = [i for i, c in enumerate(cells) if anchor in _source(c)]
     if not hits:
@@ -165,10 +167,13 @@ def apply(chapter: str, check: bool = False) -> bool:
             continue
         existing = [c for c in cells if c.get("metadata", {}).get("gpulab_cell") == edit["id"]]
         if existing:
-            if _source(existing[0]) != edit["source"]:
-                existing[0]["source"] = _lines(edit["source"])
-            continue
-        cell = _new_cell(edit["type"], edit["id"], edit["source"])
+            # Re-anchored since it was inserted: take it out and insert it again where it belongs.
+            cell = existing[0]
+            if _source(cell) != edit["source"]:
+                cell["source"] = _lines(edit["source"])
+            cells.remove(cell)
+        else:
+            cell = _new_cell(edit["type"], edit["id"], edit["source"])
         if "after" in edit:
             at = _find(cells, edit["after"], str(path)) + 1 + edit.get("skip_cells", 0)
         else:
