@@ -226,3 +226,22 @@ def test_glued_verdict_names_exist():
                                "".join(cell["source"])))
     glued = set(views.prediction_numbers(load_run("training", "H100"))) | set(views.streams_numbers(None))
     assert used and used <= glued, used - glued
+
+
+def test_insertion_script_reinserts_removed_cells_once(tmp_path, monkeypatch):
+    """On a notebook without the cells (as after a merge that dropped them) the script puts each
+    back at its anchor, and a second run changes nothing."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("insert_cells", REPO / "tools" / "insert_prediction_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = json.loads((REPO / "book" / "convpool" / "convpool.ipynb").read_text())
+    stripped = dict(committed, cells=[c for c in committed["cells"] if "gpulab_cell" not in c.get("metadata", {})])
+    assert len(stripped["cells"]) < len(committed["cells"])
+    (tmp_path / "convpool").mkdir()
+    target = tmp_path / "convpool" / "convpool.ipynb"
+    target.write_text(json.dumps(stripped, indent=1, ensure_ascii=False) + "\n")
+    monkeypatch.setattr(module, "BOOK", tmp_path)
+    assert module.apply("convpool") is True
+    assert module.apply("convpool") is False
+    assert json.loads(target.read_text()) == committed
