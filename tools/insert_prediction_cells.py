@@ -42,15 +42,16 @@ CHAPTERS = {
         {"id": "predictions-glue", "after": "prose.glue(**views.numbers(run))", "type": "code",
          "source": "prose.glue(**views.prediction_numbers(run), **views.streams_numbers(run));"},
         {"id": "streams-breakdown", "after": "views.show(views.overlap, run)", "type": "code",
-         "source": "views.show(views.breakdown_pair, run, 2, 3)"},
+         "source": "views.show(views.breakdown_pair_table, run, 2, 3)"},
         {"id": "streams-lesson", "after": "gpulab_cell:streams-breakdown", "type": "markdown",
          "source": (
              "**Why the prediction failed.** The transpose of $X$ did run beside the forward product, but "
              "the product, alone on the GPU in step 2 ({glue:text}`z1_alone` ms), took "
              "{glue:text}`z1_beside` ms with the other streams' kernels beside it: it lost "
              "{glue:text}`z1_lost` ms to hide a transpose of {glue:text}`xt_alone` ms. The small kernels "
-             "on the second stream got slower still (the table's last column), because a kernel's time "
-             "counts from its launch, and they waited for SMs the product held. Streams let the GPU run "
+             "on the second stream got slower still (the table's last column): each time runs from the "
+             "moment the kernel's stream reaches it to its end, so it includes the wait for SMs the "
+             "product held. Streams let the GPU run "
              "independent kernels at the same time; they do not make an SM or a byte of bandwidth "
              "appear. The forward product alone launches a thread per output, blocks enough for every SM, so "
              "whatever runs beside it takes SM time from it.\n\n"

@@ -714,3 +714,13 @@ def streams_numbers(run) -> dict:
             "streams_wall": f"{over.loc[3, 'wall (ms)']:.2f}",
             "streams_kernel_sum": f"{over.loc[3, 'sum of kernel times (ms)']:.2f}",
             "slower_pct": f"{(lad[3] / lad[2] - 1):.0%}"}
+
+
+def breakdown_pair_table(run: RecordedRun, a: int = 2, b: int = 3):
+    """:func:`breakdown_pair`, styled: ms to four digits, the ratio to two, with the run's caption."""
+    table = breakdown_pair(run, a, b)
+    ratio = f"step {b} / step {a}"
+    return (table.style.format({f"step {a} (ms)": "{:.4f}", f"step {b} (ms)": "{:.4f}", ratio: "x{:.2f}",
+                                f"stream in step {b}": "{:.0f}"}, na_rep="")
+            .set_caption(f"each kernel of steps {a} and {b} at batch {MAIN_BATCH:,}, timed inside the running "
+                         f"step (CUDA events on its stream); " + run.caption))
