@@ -356,12 +356,14 @@ _simulated: list[str] = []
 def simulate(profile: str):
     """Run the live paths as if on a smaller GPU: inside the block,
     :func:`limits` reports the profile's limits (never more than the real
-    GPU's), so every path sizes itself, or skips, as it would there."""
+    GPU's), so every path sizes itself, or skips, as it would there. Yields those
+    limits, named as every message will name them: "Tesla T4" without a GPU,
+    "Tesla T4 (simulated on NVIDIA H100 80GB HBM3)" on one."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     _simulated.append(profile)
     try:
-        yield PROFILES[profile]
+        yield limits()
     finally:
         _simulated.pop()
 

@@ -151,20 +151,20 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
 # ----------------------------------------------------------------- the GPUs readers have (issue 17)
 def test_on_a_t4_the_tensor_core_steps_and_the_largest_batch_are_skipped_with_the_reason():
     from gpulab import device
-    with device.simulate("T4"):
+    with device.simulate("T4") as t4:
         # cp.async and tf32 need compute capability 8.0; a T4 has 7.5. The CPU backend could run
         # the kernels, but the simulated device refuses them, as the real one would.
         checks = convpool.assert_passed(convpool.check_steps("cpu", steps=[convpool.STEP[n] for n in ("06", "07", "08")]))
         status = checks.set_index("step")["status"]
         assert status["06"] == "ok"
         for number in ("07", "08"):
-            assert status[number].startswith("skipped: needs compute capability 8.0") and "Tesla T4 has 7.5" in status[number]
+            assert status[number].startswith("skipped: needs compute capability 8.0") and f"{t4.name} has 7.5" in status[number]
         x, w, b = convpool.make_inputs(convpool.CHECK, seed=3)
         with pytest.raises(gpulab.errors.KernelArgumentError, match="compute capability 8.0"):
             convpool.run(convpool.STEP["08"], convpool.CHECK, x, w, b, "cpu")
         # N = 32 holds 8.8 GB at once in the record: over half of the T4's 16 GB, fine on an L4.
         why = st.unfit_reason(convpool.STEP["06"], convpool.LAYER.batch(32))
-        assert "GB of device memory" in why and "Tesla T4" in why
+        assert "GB of device memory" in why and t4.name in why
         assert st.unfit_reason(convpool.STEP["06"], convpool.LAYER.batch(8)) is None
         tiles = cp_sweeps.tile_sweep("cpu", batches=(2,), stages=(3,), pixels=(128,), shape=convpool.CHECK)
         assert (tiles["status"] == "invalid").all() and tiles["reason"].str.contains("compute capability").all()
@@ -200,6 +200,7 @@ def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(
     # from the recorded run through the record's own plan (record.as_measured_on), execute every
     # cell of the notebook against it under the simulated T4, and read the outputs.
     import json
+    import os
     from pathlib import Path
 
     import nbformat
@@ -214,7 +215,9 @@ def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(
         "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _t4\n")
     nb.cells.insert(0, hook)
     monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "T4")
-    monkeypatch.setenv("PYTHONPATH", str(root))
+    # The kernel must still find what the environment put on the path (on the GPU machine, the
+    # carried Jupyter wheels live there: without them the kernel dies before it answers).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(root / "book/convpool")}}
                    ).execute()

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -105,9 +106,24 @@ def test_simulated_profiles_know_their_compute_capability_and_refuse_too_much_sh
             here.capability_fits("8.0", "cp.async")
         assert here.capability_fits("7.0", "wmma") is None
         kernel = gpulab.load_module("lenet/11_tensor_cores.cu", "cpu").get_function("conv2_wmma_relu_pool")
-        with pytest.raises(KernelArgumentError, match="Tesla T4 allows 65,536"):
+        with pytest.raises(KernelArgumentError, match=re.escape(f"{here.name} allows 65,536")):
             kernel.allow_shared_memory(70_000)
         kernel.allow_shared_memory(60_000)
     with device.simulate("L4"):
         assert device.limits().compute_capability == "8.9" and device.limits().capability_fits("8.0", "x") is None
     assert device.DeviceLimits("unknown", 1, 1).capability_fits("9.0", "x") is None
+
+
+def test_a_profile_simulated_on_a_gpu_says_so_in_every_message(monkeypatch):
+    # On a GPU machine the simulated profile names both GPUs; the messages a reader sees and the
+    # limits simulate() yields must carry that one name (tests compare against it, not "Tesla T4").
+    from gpulab import device
+    monkeypatch.delenv(device.PROFILE_ENV, raising=False)
+    h100 = device.DeviceLimits("NVIDIA H100 80GB HBM3", 232_448, 85_000_000_000, 132, 50 * 2**20,
+                               compute_capability="9.0")
+    monkeypatch.setattr(device, "_real_limits", lambda: h100)
+    with device.simulate("T4") as t4:
+        assert t4 == device.limits() and t4.name == "Tesla T4 (simulated on NVIDIA H100 80GB HBM3)"
+        assert t4.shared_per_block == 64 * 1024 and t4.compute_capability == "7.5" and t4.sms == 40
+        assert f"{t4.name} has 7.5" in t4.capability_fits("8.0", "cp.async")
+        assert f"{t4.name} allows 65,536" in t4.shared_fits(70_000)
