@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -685,9 +686,14 @@ def cudnn_kernels(run: Callable[[], Any], warmup: int = 3) -> list[str]:
         for _ in range(warmup):
             run()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run()
-            torch.cuda.synchronize()
+        # One profiling cycle, read whole: PyTorch's notice that it clears events between
+        # cycles (there is no second one here) would only alarm the reader, so it is ignored.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Warning: Profiler clears events at the end of each cycle",
+                                    category=UserWarning)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run()
+                torch.cuda.synchronize()
         names = [e.name for e in prof.events() if _on_gpu(e)]
         return list(dict.fromkeys(names))
     except Exception as exc:

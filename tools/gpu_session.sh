@@ -5,6 +5,12 @@
 # recorded runs packed into runs.tgz.
 # Usage (on the GPU machine, repo root):
 #   bash tools/gpu_session.sh "CHAPTERS" "TESTS" "NOTEBOOKS" [NOTEBOOK_TIMEOUT_S]
+#   bash tools/gpu_session.sh check [SECONDS]
+# "check" is the closing check of every session that touches GPU code, in one call
+# (carry .whl; about 7 minutes): the timing tests alone on the idle GPU, then every
+# other test (4 workers) beside every notebook of the book executed live in parallel,
+# each scanned for stderr, errors, "nan" and raw dicts (tools/run_notebooks.py).
+# $OUT gets tests.log, notebooks/summary.txt and the executed notebooks (notebooks.tgz).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD MPLBACKEND=Agg
 if [ -d .whl ]; then
@@ -12,6 +18,20 @@ if [ -d .whl ]; then
     && export PYTHONPATH=$PWD:/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a $OUT/nvidia-smi.txt
+if [ "${1:-}" = check ]; then
+  limit=${2:-420}
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
+  tail -3 $OUT/tests.log
+  timeout $((limit - 20)) python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 \
+    --timeout $((limit - 40)) > $OUT/notebooks.log 2>&1 &
+  timeout $((limit - 30)) python3 -m pytest -q -o addopts="-ra" -p no:cacheprovider -n 4 --dist loadfile \
+    --ignore=tests/fixtures --ignore=tests/test_timing_gpu.py tests >> $OUT/tests.log 2>&1
+  echo "tests: rc=$?"; tail -15 $OUT/tests.log
+  wait
+  cat $OUT/notebooks/summary.txt
+  tar czf $OUT/notebooks.tgz -C $OUT notebooks && rm -rf $OUT/notebooks/*.ipynb
+  exit 0
+fi
 chapters=${1:-}; tests=${2:-}; notebooks=${3:-}; nb_timeout=${4:-300}
 if [ -n "$chapters" ]; then
   bash tools/gpu_record.sh $chapters      # one chapter after another, packed into runs.tgz

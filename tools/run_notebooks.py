@@ -1,0 +1,102 @@
+"""Execute notebooks in parallel and say what a reader would see that they should not.
+
+Each notebook runs in its own kernel (nbclient), in its own folder, as nbmake runs it;
+the executed copy is saved under OUT_DIR, partial if a cell failed or timed out. Then
+every output is scanned for what a live run must not show:
+
+* anything on stderr (warnings in red boxes) and errors;
+* "nan" in a displayed table or text (a cell that should say why it is empty);
+* a raw Python dict as a cell's result (a ``glue(...)`` call left as a cell's last line).
+
+Usage: python tools/run_notebooks.py OUT_DIR NOTEBOOK... [--jobs 8] [--timeout 400]
+Writes OUT_DIR/summary.txt (one block per notebook) and exits 1 if anything was found.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+NAN = re.compile(r"(?<![\w.])nan(?![\w(])", re.IGNORECASE)
+TAG = re.compile(r"<[^>]+>")
+
+
+def execute(path: str, out_dir: str, timeout: int) -> dict:
+    import nbformat
+    from nbclient import NotebookClient
+    nb_path = Path(path).resolve()
+    nb = nbformat.read(nb_path, as_version=4)
+    start, error = time.time(), None
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+    except Exception as exc:            # the partial notebook is still saved and scanned
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+    out = Path(out_dir) / nb_path.name
+    nbformat.write(nb, out)
+    return {"notebook": path, "seconds": round(time.time() - start), "error": error, "findings": scan(nb)}
+
+
+def scan(nb) -> list[str]:
+    """What a reader should not see, one line per finding: 'cell N: kind: excerpt'."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            kind = output.get("output_type")
+            if kind == "stream" and output.get("name") == "stderr":
+                found.append(f"cell {index}: stderr: {output.get('text', '')[:300]!r}")
+                continue
+            if kind == "error":
+                found.append(f"cell {index}: error: {output.get('ename')}: {output.get('evalue', '')[:300]}")
+                continue
+            texts = [output.get("text", "")] if kind == "stream" else []
+            data = output.get("data", {})
+            if "text/html" in data:
+                texts.append(TAG.sub(" ", "".join(data["text/html"])))
+            elif "text/plain" in data:
+                plain = "".join(data["text/plain"])
+                texts.append(plain)
+                if kind == "execute_result" and plain.lstrip().startswith("{'"):
+                    found.append(f"cell {index}: dict shown as the cell's result: {plain[:200]!r}")
+            for text in texts:
+                for match in NAN.finditer(text):
+                    around = text[max(0, match.start() - 80):match.end() + 40].replace("\n", " ")
+                    found.append(f"cell {index}: nan: {' '.join(around.split())!r}")
+                    break
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("notebooks", nargs="+")
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--timeout", type=int, default=400, help="seconds per cell")
+    args = parser.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = out / "summary.txt"
+    summary.write_text("")
+    bad = 0
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(execute, nb, str(out), args.timeout) for nb in args.notebooks]
+        for future in as_completed(futures):
+            r = future.result()
+            bad += bool(r["error"] or r["findings"])
+            lines = [f"== {r['notebook']}: {'ERROR ' + r['error'] if r['error'] else 'ran'} in {r['seconds']} s, "
+                     f"{len(r['findings'])} finding(s)"] + ["   " + f for f in r["findings"]]
+            with summary.open("a") as f:
+                f.write("\n".join(lines) + "\n")
+            print("\n".join(lines), flush=True)
+    (out / "summary.json").write_text(json.dumps({"notebooks": len(args.notebooks), "with_findings": bad}))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
