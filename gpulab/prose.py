@@ -26,11 +26,20 @@ def plain(value):
     raise TypeError(f"glue takes numbers and strings, got {type(value).__name__}: {value!r}")
 
 
-def glue(**values) -> dict:
+class Glued(dict):
+    """The plain values :func:`glue` stored, for asserts and prints. A notebook
+    shows nothing for it when a ``glue(...)`` call ends a cell: the values are
+    for the prose, which quotes them formatted, not for a raw dict of reprs."""
+
+    def _ipython_display_(self):
+        pass
+
+
+def glue(**values) -> Glued:
     """Glue every ``name=value`` (numbers and strings) for ``{glue:text}`` roles,
     without displaying them; return the plain values (for asserts and prints)."""
     from myst_nb import glue as _glue
-    out = {}
+    out = Glued()
     for name, value in values.items():
         out[name] = plain(value)
         _glue(name, out[name], display=False)
