@@ -25,6 +25,14 @@ from .timing import TIMING_COLUMNS
 
 REQUIRED_META = ("gpu", "date", "driver", "cuda_runtime", "cupy")
 NUMERIC_COLUMNS = ("size", "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "repeats", "flops", "bytes")
+#: What a table shows where a row has no value in a column, instead of "nan"; the caption
+#: says why (:func:`gap_note`).
+NOT_MEASURED = "—"
+
+
+def gap_note(table: pd.DataFrame, why: str) -> str:
+    """The caption's note for ``table``'s empty cells, "— : why; ", or "" when it has none."""
+    return f"{NOT_MEASURED}: {why}; " if table.isna().to_numpy().any() else ""
 
 
 def gpu_slug(name: str) -> str:

@@ -181,3 +181,18 @@ def test_the_recorded_run_says_which_algorithm_cudnn_chose():
     assert {"fp32", "tf32", "fp16", "bf16"} <= set(algorithms["precision"])
     assert {"NCHW", "NHWC"} <= set(algorithms["layout"])
     assert (algorithms["algorithm"] != "not read").all()
+
+
+def test_the_cold_tables_gaps_are_the_ones_its_caption_names():
+    # The notebook shows gaps as gpulab.runs.NOT_MEASURED with alexnet.COLD_GAP as the reason:
+    # only cuDNN's CUDA-graph rows lack a cold time.
+    import pandas as pd
+    run = gpulab.load_run(alexnet.CHAPTER)
+    ladder = run.experiment("ladder")
+    both = pd.concat([alexnet.layer_totals(ladder[ladder["size"] == alexnet.COLD_N]).assign(l2="warm"),
+                      alexnet.layer_totals(run.experiment("ladder_cold")).assign(l2="L2 flushed")])
+    table = both.pivot_table(index="variant", columns="l2", values="median_ms", sort=False)
+    gaps = table[table.isna().any(axis=1)].index
+    assert len(gaps) and gaps.str.startswith("cuDNN").all() and gaps.str.endswith("CUDA graph").all()
+    assert table.loc[table.index.str.startswith("cuDNN") & ~table.index.str.endswith("CUDA graph")].notna().all().all()
+    assert "CUDA-graph rows are timed warm only" in alexnet.COLD_GAP

@@ -156,6 +156,11 @@ def test_the_recorded_run_has_every_vendor_path_cold_timings_and_their_kernels()
         assert (at["rel_error"] <= at["precision"].map(gpulab.TOLERANCE)).all()
     cold = fcnet.warm_cold(run)
     assert cold is not None and cold["eager, L2 flushed (ms)"].notna().all()
+    # The table's gaps are exactly what its caption says (fcnet.COLD_GAP): CuPy's chain, never graphed.
+    gaps = cold[cold.isna().any(axis=1)]["variant"]
+    assert len(gaps) and gaps.str.startswith("cuBLAS (CuPy)").all() and "CuPy's matmul chain" in fcnet.COLD_GAP
+    assert gpulab.runs.gap_note(cold, fcnet.COLD_GAP).startswith(gpulab.runs.NOT_MEASURED + ": CuPy's")
+    assert gpulab.runs.gap_note(cold.dropna(), fcnet.COLD_GAP) == ""
     assert t.loc[t["experiment"] == "ladder_cold", "l2_flushed"].astype(bool).all()
     assert not t.loc[t["experiment"] == "ladder", "l2_flushed"].astype(bool).any()
     kernels = run.tables["vendor_kernels"]

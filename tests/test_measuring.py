@@ -63,3 +63,13 @@ def test_the_ceiling_comparison_separates_rows_served_by_l2_from_rows_streaming_
     # quoting it against the copy ceiling would claim a memory faster than the memory.
     assert in_l2["gbs"] > 1.2 * from_hbm["gbs"]
     assert saxpy.fits_in_l2(int(in_l2["size"]), run.gpu) and not saxpy.fits_in_l2(int(from_hbm["size"]), run.gpu)
+
+
+def test_the_cold_tables_gaps_are_the_ones_its_caption_names():
+    # The notebook shows gaps as gpulab.runs.NOT_MEASURED with saxpy.COLD_GAP as the reason:
+    # only cuBLAS's saxpy lacks graph times.
+    run = gpulab.load_run("measuring")
+    cold = run.timings[run.timings["experiment"].isin(["ladder_cold", "graph_cold"])]
+    table = cold.pivot_table(index="variant", columns="experiment", values="median_ms", aggfunc="count")
+    gaps = table[table.isna().any(axis=1)].index
+    assert list(gaps) == ["cuBLAS saxpy (in place)"] and "cuBLAS's saxpy" in saxpy.COLD_GAP

@@ -345,6 +345,8 @@ CUDNN_FP32_TOLERANCE = 1e-4
 #: The batch size also timed cold (L2 flushed between calls: experiment ``ladder_cold``):
 #: one image's input, filters and output fit in the H100's 50 MB L2.
 COLD_N = 1
+#: Why the cold table has no L2-flushed time for cuDNN's CUDA-graph rows.
+COLD_GAP = "cuDNN's CUDA-graph rows are timed warm only; its eager rows are timed both ways"
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
 SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17", "20", "22")
 TRANSFER_STEPS = ("13", "14", "16")

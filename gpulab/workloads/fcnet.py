@@ -33,6 +33,9 @@ TITLE = "A fully-connected network's inference, from five kernel launches to one
 IN, HID, OUT = 72, 64, 4          # inputs, hidden units per layer, outputs
 #: The two cases of the report: 12,800 vectors ("small") and 5,120,000 ("large").
 SIZES = {"small": 12_800, "large": 5_120_000}
+#: Why :func:`warm_cold` has no graph times for CuPy's chain (see baselines.cupy_chain).
+COLD_GAP = ("CuPy's matmul chain is not timed in a CUDA graph: it re-binds its cuBLAS handle to the stream "
+            "on every call, which stream capture forbids")
 #: Correctness sizes: 1000 leaves a partial last tile for the tiled steps (32,
 #: 64 or 128 vectors) and takes the float4 paths (a multiple of 4); 4099 is odd,
 #: so every step's last block is partial and the scalar paths run.
