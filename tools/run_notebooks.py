@@ -8,7 +8,9 @@ every output is scanned for what a live run must not show:
 * "nan" in a displayed table or text (a cell that should say why it is empty);
 * a raw Python dict as a cell's result (a ``glue(...)`` call left as a cell's last line).
 
-Usage: python tools/run_notebooks.py OUT_DIR NOTEBOOK... [--jobs 8] [--timeout 400]
+Usage: python tools/run_notebooks.py OUT_DIR NOTEBOOK... [--jobs 8] [--timeout 400] [--deadline 420]
+(--deadline: seconds from now after which no cell starts, and a running one is stopped, so
+every notebook comes back, partial if need be, inside a device call's limit.)
 Writes OUT_DIR/summary.txt (one block per notebook) and exits 1 if anything was found.
 """
 from __future__ import annotations
@@ -25,17 +27,25 @@ NAN = re.compile(r"(?<![\w.])nan(?![\w(])", re.IGNORECASE)
 TAG = re.compile(r"<[^>]+>")
 
 
-def execute(path: str, out_dir: str, timeout: int) -> dict:
+def execute(path: str, out_dir: str, timeout: int, deadline: float) -> dict:
     import nbformat
     from nbclient import NotebookClient
     nb_path = Path(path).resolve()
     nb = nbformat.read(nb_path, as_version=4)
-    start, error = time.time(), None
+    start, error, index = time.time(), None, 0
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(nb_path.parent)}})
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                left = deadline - time.time()
+                if left < 5:
+                    error = f"stopped before cell {index} of {len(nb.cells)}: out of time"
+                    break
+                client.timeout = int(min(timeout, left))
+                client.execute_cell(cell, index)
     except Exception as exc:            # the partial notebook is still saved and scanned
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        error = f"{type(exc).__name__} in cell {index}"
     out = Path(out_dir) / nb_path.name
     nbformat.write(nb, out)
     return {"notebook": path, "seconds": round(time.time() - start), "error": error, "findings": scan(nb)}
@@ -78,14 +88,16 @@ def main() -> int:
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--timeout", type=int, default=400, help="seconds per cell")
+    parser.add_argument("--deadline", type=float, default=3600, help="seconds for the whole run")
     args = parser.parse_args()
+    deadline = time.time() + args.deadline
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "summary.txt"
     summary.write_text("")
     bad = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(execute, nb, str(out), args.timeout) for nb in args.notebooks]
+        futures = [pool.submit(execute, nb, str(out), args.timeout, deadline) for nb in args.notebooks]
         for future in as_completed(futures):
             r = future.result()
             bad += bool(r["error"] or r["findings"])
