@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     site.add_argument("--solutions", action="store_true", help="the instructors' site, with solutions")
     site.add_argument("--repository", default=None,
                       help="the repository's URL, for launch (Colab) and repository buttons; without it, none")
-    site.add_argument("--branch", default=None, help="the branch the Colab buttons open (default: main)")
+    site.add_argument("--branch", default=None, help="the branch the Colab buttons open (default: student; main with --solutions)")
     site.add_argument("--no-execute", action="store_true", help="do not run the notebooks (a quick look)")
     site.add_argument("--lenient", action="store_true", help="do not treat warnings as errors")
     args = parser.parse_args(argv)

@@ -10,7 +10,8 @@ student kernels) into ``_build/<student|solutions>/html``.
 Launch and download buttons: every chapter page has a download button for its ``.ipynb``.
 With ``--repository URL`` (the deploy workflow passes its own repository's address, so a
 fork publishes with its own) the pages also get a repository button and a Colab launch
-button that opens the chapter's notebook from branch ``--branch`` of that repository, and
+button that opens the chapter's notebook from branch ``--branch`` of that repository (by
+default :data:`STUDENT_BRANCH` for the student site, ``main`` for the instructors'), and
 each chapter notebook gets a first code cell that, on Colab only, clones that branch and
 installs the lab. Without a URL (a local build) there are no launch buttons, so none is
 broken.
@@ -29,6 +30,9 @@ import yaml
 from . import paths
 
 COLAB_URL = "https://colab.research.google.com"
+#: The branch a student site's Colab buttons open unless ``--branch`` names another: the Pages
+#: workflow pushes the student version there. Never ``main``, which holds the solutions.
+STUDENT_BRANCH = "student"
 #: The id of the Colab set-up cell the build adds to each chapter notebook.
 COLAB_CELL_ID = "colab-setup"
 
@@ -64,18 +68,20 @@ def prepare(solutions: bool = False, repository: str | None = None, branch: str 
         shutil.copytree(paths.REPO, src, ignore=ignore)
     else:
         make_student_version(src)
-    configure(src, repository, branch, execute)
+    configure(src, repository, branch, execute, solutions)
     return src
 
 
-def configure(src: Path, repository: str | None, branch: str | None, execute: bool) -> None:
+def configure(src: Path, repository: str | None, branch: str | None, execute: bool,
+              solutions: bool = False) -> None:
     """The copy's _config.yml (launch buttons only with a repository URL) and notebooks
-    (the Colab set-up cell)."""
+    (the Colab set-up cell, cloning ``branch``: by default :data:`STUDENT_BRANCH`, or
+    ``main`` for the instructors' site)."""
     config_path = src / "_config.yml"
     config = yaml.safe_load(config_path.read_text())
     if repository:
         repository = repository.rstrip("/").removesuffix(".git")
-        branch = branch or "main"
+        branch = branch or ("main" if solutions else STUDENT_BRANCH)
         config["repository"] = {"url": repository, "branch": branch, "path_to_book": ""}
         config.setdefault("html", {})["use_repository_button"] = True
         config["launch_buttons"] = {"colab_url": COLAB_URL, "notebook_interface": "classic"}

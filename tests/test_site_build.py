@@ -47,6 +47,18 @@ def test_the_repository_url_goes_into_buttons_and_the_colab_cell(tmp_path):
     assert "subprocess" not in namespace
 
 
+def test_without_a_branch_colab_opens_the_student_branch_and_never_the_solutions(tmp_path):
+    url = "https://github.com/someone/their-fork"
+    for solutions, expected in ((False, site.STUDENT_BRANCH), (True, "main")):
+        src = _copy(tmp_path / str(solutions))
+        site.configure(src, repository=url, branch=None, execute=False, solutions=solutions)
+        assert yaml.safe_load((src / "_config.yml").read_text())["repository"]["branch"] == expected
+        cells = json.loads((src / "book/fcnet/fcnet.ipynb").read_text())["cells"]
+        setup = "".join(next(c for c in cells if c.get("id") == site.COLAB_CELL_ID)["source"])
+        assert f'"--branch", {expected!r}' in setup
+    assert site.STUDENT_BRANCH != "main"
+
+
 def test_the_colab_cell_clones_the_branch_and_installs_the_lab(tmp_path, monkeypatch):
     import os
     import subprocess
