@@ -167,3 +167,34 @@ def test_the_recorded_run_has_every_vendor_path_cold_timings_and_their_kernels()
     epilogue = kernels[kernels["variant"].str.contains("ReLU epilogue") & kernels["variant"].str.contains("fp16")]
     assert epilogue["kernels"].str.contains("relu").all(), "cuBLASLt's fused ReLU epilogue should run"
     assert run.meta["gpu_state"]["before"].get("source") in ("nvml", "nvidia-smi")
+
+
+def test_the_eager_and_graph_figure_pairs_steps_whose_fastest_kernel_differs_each_way():
+    # Live on an H100, step 13's tile-loop kernel was the faster eager and its one-tile kernel the
+    # faster in a graph: the figure must pair the step, not look one kernel up in the other table.
+    import dataclasses
+    run = gpulab.load_run(fcnet.CHAPTER)
+    t = run.timings.copy()
+    n = fcnet.SIZES["small"]
+    thirteen = [s.label for s in fcnet.STEPS if s.number == 13]
+    assert len(thirteen) == 2
+    for experiment, faster in (("ladder", thirteen[0]), ("graph", thirteen[1])):
+        at = (t["experiment"] == experiment) & (t["size"] == n)
+        t.loc[at & (t["variant"] == faster), "median_ms"] = 1e-4
+        t.loc[at & (t["variant"].isin(thirteen)) & (t["variant"] != faster), "median_ms"] = 1.0
+    swapped = dataclasses.replace(run, timings=t)
+    assert fcnet.ladder(t, "small").set_index("step").loc[13, "variant"] != \
+        fcnet.ladder(t, "small", "graph").set_index("step").loc[13, "variant"]
+    figure = fcnet.eager_vs_graph_figure(swapped, "small")
+    bars = figure.axes[0].patches
+    assert min(b.get_width() for b in bars) == pytest.approx(1e-4 * 1e3)
+
+
+def test_only_vendor_paths_lack_an_error_against_fp32():
+    # The fp16 error table shows these gaps with fcnet.FP32_GAP as the reason.
+    from gpulab import baselines
+    t = gpulab.load_run(fcnet.CHAPTER).experiment("ladder")
+    half = t[(t["precision"] == "fp16") & (t["intended"].astype(str) == "True")]
+    gaps = half[half["rel_error_vs_fp32"].isna()]
+    assert len(gaps) and baselines.is_vendor(gaps).all() and "vendor paths" in fcnet.FP32_GAP
+    assert half.loc[~baselines.is_vendor(half), "rel_error_vs_fp32"].notna().all()
