@@ -430,3 +430,19 @@ def test_the_checks_table_shows_a_dash_for_no_error_and_errors_in_e_notation():
     html = views.checks(run).to_html()
     assert "3.90e-08" in html and "CheckFailed: loss off" in html and "nan" not in html.lower().replace("nano", "")
     assert html.count("\u2014") >= 3          # the passed row's error, the failed row's missing rel_error, the caption
+
+
+def test_only_inductors_too_large_gemm_candidates_are_dropped_from_its_log():
+    # Seen live on an H100 (max-autotune): Inductor logs an error per candidate Triton GEMM whose
+    # tile needs more shared memory than the GPU has, then picks among the rest.
+    import logging
+    from gpulab.workloads.training.baselines import _too_large_candidate
+
+    def record(message, *args):
+        return logging.LogRecord("torch._inductor.select_algorithm", logging.ERROR, __file__, 1, message, args, None)
+    assert not _too_large_candidate(record("Exception No valid triton configs. OutOfMemoryError: out of resource: "
+                                           "triton_mm Required: 262144 Hardware limit:232448"))
+    assert not _too_large_candidate(record("Runtime error during autotuning: \n%s",
+                                           "No valid triton configs. OutOfMemoryError: out of resource: triton_mm"))
+    assert _too_large_candidate(record("Runtime error during autotuning: %s", "CUDA error: illegal memory access"))
+    assert _too_large_candidate(record("No valid triton configs"))

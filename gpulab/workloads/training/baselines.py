@@ -65,22 +65,40 @@ def _quiet_inductor():
     fault: these paths are fp32 by design (the lab's kernels are compared in fp32,
     so TensorFloat32 stays off, as :func:`gpulab.baselines.precision_mode` sets it),
     how Inductor lowers the softmax is its own choice, and max-autotune's table of
-    every candidate GEMM belongs to its log, not to the chapter. Exactly those three
-    messages are silenced, only while compiling; PyTorch's errors still surface."""
+    every candidate GEMM belongs to its log, not to the chapter; so do the errors it
+    logs for candidate Triton GEMMs that need more shared memory than the GPU has
+    (it drops them and picks among the rest), and the deprecation it triggers itself
+    (TypedStorage). Exactly those messages are silenced, only while compiling; any
+    other warning or error of PyTorch's still surfaces."""
+    import logging
+    autotune_log = logging.getLogger("torch._inductor.select_algorithm")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores for float32 matrix multiplication",
                                 category=UserWarning)
         warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled on the fly", category=UserWarning)
+        warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning,
+                                module=r"torch\._inductor\.select_algorithm")
         from torch._inductor import config, select_algorithm
         owners = {"PRINT_AUTOTUNE": select_algorithm, "max_autotune_report_choices_stats": config}
         saved = {name: getattr(owner, name) for name, owner in owners.items() if hasattr(owner, name)}
         for name in saved:
             setattr(owners[name], name, False)
+        autotune_log.addFilter(_too_large_candidate)
         try:
             yield
         finally:
+            autotune_log.removeFilter(_too_large_candidate)
             for name, value in saved.items():
                 setattr(owners[name], name, value)
+
+
+def _too_large_candidate(record) -> bool:
+    """False (drop) for Inductor's log of a candidate GEMM it dropped because its tile needs
+    more shared memory than the GPU allows ("out of resource: triton_mm Required: ...")."""
+    text = record.getMessage()
+    if record.exc_info and record.exc_info[1] is not None:
+        text += str(record.exc_info[1])
+    return not ("No valid triton configs" in text and "out of resource" in text)
 
 
 def _csr(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, shape: tuple[int, int], dev):

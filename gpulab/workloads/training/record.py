@@ -144,8 +144,9 @@ def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=pr
             if step_.graph or eager < 5.0:
                 t = graph_benchmark(bound, launches=10, repeats=max(20, repeats // 2), budget_ms=TIMING_BUDGET_MS)
                 rows.append(t.row("ladder", step_.label, b, mode="graph", **work, **labels))
-            log(f"{step_.label:55s} B={b:5d} eager {eager:9.4f} ms, graph "
-                f"{rows[-1]['median_ms'] if rows[-1]['mode'] == 'graph' else float('nan'):9.4f} ms", flush=True)
+            graph = (f"graph {rows[-1]['median_ms']:9.4f} ms" if rows[-1]["mode"] == "graph"
+                     else "not timed in a graph (eager takes 5 ms or more)")
+            log(f"{step_.label:55s} B={b:5d} eager {eager:9.4f} ms, {graph}", flush=True)
     return rows
 
 
@@ -450,7 +451,8 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
                             "steps": tr.batches, "step_ms": cupy.cuda.get_elapsed_time(t0, t1) / tr.batches,
                             "final_loss": curve[-1], "test_accuracy": acc, "loss_deviation": dev,
                             "broken": is_broken(curve, ref_curve)})
-                log(f"sweep B={b:5d} block {blk} {guard:9s}: loss {curve[-1]:.4f} acc {acc:.4f} "
+                loss = f"loss {curve[-1]:.4f}" if np.isfinite(curve[-1]) else "loss not finite"
+                log(f"sweep B={b:5d} block {blk} {guard:9s}: {loss} acc {acc:.4f} "
                     f"dev {dev:.2e} {'BROKEN' if out[-1]['broken'] else ''}", flush=True)
                 del tr
     return pd.DataFrame(out)
