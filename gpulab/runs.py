@@ -30,9 +30,11 @@ NUMERIC_COLUMNS = ("size", "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "r
 NOT_MEASURED = "—"
 
 
-def gap_note(table: pd.DataFrame, why: str) -> str:
-    """The caption's note for ``table``'s empty cells, "— : why; ", or "" when it has none."""
-    return f"{NOT_MEASURED}: {why}; " if table.isna().to_numpy().any() else ""
+def gap_note(table: pd.DataFrame, why: str, caption: str = "") -> str:
+    """``caption``, led by the note for ``table``'s empty cells ("—: why") when it has any."""
+    if not table.isna().to_numpy().any():
+        return caption
+    return f"{NOT_MEASURED}: {why}" + (f"; {caption}" if caption else "")
 
 
 def gpu_slug(name: str) -> str:

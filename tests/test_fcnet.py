@@ -159,8 +159,8 @@ def test_the_recorded_run_has_every_vendor_path_cold_timings_and_their_kernels()
     # The table's gaps are exactly what its caption says (fcnet.COLD_GAP): CuPy's chain, never graphed.
     gaps = cold[cold.isna().any(axis=1)]["variant"]
     assert len(gaps) and gaps.str.startswith("cuBLAS (CuPy)").all() and "CuPy's matmul chain" in fcnet.COLD_GAP
-    assert gpulab.runs.gap_note(cold, fcnet.COLD_GAP).startswith(gpulab.runs.NOT_MEASURED + ": CuPy's")
-    assert gpulab.runs.gap_note(cold.dropna(), fcnet.COLD_GAP) == ""
+    assert gpulab.runs.gap_note(cold, fcnet.COLD_GAP, "H100") == f"{gpulab.runs.NOT_MEASURED}: {fcnet.COLD_GAP}; H100"
+    assert gpulab.runs.gap_note(cold.dropna(), fcnet.COLD_GAP, "H100") == "H100"
     assert t.loc[t["experiment"] == "ladder_cold", "l2_flushed"].astype(bool).all()
     assert not t.loc[t["experiment"] == "ladder", "l2_flushed"].astype(bool).any()
     kernels = run.tables["vendor_kernels"]
