@@ -10,7 +10,7 @@ import functools
 import os
 import platform
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from .errors import NoGPUError
@@ -405,4 +405,15 @@ def _real_limits() -> DeviceLimits | None:
     if not gpu_available():
         return None
     import cupy
-    return _real_limits_cached(cupy.cuda.Device().id)
+    real = _real_limits_cached(cupy.cuda.Device().id)
+    return _capped(real, cupy.get_default_memory_pool().get_limit())
+
+
+def _capped(real: DeviceLimits, pool_limit: int) -> DeviceLimits:
+    """``real`` with its memory cut to CuPy's pool limit (``CUPY_GPU_MEMORY_LIMIT``), when one
+    is set below it: processes that share one GPU (the book's notebooks checked in parallel)
+    then size themselves, or skip with the reason, within their share instead of running out."""
+    if not pool_limit or pool_limit >= real.total_memory:
+        return real
+    return replace(real, name=f"{real.name}, limited to {pool_limit / 1e9:.1f} GB (CUPY_GPU_MEMORY_LIMIT)",
+                   total_memory=int(pool_limit))

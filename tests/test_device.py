@@ -127,3 +127,15 @@ def test_a_profile_simulated_on_a_gpu_says_so_in_every_message(monkeypatch):
         assert t4.shared_per_block == 64 * 1024 and t4.compute_capability == "7.5" and t4.sms == 40
         assert f"{t4.name} has 7.5" in t4.capability_fits("8.0", "cp.async")
         assert f"{t4.name} allows 65,536" in t4.shared_fits(70_000)
+
+
+def test_a_cupy_memory_limit_is_the_memory_a_chapter_sizes_itself_by():
+    # CUPY_GPU_MEMORY_LIMIT caps what the process may allocate (the parallel notebook check gives
+    # each notebook a share of one GPU): budgets, and the reasons for a skip, follow that cap.
+    from gpulab import device
+    h100 = device.DeviceLimits("NVIDIA H100 80GB HBM3", 232_448, 85_000_000_000, 132)
+    assert device._capped(h100, 0) is h100 and device._capped(h100, 90_000_000_000) is h100
+    share = device._capped(h100, 8_000_000_000)
+    assert share.total_memory == 8_000_000_000 and share.shared_per_block == h100.shared_per_block
+    why = share.memory_fits(5e9)
+    assert "5.0 GB" in why and "limited to 8.0 GB (CUPY_GPU_MEMORY_LIMIT)" in why and "4.0 GB" in why

@@ -10,7 +10,9 @@ every output is scanned for what a live run must not show:
 
 Usage: python tools/run_notebooks.py OUT_DIR NOTEBOOK... [--jobs 8] [--timeout 400] [--deadline 420]
 (--deadline: seconds from now after which no cell starts, and a running one is stopped, so
-every notebook comes back, partial if need be, inside a device call's limit.)
+every notebook comes back, partial if need be, inside a device call's limit. --gpu-share: each
+notebook's CuPy memory limit, e.g. "9%": the chapters size themselves to one GPU's memory, so
+without a share notebooks run side by side on one GPU run out of memory.)
 Writes OUT_DIR/summary.txt (one block per notebook) and exits 1 if anything was found.
 """
 from __future__ import annotations
@@ -27,11 +29,15 @@ NAN = re.compile(r"(?<![\w.])nan(?![\w(])", re.IGNORECASE)
 TAG = re.compile(r"<[^>]+>")
 
 
-def execute(path: str, out_dir: str, timeout: int, deadline: float) -> dict:
+def execute(path: str, out_dir: str, timeout: int, deadline: float, gpu_share: str | None) -> dict:
+    import os
+
     import nbformat
     from nbclient import NotebookClient
     nb_path = Path(path).resolve()
     nb = nbformat.read(nb_path, as_version=4)
+    if gpu_share:
+        os.environ["CUPY_GPU_MEMORY_LIMIT"] = gpu_share      # the kernel inherits it
     start, error, index = time.time(), None, 0
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(nb_path.parent)}})
@@ -89,6 +95,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--timeout", type=int, default=400, help="seconds per cell")
     parser.add_argument("--deadline", type=float, default=3600, help="seconds for the whole run")
+    parser.add_argument("--gpu-share", default=None, help='CUPY_GPU_MEMORY_LIMIT of each notebook, e.g. "9%%"')
     args = parser.parse_args()
     deadline = time.time() + args.deadline
     out = Path(args.out_dir)
@@ -97,7 +104,7 @@ def main() -> int:
     summary.write_text("")
     bad = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(execute, nb, str(out), args.timeout, deadline) for nb in args.notebooks]
+        futures = [pool.submit(execute, nb, str(out), args.timeout, deadline, args.gpu_share) for nb in args.notebooks]
         for future in as_completed(futures):
             r = future.result()
             bad += bool(r["error"] or r["findings"])
