@@ -39,3 +39,8 @@ class CheckFailed(GpulabError, AssertionError):
 
 class RecordedRunError(GpulabError, FileNotFoundError):
     """A recorded run in labdata/ is missing or malformed."""
+
+
+class OtherLabError(GpulabError, RuntimeError):
+    """The lab being worked in is not the one whose ``gpulab`` Python imported (another copy,
+    an editable install from elsewhere): its checks would test the other copy's kernels."""

@@ -619,7 +619,9 @@ def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Pass
     check on it (on the CPU backend with bounds checking on); function exercises call
     the function the notebook defined (pass ``globals()``) on the public inputs. A right
     answer returns a summary; a missing one raises :class:`ExerciseNotSolved`, a wrong
-    one :class:`ExerciseFailed` saying what is wrong."""
+    one :class:`ExerciseFailed` saying what is wrong. Run from inside another copy of the
+    lab than this ``gpulab``'s, it refuses (:func:`gpulab.paths.require_this_lab`)."""
+    paths.require_this_lab()
     exercise = get(exercise_id)
     if exercise.kind == "kernel":
         return _check_kernel(exercise, backend)

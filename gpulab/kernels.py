@@ -497,7 +497,9 @@ class KernelSource:
 
 def show_source(path: str | Path, kernel: str | None = None) -> KernelSource:
     """The source of a kernel file (or of one kernel in it, with the comment
-    block just above it) for display in a notebook."""
+    block just above it) for display in a notebook (never another lab's: see
+    :func:`gpulab.paths.require_this_lab`)."""
+    paths.require_this_lab()
     real = paths.kernel_path(path)
     text = real.read_text()
     if kernel is not None:

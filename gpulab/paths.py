@@ -10,6 +10,27 @@ LABDATA = REPO / "labdata"
 RUNS = LABDATA / "runs"
 
 
+def lab_around(folder: Path) -> Path | None:
+    """The lab ``folder`` is in (the nearest folder holding ``gpulab/`` and ``kernels/``), or None."""
+    for candidate in [folder, *folder.parents]:
+        if (candidate / "gpulab" / "__init__.py").is_file() and (candidate / "kernels").is_dir():
+            return candidate.resolve()
+    return None
+
+
+def require_this_lab() -> None:
+    """Refuse to check or show a kernel when the working folder (a notebook's) is in another lab
+    than the one this ``gpulab`` belongs to: a student copy opened with the instructors' lab
+    installed would otherwise grade, and print, the instructors' kernels instead of the student's."""
+    from .errors import OtherLabError
+    here = lab_around(Path.cwd())
+    if here is not None and here != REPO.resolve():
+        raise OtherLabError(
+            f"this notebook is in the lab at {here}, but Python imported gpulab from {REPO}: its checks "
+            f"and kernels are that copy's, not yours. Make this lab's gpulab the one Python imports "
+            f"(pip install -e {here}, or start Jupyter with PYTHONPATH={here}), then restart the kernel.")
+
+
 def kernel_path(path: str | Path) -> Path:
     """Resolve a kernel file given relative to the repository root
     (``"kernels/measuring/01_saxpy.cu"``), to ``kernels/`` (``"measuring/01_saxpy.cu"``),

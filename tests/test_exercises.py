@@ -86,3 +86,25 @@ def test_the_book_has_a_check_cell_for_every_exercise(exercise):
     sources = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]]
     assert any(f'exercises.check("{exercise.id}"' in s for s in sources), \
         f"{notebook.name} has no cell calling exercises.check(\"{exercise.id}\", ...)"
+
+
+def test_a_copy_opened_with_another_labs_gpulab_refuses_to_check_or_show_kernels(tmp_path, monkeypatch):
+    # A student copy whose notebook imports the instructors' gpulab (an editable install from
+    # elsewhere) would check, and print, the instructors' kernels: it must refuse, saying why.
+    from gpulab.errors import OtherLabError
+    from gpulab.kernels import show_source
+    copy = tmp_path / "student-copy"
+    (copy / "gpulab").mkdir(parents=True)
+    (copy / "gpulab" / "__init__.py").write_text("")
+    (copy / "kernels" / "fcnet").mkdir(parents=True)
+    (copy / "book" / "fcnet").mkdir(parents=True)
+    monkeypatch.chdir(copy / "book" / "fcnet")
+    assert paths.lab_around(copy / "book" / "fcnet") == copy.resolve()
+    with pytest.raises(OtherLabError, match=f"in the lab at {copy.resolve()}.*imported gpulab from {paths.REPO}"):
+        exercises.check("fcnet.1", backend="cpu")
+    with pytest.raises(OtherLabError, match="pip install -e"):
+        show_source("fcnet/16_exercise_matmul_relu.cu")
+    monkeypatch.chdir(tmp_path)                    # outside any lab: nothing to refuse
+    assert "matmul_relu" in show_source("fcnet/16_exercise_matmul_relu.cu").text
+    monkeypatch.chdir(paths.REPO / "book" / "fcnet")
+    paths.require_this_lab()
