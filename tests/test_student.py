@@ -58,6 +58,7 @@ def test_student_version_of_the_whole_lab(student_copy):
     assert "TODO: your code here" in text and "stride" not in text.split("{", 1)[1]
     for path in list(dest.rglob("*.cu")) + list(dest.rglob("*.ipynb")):
         assert "BEGIN SOLUTION" not in path.read_text(), path
+        assert "between the markers" not in path.read_text(), f"{path}: the copy has no markers"
     notebook = json.loads((dest / "book/measuring/measuring.ipynb").read_text())
     assert any("TODO: your code here" in "".join(c["source"]) for c in notebook["cells"])
     for relative in INSTRUCTOR_ONLY:

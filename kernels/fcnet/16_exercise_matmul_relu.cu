@@ -11,9 +11,9 @@
 // take most of step 1's time: expect step 1's time minus the two relu
 // launches, roughly 10% faster on the large case.
 //
-// Task: write the body between the markers. Same launch shape as step 1's
-// matmul: 16 x 16 threads per block, threadIdx.x along the vectors (columns),
-// threadIdx.y along the output units (rows).
+// Task: write the body (where your copy says "TODO: your code here"). Same
+// launch shape as step 1's matmul: 16 x 16 threads per block, threadIdx.x along
+// the vectors (columns), threadIdx.y along the output units (rows).
 extern "C" __global__ void matmul_relu(int M, int N, int K, int apply_relu, const float* __restrict__ A,
                                        const float* __restrict__ B, float* __restrict__ C)
 {

@@ -8,8 +8,8 @@
 // arrays, no difference. The loop is also how a kernel handles n larger than
 // the largest grid.
 //
-// Task: write the loop body between the markers so that z[i] = a * x[i] + y[i]
-// for every i < n, whatever the grid and block sizes.
+// Task: write the loop (where your copy says "TODO: your code here") so that
+// z[i] = a * x[i] + y[i] for every i < n, whatever the grid and block sizes.
 extern "C" __global__ void saxpy_grid_stride(int n, float a, const float* __restrict__ x,
                                              const float* __restrict__ y, float* __restrict__ z)
 {
