@@ -73,6 +73,8 @@ def scan(nb) -> list[str]:
                 continue
             texts = [output.get("text", "")] if kind == "stream" else []
             data = output.get("data", {})
+            if "text/markdown" in data:      # a kernel's source (gpulab.show_source): its comments may say NaN
+                continue
             if "text/html" in data:
                 texts.append(TAG.sub(" ", "".join(data["text/html"])))
             elif "text/plain" in data:
