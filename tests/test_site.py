@@ -1,8 +1,8 @@
 """The built website, as a reader's browser sees it: every page loaded in headless Chromium
 (Debian's ``chromium`` and ``chromium-driver``), its figures loaded, its math rendered by
 the MathJax served with the site, its internal links pointing at pages and anchors that
-exist, nothing loaded from another host; the search finds a chapter term; and no page,
-download or search index shows a solution.
+exist, nothing loaded from another host, no error in its console, no script included twice;
+the search finds a chapter term; and no page, download or search index shows a solution.
 
 It needs a built site: CI builds the student site (``python -m gpulab site``) and runs
 ``GPULAB_SITE=_build/student/html python -m pytest tests/test_site.py``. Without
@@ -61,6 +61,7 @@ def browser():
                     "(apt-get install -y chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})      # the console, read per page
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage", "--window-size=1280,900"):
@@ -105,6 +106,8 @@ def test_every_page_loads_with_figures_math_and_working_links(site, server, brow
         relative = page.relative_to(site).as_posix()
         browser.get(urljoin(server, relative))
         state = browser.execute_async_script(_STATE)
+        problems += [f"{relative}: console error: {entry['message']}" for entry in browser.get_log("browser")
+                     if entry["level"] == "SEVERE"]
         if "error" in state:
             problems.append(f"{relative}: MathJax failed: {state['error']}")
             continue
@@ -121,6 +124,17 @@ def test_every_page_loads_with_figures_math_and_working_links(site, server, brow
     assert not problems, "\n".join(problems)
     assert images >= 10, "the chapters' figures are missing"
     assert math >= 10, "no math on the pages: is MathJax configured?"
+
+
+def test_every_script_is_included_once(site):
+    # A script included twice redeclares its constants: "Identifier 'THEBE_JS_URL' has already
+    # been declared" in every page's console (gpulab.sphinx_assets).
+    problems = []
+    for page in pages(site):
+        scripts = re.findall(r"<script[^>]*>.*?</script>", page.read_text(errors="replace"), re.S)
+        repeated = {s[:120] for s in scripts if scripts.count(s) > 1}
+        problems += [f"{page.relative_to(site)}: included twice: {s}" for s in sorted(repeated)]
+    assert not problems, "\n".join(problems[:20])
 
 
 def _broken(site: Path, server: str, link: str) -> str | None:

@@ -80,3 +80,19 @@ def test_the_colab_cell_clones_the_branch_and_installs_the_lab(tmp_path, monkeyp
     assert calls[0][:2] == ["git", "clone"] and calls[0][-3:] == ["student", url, "/content/gpulab"]
     assert calls[1][-4:] == ["install", "-q", "-e", "/content/gpulab"]
     assert moved == ["/content/gpulab/book/fcnet"] and sys.path[0] == "/content/gpulab"
+
+
+def test_each_page_loads_each_script_once():
+    # Sphinx 7.4 lists an inline script added after the builder started twice (None and ''):
+    # sphinx-thebe's THEBE_JS_URL was declared twice on every page.
+    from sphinx.builders.html._assets import _JavaScript
+    from gpulab import sphinx_assets
+    body = 'const THEBE_JS_URL = "x"'
+    scripts = [_JavaScript("_static/doctools.js", priority=200), _JavaScript(None, priority=500, body=body),
+               _JavaScript("", priority=500, body=body), _JavaScript("", priority=500, body="const other = 1")]
+    context = {"script_files": scripts}
+    sphinx_assets.load_once(None, "index", "page.html", context, None)
+    assert context["script_files"] is scripts and len(scripts) == 3
+    assert [s.attributes.get("body") for s in scripts] == [None, body, "const other = 1"]
+    config = yaml.safe_load((paths.REPO / "_config.yml").read_text())
+    assert "gpulab.sphinx_assets" in config["sphinx"]["extra_extensions"]
