@@ -1,4 +1,9 @@
-"""A Sphinx extension of the book's site: every page loads each of its scripts once.
+"""A Sphinx extension of the book's site: pages that log no error in the browser's console.
+
+Each page loads each of its scripts once (:func:`load_once`), and the theme starts in a
+mode it knows: pydata-sphinx-theme's script logs "Got invalid theme mode: ." on a
+reader's first page when no ``default_mode`` is in the HTML context (it then falls back to
+"auto", which is therefore set here, explicitly).
 
 Sphinx 7.4 writes an inline script that an extension adds after the HTML builder has
 started into every page twice: the builder keeps it with the file name ``None`` and, when
@@ -29,6 +34,12 @@ def load_once(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = unique          # the builder restores its own list after each page
 
 
+def default_mode(app, config) -> None:
+    """``config-inited``: the theme's colour mode, unless the book sets one."""
+    config.html_context = {"default_mode": "auto", **(config.html_context or {})}
+
+
 def setup(app):
+    app.connect("config-inited", default_mode)
     app.connect("html-page-context", load_once)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

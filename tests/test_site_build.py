@@ -96,3 +96,15 @@ def test_each_page_loads_each_script_once():
     assert [s.attributes.get("body") for s in scripts] == [None, body, "const other = 1"]
     config = yaml.safe_load((paths.REPO / "_config.yml").read_text())
     assert "gpulab.sphinx_assets" in config["sphinx"]["extra_extensions"]
+
+
+def test_the_theme_starts_in_a_mode_it_knows():
+    # Without default_mode, pydata-sphinx-theme logs "Got invalid theme mode: ." on a first visit.
+    from types import SimpleNamespace
+    from gpulab import sphinx_assets
+    config = SimpleNamespace(html_context={"github_user": "someone"})
+    sphinx_assets.default_mode(None, config)
+    assert config.html_context == {"default_mode": "auto", "github_user": "someone"}
+    config = SimpleNamespace(html_context={"default_mode": "light"})
+    sphinx_assets.default_mode(None, config)
+    assert config.html_context == {"default_mode": "light"}
