@@ -38,7 +38,7 @@ INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-
                     "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
                     "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED")
 # Bump when the generated code changes in a way the hashed inputs do not show.
-FORMAT_VERSION = "2"
+FORMAT_VERSION = "3"
 
 _EXTERN_SHARED = re.compile(
     r"^([ \t]*)extern[ \t]+__shared__[ \t]+(.+?)[ \t]*\b([A-Za-z_]\w*)[ \t]*\[[ \t]*\][ \t]*;", re.M)
@@ -93,12 +93,145 @@ def rewrite_dynamic_shared(source: str) -> str:
     for match in _EXTERN_SHARED.finditer(clean):
         indent, ctype, name = match.group(1), _ALIGN.sub(" ", match.group(2)).strip(), match.group(3)
         depth = clean.count("{", 0, match.start()) - clean.count("}", 0, match.start())
+        # The name and element size are for the runtime's messages about an access outside it.
+        call = f"gpulab::dynamic_shared({_c_string(name)}, {_c_string(ctype)}, sizeof({ctype}))"
         if depth > 0:
-            text = f"{indent}{ctype}* const {name} = static_cast<{ctype}*>(gpulab::dynamic_shared());"
+            text = f"{indent}{ctype}* const {name} = static_cast<{ctype}*>({call});"
         else:
-            text = f"#define {name} (static_cast<{ctype}*>(gpulab::dynamic_shared()))"
+            text = f"#define {name} (static_cast<{ctype}*>({call}))"
         pieces += [source[last:match.start()], text]
         last = match.end()
+    pieces.append(source[last:])
+    return "".join(pieces)
+
+
+#: The most static ``__shared__`` memory a kernel may declare: 48 KiB on every
+#: GPU since Volta; more must be dynamic, with the kernel's opt-in
+#: (cudaFuncAttributeMaxDynamicSharedMemorySize, ``Kernel.allow_shared_memory``).
+STATIC_SHARED_LIMIT = 48 * 1024
+#: Static ``__shared__`` arrays after this many in one file keep the unchecked
+#: thread-local storage (the runtime's table of guarded arrays has this many slots).
+MAX_CHECKED_SHARED = 128
+
+_SHARED = re.compile(r"\b__shared__\b")
+_STATIC_SHARED_MARK = "static shared memory: "
+_TOTAL = "@TOTAL@"   # where the message gets the size g++'s note gives
+_REDUCES = re.compile(r"note: the comparison reduces to .\((\d+) <= \d+\)")
+_SHARED_PREFIX = re.compile(r"(?:\s|\bstatic\b|\bvolatile\b|__align__\s*\(\s*\d+\s*\))*")
+_ARRAY_DECLARATOR = re.compile(r"^(?P<type>.*?)\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\[\]]+\]\s*)+)$", re.S)
+
+
+def _scopes(clean: str):
+    """For every position of ``clean``, via a generator of (position, event): the
+    opening and closing braces, each opening with whether it starts a function
+    body (the text before it ends with a parameter list) and the function's name."""
+    for match in re.finditer(r"[{}]", clean):
+        if match.group(0) == "}":
+            yield match.start(), None
+            continue
+        head = clean[max(0, match.start() - 400):match.start()]
+        head = re.sub(r"(?:\b(?:const|noexcept|override|final|mutable)\b|\s)+$", "", head)
+        name = None
+        if head.endswith(")"):
+            depth, pos = 0, len(head) - 1
+            while pos >= 0:
+                depth += {")": 1, "(": -1}.get(head[pos], 0)
+                if depth == 0:
+                    break
+                pos -= 1
+            found = re.search(r"([A-Za-z_]\w*)\s*$", head[:max(pos, 0)])
+            keyword = found and found.group(1) in ("if", "for", "while", "switch", "catch", "__launch_bounds__")
+            if found and not keyword:
+                name = found.group(1)
+            elif keyword and found.group(1) == "__launch_bounds__":
+                found = re.search(r"([A-Za-z_]\w*)\s*\([^()]*\)\s*__launch_bounds__\s*$", head[:max(pos, 0)])
+                name = found.group(1) if found else None
+            if name is None and not keyword:
+                name = ""
+        yield match.start(), ("function", name) if name is not None else ("block", None)
+
+
+def rewrite_static_shared(source: str, filename: str) -> str:
+    """Move each function's static ``__shared__`` arrays out of thread-local
+    storage into memory the runtime guards like an argument's copy (its end
+    against an inaccessible page, a canary region before its start), so an
+    access outside one names the array; and reject more than 48 KiB of them in
+    one function, as the GPU compiler does.  The replacement text keeps every
+    line where it was."""
+    clean = strip_comments(source)
+    events = list(_scopes(clean))
+    pieces, last, counter, k = [], 0, 0, 0
+    stack: list[dict] = []          # open braces: kind, name, the running total visible there
+    for match in _SHARED.finditer(clean):
+        while k < len(events) and events[k][0] < match.start():
+            pos, event = events[k]
+            if event is None:
+                if stack:
+                    stack.pop()
+            else:
+                kind, name = event
+                inside = any(s["kind"] == "function" for s in stack)
+                if kind == "function" and inside:
+                    kind = "block"     # a lambda or a local class's method: part of the enclosing function
+                outer = stack[-1]["total"] if stack and inside else "0"
+                function = name if kind == "function" else (stack[-1]["function"] if stack else None)
+                stack.append({"kind": kind, "function": function, "total": outer if kind != "function" else "0",
+                              "in_function": kind == "function" or inside})
+            k += 1
+        if not stack or not stack[-1]["in_function"] or counter >= MAX_CHECKED_SHARED:
+            continue
+        start = max(clean.rfind(";", 0, match.start()), clean.rfind("{", 0, match.start()),
+                    clean.rfind("}", 0, match.start()), clean.rfind("\n", 0, match.start())) + 1
+        end = clean.find(";", match.end())
+        if end < 0 or start < last:
+            continue
+        statement = clean[start:end]
+        if not _SHARED_PREFIX.fullmatch(clean[start:match.start()]) or re.search(r"\bextern\b|[={}#]", statement):
+            continue
+        align = max([int(a) for a in re.findall(r"__align__\s*\(\s*(\d+)\s*\)", statement)] or [0])
+        text = _ALIGN.sub(" ", statement)
+        text = re.sub(r"\b(?:__shared__|static)\b", " ", text)
+        declarators, depth, current = [], 0, []
+        for ch in text:
+            depth += {"[": 1, "]": -1, "(": 1, ")": -1, "<": 1, ">": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                declarators.append("".join(current))
+                current = []
+            else:
+                current.append(ch)
+        declarators.append("".join(current))
+        first = _ARRAY_DECLARATOR.match(declarators[0].strip())
+        if not first or not first.group("type").strip() or "*" in first.group("type") or "&" in first.group("type"):
+            continue
+        base = " ".join(first.group("type").split())
+        parsed = [(first.group("name"), first.group("dims"))]
+        for other in declarators[1:]:
+            more = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*((?:\[[^\[\]]+\]\s*)+)", other)
+            if not more:
+                break
+            parsed.append((more.group(1), more.group(2)))
+        if len(parsed) != len(declarators):
+            continue
+        function = stack[-1]["function"] or "this function"
+        out = []
+        for name, dims in parsed:
+            dims = " ".join(dims.split())
+            t, total = f"gpulab_shared_t{counter}", f"gpulab_shared_total{counter}"
+            message = (f"{_STATIC_SHARED_MARK}'{function}' declares {_TOTAL} of static __shared__ memory, "
+                       f"counting up to the array '{name}': more than the {STATIC_SHARED_LIMIT // 1024} KiB "
+                       f"({STATIC_SHARED_LIMIT:,} bytes) a block may have. A GPU compiler rejects that (ptxas: \"uses too much shared data\"): a block's "
+                       "static shared memory is limited to 48 KiB. For more, use dynamic shared "
+                       "memory (extern __shared__ T name[]; sized by the launch's shared_mem), which a kernel "
+                       "may extend beyond 48 KiB by opting in (Kernel.allow_shared_memory)")
+            out.append(f"using {t} = {base} {dims}; constexpr unsigned long long {total} = {stack[-1]['total']} "
+                       f"+ sizeof({t}); static_assert({total} <= {STATIC_SHARED_LIMIT}, {_c_string(message)}); "
+                       f"{t}& {name} = *gpulab::static_shared<{t}>({counter}, \"{name}\", {_c_string(base)}, {align});")
+            stack[-1]["total"] = total
+            counter += 1
+        # Keep the statement's newlines, so that the lines after it keep their numbers.
+        replacement = " ".join(out) + "\n" * statement.count("\n")
+        pieces += [source[last:start], replacement]
+        last = end + 1
     pieces.append(source[last:])
     return "".join(pieces)
 
@@ -193,7 +326,7 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
     constants = constant_symbols(source)
     user_dir = Path(filename).resolve().parent
     search = [d for d in [user_dir, *map(Path, include_dirs)] if d.is_dir()]
-    text = (f"#line 1 {_c_string(filename)}\n" + rewrite_dynamic_shared(source)
+    text = (f"#line 1 {_c_string(filename)}\n" + rewrite_dynamic_shared(rewrite_static_shared(source, filename))
             + "\n" + generated_tail(kernels, symbols, instrumented))
     extra = _compiler_options(tuple(options))
     command_flags = [*FLAGS, *(INSTRUMENT_FLAGS if instrumented else ()), *extra, "-I", str(INCLUDE_DIR),
@@ -289,6 +422,10 @@ def _compile_error(log: str, filename: str, source: str) -> KernelCompileError:
             lines = Path(path).read_text(errors="replace").splitlines()
         except OSError:
             lines = []
+    if message.startswith("static assertion failed: " + _STATIC_SHARED_MARK):
+        message = message.split(_STATIC_SHARED_MARK, 1)[1]
+        total = _REDUCES.search(log, first.end())
+        message = message.replace(_TOTAL, f"{int(total.group(1)):,} bytes" if total else "too many bytes")
     quoted = f"\n{line:>5} | {lines[line - 1]}" if 0 < line <= len(lines) else ""
     return KernelCompileError(f"{path} line {line}: error: {message}{quoted}",
                               path=path, line=line, log=log)

@@ -81,7 +81,8 @@ struct Instr {
     std::vector<unsigned> warp_epoch;               // warp-level syncs each warp has passed
     char* tls_begin;
     char* tls_end;
-    std::vector<Shadow> shared_shadow;              // dynamic shared, then static (TLS) shared
+    std::vector<Shadow> shared_shadow;              // dynamic shared, then thread-local shared
+    std::vector<Shadow> static_shadow[kMaxSharedArrays];   // static __shared__ arrays, by number
 };
 
 uintptr_t module_base;
@@ -233,6 +234,7 @@ void instr_block_start(Worker* w) {
     in->epoch = 0;
     std::fill(in->warp_epoch.begin(), in->warp_epoch.end(), 0u);
     if (!in->shared_shadow.empty()) std::fill(in->shared_shadow.begin(), in->shared_shadow.end(), Shadow());
+    for (auto& v : in->static_shadow) std::fill(v.begin(), v.end(), Shadow());
 }
 
 void instr_barrier(Worker* w) {
@@ -282,6 +284,20 @@ Space classify(Worker* w, uintptr_t a, Guarded const** array, Shadow** shadow) {
     if (a >= dyn && a < dyn + L->shared_bytes) {
         if (!in->shared_shadow.empty()) *shadow = &in->shared_shadow[(a - dyn) / 4];
         return SHARED;
+    }
+    for (int k = 0; k < w->nshared_in_use; ++k) {
+        const int id = w->shared_in_use[k];
+        if (id == kDynamicShared) continue;
+        const SharedArray& s = w->shared_arrays[id];
+        const uintptr_t d = reinterpret_cast<uintptr_t>(s.data);
+        if (a >= d && a < d + s.bytes) {
+            if (counts_of(L)->races_enabled) {
+                std::vector<Shadow>& v = in->static_shadow[id];
+                if (v.empty()) v.assign((s.bytes + 3) / 4 + 1, Shadow());
+                *shadow = &v[(a - d) / 4];
+            }
+            return SHARED;
+        }
     }
     if (a >= reinterpret_cast<uintptr_t>(in->tls_begin) && a < reinterpret_cast<uintptr_t>(in->tls_end)) {
         if (a >= reinterpret_cast<uintptr_t>(&current_view) && a < reinterpret_cast<uintptr_t>(&current_view + 1))

@@ -140,6 +140,26 @@ struct Shared {
     // the symbols' bytes follow
 };
 
+// A __shared__ array of one worker (the blocks it runs reuse it, as a block
+// on a GPU finds whatever its SM's shared memory last held): a function's
+// static array, by the number the compiler gave its declaration, or the
+// launch's dynamic shared memory.  With bounds checking its copy is laid out
+// like an argument's: the end against an inaccessible page, a canary region
+// and another inaccessible page before the start.
+constexpr int kMaxSharedArrays = 128;   // compiler.py's MAX_CHECKED_SHARED
+constexpr int kDynamicShared = kMaxSharedArrays;
+struct SharedArray {
+    const char* name;
+    const char* type;          // the element type as declared
+    size_t bytes, itemsize, align;
+    size_t extents[4];
+    int rank;
+    char* map;
+    size_t map_bytes;
+    char* data;
+    char* back_guard;          // null without bounds checking
+};
+
 struct Launch;
 struct Instr;
 struct Counts;
@@ -155,6 +175,9 @@ struct Worker {
     char* stacks;
     size_t stacks_bytes;
     char* dynamic_shared;
+    SharedArray* shared_arrays;    // kMaxSharedArrays static ones, then the dynamic one
+    int shared_in_use[kMaxSharedArrays + 1];
+    int nshared_in_use;
     int* order;
     Fiber* running;
     int block_waiting, warp_waiting, done;
@@ -490,12 +513,14 @@ void prepare_block(Worker* w, long block) {
 }
 
 bool run_block_steps(Worker* w);
+bool check_shared_canaries(Worker* w, long block);
 
 bool run_block(Worker* w, long block) {
     Launch* L = w->launch;
     L->shared->running_block[w->index] = block;
     prepare_block(w, block);
-    const bool ok = run_block_steps(w);
+    bool ok = run_block_steps(w);
+    if (ok && L->bounds_checked) ok = check_shared_canaries(w, block);
     if (ok) instr_flush(w);
     L->shared->running_block[w->index] = -1;
     if (ok) L->shared->blocks_done.fetch_add(1, std::memory_order_relaxed);
@@ -536,6 +561,138 @@ bool run_block_steps(Worker* w) {
     }
 }
 
+// ------------------------------------------------------------ shared memory
+
+// Maps a's copy (a.bytes, a.align set): guarded when 'checked', zero-filled.
+bool map_shared_array(SharedArray& a, bool checked) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t align = a.align < 16 ? 16 : a.align > page ? page : a.align;
+    // The start stays aligned (16 bytes at least, for vector loads), so up to
+    // align - 1 bytes of slack after the end are only canary-checked.
+    const size_t data_bytes = (a.bytes + align - 1) / align * align;
+    const size_t body = checked ? (data_bytes + kCanaryMin + page - 1) / page * page
+                                : (data_bytes + page - 1) / page * page;
+    a.map_bytes = checked ? body + 2 * page : (body ? body : page);
+    void* map = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) { a.map = nullptr; return false; }
+    a.map = static_cast<char*>(map);
+    if (checked) {
+        a.back_guard = a.map + page + body;
+        a.data = a.back_guard - data_bytes;
+        mprotect(a.map, page, PROT_NONE);
+        mprotect(a.back_guard, page, PROT_NONE);
+        memset(a.map + page, kCanary, body - data_bytes);
+        memset(a.data + a.bytes, kCanary, data_bytes - a.bytes);
+    } else {
+        a.back_guard = nullptr;
+        a.data = a.map;
+    }
+    return true;
+}
+
+// The first byte in [from, to) that is not the canary, or null.
+const char* not_canary(const char* from, const char* to) {
+    constexpr unsigned long long word = 0x0101010101010101ull * kCanary;
+    const char* p = from;
+    for (; p < to && (reinterpret_cast<uintptr_t>(p) & 7); ++p)
+        if ((unsigned char)*p != kCanary) return p;
+    for (; p + 8 <= to; p += 8)
+        if (*reinterpret_cast<const unsigned long long*>(p) != word) break;
+    for (; p < to; ++p)
+        if ((unsigned char)*p != kCanary) return p;
+    return nullptr;
+}
+
+// "name[i][j]" for element 'index' of a (row-major for a multidimensional
+// array, whose first index may run past its extent), "name[index]" otherwise.
+void shared_element(char* out, size_t size, const SharedArray& a, long index) {
+    if (a.rank < 2 || index < 0) {
+        snprintf(out, size, "%s[%ld]", a.name, index);
+        return;
+    }
+    long digit[4];
+    long rest = index;
+    for (int d = a.rank - 1; d > 0; --d) {
+        digit[d] = rest % (long)a.extents[d];
+        rest /= (long)a.extents[d];
+    }
+    digit[0] = rest;
+    int used = snprintf(out, size, "%s", a.name);
+    for (int d = 0; d < a.rank && used < (int)size; ++d)
+        used += snprintf(out + used, size - used, "[%ld]", digit[d]);
+}
+
+// What the array is, for messages: its kind and name ("__shared__ array
+// 'tile'") and its declaration and size ("float tile[32][33]: 1056 elements,
+// valid flat indices 0..1055").
+void shared_description(char* kind, size_t kind_size, char* detail, size_t size, const SharedArray& a,
+                        bool dynamic) {
+    const long elements = (long)(a.bytes / a.itemsize);
+    int used;
+    if (dynamic) {
+        snprintf(kind, kind_size, "dynamic shared memory '%s'", a.name);
+        used = snprintf(detail, size, "extern __shared__ %s %s[]: the launch gave %zu bytes (its shared_mem), ",
+                        a.type, a.name, a.bytes);
+    } else {
+        snprintf(kind, kind_size, "__shared__ array '%s'", a.name);
+        used = snprintf(detail, size, "%s %s", a.type, a.name);
+        for (int d = 0; d < a.rank && used < (int)size; ++d)
+            used += snprintf(detail + used, size - used, "[%zu]", a.extents[d]);
+        used += snprintf(detail + used, size - used, ": ");
+    }
+    if (used < (int)size) {
+        if (elements == 0)
+            snprintf(detail + used, size - used, "no elements");
+        else
+            snprintf(detail + used, size - used, "%ld element%s, valid %sindices 0..%ld", elements,
+                     elements == 1 ? "" : "s", a.rank >= 2 ? "flat " : "", elements - 1);
+    }
+}
+
+// Writes before the start or into the slack after the end of the worker's
+// shared arrays, checked when a block ends: false (the launch failed) if any.
+bool check_shared_canaries(Worker* w, long block) {
+    Launch* L = w->launch;
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int k = 0; k < w->nshared_in_use; ++k) {
+        const int id = w->shared_in_use[k];
+        const SharedArray& a = w->shared_arrays[id];
+        if (!a.back_guard) continue;
+        const char* before = not_canary(a.map + page, a.data);
+        const char* after = not_canary(a.data + a.bytes, a.back_guard);
+        if (!before && !after) continue;
+        if (before)  // the written byte nearest the start names the element
+            for (const char* p = a.data - 1; p >= a.map + page; --p)
+                if ((unsigned char)*p != kCanary) { before = p; break; }
+        const char* at = before ? before : after;
+        char element[96], kind[160], detail[320];
+        shared_element(element, sizeof element, a, floor_div((long)(at - a.data), (long)a.itemsize));
+        shared_description(kind, sizeof kind, detail, sizeof detail, a, id == kDynamicShared);
+        const unsigned bx = (unsigned)(block % L->grid.x), by = (unsigned)(block / L->grid.x % L->grid.y),
+                       bz = (unsigned)(block / ((long)L->grid.x * L->grid.y));
+        fail(L, "kernel '%s', block (%u,%u,%u): out-of-bounds write %s of %s: element %s was written "
+                "(%s; found when the block ended, so the thread is unknown)", L->kernel, bx, by, bz,
+             before ? "before the start" : "past the end", kind, element, detail);
+        return false;
+    }
+    return true;
+}
+
+// A fault at 'address' in one of the worker's shared arrays' guard pages:
+// the array, and whether before its start or past its end; null if none.
+const SharedArray* find_shared(Worker* w, const char* address, const char** where, bool* dynamic) {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int k = 0; k < w->nshared_in_use; ++k) {
+        const int id = w->shared_in_use[k];
+        const SharedArray& a = w->shared_arrays[id];
+        if (!a.back_guard) continue;
+        *dynamic = id == kDynamicShared;
+        if (address >= a.back_guard && address < a.back_guard + page) { *where = "past the end"; return &a; }
+        if (address >= a.map && address < a.map + page) { *where = "before the start"; return &a; }
+    }
+    return nullptr;
+}
+
 // ------------------------------------------------------------ fault handling
 
 const Guarded* find_guarded(Launch* L, const char* address, const char** where) {
@@ -574,6 +731,15 @@ void report_fault(Worker* w) {
         fail(L, "%s: out-of-bounds %s of argument '%s' at element %s[%ld], %s of the array "
                 "(it has %ld element%s, valid indices 0..%ld)", head, access, g->name, g->name, index,
              where, elements, elements == 1 ? "" : "s", elements - 1);
+        return;
+    }
+    bool dynamic = false;
+    if (const SharedArray* a = find_shared(w, address, &where, &dynamic)) {
+        char element[96], kind[160], detail[320];
+        shared_element(element, sizeof element, *a, floor_div((long)(address - a->data), (long)a->itemsize));
+        shared_description(kind, sizeof kind, detail, sizeof detail, *a, dynamic);
+        fail(L, "%s: out-of-bounds %s of %s at element %s, %s of the array (%s)", head, access, kind, element,
+             where, detail);
         return;
     }
     for (int i = 0; i < w->nthreads; ++i) {
@@ -664,9 +830,23 @@ bool setup_worker(Worker* w) {
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     w->fibers = static_cast<Fiber*>(calloc(n, sizeof(Fiber)));
     w->order = static_cast<int*>(calloc(n, sizeof(int)));
-    w->dynamic_shared = static_cast<char*>(aligned_alloc(128, (L->shared_bytes + 127) / 128 * 128 + 128));
-    if (stacks == MAP_FAILED || !w->fibers || !w->order || !w->dynamic_shared) {
+    w->shared_arrays = static_cast<SharedArray*>(calloc(kMaxSharedArrays + 1, sizeof(SharedArray)));
+    bool dynamic_ok = false;
+    if (w->shared_arrays) {
+        SharedArray& d = w->shared_arrays[kDynamicShared];
+        d.name = "extern __shared__";   // until a thread declares it
+        d.type = "";
+        d.bytes = L->shared_bytes;
+        d.itemsize = d.align = 1;
+        dynamic_ok = map_shared_array(d, L->bounds_checked);
+        if (dynamic_ok) {
+            w->dynamic_shared = d.data;
+            w->shared_in_use[w->nshared_in_use++] = kDynamicShared;
+        }
+    }
+    if (stacks == MAP_FAILED || !w->fibers || !w->order || !dynamic_ok) {
         if (stacks != MAP_FAILED) munmap(stacks, w->stacks_bytes);
+        w->stacks = nullptr;
         fail(L, "kernel '%s': out of memory setting up the CPU backend's threads", L->kernel);
         return false;
     }
@@ -699,7 +879,11 @@ void teardown_worker(Worker* w) {
     if (w->stacks) munmap(w->stacks, w->stacks_bytes);
     free(w->fibers);
     free(w->order);
-    free(w->dynamic_shared);
+    for (int k = 0; k < w->nshared_in_use; ++k) {
+        const SharedArray& a = w->shared_arrays[w->shared_in_use[k]];
+        if (a.map) munmap(a.map, a.map_bytes);
+    }
+    free(w->shared_arrays);
 }
 
 void* worker_main(void* arg) {
@@ -911,6 +1095,36 @@ unsigned active_mask() {
 }
 
 void* dynamic_shared() { return current_worker->dynamic_shared; }
+
+void* dynamic_shared(const char* name, const char* type, size_t itemsize) {
+    Worker* w = current_worker;
+    SharedArray& d = w->shared_arrays[kDynamicShared];
+    d.name = name;
+    d.type = type;
+    d.itemsize = itemsize ? itemsize : 1;
+    return w->dynamic_shared;
+}
+
+void* static_shared_raw(int id, const char* name, const char* type, size_t bytes, size_t align,
+                        size_t itemsize, const size_t* extents, int rank) {
+    Worker* w = current_worker;
+    SharedArray& a = w->shared_arrays[id];
+    if (a.map) return a.data;
+    a.name = name;
+    a.type = type;
+    a.bytes = bytes;
+    a.align = align;
+    a.itemsize = itemsize ? itemsize : 1;
+    a.rank = rank < 4 ? rank : 4;
+    for (int d = 0; d < a.rank; ++d) a.extents[d] = extents[d];
+    if (!map_shared_array(a, w->launch->bounds_checked)) {
+        char what[160];
+        snprintf(what, sizeof what, "out of memory for the CPU backend's copy of __shared__ array '%s'", name);
+        trap(what, "<gpulab-cpu runtime>", 0);
+    }
+    w->shared_in_use[w->nshared_in_use++] = id;
+    return a.data;
+}
 
 void trap(const char* what, const char* file, int line) {
     Worker* w = current_worker;
