@@ -18,6 +18,7 @@ import ctypes
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,11 +28,11 @@ import numpy as np
 from ..errors import KernelArgumentError, KernelLaunchError
 from ..datasheet import ARCHITECTURES
 from ..signature import KernelSignature
-from . import counters
+from . import counters, crashes
 from .compiler import Built, build
 
 __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFunction", "Checking",
-           "MAX_SHARED_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs", "counting",
+           "MAX_SHARED_BYTES", "PRINTF_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs", "counting",
            "LaunchCounters"]
 
 SCHEDULES = ("in_order", "reverse", "shuffle")
@@ -172,6 +173,9 @@ class CpuModule:
         self._progress = self._lib.gpulab_launch_progress
         self._progress.restype = None
         self._progress.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        self._printed = self._lib.gpulab_launch_printed
+        self._printed.restype = ctypes.c_ulonglong
+        self._printed.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
         self._run_cpu_ns = self._lib.gpulab_launch_run_cpu_ns
         self._run_cpu_ns.restype, self._run_cpu_ns.argtypes = ctypes.c_longlong, [ctypes.c_void_p]
         self._finish = self._lib.gpulab_launch_finish
@@ -366,6 +370,7 @@ class CpuFunction:
             raise
         finally:
             kernel_ns = module._run_cpu_ns(handle)
+            self._print_output(handle)
             failed = module._finish(handle, 0 if stopped is None else 1,
                                     -1 if stopped is not None or status is None else status,
                                     error, _ERROR_BYTES, record, 0 if record is None else len(record))
@@ -373,6 +378,9 @@ class CpuFunction:
             _costs.add(before, os.times(), kernel_ns)
         if stopped is not None:
             raise KernelLaunchError(stopped)
+        if failed == _DIED:
+            raise KernelLaunchError(crashes.worker_died(self.name, status, error.value.decode(errors="replace"),
+                                                        settings.bounds))
         if failed:
             raise KernelLaunchError(error.value.decode(errors="replace"))
         if record is not None:
@@ -381,6 +389,25 @@ class CpuFunction:
                 collector.add(result)
             if settings.races and result.races:
                 raise KernelLaunchError(result.race_report())
+
+    def _print_output(self, handle) -> None:
+        """Print what the launch's kernel printed (after the launch, as a GPU
+        does): at most the last PRINTF_BYTES, after a line saying how much
+        went, as a GPU's printf buffer keeps only its latest output."""
+        text, capacity = ctypes.c_void_p(), ctypes.c_size_t()
+        total = self.module._printed(handle, ctypes.byref(text), ctypes.byref(capacity))
+        if not total or not text.value:
+            return
+        size = capacity.value
+        if total <= size:
+            data = ctypes.string_at(text.value, total)
+        else:
+            start = total % size
+            data = ctypes.string_at(text.value + start, size - start) + ctypes.string_at(text.value, start)
+            data = data[data.find(b"\n") + 1:]   # from the first whole line
+            data = truncated_printf_line(self.name, total, total - len(data)).encode() + data
+        sys.stdout.write(data.decode(errors="replace"))
+        sys.stdout.flush()
 
     def _stopped(self, handle, what: str, grid, block) -> str:
         """Stop a running launch's worker process; the message saying where it was."""
@@ -428,7 +455,20 @@ class CpuFunction:
             f"pass np.{param.dtype.name}(...)")
 
 
+#: The most printf output one launch shows (the size of the CPU backend's
+#: buffer, that of a GPU's by default: cudaLimitPrintfFifoSize, 1 MiB).
+PRINTF_BYTES = 1 << 20
+
+
+def truncated_printf_line(kernel: str, total: int, dropped: int) -> str:
+    return (f"[gpulab: printf output truncated: kernel '{kernel}' printed {total:,} bytes in this launch; "
+            f"the first {dropped:,} are dropped and the rest shown: a launch keeps at most "
+            f"{PRINTF_BYTES // 2**20} MiB of printf output, the latest, as a GPU's printf buffer does "
+            "(cudaLimitPrintfFifoSize, 1 MiB by default)]\n")
+
+
 _UNKNOWN = -1
+_DIED = 2   # gpulab_launch_finish: the worker process died
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,11 @@ PRELUDE = INCLUDE_DIR / "gpulab_cuda_cpu.h"
 
 # -fstack-clash-protection makes a large local array touch its stack page by
 # page, so a thread that outgrows its fiber stack hits the guard page below it
-# instead of silently writing into another thread's stack.
+# instead of silently writing into another thread's stack.  -fno-builtin-printf
+# keeps every printf a call of the module's own (runtime.cpp), which keeps the
+# output in the launch's buffer: g++ would turn some into calls of puts.
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
-         "-fvisibility=hidden", "-fstack-clash-protection", "-Wno-unknown-pragmas", "-Wno-attributes")
+         "-fvisibility=hidden", "-fstack-clash-protection", "-fno-builtin-printf", "-Wno-unknown-pragmas", "-Wno-attributes")
 # An instrumented build (counters, race checking) compiles the kernel's source
 # with ThreadSanitizer's load/store hooks and a hook per basic block, which the
 # runtime, compiled apart without them, defines (instrument.cpp).  No

@@ -160,6 +160,16 @@ struct SharedArray {
     char* back_guard;          // null without bounds checking
 };
 
+// A launch's printf output, in memory shared with the Python process, which
+// prints it when the launch has ended (as a GPU prints its printf buffer at
+// the next synchronisation).  Like a GPU's buffer (cudaLimitPrintfFifoSize,
+// 1 MiB by default) it is circular: past its size, the latest output is kept.
+constexpr size_t kPrintfBytes = 1 << 20;
+struct Printed {
+    std::atomic<unsigned long long> total;   // bytes printed in all
+    char text[kPrintfBytes];
+};
+
 struct Launch;
 struct Instr;
 struct Counts;
@@ -220,6 +230,7 @@ struct Launch {
     void* const* symbol_address;
     const size_t* symbol_bytes;
     const int* symbol_constant;
+    Printed* printed;              // the kernel's printf output
     Counts* counts;                // null unless instrumented
     Shadow** global_shadow;        // per array argument, for race checking
 };
@@ -246,7 +257,7 @@ inline void instr_merge(Worker*) {}
 std::atomic<Worker*> worker_slots[kMaxWorkers];
 pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
 int handler_users;
-struct sigaction previous_segv, previous_bus, previous_fpe;
+struct sigaction previous_segv, previous_bus, previous_fpe, previous_ill;
 
 long floor_div(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -719,6 +730,13 @@ void report_fault(Worker* w) {
     char head[256];
     snprintf(head, sizeof head, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u)", L->kernel,
              b.x, b.y, b.z, t.x, t.y, t.z);
+    if (w->fault_signal == SIGILL) {
+        fail(L, "%s: illegal instruction (SIGILL). g++ compiles code whose behaviour it can prove undefined, "
+                "such as an integer division by a zero it can see at compile time, into an illegal "
+                "instruction (a GPU computes an unspecified value there instead); a jump through a corrupted "
+                "pointer or return address can land on one too", head);
+        return;
+    }
     if (w->fault_signal == SIGFPE) {
         fail(L, "%s: integer division by zero (or overflow) - a GPU returns an unspecified value "
                 "here without any error, so this is a bug in the kernel", head);
@@ -750,7 +768,7 @@ void report_fault(Worker* w) {
             return;
         }
     }
-    fail(L, "%s: invalid memory %s at address %p, which is not inside any argument array "
+    fail(L, "%s: invalid memory %s at address %p, which is not inside any argument array or shared array "
             "(an uninitialised, null or out-of-range pointer)%s", head, access, w->fault_address,
          L->bounds_checked ? "" : "; run with bounds checking on (gpulab.cpu.checking(bounds=True), the default) "
                                   "to name the array and index");
@@ -766,7 +784,8 @@ Worker* worker_of_this_thread() {
 }
 
 void chain_signal(int sig, siginfo_t* info, void* context) {
-    const struct sigaction& previous = sig == SIGSEGV ? previous_segv : sig == SIGBUS ? previous_bus : previous_fpe;
+    const struct sigaction& previous = sig == SIGSEGV ? previous_segv : sig == SIGBUS ? previous_bus
+                                     : sig == SIGILL ? previous_ill : previous_fpe;
     if (previous.sa_flags & SA_SIGINFO) {
         previous.sa_sigaction(sig, info, context);
     } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
@@ -804,6 +823,7 @@ void install_fault_handler() {
         sigaction(SIGSEGV, &action, &previous_segv);
         sigaction(SIGBUS, &action, &previous_bus);
         sigaction(SIGFPE, &action, &previous_fpe);
+        sigaction(SIGILL, &action, &previous_ill);
     }
     pthread_mutex_unlock(&handler_lock);
 }
@@ -814,6 +834,7 @@ void remove_fault_handler() {
         sigaction(SIGSEGV, &previous_segv, nullptr);
         sigaction(SIGBUS, &previous_bus, nullptr);
         sigaction(SIGFPE, &previous_fpe, nullptr);
+        sigaction(SIGILL, &previous_ill, nullptr);
     }
     pthread_mutex_unlock(&handler_lock);
 }
@@ -1137,7 +1158,47 @@ void trap(const char* what, const char* file, int line) {
     __builtin_unreachable();
 }
 
+// printf in a kernel: formatted here, kept in the launch's buffer.
+int device_vprintf(const char* format, va_list ap) {
+    Worker* w = current_worker;
+    if (!w || !w->running || !w->launch->printed) return vfprintf(stdout, format, ap);
+    char local[1024];
+    va_list copy;
+    va_copy(copy, ap);
+    const int n = vsnprintf(local, sizeof local, format, copy);
+    va_end(copy);
+    if (n <= 0) return n;
+    char* text = local;
+    if ((size_t)n >= sizeof local) {
+        text = static_cast<char*>(malloc((size_t)n + 1));
+        if (!text) return -1;
+        vsnprintf(text, (size_t)n + 1, format, ap);
+    }
+    Printed* out = w->launch->printed;
+    const unsigned long long at = out->total.fetch_add((unsigned long long)n);
+    // Only the last kPrintfBytes of a longer text can survive.
+    const size_t skip = (size_t)n > kPrintfBytes ? (size_t)n - kPrintfBytes : 0;
+    for (size_t done = skip; done < (size_t)n;) {
+        const size_t pos = (size_t)((at + done) % kPrintfBytes);
+        const size_t piece = (size_t)n - done < kPrintfBytes - pos ? (size_t)n - done : kPrintfBytes - pos;
+        memcpy(out->text + pos, text + done, piece);
+        done += piece;
+    }
+    if (text != local) free(text);
+    return n;
+}
+
 }  // namespace gpulab
+
+// The module's own printf (hidden: it replaces the C library's for the kernel's
+// code only; g++ is told not to turn printf calls into puts or putchar).
+extern "C" int printf(const char* __restrict format, ...) {
+    va_list ap;
+    va_start(ap, format);
+    const int n = gpulab::device_vprintf(format, ap);
+    va_end(ap);
+    return n;
+}
 
 extern "C" void gpulab_assert_fail(const char* expr, const char* file, int line, const char* func) {
     if (!gpulab::current_worker || !gpulab::current_worker->running) {
@@ -1235,21 +1296,9 @@ void release(Pending* P) {
     free(P->substituted);
     free(P->pointer_values);
     pthread_mutex_destroy(&P->L.error_lock);
+    if (P->L.printed) munmap(P->L.printed, sizeof(Printed));
     munmap(P->shared, P->shared_bytes);
     free(P);
-}
-
-const char* signal_description(int sig) {
-    switch (sig) {
-        case SIGABRT: return "SIGABRT: the C library aborted, as it does when it finds its heap corrupted";
-        case SIGSEGV: return "SIGSEGV: an invalid memory access outside any kernel thread";
-        case SIGBUS: return "SIGBUS: a bus error";
-        case SIGILL: return "SIGILL: an illegal instruction";
-        case SIGFPE: return "SIGFPE: an arithmetic fault";
-        case SIGKILL: return "SIGKILL: killed, perhaps by the system for lack of memory";
-        case SIGALRM: return "SIGALRM: its time limit";
-        default: return "a fatal signal";
-    }
 }
 
 }  // namespace
@@ -1323,6 +1372,9 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
     L.symbol_constant = symbol_constant;
     L.counts = nullptr;
     L.global_shadow = nullptr;
+    void* printed = mmap(nullptr, sizeof(Printed), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0);
+    L.printed = printed == MAP_FAILED ? nullptr : new (printed) Printed();
 #ifdef GPULAB_INSTRUMENTED
     if (instrument) {
         L.counts = new (static_cast<char*>(shared) + counts_offset) Counts();
@@ -1397,6 +1449,15 @@ GPULAB_EXPORT size_t gpulab_counts_bytes() {
 
 GPULAB_EXPORT int gpulab_launch_pid(void* handle) { return static_cast<gpulab::Pending*>(handle)->pid; }
 
+// How many bytes the launch's kernel printed; its buffer and the buffer's size
+// (the last 'capacity' bytes printed, circular: the next byte goes at total % capacity).
+GPULAB_EXPORT unsigned long long gpulab_launch_printed(void* handle, const char** text, size_t* capacity) {
+    gpulab::Printed* out = static_cast<gpulab::Pending*>(handle)->L.printed;
+    *text = out ? out->text : nullptr;
+    *capacity = gpulab::kPrintfBytes;
+    return out ? out->total.load() : 0;
+}
+
 // CPU time the worker process spent running the blocks (0 until it has).
 GPULAB_EXPORT long long gpulab_launch_run_cpu_ns(void* handle) {
     return static_cast<gpulab::Pending*>(handle)->shared->run_cpu_ns;
@@ -1433,7 +1494,8 @@ GPULAB_EXPORT void gpulab_launch_progress(void* handle, char* text, size_t size)
 // Finishes a launch whose worker process has ended: checks the canaries,
 // copies the results back and frees everything.  'how': 0 the process ended
 // by itself with 'wait_status' (-1 if unknown), 1 it was stopped (the caller
-// words that message).  Returns 0, or 1 with a message in 'error'.
+// words that message).  Returns 0; 1 with a message in 'error'; or 2 when the
+// process died, with where it was in 'error'.
 GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, char* error, size_t error_size,
                                        void* counts_out, size_t counts_bytes) {
     using namespace gpulab;
@@ -1455,20 +1517,9 @@ GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, c
             snprintf(error, error_size, "%s", S->error);
             status = 1;
         } else if (!exited) {
-            char where[1024], cause[160];
-            gpulab_launch_progress(P, where, sizeof where);
-            if (wait_status >= 0 && WIFSIGNALED(wait_status))
-                snprintf(cause, sizeof cause, "%s", signal_description(WTERMSIG(wait_status)));
-            else if (wait_status >= 0 && WIFEXITED(wait_status))
-                snprintf(cause, sizeof cause, "exit status %d", WEXITSTATUS(wait_status));
-            else
-                snprintf(cause, sizeof cause, "how is unknown");
-            snprintf(error, error_size,
-                     "kernel '%s': the CPU backend's worker process running it died (%s); %s. Your Python "
-                     "session is unharmed. The kernel most likely wrote outside its arrays%s",
-                     L.kernel, cause, where,
-                     L.bounds_checked ? "." : "; run it with bounds checking on (the default) to find where.");
-            status = 1;
+            // Where it was; the Python side says how it died (gpulab/cpu/crashes.py).
+            gpulab_launch_progress(P, error, error_size);
+            status = 2;
         }
     }
     if (S->symbols_saved) {
@@ -1483,7 +1534,7 @@ GPULAB_EXPORT int gpulab_launch_finish(void* handle, int how, int wait_status, c
     L.error_size = error_size;
     L.failed.store(status || how ? 1 : 0);
     check_canaries_and_copy_back(&L);
-    if (L.failed.load()) status = 1;
+    if (L.failed.load() && !status) status = 1;
     release(P);
     return status;
 }

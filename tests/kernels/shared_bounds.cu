@@ -21,16 +21,18 @@ extern "C" __global__ void transpose_tiled(int n, const float* in, float* out)
 }
 
 // Sums each block's chunk of x into sums[block] through a static shared
-// array of one float per thread; 'shift' moves thread t's slot to t + shift,
-// so the last thread's store (shift > 0) or the first's (shift < 0) lands
-// outside.  'read_ahead' reads partial[t + 1] instead, so the last thread reads past the end.
-extern "C" __global__ void block_sum(int n, int shift, int read_ahead, const float* x, float* sums)
+// array of one float per thread.  In block 'bad_block' only: 'shift' moves
+// thread t's slot to t + shift, so the last thread's store (shift > 0) or the
+// first's (shift < 0) lands outside, and 'read_ahead' has every thread read
+// partial[t + 1] too, so the last thread reads past the end.
+extern "C" __global__ void block_sum(int n, int bad_block, int shift, int read_ahead, const float* x, float* sums)
 {
     __shared__ float partial[128];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    partial[(int)threadIdx.x + shift] = i < n ? x[i] : 0.0f;
+    int bad = blockIdx.x == bad_block;
+    partial[(int)threadIdx.x + (bad ? shift : 0)] = i < n ? x[i] : 0.0f;
     __syncthreads();
-    if (read_ahead) {
+    if (bad && read_ahead) {
         float next = partial[threadIdx.x + 1];
         if (next == 12345.0f) {
             sums[blockIdx.x] = next;   // keeps the read
@@ -45,33 +47,36 @@ extern "C" __global__ void block_sum(int n, int shift, int read_ahead, const flo
     }
 }
 
-// Two static arrays in one statement, one of them 2-D; thread t of block b
-// writes rows[t][col], and col = 8 writes the first element past the end of a
-// row, which is inside the array (rows[t + 1][0]) except for the last row.
-extern "C" __global__ void two_arrays(int col, float* out)
+// Two static arrays in one statement, one of them 2-D.  Thread t writes
+// rows[t][col]: col = 8 is the first column past the end of a row, which is
+// still inside the array (rows[t + 1][0]) except for the last row's thread, in
+// block 'bad_block' only (the others write column 0).
+extern "C" __global__ void two_arrays(int bad_block, int col, float* out)
 {
     __shared__ float rows[32][8], other[4];
-    rows[threadIdx.x][col] = (float)threadIdx.x;
+    rows[threadIdx.x][blockIdx.x == bad_block ? col : 0] = (float)threadIdx.x;
     if (threadIdx.x < 4) {
-        other[threadIdx.x] = 1.0f;
+        other[threadIdx.x] = 10.0f * threadIdx.x;
     }
     __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = rows[threadIdx.x][0] + other[threadIdx.x % 4];
 }
 
-// Reverses each block's chunk of x through dynamic shared memory; 'extra'
-// elements more than the launch gave are written past its end.
-extern "C" __global__ void reverse_dynamic(int n, int extra, float* x)
+// Reverses each block's chunk of x (the last one partial) in place through
+// dynamic shared memory; block 'bad_block' indexes 'extra' elements further,
+// past the end of what the launch gave when extra > 0.
+extern "C" __global__ void reverse_dynamic(int n, int bad_block, int extra, float* x)
 {
     extern __shared__ float chunk[];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int start = blockIdx.x * blockDim.x;
     int count = min(n - start, (int)blockDim.x);
+    int offset = blockIdx.x == bad_block ? extra : 0;
     if (threadIdx.x < count) {
-        chunk[threadIdx.x + extra] = x[i];
+        chunk[(int)threadIdx.x + offset] = x[i];
     }
     __syncthreads();
     if (threadIdx.x < count) {
-        x[i] = chunk[count - 1 - threadIdx.x + extra];
+        x[i] = chunk[count - 1 - (int)threadIdx.x + offset];
     }
 }
