@@ -128,6 +128,37 @@ def test_without_bounds_checking_a_shared_overrun_cannot_harm_python(shared):
     assert np.isfinite(ok).all()
 
 
+TEMPLATE_SHARED = """
+// One declaration, two instantiations of different sizes in one kernel: each gets its own array.
+template <class T, int N> __device__ T stage_and_sum(const T* x)
+{
+    __shared__ T staged[N];
+    staged[threadIdx.x % N] = x[threadIdx.x % N];
+    __syncthreads();
+    T total = 0;
+    for (int k = 0; k < N; ++k) {
+        total += staged[k];
+    }
+    __syncthreads();
+    return total;
+}
+
+extern "C" __global__ void sum_twice(const float* x, const double* y, double* out)
+{
+    out[threadIdx.x] = stage_and_sum<float, 8>(x) + stage_and_sum<double, 64>(y);
+}
+"""
+
+
+def test_each_instantiation_of_a_template_s_shared_array_is_its_own():
+    module = cpu.compile_module(TEMPLATE_SHARED, filename="kernels/x/template_shared.cu")
+    x = rng.standard_normal(8).astype(np.float32)
+    y = rng.standard_normal(64)
+    out = np.full(64, np.nan)
+    module.get_function("sum_twice")((1, 1, 1), (64, 1, 1), (x, y, out))
+    np.testing.assert_allclose(out, np.full(64, x.astype(np.float64).sum() + y.sum()), rtol=1e-6)
+
+
 # ------------------------------------------------------------ dynamic shared memory
 
 def test_write_past_the_end_of_dynamic_shared_memory_names_it(shared):
@@ -256,11 +287,12 @@ def test_an_illegal_instruction_names_the_block_and_thread_and_its_likely_causes
 def test_a_worker_s_death_names_the_signal_and_its_causes_without_blaming_one(signum, words):
     status = signum   # a wait status for "killed by signum", no core dump
     message = crashes.worker_died("k", status, "still running: block (1,0,0)", bounds_checked=True)
-    assert message.startswith("kernel 'k': the CPU backend's worker process running it died of "), message
+    assert message.startswith("kernel 'k': the CPU backend's worker process running it died ("), message
     for part in (*words, "still running: block (1,0,0)", "unharmed"):
         assert part in message, message
     assert "most likely" not in message
     unchecked = crashes.worker_died("k", status, "where", bounds_checked=False)
     assert "bounds checking on" in unchecked, unchecked
+    assert crashes.death_cause(signum) == signal.Signals(signum).name
     assert crashes.death_cause(-1) == "how is unknown"
     assert crashes.death_cause(3 << 8) == "exit status 3"

@@ -40,7 +40,7 @@ INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-
                     "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
                     "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED")
 # Bump when the generated code changes in a way the hashed inputs do not show.
-FORMAT_VERSION = "3"
+FORMAT_VERSION = "4"
 
 _EXTERN_SHARED = re.compile(
     r"^([ \t]*)extern[ \t]+__shared__[ \t]+(.+?)[ \t]*\b([A-Za-z_]\w*)[ \t]*\[[ \t]*\][ \t]*;", re.M)
@@ -227,7 +227,7 @@ def rewrite_static_shared(source: str, filename: str) -> str:
                        "may extend beyond 48 KiB by opting in (Kernel.allow_shared_memory)")
             out.append(f"using {t} = {base} {dims}; constexpr unsigned long long {total} = {stack[-1]['total']} "
                        f"+ sizeof({t}); static_assert({total} <= {STATIC_SHARED_LIMIT}, {_c_string(message)}); "
-                       f"{t}& {name} = *gpulab::static_shared<{t}>({counter}, \"{name}\", {_c_string(base)}, {align});")
+                       f"{t}& {name} = *gpulab::static_shared<{t}, {counter}>(\"{name}\", {_c_string(base)}, {align});")
             stack[-1]["total"] = total
             counter += 1
         # Keep the statement's newlines, so that the lines after it keep their numbers.

@@ -32,31 +32,42 @@ _CAUSES = {
 
 
 def signal_causes(signum: int) -> str:
-    """``"SIGILL (an illegal instruction: ...)"``: the signal's name and its
-    likely causes, none singled out."""
+    """``"SIGILL: an illegal instruction: ..."``: the signal's name and its
+    likely causes, none singled out (just the name for a signal without a
+    list)."""
     try:
         name = signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
     causes = _CAUSES.get(signum)
-    return f"{name} ({causes})" if causes else name
+    return f"{name}: {causes}" if causes else name
 
 
-def death_cause(wait_status: int) -> str:
-    """What ended a process, from its ``os.waitpid`` status (-1: unknown)."""
+def _status(wait_status: int | None) -> tuple[str, str]:
+    """What ended a process, from its ``os.waitpid`` status (-1 or None:
+    unknown): in a few words, and the causes (a sentence, or "")."""
     if wait_status is None or wait_status < 0:
-        return "how is unknown"
+        return "how is unknown", ""
     if os.WIFSIGNALED(wait_status):
-        return signal_causes(os.WTERMSIG(wait_status))
+        signum = os.WTERMSIG(wait_status)
+        causes = signal_causes(signum)
+        name = causes.split(":", 1)[0]
+        return name, (causes + "." if ":" in causes else "")
     if os.WIFEXITED(wait_status):
-        return f"exit status {os.WEXITSTATUS(wait_status)}"
-    return "how is unknown"
+        return f"exit status {os.WEXITSTATUS(wait_status)}", ""
+    return "how is unknown", ""
 
 
-def worker_died(kernel: str, wait_status: int, where: str, bounds_checked: bool) -> str:
+def death_cause(wait_status: int | None) -> str:
+    """What ended a process, in a few words ("SIGABRT", "exit status 3")."""
+    return _status(wait_status)[0]
+
+
+def worker_died(kernel: str, wait_status: int | None, where: str, bounds_checked: bool) -> str:
     """The message for a CPU-backend worker process that died running ``kernel``."""
+    what, causes = _status(wait_status)
     hint = "" if bounds_checked else (
-        " Bounds checking was off: run it with bounds checking on (the default) to have an access outside "
-        "an array or shared memory named.")
-    return (f"kernel '{kernel}': the CPU backend's worker process running it died of {death_cause(wait_status)}; "
-            f"{where}. Your Python session is unharmed.{hint}")
+        " Bounds checking was off: run the kernel with bounds checking on (the default) to have an access "
+        "outside an array or shared memory named.")
+    return (f"kernel '{kernel}': the CPU backend's worker process running it died ({what}); {where}. "
+            f"Your Python session is unharmed. {causes}{hint}").rstrip()

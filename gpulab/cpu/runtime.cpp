@@ -149,6 +149,7 @@ struct Shared {
 constexpr int kMaxSharedArrays = 128;   // compiler.py's MAX_CHECKED_SHARED
 constexpr int kDynamicShared = kMaxSharedArrays;
 struct SharedArray {
+    const void* key;           // which declaration (and instantiation, in a template)
     const char* name;
     const char* type;          // the element type as declared
     size_t bytes, itemsize, align;
@@ -1126,11 +1127,21 @@ void* dynamic_shared(const char* name, const char* type, size_t itemsize) {
     return w->dynamic_shared;
 }
 
-void* static_shared_raw(int id, const char* name, const char* type, size_t bytes, size_t align,
+void* static_shared_raw(const void* key, int id, const char* name, const char* type, size_t bytes, size_t align,
                         size_t itemsize, const size_t* extents, int rank) {
     Worker* w = current_worker;
-    SharedArray& a = w->shared_arrays[id];
+    // The declaration's own slot, or (another instantiation of a template's) the next free one.
+    int slot = id;
+    while (slot < kMaxSharedArrays && w->shared_arrays[slot].map && w->shared_arrays[slot].key != key) ++slot;
+    if (slot == kMaxSharedArrays) {
+        char what[160];
+        snprintf(what, sizeof what, "more than %d __shared__ arrays for the CPU backend (at '%s')",
+                 kMaxSharedArrays, name);
+        trap(what, "<gpulab-cpu runtime>", 0);
+    }
+    SharedArray& a = w->shared_arrays[slot];
     if (a.map) return a.data;
+    a.key = key;
     a.name = name;
     a.type = type;
     a.bytes = bytes;
@@ -1143,7 +1154,7 @@ void* static_shared_raw(int id, const char* name, const char* type, size_t bytes
         snprintf(what, sizeof what, "out of memory for the CPU backend's copy of __shared__ array '%s'", name);
         trap(what, "<gpulab-cpu runtime>", 0);
     }
-    w->shared_in_use[w->nshared_in_use++] = id;
+    w->shared_in_use[w->nshared_in_use++] = slot;
     return a.data;
 }
 

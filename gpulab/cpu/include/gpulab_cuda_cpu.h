@@ -92,15 +92,18 @@ void warp_collective(const char* name, int phase, const char* file, int line);
 void* dynamic_shared();
 // The launch's dynamic shared memory, as the array 'name' of 'type' (for messages).
 void* dynamic_shared(const char* name, const char* type, size_t itemsize);
-// A function's static __shared__ array number 'id' of this module (the compiler
-// rewrites each declaration into a call of static_shared): the running block's
-// copy, guarded like an argument's when bounds are checked.
-void* static_shared_raw(int id, const char* name, const char* type, size_t bytes, size_t align,
+// A function's static __shared__ array: the compiler rewrites each
+// declaration, the id-th of the file, into a call of static_shared, which
+// gives the running block's copy (guarded like an argument's when bounds are
+// checked).  The key tells apart the instantiations of one declaration in a
+// template (their sizes may differ).
+void* static_shared_raw(const void* key, int id, const char* name, const char* type, size_t bytes, size_t align,
                         size_t itemsize, const size_t* extents, int rank);
-template <class T> static inline T* static_shared(int id, const char* name, const char* type, size_t align) {
+template <class T, int Id> static inline T* static_shared(const char* name, const char* type, size_t align) {
+    static const char key = 0;
     static constexpr size_t extents[4] = {std::extent<T, 0>::value, std::extent<T, 1>::value,
                                           std::extent<T, 2>::value, std::extent<T, 3>::value};
-    return static_cast<T*>(static_shared_raw(id, name, type, sizeof(T), align > alignof(T) ? align : alignof(T),
+    return static_cast<T*>(static_shared_raw(&key, Id, name, type, sizeof(T), align > alignof(T) ? align : alignof(T),
                                              sizeof(std::remove_all_extents_t<T>), extents,
                                              (int)std::rank<T>::value));
 }
