@@ -108,7 +108,7 @@ def rewrite_dynamic_shared(source: str) -> str:
 
 
 #: The most static ``__shared__`` memory a kernel may declare: 48 KiB on every
-#: GPU since Volta; more must be dynamic, with the kernel's opt-in
+#: GPU; more must be dynamic, with the kernel's opt-in
 #: (cudaFuncAttributeMaxDynamicSharedMemorySize, ``Kernel.allow_shared_memory``).
 STATIC_SHARED_LIMIT = 48 * 1024
 #: Static ``__shared__`` arrays after this many in one file keep the unchecked
@@ -124,33 +124,29 @@ _ARRAY_DECLARATOR = re.compile(r"^(?P<type>.*?)\b(?P<name>[A-Za-z_]\w*)\s*(?P<di
 
 
 def _scopes(clean: str):
-    """For every position of ``clean``, via a generator of (position, event): the
-    opening and closing braces, each opening with whether it starts a function
-    body (the text before it ends with a parameter list) and the function's name."""
+    """The braces of ``clean`` in order: (position, None) for a closing one,
+    (position, (kind, name)) for an opening one, kind "function" with the
+    function's name when the text before it ends with a parameter list (not
+    that of an ``if``, ``for``, ``while``, ``switch`` or ``catch``), "block"
+    otherwise."""
     for match in re.finditer(r"[{}]", clean):
         if match.group(0) == "}":
             yield match.start(), None
             continue
         head = clean[max(0, match.start() - 400):match.start()]
         head = re.sub(r"(?:\b(?:const|noexcept|override|final|mutable)\b|\s)+$", "", head)
-        name = None
+        kind, name = "block", None
         if head.endswith(")"):
             depth, pos = 0, len(head) - 1
-            while pos >= 0:
+            while pos > 0:
                 depth += {")": 1, "(": -1}.get(head[pos], 0)
                 if depth == 0:
                     break
                 pos -= 1
-            found = re.search(r"([A-Za-z_]\w*)\s*$", head[:max(pos, 0)])
-            keyword = found and found.group(1) in ("if", "for", "while", "switch", "catch", "__launch_bounds__")
-            if found and not keyword:
-                name = found.group(1)
-            elif keyword and found.group(1) == "__launch_bounds__":
-                found = re.search(r"([A-Za-z_]\w*)\s*\([^()]*\)\s*__launch_bounds__\s*$", head[:max(pos, 0)])
-                name = found.group(1) if found else None
-            if name is None and not keyword:
-                name = ""
-        yield match.start(), ("function", name) if name is not None else ("block", None)
+            found = re.search(r"([A-Za-z_]\w*)\s*$", head[:pos])
+            if not (found and found.group(1) in ("if", "for", "while", "switch", "catch")):
+                kind, name = "function", found.group(1) if found else ""
+        yield match.start(), (kind, name)
 
 
 def rewrite_static_shared(source: str, filename: str) -> str:
@@ -163,22 +159,23 @@ def rewrite_static_shared(source: str, filename: str) -> str:
     clean = strip_comments(source)
     events = list(_scopes(clean))
     pieces, last, counter, k = [], 0, 0, 0
-    stack: list[dict] = []          # open braces: kind, name, the running total visible there
+    # The open braces: whether inside a function, which, and the name of the
+    # running total of its static shared bytes visible there.
+    stack: list[dict] = []
     for match in _SHARED.finditer(clean):
         while k < len(events) and events[k][0] < match.start():
-            pos, event = events[k]
+            event = events[k][1]
             if event is None:
                 if stack:
                     stack.pop()
             else:
                 kind, name = event
-                inside = any(s["kind"] == "function" for s in stack)
-                if kind == "function" and inside:
-                    kind = "block"     # a lambda or a local class's method: part of the enclosing function
-                outer = stack[-1]["total"] if stack and inside else "0"
-                function = name if kind == "function" else (stack[-1]["function"] if stack else None)
-                stack.append({"kind": kind, "function": function, "total": outer if kind != "function" else "0",
-                              "in_function": kind == "function" or inside})
+                inside = bool(stack) and stack[-1]["in_function"]
+                if kind == "function" and not inside:
+                    stack.append({"function": name, "total": "0", "in_function": True})
+                else:   # a block, or a lambda or a local class's method: part of the enclosing function
+                    stack.append({"function": stack[-1]["function"] if inside else None,
+                                  "total": stack[-1]["total"] if inside else "0", "in_function": inside})
             k += 1
         if not stack or not stack[-1]["in_function"] or counter >= MAX_CHECKED_SHARED:
             continue
@@ -221,8 +218,8 @@ def rewrite_static_shared(source: str, filename: str) -> str:
             t, total = f"gpulab_shared_t{counter}", f"gpulab_shared_total{counter}"
             message = (f"{_STATIC_SHARED_MARK}'{function}' declares {_TOTAL} of static __shared__ memory, "
                        f"counting up to the array '{name}': more than the {STATIC_SHARED_LIMIT // 1024} KiB "
-                       f"({STATIC_SHARED_LIMIT:,} bytes) a block may have. A GPU compiler rejects that (ptxas: \"uses too much shared data\"): a block's "
-                       "static shared memory is limited to 48 KiB. For more, use dynamic shared "
+                       f"({STATIC_SHARED_LIMIT:,} bytes) of static shared memory a block may have, so a GPU "
+                       "compiler rejects it (ptxas: \"uses too much shared data\"). For more, use dynamic shared "
                        "memory (extern __shared__ T name[]; sized by the launch's shared_mem), which a kernel "
                        "may extend beyond 48 KiB by opting in (Kernel.allow_shared_memory)")
             out.append(f"using {t} = {base} {dims}; constexpr unsigned long long {total} = {stack[-1]['total']} "
