@@ -84,9 +84,12 @@ def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET
     bounds: each array's copy ends against an inaccessible page and starts
         after a canary region, so a read or write past its end names the
         kernel, block, thread, array and index, and a write before its start
-        is reported after the launch.  ``bounds=False`` packs the copies
-        without guards: an overrun then gives wrong results or an "invalid
-        memory access", without naming the array.
+        is reported after the launch.  The ``__shared__`` arrays of the
+        kernel's functions and its dynamic shared memory are laid out the
+        same way (a write before the start found when the block ends).
+        ``bounds=False`` packs the copies without guards: an overrun then
+        gives wrong results or an "invalid memory access", without naming
+        the array.
     schedule: the order in which the threads of a block run between barriers:
         "in_order", "reverse" or "shuffle" (seeded random at every step).  A
         correct kernel gives the same result in every order; a missing
