@@ -1,58 +1,71 @@
 """Grade a folder of submissions: ``python -m gpulab grade SUBMISSIONS/ --out grades.csv``.
 
 Each sub-folder of SUBMISSIONS is one student's copy of the student version (only the
-files the exercises name are read: the kernel files and the notebooks). For every student
-and every exercise of :data:`gpulab.exercises.EXERCISES`, a separate Python process
-(``python -m gpulab.grading``, with the instructor's gpulab, never the student's) compiles
-and runs the exercise's public and hidden checks, with the CPU backend's bounds checking
-on, under a time limit. A submission that does not compile, crashes, reads or writes out
-of bounds, fails a barrier, hangs or overruns the limit gets zero for that exercise with
-the reason, and the others are graded as usual.
+files the exercises name are read: the kernel files, the headers under ``kernels/`` and the
+notebooks). Before anything runs, every file read is checked (a regular file inside the
+student's folder, not a link; at most :data:`MAX_FILE_BYTES`; text) and copied out with
+its SHA-256 recorded; folders that are not graded are listed.
+
+This process is trusted: it makes every input and reference, compares, and computes the
+points. A student's code -- the compiled kernel, the notebook cell -- runs only in an
+untrusted child (:mod:`gpulab.sandbox`), one per student and exercise, sandboxed with
+bubblewrap, which gets one case's inputs at a time and answers with outputs only. The
+child never sees a hidden case it is not run on, a reference, a solution or this process's
+state. A submission that does not compile, crashes, reads or writes out of bounds, fails a
+barrier or uses up its CPU time gets zero for that exercise with the reason, and the others
+are graded as usual. The time limit counts CPU seconds of the child's whole process tree,
+so a busy machine does not fail correct work; a child that waits instead of computing is
+stopped by a wall-clock backstop, and the whole run has a deadline.
 
 An exercise earns all its points when every check passes, else none. The grades are one
 row per student and exercise; each student also gets a feedback file with the public
-checks' details and, for hidden checks, only their number and the kind of failure.
-
-Student code runs as the instructor's user, in the process that checks it: the grader
-catches mistakes, not a submission written to fake its result. Grade untrusted
-submissions in a container or a virtual machine.
+checks' details and, for hidden checks, only their number and the kind of failure. The
+threat model is in book/instructors.md.
 """
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
+import hashlib
+import math
 import os
-import signal
-import subprocess
-import sys
+import queue
+import shutil
 import tempfile
+import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
 from . import exercises as ex_mod
-from . import paths
+from . import kernels as kernels_mod
+from . import paths, sandbox
 from .errors import GpulabError, KernelCompileError, KernelLaunchError
 
 #: Row columns of grades.csv.
 COLUMNS = ["student", "exercise", "chapter", "title", "points", "max_points", "passed_checks",
            "total_checks", "status", "message"]
 #: The statuses, worst first: an exercise's status is the worst of its checks'.
-STATUSES = ("compile error", "time limit", "crashed", "out of bounds", "barrier or race", "missing",
-            "not solved", "wrong", "passed")
+STATUSES = ("invalid file", "compile error", "time limit", "crashed", "out of bounds", "barrier or race",
+            "missing", "not solved", "wrong", "passed")
+#: CPU seconds a student's code may use per exercise (its whole process tree).
 DEFAULT_TIME_LIMIT = 60.0
+#: The largest source file the grader reads (notebooks: NOTEBOOK_BYTES).
+MAX_FILE_BYTES = 1 << 20
+NOTEBOOK_BYTES = 16 << 20
+#: Files under a submission's kernels/ that a kernel may include.
+HEADER_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inc")
 _MESSAGE_CHARS = 1500
 
 
-# ----------------------------------------------------------------- in the worker process
 def classify(error: BaseException) -> str:
     """The kind of a failure, in the words a grade uses."""
     text = str(error).lower()
     if isinstance(error, KernelCompileError):
         return "compile error"
+    if isinstance(error, sandbox.Stopped):
+        return "time limit"
     if isinstance(error, KernelLaunchError):
         if "time limit" in text:
             return "time limit"
@@ -68,30 +81,95 @@ _HIDDEN_WORDS = {"wrong": "wrong result", "crashed": "crashed", "out of bounds":
                  "barrier or race": "barrier or race failure", "not solved": "not solved"}
 
 
-class _Recorder:
-    """The checks so far, written to the result file after each step, so that the grading
-    process knows which check was running if this process dies or is stopped."""
+# ----------------------------------------------------------------- reading a submission
+class Staged:
+    """A student's files that passed the checks, copied out (``root``), with their digests;
+    ``problems`` says why each refused file was refused."""
 
-    def __init__(self, path: Path):
-        self.path, self.checks, self.current = path, [], None
+    def __init__(self, student: Path, root: Path):
+        self.student, self.root = Path(student), Path(root)
+        self.digests: dict[str, tuple[int, str]] = {}
+        self.problems: dict[str, str] = {}
+
+    def read(self, relative: str, most: int = MAX_FILE_BYTES) -> None:
+        if relative in self.digests or relative in self.problems:
+            return
+        why = _refusal(self.student, relative, most)
+        if why is None:
+            data = (self.student / relative).read_bytes()[:most + 1]
+            if len(data) > most:
+                why = f"{relative} grew past {most // 1024} KB while it was read"
+            elif b"\0" in data:
+                why = f"{relative} is a binary file, not text: hand in the source file itself"
+            else:
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    why = (f"{relative} is not UTF-8 text (byte {error.start}): hand in the source file "
+                           "itself, saved as UTF-8")
+        if why is not None:
+            self.problems[relative] = why
+            return
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        self.digests[relative] = (len(data), hashlib.sha256(data).hexdigest())
+
+
+def _refusal(student: Path, relative: str, most: int) -> str | None:
+    """Why ``student/relative`` may not be read (None: it may): a link, not a regular file,
+    outside the folder, too large."""
+    here = student
+    parts = Path(relative).parts
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            info = here.lstat()
+        except FileNotFoundError:
+            return "missing"
+        if os.path.islink(here):
+            return (f"{'/'.join(parts[:i + 1])} is a symbolic link; the grader reads only regular files "
+                    "inside your folder (copy the file itself there)")
+    import stat
+    if not stat.S_ISREG(info.st_mode):
+        return f"{relative} is not a regular file"
+    if info.st_size > most:
+        return (f"{relative} is {info.st_size / 1e6:.1f} MB; the grader reads files of at most "
+                f"{most / 1e6:.0f} MB")
+    return None
+
+
+def stage(student: Path, root: Path, chosen) -> Staged:
+    """Check and copy out the files of ``student`` the exercises read."""
+    staged = Staged(student, root)
+    for exercise in chosen:
+        staged.read(exercise.file, MAX_FILE_BYTES if exercise.kind == "kernel" else NOTEBOOK_BYTES)
+    kernels = Path(student) / "kernels"
+    if kernels.is_dir() and not kernels.is_symlink():
+        for folder, dirs, files in os.walk(kernels):       # os.walk does not follow links to folders
+            for name in sorted(files):
+                if name.endswith(HEADER_SUFFIXES):
+                    relative = (Path(folder) / name).relative_to(student).as_posix()
+                    staged.read(relative)
+    return staged
+
+
+# ----------------------------------------------------------------- one exercise of one student
+class _Recorder:
+    """The checks so far, and the one running, if the child is stopped in it."""
+
+    def __init__(self, scrub):
+        self.checks, self.current, self.final, self.scrub = [], None, None, scrub
 
     def start(self, name: str, hidden: bool) -> None:
         self.current = {"name": name, "hidden": hidden}
-        self._write()
 
     def done(self, status: str, message: str = "") -> None:
-        self.checks.append({**self.current, "status": status, "message": message[:_MESSAGE_CHARS]})
+        self.checks.append({**self.current, "status": status, "message": self.scrub(message)[:_MESSAGE_CHARS]})
         self.current = None
-        self._write()
 
     def finish(self, status: str | None = None, message: str = "") -> None:
-        self._write(final={"status": status, "message": message[:_MESSAGE_CHARS]})
-
-    def _write(self, final: dict | None = None) -> None:
-        data = {"checks": self.checks, "current": self.current, "final": final}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.path)
+        self.final = {"status": status, "message": self.scrub(message)[:_MESSAGE_CHARS]}
 
 
 def _cases(exercise):
@@ -100,22 +178,99 @@ def _cases(exercise):
     return public + hidden
 
 
-def evaluate(exercise_id: str, submission: Path, result: Path, backend: str = "cpu",
-             races: bool = True) -> None:
-    """Run one exercise's checks on one submission (in this process: the worker).
+_route = threading.local()
+_compile_original = kernels_mod._compile_cached
+
+
+def _compile_routed(path: str, source: str, backend: str, options: tuple[str, ...]):
+    """Kernel files of the submission being graded by this thread compile in its child;
+    the lab's own files (a chapter's other steps) compile here, as always."""
+    route = getattr(_route, "value", None)
+    if route is not None:
+        root, child = route
+        try:
+            relative = Path(path).resolve().relative_to(root)
+        except ValueError:
+            relative = None
+        if relative is not None:
+            return sandbox.RemoteModule(child, relative.as_posix(), source, options)
+    return _compile_original(path, source, backend, options)
+
+
+@contextlib.contextmanager
+def _routed(root: Path, child):
+    kernels_mod._compile_cached = _compile_routed
+    _route.value = (Path(root).resolve(), child)
+    try:
+        yield
+    finally:
+        _route.value = None
+
+
+def evaluate(exercise, staged: Staged, lab: Path | None = None, make_child=None, races: bool = True) -> dict:
+    """Run one exercise's checks on one staged submission: the checks' statuses (``checks``,
+    the one ``current`` when stopped, the ``final`` verdict). ``make_child()`` gives the child
+    that runs the student's code (default: in this process, for tests of the checks only).
     ``races=False`` runs the public checks of a kernel exercise without the race checker
     (the grader always checks; the tests of known-wrong answers whose fault is not a race
     skip it, as it is the slowest part of a check and has nothing to find there)."""
-    exercise = ex_mod.get(exercise_id)
-    rec = _Recorder(result)
-    target = submission / exercise.file
-    if not target.is_file():
-        rec.finish("missing", f"{exercise.file} is not in the submission")
-        return
-    if exercise.kind == "kernel":
-        _evaluate_kernel(exercise, target, rec, backend, races)
+    lab = Path(lab) if lab else paths.REPO
+    rec = _Recorder(_scrubber(staged, lab))
+    if exercise.file in staged.problems:
+        why = staged.problems[exercise.file]
+        if why == "missing":
+            rec.finish("missing", f"{exercise.file} is not in the submission")
+        else:
+            rec.finish("invalid file", why)
+        return _outcome(rec)
+    child = (make_child or (lambda: sandbox.InProcess(lab, staged.root)))()
+    try:
+        if exercise.kind == "kernel":
+            _evaluate_kernel(exercise, staged.root / exercise.file, rec, child, races)
+        else:
+            _evaluate_function(exercise, staged.root / exercise.file, rec, child)
+    except (sandbox.Stopped, sandbox.ChildDied) as error:
+        _stopped(rec, error, exercise)
+    finally:
+        child.kill()
+        rec.cpu_seconds = getattr(child, "used", 0.0)
+    return _outcome(rec)
+
+
+def _outcome(rec: _Recorder) -> dict:
+    return {"checks": rec.checks, "current": rec.current, "final": rec.final,
+            "cpu_seconds": getattr(rec, "cpu_seconds", 0.0)}
+
+
+def _stopped(rec: _Recorder, error: Exception, exercise) -> None:
+    if isinstance(error, sandbox.Stopped):
+        status, why = "time limit", str(error)
     else:
-        _evaluate_function(exercise, target, rec)
+        status, why = "crashed", str(error)
+    total, passed = len(_cases(exercise)), sum(c["status"] == "passed" for c in rec.checks)
+    where = rec.current["name"] if rec.current else "setting up"
+    progress = f"{why} in {where}, after {passed} of {total} checks passed"
+    if rec.current is not None:
+        tail = ""
+        if not rec.current["hidden"] and isinstance(error, sandbox.ChildDied) and error.stderr.strip():
+            tail = "\n" + "\n".join(error.stderr.strip().splitlines()[-8:])
+        rec.done(status, progress + tail)
+    rec.finish(status, progress)
+
+
+def _scrubber(staged: Staged, lab: Path):
+    """Messages show the student's own files by their names in the submission, and no path
+    of this machine's: not the instructor's, not the copies', not the sandbox's."""
+    pairs = [(str(staged.root.resolve()) + os.sep, ""), (str(staged.root) + os.sep, ""),
+             (sandbox.SUBMISSION + "/", ""), (str(Path(staged.student).resolve()) + os.sep, ""),
+             (str(lab.resolve()), "<gpulab>"), (str(lab), "<gpulab>"), (sandbox.LAB + "/", "<gpulab>/"),
+             (str(paths.REPO), "<lab>")]
+
+    def scrub(text: str) -> str:
+        for old, new in pairs:
+            text = text.replace(old, new)
+        return text
+    return scrub
 
 
 def _failure(rec: _Recorder, hidden: bool, error: BaseException, public_message: str) -> str:
@@ -124,46 +279,49 @@ def _failure(rec: _Recorder, hidden: bool, error: BaseException, public_message:
     return status
 
 
-def _evaluate_kernel(exercise, target: Path, rec: _Recorder, backend: str, races: bool = True) -> None:
+def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool = True) -> None:
     from .kernels import get_backend
-    be = get_backend(backend)
+    be = get_backend("cpu")
     unsolved = ex_mod.is_unsolved(target.read_text(errors="replace"))
-    for i, (case, hidden, name) in enumerate(_cases(exercise)):
-        rec.start(name, hidden)
-        # The public checks (small sizes) look for data races: two threads, one word, no
-        # barrier between them (an instrumented build, one block at a time: too slow for
-        # the larger hidden sizes). The hidden checks run the threads of a block in a
-        # shuffled order, so a kernel that only works in one order (a missing barrier) fails.
-        extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": races}
-        try:
-            with ex_mod.bounds_checking(be.name, **extra):
-                checks = ex_mod.run_kernel_case(exercise, target, case, be)
-        except KernelCompileError as error:
-            where = str(target.parent.resolve()) + os.sep
-            rec.done("compile error", str(error).replace(where, "").replace(str(target), exercise.file))
-            rec.finish("compile error")
-            return
-        except Exception as error:          # noqa: BLE001 -- the student's kernel failed
-            if _failure(rec, hidden, error, f"{type(error).__name__}: {error}") == "time limit":
-                break                       # the next cases would only use up the time too
-            continue
-        if checks["passed"].all():
-            rec.done("passed")
-        elif hidden:
-            rec.done("not solved" if unsolved else "wrong", "wrong result")
-        else:
-            failed = checks[~checks["passed"]]
-            rec.done("not solved" if unsolved else "wrong",
-                     f"{len(failed)} of {len(checks)} checks disagree with the float64 reference:\n"
-                     + failed.to_string(index=False))
+    root = target.parents[len(Path(exercise.file).parts) - 1]      # the staged submission
+    with _routed(root, child):
+        for i, (case, hidden, name) in enumerate(_cases(exercise)):
+            rec.start(name, hidden)
+            # The public checks (small sizes) look for data races: two threads, one word, no
+            # barrier between them (an instrumented build, one block at a time: too slow for
+            # the larger hidden sizes). The hidden checks run the threads of a block in a
+            # shuffled order, so a kernel that only works in one order (a missing barrier) fails.
+            extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": races}
+            try:
+                with ex_mod.bounds_checking(be.name, **extra):
+                    checks = ex_mod.run_kernel_case(exercise, target, case, be)
+            except (sandbox.Stopped, sandbox.ChildDied):
+                raise
+            except KernelCompileError as error:
+                rec.done("compile error", str(error))
+                rec.finish("compile error")
+                return
+            except Exception as error:          # noqa: BLE001 -- the student's kernel failed
+                if _failure(rec, hidden, error, f"{type(error).__name__}: {error}") == "time limit":
+                    break                       # the next cases would only use up the time too
+                continue
+            if checks["passed"].all():
+                rec.done("passed")
+            elif hidden:
+                rec.done("not solved" if unsolved else "wrong", "wrong result")
+            else:
+                failed = checks[~checks["passed"]]
+                rec.done("not solved" if unsolved else "wrong",
+                         f"{len(failed)} of {len(checks)} checks disagree with the float64 reference:\n"
+                         + failed.to_string(index=False))
     rec.finish()
 
 
-def _evaluate_function(exercise, notebook: Path, rec: _Recorder) -> None:
+def _evaluate_function(exercise, notebook: Path, rec: _Recorder, child) -> None:
     solution = ex_mod.solution_function(exercise)
     if solution is None:
-        raise RuntimeError(f"no solution cell for {exercise.id} in {paths.REPO / exercise.file}: "
-                           "grade from the instructor's copy of the lab, not a student copy")
+        raise GpulabError(f"no solution cell for {exercise.id} in {exercise.file}: grade from the "
+                          "instructor's copy of the lab, not a student copy")
     try:
         source = ex_mod.notebook_cell(notebook, exercise.cell, exercise.function)
     except (OSError, ValueError) as error:
@@ -172,24 +330,22 @@ def _evaluate_function(exercise, notebook: Path, rec: _Recorder) -> None:
     if source is None:
         rec.finish("missing", f"{exercise.file} has no cell {exercise.cell} defining {exercise.function}")
         return
-    try:
-        fn = ex_mod.define(exercise, source, exercise.inputs(exercise.public[0]))
-    except Exception as error:              # noqa: BLE001 -- the student's cell failed
-        rec.finish("crashed", f"the cell defining {exercise.function} raised "
-                              f"{type(error).__name__}: {error}\n{_student_traceback(error)}")
+    header, _ = child.request({"op": "define", "exercise": exercise.id, "source": source,
+                               "extra": exercise.inputs(exercise.public[0])})
+    if "error" in header:
+        rec.finish("crashed", f"the cell defining {exercise.function} raised {_said(header)}")
         return
-    if fn is None:
+    if not header.get("defined"):
         rec.finish("not solved", f"exercise not solved yet: the cell does not define {exercise.signature}")
         return
     for case, hidden, name in _cases(exercise):
         rec.start(name, hidden)
         expected = ex_mod.plain(solution(**exercise.inputs(case)))
-        try:
-            got = ex_mod.plain(fn(**exercise.inputs(case)))
-        except Exception as error:          # noqa: BLE001
-            _failure(rec, hidden, error, f"{exercise.function} raised {type(error).__name__}: {error}\n"
-                                         + _student_traceback(error))
+        header, _ = child.request({"op": "call", "inputs": exercise.inputs(case)})
+        if "error" in header:
+            rec.done("crashed", "crashed" if hidden else f"{exercise.function} raised {_said(header)}")
             continue
+        got = header.get("value")
         if got is None:
             rec.done("not solved", "exercise not solved yet: the function returns None")
             continue
@@ -201,67 +357,17 @@ def _evaluate_function(exercise, notebook: Path, rec: _Recorder) -> None:
     rec.finish()
 
 
-def _student_traceback(error: BaseException) -> str:
-    """The traceback's frames in the student's cell only."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<")]
-    return "".join(traceback.format_list(frames)).rstrip()
+def _said(header: dict) -> str:
+    """An exception the child reported, in words, with the student's frames of its traceback."""
+    text = f"{header.get('error', 'an error')}: {header.get('message', '')}"
+    trace = str(header.get("traceback", "")).strip()
+    return text + (f"\n{trace}" if trace else "")
 
 
-# ----------------------------------------------------------------- in the grading process
-def grade_one(exercise, submission: Path, time_limit: float = DEFAULT_TIME_LIMIT,
-              backend: str = "cpu") -> dict:
-    """Grade one exercise of one submission in a separate process; a row of grades.csv
-    (without the student) plus the list of checks."""
-    with tempfile.TemporaryDirectory(prefix="gpulab-grade-") as tmp:
-        result = Path(tmp) / "result.json"
-        env = dict(os.environ, GPULAB_BACKEND=backend, PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPATH=os.pathsep.join([str(paths.REPO), os.environ.get("PYTHONPATH", "")]))
-        command = [sys.executable, "-m", "gpulab.grading", exercise.id, str(Path(submission).resolve()),
-                   str(result), "--backend", backend]
-        start = time.monotonic()
-        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        timed_out = False
-        try:
-            _, stderr = proc.communicate(timeout=time_limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            _, stderr = proc.communicate()
-        seconds = time.monotonic() - start
-        data = json.loads(result.read_text()) if result.is_file() else {"checks": [], "current": None,
-                                                                         "final": None}
-    return _summarise(exercise, data, proc.returncode, timed_out, time_limit,
-                      stderr.decode(errors="replace"), seconds)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _summarise(exercise, data: dict, returncode: int, timed_out: bool, time_limit: float,
-               stderr: str, seconds: float) -> dict:
+def _summarise(exercise, data: dict, seconds: float = 0.0) -> dict:
+    """A row of grades.csv (without the student) plus the list of checks."""
     checks = list(data["checks"])
-    final = data["final"]
-    current = data["current"]
-    if timed_out or final is None:
-        if timed_out:
-            status, why = "time limit", f"stopped after the time limit of {time_limit:.0f} s"
-        elif returncode < 0:
-            status, why = "crashed", f"the process died ({signal.Signals(-returncode).name})"
-        else:
-            status, why = "crashed", f"the process exited with status {returncode}"
-        if current is not None:
-            where = current["name"]
-            tail = "" if current["hidden"] else "\n" + "\n".join(stderr.strip().splitlines()[-8:])
-            checks.append({**current, "status": status, "message": f"{why} in {where}{tail}".rstrip()})
-        message = f"{why}" + (f" in {current['name']}" if current else "")
-        if current is None and returncode > 0 and not timed_out:
-            message += ":\n" + "\n".join(stderr.strip().splitlines()[-8:])   # the grader itself failed
-        final = {"status": status, "message": message}
+    final = data["final"] or {"status": None, "message": ""}
     total = len(_cases(exercise))
     passed = sum(c["status"] == "passed" for c in checks)
     status = final.get("status")
@@ -271,7 +377,8 @@ def _summarise(exercise, data: dict, returncode: int, timed_out: bool, time_limi
     return {"exercise": exercise.id, "chapter": exercise.chapter, "title": exercise.title,
             "points": exercise.points if status == "passed" and passed == total else 0,
             "max_points": exercise.points, "passed_checks": passed, "total_checks": total,
-            "status": status, "message": message, "checks": checks, "seconds": round(seconds, 1)}
+            "status": status, "message": message, "checks": checks, "seconds": round(seconds, 1),
+            "cpu_seconds": round(data.get("cpu_seconds", 0.0), 1)}
 
 
 def _first_problem(checks: list[dict]) -> str:
@@ -287,52 +394,102 @@ def _first_problem(checks: list[dict]) -> str:
             f"({', '.join(c['name'] for c in bad)}): {', '.join(kinds)}")
 
 
-def students(submissions: Path) -> list[Path]:
-    folders = sorted(p for p in Path(submissions).iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+# ----------------------------------------------------------------- the whole class
+def students(submissions: Path) -> tuple[list[Path], list[str]]:
+    """The student folders, and what else is there and why it is not graded."""
+    folders, skipped = [], []
+    for p in sorted(Path(submissions).iterdir()):
+        if p.is_symlink():
+            skipped.append(f"{p.name} (a symbolic link, not a folder)")
+        elif not p.is_dir():
+            skipped.append(f"{p.name} (a file, not a folder)")
+        elif p.name.startswith((".", "_")):
+            skipped.append(f"{p.name} (names starting with '.' or '_' are not students)")
+        else:
+            folders.append(p)
     if not folders:
         raise GpulabError(f"{submissions} has no student folders; expected one folder per student, "
-                                "each a copy of the student version with their edits")
-    return folders
+                          "each a copy of the student version with their edits")
+    return folders, skipped
 
 
 def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None = None,
           time_limit: float = DEFAULT_TIME_LIMIT, backend: str = "cpu", only=None,
-          jobs: int | None = None, progress=None) -> pd.DataFrame:
-    """Grade every student folder under ``submissions``; write ``out`` (CSV) and one
-    Markdown feedback file per student under ``feedback`` (default: ``<out>`` without
-    its suffix, plus ``-feedback/``). Returns the grades."""
+          jobs: int | None = None, progress=None, unsafe_no_sandbox: bool = False) -> pd.DataFrame:
+    """Grade every student folder under ``submissions``; write ``out`` (CSV), the digests of
+    every file read (``<out>-files.csv``) and one Markdown feedback file per student under
+    ``feedback`` (default: ``<out>`` without its suffix, plus ``-feedback/``). Returns the
+    grades; ``grades.attrs["sha256"]`` is the digest of the CSV as written."""
     submissions, out = Path(submissions), Path(out)
+    say = progress or (lambda line: None)
     if not submissions.is_dir():
         raise GpulabError(f"submissions folder {submissions} does not exist (expected a folder with one "
                           "sub-folder per student)")
+    if backend != "cpu":
+        raise GpulabError("the grader runs students' kernels on the CPU backend only (its sandbox has no GPU); "
+                          "use --backend cpu")
     if not ex_mod.solutions_present():
-        raise GpulabError(f"{paths.REPO} is a student copy (no solutions, no hidden checks): grade from the "
-                           "instructors' copy of the lab")
+        raise GpulabError("this is a student copy (no solutions, no hidden checks): grade from the "
+                          "instructors' copy of the lab")
+    if time_limit <= 0:
+        raise GpulabError(f"the time limit must be a positive number of CPU seconds, got {time_limit}")
+    if not unsafe_no_sandbox:
+        why = sandbox.problem()
+        if why:
+            raise GpulabError(f"cannot grade safely: {why}. The grader runs every submission's code in a "
+                              f"sandbox; {sandbox.INSTALL_HINT}")
     chosen = [ex_mod.get(i) for i in only] if only else list(ex_mod.EXERCISES)
     feedback = Path(feedback) if feedback else out.with_name(out.stem + "-feedback")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
-    folders = students(submissions)
+    folders, skipped = students(submissions)
+    for line in skipped:
+        say(f"not graded: {line}")
     # Exercise by exercise, so that one student's hang runs beside the others' work, not last.
-    work = [(student, exercise) for exercise in chosen for student in folders]
+    work = [(i, exercise) for exercise in chosen for i in range(len(folders))]
+    backstop = sandbox.WALL_FACTOR * time_limit
+    deadline = time.monotonic() + math.ceil(len(work) / jobs) * backstop + 60
+    slots = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
 
-    def one(item):
-        student, exercise = item
-        row = grade_one(exercise, student, time_limit, backend)
-        if progress:
-            progress(f"{student.name} {exercise.id}: {row['status']} ({row['points']}/{row['max_points']}, "
-                     f"{row['seconds']} s)")
-        return {"student": student.name, **row}
+    with tempfile.TemporaryDirectory(prefix="gpulab-grade-") as tmp:
+        tmp = Path(tmp)
+        os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
+        lab = sandbox.student_tree(tmp / "lab")
+        staged = [stage(folder, tmp / "submissions" / f"{i:04d}", chosen) for i, folder in enumerate(folders)]
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        rows = list(pool.map(one, work))
+        def one(item):
+            i, exercise = item
+            slot = slots.get()
+            try:
+                started = time.monotonic()
+                make = (lambda: sandbox.Child(lab, staged[i].root, time_limit, sandbox=not unsafe_no_sandbox,
+                                              slot=slot, deadline=deadline))
+                row = _summarise(exercise, evaluate(exercise, staged[i], lab, make), time.monotonic() - started)
+            finally:
+                slots.put(slot)
+            say(f"{folders[i].name} {exercise.id}: {row['status']} ({row['points']}/{row['max_points']}, "
+                f"{row['cpu_seconds']} s CPU, {row['seconds']} s)")
+            return {"student": folders[i].name, **row}
+
+        for s in staged:
+            (s.root).mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            rows = list(pool.map(one, work))
     order = {(s.name, e.id): (i, j) for i, s in enumerate(folders) for j, e in enumerate(chosen)}
     rows.sort(key=lambda row: order[row["student"], row["exercise"]])
     out.parent.mkdir(parents=True, exist_ok=True)
     grades = pd.DataFrame(rows)
     grades[COLUMNS].to_csv(out, index=False)
+    files = out.with_name(out.stem + "-files.csv")
+    pd.DataFrame([{"student": folder.name, "file": name, "bytes": size, "sha256": digest}
+                  for folder, s in zip(folders, staged) for name, (size, digest) in sorted(s.digests.items())],
+                 columns=["student", "file", "bytes", "sha256"]).to_csv(files, index=False)
     feedback.mkdir(parents=True, exist_ok=True)
     for name, group in grades.groupby("student", sort=False):
         (feedback / f"{name}.md").write_text(feedback_text(name, group.to_dict("records")))
+    grades.attrs["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
+    grades.attrs["files"] = str(files)
     return grades
 
 
@@ -363,19 +520,3 @@ def feedback_text(student: str, rows: list[dict]) -> str:
 
 def _indent(text: str) -> str:
     return text.replace("\n", "\n  ")
-
-
-def main(argv=None) -> int:
-    """The worker: ``python -m gpulab.grading EXERCISE SUBMISSION RESULT [--backend cpu]``."""
-    parser = argparse.ArgumentParser(prog="python -m gpulab.grading")
-    parser.add_argument("exercise")
-    parser.add_argument("submission", type=Path)
-    parser.add_argument("result", type=Path)
-    parser.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
-    args = parser.parse_args(argv)
-    evaluate(args.exercise, args.submission, args.result, args.backend)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

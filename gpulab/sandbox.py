@@ -1,0 +1,526 @@
+"""Where the grader runs a student's code: an untrusted child process, sandboxed.
+
+The grader (:mod:`gpulab.grading`) is the trusted parent: it makes every input and
+reference, compares and computes the points. A submission's code -- the compiled kernel
+library, whose global constructors run when it loads, and the notebook cell, which is
+executed -- runs only in a :class:`Child`: one process per student and exercise that
+receives one request at a time over a pipe (compile this source; launch this kernel on
+these arrays; define the cell; call the function on these inputs) and answers with the
+outputs alone. The parent believes nothing else the child says: every answer is checked
+for its form and size, and the parent reads no file the child could write.
+
+The child runs under bubblewrap (``bwrap``, Debian package ``bubblewrap``) in its own
+mount, pid, network, IPC and UTS namespaces, with a read-only root made of the system's
+``/usr`` and the Python environment only; the *student version* of the lab's package and
+its common headers (made by :func:`student_tree`: no hidden checks, no solutions) read-only
+at ``/lab``; the files the grader checked and copied out of the submission read-only at
+``/submission``; a private, empty, writable ``/tmp``; no network. Run by root, the child
+drops to a uid of its own (one per grading slot, so that a process limit is per student).
+Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
+measured over the whole process tree, and the tree dies with its pid namespace when the
+exercise ends, ``setsid`` or not.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pickle
+import resource
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .errors import GpulabError, KernelArgumentError, KernelCompileError, KernelLaunchError
+
+#: Where the child sees the student version of the lab and the submission's checked files.
+LAB, SUBMISSION = "/lab", "/submission"
+#: Per-process limits in the child: address space (bytes), processes, file size (bytes), open files.
+LIMITS = {"memory": 3 << 30, "processes": 64, "file_size": 64 << 20, "open_files": 256}
+#: The largest answer the parent reads from a child (the outputs of one launch, or one value).
+MAX_REPLY_BYTES = 256 << 20
+#: How much of a child's stderr the parent keeps (its end).
+STDERR_KEEP = 64 << 10
+#: A child that waits instead of computing is stopped after this many times its CPU limit.
+WALL_FACTOR = 3
+#: As root, children run as uid FIRST_UID + slot (no account needed; one per grading slot).
+FIRST_UID = 61000
+_HEADER = struct.Struct("<Q")
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+                "bubblewrap), or pass --unsafe-no-sandbox to run submissions' code unconfined, as "
+                "your own user, beside your files")
+
+
+class Stopped(GpulabError):
+    """The child was stopped: it used up its CPU time or the wall-clock backstop."""
+
+
+class ChildDied(GpulabError):
+    """The child process ended without answering."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
+
+
+# ------------------------------------------------------------------ can a sandbox be made here?
+def problem() -> str | None:
+    """Why no sandbox can be made on this machine (None when one can)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        result = subprocess.run([bwrap, *_system_binds(), *_namespaces(), "--die-with-parent", "--proc", "/proc",
+                                 "--dev", "/dev", "--tmpfs", "/tmp", "--", sys.executable, "-c", "pass"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap does not run here ({error})"
+    if result.returncode != 0:
+        return f"bwrap cannot make a sandbox here: {result.stderr.strip()[-500:]}"
+    return None
+
+
+def _system_binds() -> list[str]:
+    """What every child needs from the machine, read-only: the system and the Python in use."""
+    args, made = [], set()
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/alternatives"):
+        if os.path.exists(etc):
+            args += [*_parents(etc, made), "--ro-bind", etc, etc]
+    for prefix in sorted({sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}):
+        if not prefix.startswith(("/usr/", "/bin/", "/lib")) and prefix != "/usr":
+            args += [*_parents(prefix, made), "--ro-bind", prefix, prefix]
+    return args
+
+
+def _parents(path: str, made: set) -> list[str]:
+    """The folders above a bind's mount point, made searchable by all (bubblewrap would make
+    them 0700, which a child that dropped to its own uid could not pass)."""
+    args = []
+    for parent in reversed(Path(path).parents[:-1]):
+        if str(parent) not in made:
+            made.add(str(parent))
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _namespaces() -> list[str]:
+    """Every namespace; run by root, all but the user namespace, so that the child can drop
+    to a uid of its own that counts its processes apart from everyone else's (in a user
+    namespace it would stay root outside, which no process limit applies to)."""
+    if os.getuid() == 0:
+        return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    return ["--unshare-all"]
+
+
+def student_tree(dest: Path, repo: Path | None = None) -> Path:
+    """The student version of the lab's package and common headers, for children to import:
+    ``gpulab/`` without the instructor-only files, and ``kernels/common/``. Returns ``dest``."""
+    from . import paths
+    from .student import INSTRUCTOR_ONLY
+    repo = Path(repo or paths.REPO)
+    dest = Path(dest)
+    left_out = {Path(p) for p in INSTRUCTOR_ONLY}
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+    def ignore(folder, names):
+        here = Path(folder).relative_to(repo)
+        return set(skip(folder, names)) | {n for n in names if here / n in left_out}
+    shutil.copytree(repo / "gpulab", dest / "gpulab", ignore=ignore)
+    shutil.copytree(repo / "kernels" / "common", dest / "kernels" / "common", ignore=ignore)
+    for path in (dest / "kernels").rglob("*"):
+        if path.is_file() and "BEGIN SOLUTION" in path.read_text(errors="replace"):
+            raise GpulabError(f"kernels/common/{path.name} holds a solution; the grader will not show it "
+                              "to a submission's code")
+    return dest
+
+
+# ------------------------------------------------------------------ the parent's side
+def _read_limits(limits: dict, cpu_s: float):
+    def apply():
+        os.setsid()
+        for name, value in ((resource.RLIMIT_AS, limits["memory"]), (resource.RLIMIT_FSIZE, limits["file_size"]),
+                            (resource.RLIMIT_NOFILE, limits["open_files"]),
+                            (resource.RLIMIT_CPU, int(cpu_s) + 2), (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(name, (value, value))
+    return apply
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
+    utime + stime + those of its children it waited for)."""
+    children, ticks = collections.defaultdict(list), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(b")") + 2:].split()
+        children[int(fields[1])].append(int(entry))
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += ticks.get(pid, 0)
+        stack += children.get(pid, ())
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class Child:
+    """One sandboxed child: ``request(message)`` sends a request and returns the answer.
+
+    ``cpu_limit`` (seconds of CPU, the whole process tree) and a wall-clock backstop
+    (``WALL_FACTOR`` times as long, or ``deadline``, a ``time.monotonic()`` value, if sooner)
+    hold for the child's life; past either the tree is killed and :class:`Stopped` raised."""
+
+    def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
+                 deadline: float | None = None, limits: dict | None = None):
+        self.cpu_limit, self.limits = float(cpu_limit), dict(LIMITS, **(limits or {}))
+        self.started = time.monotonic()
+        self.deadline = self.started + WALL_FACTOR * self.cpu_limit
+        if deadline is not None:
+            self.deadline = min(self.deadline, deadline)
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": "/tmp/cache",
+               "GPULAB_BACKEND": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+        serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
+                 "from gpulab.sandbox import serve; serve()"]
+        uid = FIRST_UID + slot if os.getuid() == 0 else None
+        if sandbox:
+            command = ["bwrap", *_system_binds(), "--ro-bind", str(lab), LAB, "--ro-bind", str(submission),
+                       SUBMISSION, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", *_namespaces(),
+                       "--die-with-parent", "--new-session", "--chdir", SUBMISSION, "--clearenv",
+                       *[a for k, v in env.items() for a in ("--setenv", k, v)],
+                       "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_PROCESSES",
+                       str(self.limits["processes"]), "--setenv", "GPULAB_LAB", LAB,
+                       "--setenv", "GPULAB_SUBMISSION", SUBMISSION, "--", *serve]
+            cwd = None
+        else:                      # --unsafe-no-sandbox: the same child, unconfined
+            env.update(GPULAB_LAB=str(lab), GPULAB_SUBMISSION=str(submission), TMPDIR=str(lab.parent),
+                       GPULAB_CACHE=str(lab.parent / "cache"), HOME=str(lab.parent),
+                       GPULAB_PROCESSES="", GPULAB_SANDBOX_UID="")
+            serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
+            command, cwd = serve, str(submission)
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, cwd=cwd,
+                                     preexec_fn=_read_limits(self.limits, self.cpu_limit))
+        self._stderr = collections.deque()
+        self._stderr_size = 0
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        self.stopped: str | None = None
+        self.used = 0.0
+
+    def _drain(self) -> None:
+        while True:
+            chunk = self.proc.stderr.read1(65536) if hasattr(self.proc.stderr, "read1") else b""
+            if not chunk:
+                return
+            self._stderr.append(chunk)
+            self._stderr_size += len(chunk)
+            while self._stderr_size > STDERR_KEEP and len(self._stderr) > 1:
+                self._stderr_size -= len(self._stderr.popleft())
+
+    def stderr(self) -> str:
+        return b"".join(self._stderr).decode(errors="replace")[-STDERR_KEEP:]
+
+    def cpu_seconds(self) -> float:
+        return _tree_cpu_seconds(self.proc.pid)
+
+    def request(self, message: dict) -> tuple[dict, list[bytes]]:
+        """Send ``message``; the child's answer (a JSON header and its binary parts)."""
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self._died()
+        header = json.loads(self._read_part(MAX_REPLY_BYTES))
+        if not isinstance(header, dict):
+            raise ChildDied("the child's answer is not a JSON object", self.stderr())
+        parts, budget = [], MAX_REPLY_BYTES
+        for _ in range(int(header.get("parts", 0))):
+            part = self._read_part(budget)
+            budget -= len(part)
+            parts.append(part)
+        return header, parts
+
+    def _read_part(self, most: int) -> bytes:
+        size = _HEADER.unpack(self._read_exact(_HEADER.size))[0]
+        if size > most:
+            self.kill()
+            raise ChildDied(f"the child answered with {size} bytes, more than the {most} it may send")
+        return self._read_exact(size)
+
+    def _read_exact(self, n: int) -> bytes:
+        out, fd = bytearray(), self.proc.stdout.fileno()
+        while len(out) < n:
+            ready, _, _ = select.select([fd], [], [], 0.25)
+            if ready:
+                chunk = os.read(fd, min(n - len(out), 1 << 20))
+                if not chunk:
+                    self._died()
+                out += chunk
+                continue
+            self._check_limits()
+        return bytes(out)
+
+    def _check_limits(self) -> None:
+        used, now = self.cpu_seconds(), time.monotonic()
+        if used > self.cpu_limit:
+            self.stopped = f"stopped after {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)"
+        elif now > self.deadline:
+            self.stopped = (f"stopped after {now - self.started:.0f} s of waiting (wall-clock time), having "
+                            f"used {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)")
+        if self.stopped:
+            self.kill()
+            raise Stopped(self.stopped)
+
+    def _died(self):
+        self.kill()
+        code = self.proc.returncode
+        if code is not None and -code in (signal.SIGXCPU, signal.SIGKILL) and not self.stopped:
+            used = self.cpu_seconds()
+            if -code == signal.SIGXCPU or used >= self.cpu_limit:
+                self.stopped = f"stopped after the CPU time limit of {self.cpu_limit:.0f} s"
+                raise Stopped(self.stopped)
+        why = (f"the process died ({signal.Signals(-code).name})" if code and code < 0
+               else f"the process exited with status {code}")
+        raise ChildDied(why, self.stderr())
+
+    def kill(self) -> None:
+        """End the child and everything it started (its pid namespace dies with it)."""
+        if self.proc.poll() is None:
+            self.used = self.cpu_seconds()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    close = kill
+
+
+# ------------------------------------------------------------------ the child's side
+class Served:
+    """What a child does for each request, in the child process (or, for the grader's own
+    tests of its checks, in-process: :class:`InProcess`)."""
+
+    def __init__(self, submission: Path, lab: Path):
+        self.submission, self.lab = Path(submission), Path(lab)
+        self.modules, self.fn, self.exercise = {}, None, None
+
+    def handle(self, message: dict) -> tuple[dict, list[bytes]]:
+        op = message["op"]
+        try:
+            return getattr(self, "op_" + op)(message)
+        except BaseException as error:       # noqa: BLE001 -- every failure is the student's answer
+            if isinstance(error, (KeyboardInterrupt, SystemExit)) and op not in ("define", "call"):
+                raise
+            return {"error": type(error).__name__, "message": str(error)[:20000],
+                    "traceback": _student_traceback(error)}, []
+
+    def op_compile(self, m):
+        from . import cpu
+        path = self.submission / m["file"]
+        module = cpu.compile_module(m["source"], filename=m["file"], options=tuple(m["options"]),
+                                    include_dirs=[str(self.submission / "kernels"), str(self.lab / "kernels")])
+        self.modules[m["file"]] = module
+        del path
+        return {"ok": True}, []
+
+    def op_global(self, m):
+        return {"ok": True, "nbytes": int(self.modules[m["file"]].get_global(m["name"]).nbytes)}, []
+
+    def op_launch(self, m):
+        import numpy as np
+
+        from . import cpu
+        module = self.modules[m["file"]]
+        for name, data in m["globals"].items():
+            module.get_global(name)[:] = np.frombuffer(data, np.uint8)
+        args = m["args"]
+        with cpu.checking(**m["checking"]):
+            module.get_function(m["kernel"])(tuple(m["grid"]), tuple(m["block"]), args,
+                                             shared_mem=m["shared_mem"])
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        return {"ok": True, "parts": len(arrays)}, [np.ascontiguousarray(a).tobytes() for a in arrays]
+
+    def op_define(self, m):
+        from . import exercises
+        exercise = exercises.get(m["exercise"])
+        self.fn = exercises.define(exercise, m["source"], m["extra"])
+        return {"ok": True, "defined": self.fn is not None}, []
+
+    def op_call(self, m):
+        from . import exercises
+        value = exercises.plain(self.fn(**m["inputs"]))
+        return {"ok": True, "value": value}, []
+
+
+def _student_traceback(error: BaseException) -> str:
+    """The traceback's frames in the student's cell only."""
+    import traceback
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<")]
+    return "".join(traceback.format_list(frames)).rstrip()
+
+
+def serve() -> None:
+    """The child's loop: read a request from stdin, answer on stdout, until stdin closes.
+    First, as root, drop to the slot's uid; keep the protocol's pipes off fds 0 and 1, so
+    that whatever the student's code prints goes to stderr, not into an answer."""
+    uid = os.environ.get("GPULAB_SANDBOX_UID")
+    if uid and os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
+    if os.environ.get("GPULAB_PROCESSES"):
+        n = int(os.environ["GPULAB_PROCESSES"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    requests, answers = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    served = Served(Path(os.environ["GPULAB_SUBMISSION"]), Path(os.environ["GPULAB_LAB"]))
+    inbox = os.fdopen(requests, "rb")
+    out = os.fdopen(answers, "wb")
+    while True:
+        head = inbox.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            return
+        message = pickle.loads(inbox.read(_HEADER.unpack(head)[0]))   # from the trusted parent
+        header, parts = served.handle(message)
+        header["parts"] = len(parts)
+        try:
+            data = json.dumps(header, allow_nan=True).encode()
+        except (TypeError, ValueError) as error:
+            data = json.dumps({"error": "TypeError", "message": f"the answer cannot be graded: {error}",
+                               "parts": 0}).encode()
+            parts = []
+        out.write(_HEADER.pack(len(data)) + data)
+        for part in parts:
+            out.write(_HEADER.pack(len(part)) + part)
+        out.flush()
+
+
+class InProcess:
+    """A child's work done in this process, for tests of the checks themselves (known-wrong
+    answers, which attack nothing): the same requests, no process, no sandbox, no limits."""
+
+    def __init__(self, lab: Path, submission: Path, *args, **kwargs):
+        self.served = Served(submission, lab)
+        self.stopped = None
+
+    def request(self, message: dict) -> tuple[dict, list[bytes]]:
+        header, parts = self.served.handle(pickle.loads(pickle.dumps(message)))
+        return json.loads(json.dumps(header)), parts
+
+    def stderr(self) -> str:
+        return ""
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+    def kill(self) -> None:
+        pass
+
+    close = kill
+
+
+# ------------------------------------------------------------------ kernels compiled and run in a child
+ERRORS = {"KernelCompileError": KernelCompileError, "KernelLaunchError": KernelLaunchError,
+          "KernelArgumentError": KernelArgumentError}
+
+
+def raise_error(header: dict):
+    """An error the child reported, raised in the parent as the same kind of error (its text
+    is the child's: shown to the student as their own code's failure, never trusted)."""
+    kind, text = header.get("error", "Error"), str(header.get("message", ""))
+    cls = ERRORS.get(kind)
+    if cls is KernelCompileError:
+        raise KernelCompileError(text, path="", line=None, log=text)
+    if cls is not None:
+        raise cls(text)
+    raise StudentError(kind, text, str(header.get("traceback", "")))
+
+
+class StudentError(Exception):
+    """An exception the student's code raised in the child (by name and message only)."""
+
+    def __init__(self, kind: str, text: str, traceback: str = ""):
+        super().__init__(text)
+        self.kind, self.traceback = kind, traceback
+
+    def __str__(self):
+        return super().__str__()
+
+
+class RemoteModule:
+    """The parent's stand-in for a compiled student module: kernels launch in the child."""
+
+    def __init__(self, child, file: str, source: str, options=()):
+        self.child, self.file = child, file
+        header, _ = child.request({"op": "compile", "file": file, "source": source, "options": list(options)})
+        if "error" in header:
+            raise_error(header)
+        self.globals: dict = {}
+
+    def get_function(self, name: str):
+        return RemoteFunction(self, name)
+
+    def get_global(self, name: str):
+        import numpy as np
+        if name not in self.globals:
+            header, _ = self.child.request({"op": "global", "file": self.file, "name": name})
+            if "error" in header:
+                raise_error(header)
+            self.globals[name] = np.zeros(int(header["nbytes"]), np.uint8)
+        return self.globals[name]
+
+
+class RemoteFunction:
+    def __init__(self, module: RemoteModule, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        import dataclasses
+
+        import numpy as np
+
+        from . import cpu
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        message = {"op": "launch", "file": self.module.file, "kernel": self.name, "grid": list(grid),
+                   "block": list(block), "args": tuple(args), "shared_mem": int(shared_mem),
+                   "checking": dataclasses.asdict(cpu.current_checking()),
+                   "globals": {k: v.tobytes() for k, v in self.module.globals.items()}}
+        header, parts = self.module.child.request(message)
+        if "error" in header:
+            raise_error(header)
+        if len(parts) != len(arrays) or any(len(p) != a.nbytes for p, a in zip(parts, arrays)):
+            raise KernelLaunchError(f"kernel '{self.name}': the worker's answer does not have the arrays' sizes")
+        for part, array in zip(parts, arrays):
+            array[...] = np.frombuffer(part, array.dtype).reshape(array.shape)
