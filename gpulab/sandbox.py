@@ -45,6 +45,8 @@ LAB, SUBMISSION = "/lab", "/submission"
 LIMITS = {"memory": 3 << 30, "processes": 64, "file_size": 64 << 20, "open_files": 256}
 #: The largest answer the parent reads from a child (the outputs of one launch, or one value).
 MAX_REPLY_BYTES = 256 << 20
+#: The largest JSON part of an answer (a function's value, an error message).
+HEADER_BYTES = 8 << 20
 #: How much of a child's stderr the parent keeps (its end).
 STDERR_KEEP = 64 << 10
 #: A child that waits instead of computing is stopped after this many times its CPU limit.
@@ -249,7 +251,10 @@ class Child:
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError):
             self._died()
-        header = json.loads(self._read_part(MAX_REPLY_BYTES))
+        try:
+            header = json.loads(self._read_part(HEADER_BYTES))
+        except (UnicodeDecodeError, ValueError):
+            header = None
         if not isinstance(header, dict):
             raise ChildDied("the child's answer is not a JSON object", self.stderr())
         parts, budget = [], MAX_REPLY_BYTES
@@ -345,11 +350,11 @@ class Served:
 
     def op_compile(self, m):
         from . import cpu
-        path = self.submission / m["file"]
-        module = cpu.compile_module(m["source"], filename=m["file"], options=tuple(m["options"]),
+        # Includes resolve in the submission's kernels/ and the student version's common headers only.
+        module = cpu.compile_module(m["source"], filename=str(self.submission / m["file"]),
+                                    options=tuple(m["options"]),
                                     include_dirs=[str(self.submission / "kernels"), str(self.lab / "kernels")])
         self.modules[m["file"]] = module
-        del path
         return {"ok": True}, []
 
     def op_global(self, m):

@@ -30,7 +30,8 @@ _BLOCK = {
 }
 _PLACEHOLDER = {"//": "// TODO: your code here", "#": "# TODO: your code here"}
 #: Paths (relative to the repository root) the student copy leaves out.
-INSTRUCTOR_ONLY = ("gpulab/hidden_checks.py", "tests/test_grading.py", "tests/test_student.py",
+INSTRUCTOR_ONLY = ("gpulab/hidden_checks.py", "tests/test_grading.py", "tests/test_grading_sandbox.py",
+                   "tests/test_student.py",
                    "tests/fixtures/grading")
 #: What marks a check cell in a notebook.
 CHECK_CALL = "exercises.check("

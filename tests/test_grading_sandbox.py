@@ -1,0 +1,216 @@
+"""The grader against dishonest submissions: one or more per class of attack (the threat
+model in book/instructors.md), graded beside honest ones with ``python -m gpulab grade``.
+
+Every attack scores 0 on the exercise it attacks; no grade or feedback file shows hidden-check
+text, solution text or an instructor path; the honest students' grades are the same with and
+without the attackers in the folder; no file of any submission changes; the run ends within
+its limits. Instructors only (the student export leaves this file out)."""
+import hashlib
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpulab import exercises, grading, paths, sandbox
+from test_grading import FIXTURES, WRONG, _hidden_inputs, handed_in, submission
+
+WHY_NO_SANDBOX = sandbox.problem()
+pytestmark = pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox here: {WHY_NO_SANDBOX}")
+
+ATTACKS = FIXTURES / "attacks"
+KERNEL, CELL = exercises.get("measuring.1"), exercises.get("fcnet.2")
+#: CPU seconds per student and exercise: the honest answers need about 3.
+LIMIT = 10
+
+
+def _attack(name: str, **values) -> str:
+    text = (ATTACKS / name).read_text()
+    for key, value in {"REPO": str(paths.REPO), **values}.items():
+        text = text.replace(f"@{key}@", value)
+    return text
+
+
+def _honest(root: Path) -> list[str]:
+    """ada: the lab's answers; ben: the sample submission's; dora: a known-wrong kernel."""
+    for exercise in (KERNEL, CELL):
+        submission(exercise, handed_in(exercise), root / "ada")
+        (root / "ben" / exercise.file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / "submissions" / "ben" / exercise.file, root / "ben" / exercise.file)
+    submission(KERNEL, (WRONG / "measuring.1" / "start_ignores_block.cu").read_text(), root / "dora")
+    return ["ada", "ben", "dora"]
+
+
+def _attackers(root: Path, out: Path) -> dict[str, str]:
+    """Write the attackers' folders; the exercise each attacks."""
+    kernel = lambda name, text: submission(KERNEL, text, root / name)              # noqa: E731
+    answer = handed_in(KERNEL)
+    # 1. The preprocessor reaches for the instructor's files (by the lab's name, and by path).
+    kernel("inc_relative", '#include "measuring/03_saxpy_grid_stride.cu"\n')
+    kernel("inc_absolute", f'#include "{paths.REPO}/kernels/measuring/03_saxpy_grid_stride.cu"\n')
+    # 2. A global constructor runs at load: reads hidden checks and solution, forges answers.
+    kernel("constructor", _attack("constructor_reads_hidden_checks.cu", OUT=str(out)))
+    # 3. A notebook cell replaces the comparison and calls the solution.
+    submission(CELL, _attack("cell_replaces_checker.py"), root / "cell")
+    # 4. A setsid child outlives the worker and rewrites grades and a classmate's kernel.
+    kernel("survivor", _attack("setsid_survivor.cu", OUT=str(out), CLASSMATE=str(root / "ada" / KERNEL.file)))
+    # 5. Links out of the submission: to the solution, the lab's notebook, /etc/passwd, a header.
+    for name, target, exercise in (("link_solution", paths.REPO / KERNEL.file, KERNEL),
+                                   ("link_notebook", paths.REPO / CELL.file, CELL),
+                                   ("link_passwd", Path("/etc/passwd"), KERNEL)):
+        (root / name / exercise.file).parent.mkdir(parents=True)
+        (root / name / exercise.file).symlink_to(target)
+    kernel("link_header", '#include "leak.h"\n' + answer)
+    (root / "link_header" / "kernels" / "measuring" / "leak.h").symlink_to("/etc/passwd")
+    shutil.copytree(paths.REPO / "kernels" / "measuring", root / "link_folder" / "kernels" / "measuring",
+                    symlinks=True)
+    (root / "link_folder" / "kernels" / "measuring" / "03_saxpy_grid_stride.cu").unlink()
+    (root / "link_folder" / "kernels" / "measuring" / "03_saxpy_grid_stride.cu").symlink_to(
+        paths.REPO / KERNEL.file)
+    # 6. No limits: fork bomb and 8 GiB, endless computing, endless waiting, huge and binary files.
+    kernel("fork_memory", _attack("fork_and_memory.cu"))
+    kernel("spins", _attack("spins.cu"))
+    kernel("sleeps", _attack("sleeps.cu"))
+    kernel("huge", answer + "//" + "x" * (grading.MAX_FILE_BYTES + 10) + "\n")
+    kernel("binary", answer.replace("Exercise", "Exerc\0ise", 1))
+    kernel("latin1", "")
+    (root / "latin1" / KERNEL.file).write_bytes(answer.encode() + "// caf\xe9\n".encode("latin-1"))
+    kernel("_skipped", answer)
+    return {"inc_relative": KERNEL.id, "inc_absolute": KERNEL.id, "constructor": KERNEL.id,
+            "cell": CELL.id, "survivor": KERNEL.id, "link_solution": KERNEL.id, "link_notebook": CELL.id,
+            "link_passwd": KERNEL.id, "link_header": KERNEL.id, "link_folder": KERNEL.id,
+            "fork_memory": KERNEL.id, "spins": KERNEL.id, "sleeps": KERNEL.id, "huge": KERNEL.id,
+            "binary": KERNEL.id, "latin1": KERNEL.id}
+
+
+def _fingerprint(root: Path) -> dict[str, str]:
+    """Every entry under ``root``: a file's digest, a link's target."""
+    seen = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                seen[rel] = "-> " + os.readlink(path)
+            elif path.is_file():
+                seen[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return seen
+
+
+def _grade(submissions: Path, out: Path) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "gpulab", "grade", str(submissions), "--out", str(out),
+                             "--exercise", KERNEL.id, "--exercise", CELL.id, "--time-limit", str(LIMIT),
+                             "--jobs", "2"], capture_output=True, text=True, timeout=1800)
+    return result, time.monotonic() - started
+
+
+class Run:
+    def __init__(self, root: Path, with_attackers: bool):
+        self.submissions, self.out = root / "submissions", root / "grades.csv"
+        self.honest = _honest(self.submissions)
+        self.attacks = _attackers(self.submissions, self.out) if with_attackers else {}
+        before = _fingerprint(self.submissions)
+        self.result, self.seconds = _grade(self.submissions, self.out)
+        assert self.result.returncode == 0, self.result.stdout + self.result.stderr
+        self.csv = self.out.read_bytes()
+        time.sleep(3)          # anything still alive would now rewrite the grades or a classmate's file
+        self.after_wait = self.out.read_bytes()
+        self.changed = {k for k, v in _fingerprint(self.submissions).items() if before.get(k) != v}
+        self.grades = pd.read_csv(self.out).set_index(["student", "exercise"])
+        self.texts = {p.name: p.read_text() for p in (root / "grades-feedback").glob("*.md")}
+        self.texts["grades.csv"] = self.out.read_text()
+        self.texts["grades-files.csv"] = (root / "grades-files.csv").read_text()
+        self.texts["stdout"] = self.result.stdout
+
+
+@pytest.fixture(scope="module")
+def honest_only(tmp_path_factory) -> Run:
+    return Run(tmp_path_factory.mktemp("honest"), with_attackers=False)
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory) -> Run:
+    return Run(tmp_path_factory.mktemp("attacked"), with_attackers=True)
+
+
+def test_every_attack_scores_zero_on_what_it_attacks(attacked):
+    for student, exercise in attacked.attacks.items():
+        row = attacked.grades.loc[(student, exercise)]
+        assert row["points"] == 0, f"{student} got {row['points']} on {exercise}: {row['message']}"
+    rows = attacked.grades
+    assert rows.loc[("spins", KERNEL.id), "status"] == "time limit"
+    assert re.search(rf"limit is {LIMIT} s of CPU", rows.loc[("spins", KERNEL.id), "message"])
+    assert rows.loc[("sleeps", KERNEL.id), "status"] == "time limit"
+    assert "waiting" in rows.loc[("sleeps", KERNEL.id), "message"]
+    for name in ("huge", "binary", "latin1", "link_solution", "link_passwd", "link_notebook", "link_folder"):
+        assert rows.loc[(name, KERNEL.id if name != "link_notebook" else CELL.id), "status"] == "invalid file"
+    assert "symbolic link" in rows.loc[("link_solution", KERNEL.id), "message"]
+    assert "1 MB" in rows.loc[("huge", KERNEL.id), "message"]
+    assert "binary" in rows.loc[("binary", KERNEL.id), "message"]
+    assert "UTF-8" in rows.loc[("latin1", KERNEL.id), "message"]
+    assert rows.loc[("inc_relative", KERNEL.id), "status"] == "compile error"
+    assert rows.loc[("link_header", KERNEL.id), "status"] == "compile error"
+    assert "_skipped" not in {s for s, _ in rows.index}
+    assert "not graded: _skipped" in attacked.result.stdout
+
+
+def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_paths(attacked):
+    hidden_numbers = _hidden_inputs()
+    hidden_text = [line.strip() for line in (paths.REPO / "gpulab" / "hidden_checks.py").read_text().splitlines()
+                   if len(line.strip()) > 25]
+    solution_lines = [line.strip() for exercise in (KERNEL, CELL)
+                      for line in re.findall(r"BEGIN SOLUTION[^\n]*\n(.*?)END SOLUTION",
+                                             (paths.REPO / exercise.file).read_text(), re.S)[0].splitlines()
+                      if len(line.strip().strip('",\\n')) > 20]
+    assert hidden_text and solution_lines
+    for name, text in attacked.texts.items():
+        assert str(paths.REPO) not in text, name
+        assert "gpulab-grade-" not in text and "/etc/passwd" not in text and "root:x:0:0" not in text, name
+        assert "HIDDEN" not in text and "hidden_checks" not in text, name
+        for line in hidden_text + solution_lines:
+            assert line.strip('",\\n') not in text, f"{name} shows {line!r}"
+        leaked = {n for n in hidden_numbers if re.search(rf"(?<![\d.]){n}(?![\d])", text)}
+        assert not leaked, f"{name} shows hidden inputs {leaked}"
+
+
+def test_honest_grades_are_the_same_with_and_without_attackers(honest_only, attacked):
+    columns = ["points", "status", "passed_checks", "message"]
+    alone = honest_only.grades.loc[honest_only.honest, columns]
+    beside = attacked.grades.loc[attacked.honest, columns]
+    pd.testing.assert_frame_equal(alone, beside)
+    assert alone.loc[("ada", KERNEL.id), "points"] == KERNEL.points
+    assert alone.loc[("ada", CELL.id), "points"] == CELL.points
+    assert alone.loc[("dora", KERNEL.id), "points"] == 0
+
+
+def test_no_submission_file_changes_and_nothing_outlives_the_grader(honest_only, attacked):
+    for run in (honest_only, attacked):
+        assert not run.changed, run.changed
+        assert run.after_wait == run.csv
+        digest = hashlib.sha256(run.csv).hexdigest()
+        assert f"sha256 {digest}" in run.result.stdout
+    files = pd.read_csv(attacked.out.with_name("grades-files.csv"))
+    ada = files[(files["student"] == "ada") & (files["file"] == KERNEL.file)]
+    assert ada["sha256"].tolist() == [hashlib.sha256(handed_in(KERNEL).encode()).hexdigest()]
+
+
+def test_the_run_ends_within_its_limits(attacked):
+    items = 2 * len({s for s, _ in attacked.grades.index})
+    bound = math.ceil(items / 2) * sandbox.WALL_FACTOR * LIMIT + 60 + 60   # + the run's margin, + start-up
+    assert attacked.seconds < bound
+
+
+def test_grade_refuses_without_a_sandbox_and_says_what_to_install(tmp_path, monkeypatch):
+    (tmp_path / "subs" / "ada").mkdir(parents=True)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(grading.GpulabError) as refused:
+        grading.grade(tmp_path / "subs", tmp_path / "g.csv", only=[KERNEL.id])
+    assert "apt-get install bubblewrap" in str(refused.value)
+    assert "--unsafe-no-sandbox" in str(refused.value)
