@@ -162,7 +162,9 @@ def test_every_attack_scores_zero_on_what_it_attacks(attacked):
 
 
 def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_paths(attacked):
-    hidden_numbers = _hidden_inputs()
+    from gpulab.workloads import measuring
+    # Numbers of the hidden cases that the public check's own table shows too (its sizes) are not secret.
+    hidden_numbers = _hidden_inputs() - set(re.findall(r"\d{3,}", repr(measuring.CHECK_SIZES)))
     hidden_text = [line.strip() for line in (paths.REPO / "gpulab" / "hidden_checks.py").read_text().splitlines()
                    if len(line.strip()) > 25]
     solution_lines = [line.strip() for exercise in (KERNEL, CELL)
