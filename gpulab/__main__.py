@@ -29,7 +29,7 @@ def main(argv=None) -> int:
                        "(default: next to --out, named <out>-feedback)")
     grade.add_argument("--time-limit", type=float, default=60.0,
                        help="CPU seconds per student and exercise (a child that waits instead is stopped "
-                            "after three times as long)")
+                            "after six times as long)")
     grade.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run submissions' code without a sandbox, as your user, beside your files and "
                             "the hidden checks (only for code you trust)")

@@ -446,8 +446,8 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         say(f"not graded: {line}")
     # Exercise by exercise, so that one student's hang runs beside the others' work, not last.
     work = [(i, exercise) for exercise in chosen for i in range(len(folders))]
-    backstop = sandbox.WALL_FACTOR * time_limit
-    deadline = time.monotonic() + math.ceil(len(work) / jobs) * backstop + 60
+    # The run's backstop: every slot busy with children that each wait out their own backstop.
+    deadline = time.monotonic() + math.ceil(len(work) / jobs) * sandbox.WALL_FACTOR * time_limit + 60
     slots = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)

@@ -49,8 +49,10 @@ MAX_REPLY_BYTES = 256 << 20
 HEADER_BYTES = 8 << 20
 #: How much of a child's stderr the parent keeps (its end).
 STDERR_KEEP = 64 << 10
-#: A child that waits instead of computing is stopped after this many times its CPU limit.
-WALL_FACTOR = 3
+#: A child that waits instead of computing is stopped once the grader has waited for its answers
+#: this many times its CPU limit (wall-clock time): generous, so that a machine busy with other
+#: work, which slows every child, does not stop correct ones.
+WALL_FACTOR = 6
 #: As root, children run as uid FIRST_UID + slot (no account needed; one per grading slot).
 FIRST_UID = 61000
 _HEADER = struct.Struct("<Q")
@@ -78,8 +80,8 @@ def problem() -> str | None:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
     try:
-        result = subprocess.run([bwrap, *_system_binds(), *_namespaces(), "--die-with-parent", "--proc", "/proc",
-                                 "--dev", "/dev", "--tmpfs", "/tmp", "--", sys.executable, "-c", "pass"],
+        result = subprocess.run([bwrap, "--tmpfs", "/tmp", *_system_binds(), *_namespaces(), "--die-with-parent",
+                                 "--proc", "/proc", "--dev", "/dev", "--", sys.executable, "-c", "pass"],
                                 capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bwrap does not run here ({error})"
@@ -99,7 +101,12 @@ def _system_binds() -> list[str]:
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/alternatives"):
         if os.path.exists(etc):
             args += [*_parents(etc, made), "--ro-bind", etc, etc]
-    for prefix in sorted({sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}):
+    prefixes = sorted({sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix})
+    # Packages found through a .pth file or PYTHONPATH live outside the prefixes: their
+    # site-packages folders only (never the current folder, nor the lab's own repository).
+    prefixes += sorted({p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
+                        and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in prefixes)})
+    for prefix in prefixes:
         if not prefix.startswith(("/usr/", "/bin/", "/lib")) and prefix != "/usr":
             args += [*_parents(prefix, made), "--ro-bind", prefix, prefix]
     return args
@@ -148,16 +155,6 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
 
 
 # ------------------------------------------------------------------ the parent's side
-def _read_limits(limits: dict, cpu_s: float):
-    def apply():
-        os.setsid()
-        for name, value in ((resource.RLIMIT_AS, limits["memory"]), (resource.RLIMIT_FSIZE, limits["file_size"]),
-                            (resource.RLIMIT_NOFILE, limits["open_files"]),
-                            (resource.RLIMIT_CPU, int(cpu_s) + 2), (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(name, (value, value))
-    return apply
-
-
 def _tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
     utime + stime + those of its children it waited for)."""
@@ -184,17 +181,16 @@ def _tree_cpu_seconds(root: int) -> float:
 class Child:
     """One sandboxed child: ``request(message)`` sends a request and returns the answer.
 
-    ``cpu_limit`` (seconds of CPU, the whole process tree) and a wall-clock backstop
-    (``WALL_FACTOR`` times as long, or ``deadline``, a ``time.monotonic()`` value, if sooner)
-    hold for the child's life; past either the tree is killed and :class:`Stopped` raised."""
+    ``cpu_limit`` (seconds of CPU, the whole process tree) and a wall-clock backstop (the
+    time spent waiting for its answers, ``WALL_FACTOR`` times as long; and ``deadline``, a
+    ``time.monotonic()`` value, the whole run's) hold for the child's life; past either the
+    tree is killed and :class:`Stopped` raised."""
 
     def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
                  deadline: float | None = None, limits: dict | None = None):
         self.cpu_limit, self.limits = float(cpu_limit), dict(LIMITS, **(limits or {}))
-        self.started = time.monotonic()
-        self.deadline = self.started + WALL_FACTOR * self.cpu_limit
-        if deadline is not None:
-            self.deadline = min(self.deadline, deadline)
+        self.waited, self.backstop = 0.0, WALL_FACTOR * self.cpu_limit
+        self.deadline = deadline if deadline is not None else float("inf")
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": "/tmp/cache",
                "GPULAB_BACKEND": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -202,24 +198,30 @@ class Child:
         serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
                  "from gpulab.sandbox import serve; serve()"]
         uid = FIRST_UID + slot if os.getuid() == 0 else None
+        # Set by the child itself, first thing, before any student code runs. The process limit
+        # only in the sandbox, where it counts the child's processes alone: its own uid (run by
+        # root), or its own user namespace (run by anyone else; Linux 5.14 and later).
+        limits = json.dumps({"memory": self.limits["memory"], "file_size": self.limits["file_size"],
+                             "open_files": self.limits["open_files"], "cpu": int(self.cpu_limit) + 2,
+                             "processes": self.limits["processes"] if sandbox else None})
         if sandbox:
-            command = ["bwrap", *_system_binds(), "--ro-bind", str(lab), LAB, "--ro-bind", str(submission),
-                       SUBMISSION, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", *_namespaces(),
+            # /tmp first: the Python environment may live under it (bound on top).
+            command = ["bwrap", "--perms", "1777", "--tmpfs", "/tmp", *_system_binds(), "--ro-bind", str(lab), LAB,
+                       "--ro-bind", str(submission), SUBMISSION, "--proc", "/proc", "--dev", "/dev", *_namespaces(),
                        "--die-with-parent", "--new-session", "--chdir", SUBMISSION, "--clearenv",
                        *[a for k, v in env.items() for a in ("--setenv", k, v)],
-                       "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_PROCESSES",
-                       str(self.limits["processes"]), "--setenv", "GPULAB_LAB", LAB,
+                       "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_LIMITS", limits,
+                       "--setenv", "GPULAB_LAB", LAB,
                        "--setenv", "GPULAB_SUBMISSION", SUBMISSION, "--", *serve]
             cwd = None
         else:                      # --unsafe-no-sandbox: the same child, unconfined
             env.update(GPULAB_LAB=str(lab), GPULAB_SUBMISSION=str(submission), TMPDIR=str(lab.parent),
                        GPULAB_CACHE=str(lab.parent / "cache"), HOME=str(lab.parent),
-                       GPULAB_PROCESSES="", GPULAB_SANDBOX_UID="")
+                       GPULAB_LIMITS=limits, GPULAB_SANDBOX_UID="")
             serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
             command, cwd = serve, str(submission)
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, cwd=cwd,
-                                     preexec_fn=_read_limits(self.limits, self.cpu_limit))
+                                     stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
         self._stderr = collections.deque()
         self._stderr_size = 0
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -274,7 +276,9 @@ class Child:
     def _read_exact(self, n: int) -> bytes:
         out, fd = bytearray(), self.proc.stdout.fileno()
         while len(out) < n:
+            before = time.monotonic()
             ready, _, _ = select.select([fd], [], [], 0.25)
+            self.waited += time.monotonic() - before
             if ready:
                 chunk = os.read(fd, min(n - len(out), 1 << 20))
                 if not chunk:
@@ -288,8 +292,8 @@ class Child:
         used, now = self.cpu_seconds(), time.monotonic()
         if used > self.cpu_limit:
             self.stopped = f"stopped after {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)"
-        elif now > self.deadline:
-            self.stopped = (f"stopped after {now - self.started:.0f} s of waiting (wall-clock time), having "
+        elif self.waited > self.backstop or now > self.deadline:
+            self.stopped = (f"stopped after {self.waited:.0f} s of waiting for it (wall-clock time), having "
                             f"used {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)")
         if self.stopped:
             self.kill()
@@ -402,9 +406,13 @@ def serve() -> None:
         os.setgroups([])
         os.setgid(int(uid))
         os.setuid(int(uid))
-    if os.environ.get("GPULAB_PROCESSES"):
-        n = int(os.environ["GPULAB_PROCESSES"])
-        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    limits = json.loads(os.environ.get("GPULAB_LIMITS") or "{}")
+    for name, key in ((resource.RLIMIT_AS, "memory"), (resource.RLIMIT_FSIZE, "file_size"),
+                      (resource.RLIMIT_NOFILE, "open_files"), (resource.RLIMIT_CPU, "cpu"),
+                      (resource.RLIMIT_NPROC, "processes")):
+        if limits.get(key) is not None:
+            resource.setrlimit(name, (limits[key], limits[key]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     requests, answers = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
