@@ -198,6 +198,16 @@ def _lenet_3(case: dict) -> dict:
     lanes = results.step_labels(_run("lenet", case).tables["timeline"])
     rows = lanes[lanes["variant"].str.startswith(case["step"] + " ") & (lanes["chunks"] == case["chunks"])]
     return {"rows": rows.reset_index(drop=True)}
+def _alexnet_check_layers():
+    from .workloads.alexnet import CHECK_LAYERS, Layer
+    return [Layer(1, C=3, H=35, W=35, M=10, R=11, S=11, U=4, P=0), *CHECK_LAYERS[1:]]
+
+
+def _convpool_shape(**sizes):
+    from .workloads.convpool import Shape
+    return Shape(**sizes)
+
+
 def _training_dims(B: int, V: int, *HC: int):
     from .workloads.training import Dims
     return Dims(B, V, *HC)
@@ -272,7 +282,10 @@ EXERCISES: list[Exercise] = [
                   "fcnet.floors_ms(n, tflops=..., gbs=...) with the measured FP32 rate (in TFLOP/s) "
                   "and bandwidth (GB/s)."),
     Exercise("alexnet.1a", "alexnet", "four filters per block (the kernel)", 4, "kernel",
-             "kernels/alexnet/exercise_01_four_filters.cu", public=({"seed": 0},),
+             "kernels/alexnet/exercise_01_four_filters.cu",
+             # Race-checked: the chapter's five reduced layers, the first one smaller (7 x 7 outputs,
+             # not 33 x 33: 11 x 11 filters at stride 4 all the same), at a few seconds of CPU.
+             public=({"layers": _alexnet_check_layers(), "seed": 0},),
              hint="Every filter index m0 + k at or past M must be skipped when reading w, and "
                   "rows and columns outside the input (the padding) contribute nothing."),
     Exercise("alexnet.1b", "alexnet", "four filters per block (the speedup)", 1, "function",
@@ -359,7 +372,10 @@ EXERCISES: list[Exercise] = [
                   "256; whole warps in each of the four quarters of 16,384; whole blocks), shared memory "
                   "(each block's plus 1 KB, out of 228 KB), 64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
     Exercise("convpool.2", "convpool", "fuse the pool into step 2", 4, "kernel",
-             "kernels/convpool/exercise_pooled_registers.cu", public=({"seed": 0},),
+             "kernels/convpool/exercise_pooled_registers.cu",
+             # Race-checked: the chapter's check shape with fewer channels and filters (every fault
+             # of the exercise is in rows, taps and windows, which keep their sizes).
+             public=({"shape": _convpool_shape(N=2, C=6, H=14, W=20, M=9), "seed": 0},),
              hint="Input row i feeds output row 0 with tap i (i < 5) and output row 1 with tap i - 1 "
                   "(i > 0); a window is the max of both rows' sums 2q and 2q + 1, plus b[m], clipped at "
                   "zero; skip windows at or past PF."),

@@ -47,6 +47,8 @@ LIMITS = {"memory": 3 << 30, "processes": 64, "file_size": 64 << 20, "open_files
 MAX_REPLY_BYTES = 256 << 20
 #: The largest JSON part of an answer (a function's value, an error message).
 HEADER_BYTES = 8 << 20
+#: The most arrays one answer may hold (a launch's pointer arguments).
+MAX_PARTS = 256
 #: How much of a child's stderr the parent keeps (its end).
 STDERR_KEEP = 64 << 10
 #: A child that waits instead of computing is stopped once the grader has waited for its answers
@@ -227,7 +229,7 @@ class Child:
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
         self.stopped: str | None = None
-        self.used = 0.0
+        self.used, self._checked = 0.0, time.monotonic()
 
     def _drain(self) -> None:
         while True:
@@ -255,12 +257,14 @@ class Child:
             self._died()
         try:
             header = json.loads(self._read_part(HEADER_BYTES))
-        except (UnicodeDecodeError, ValueError):
-            header = None
-        if not isinstance(header, dict):
-            raise ChildDied("the child's answer is not a JSON object", self.stderr())
+            count = int(header.get("parts", 0))
+        except (AttributeError, TypeError, ValueError, RecursionError):     # not an answer the child serves
+            header, count = None, 0
+        if not isinstance(header, dict) or not 0 <= count <= MAX_PARTS:
+            self.kill()
+            raise ChildDied("the child's answer is not in the form the grader asked for", self.stderr())
         parts, budget = [], MAX_REPLY_BYTES
-        for _ in range(int(header.get("parts", 0))):
+        for _ in range(count):
             part = self._read_part(budget)
             budget -= len(part)
             parts.append(part)
@@ -284,12 +288,14 @@ class Child:
                 if not chunk:
                     self._died()
                 out += chunk
-                continue
-            self._check_limits()
+            # Also while answers stream in: a child that never stops sending is stopped too.
+            if not ready or time.monotonic() - self._checked > 0.25:
+                self._check_limits()
         return bytes(out)
 
     def _check_limits(self) -> None:
         used, now = self.cpu_seconds(), time.monotonic()
+        self._checked = now
         if used > self.cpu_limit:
             self.stopped = f"stopped after {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)"
         elif self.waited > self.backstop or now > self.deadline:
