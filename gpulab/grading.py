@@ -29,6 +29,7 @@ import hashlib
 import math
 import os
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -226,7 +227,7 @@ def evaluate(exercise, staged: Staged, lab: Path | None = None, make_child=None,
     child = (make_child or (lambda: sandbox.InProcess(lab, staged.root)))()
     try:
         if exercise.kind == "kernel":
-            _evaluate_kernel(exercise, staged.root / exercise.file, rec, child, races)
+            _evaluate_kernel(exercise, staged.root / exercise.file, rec, child, races, tuple(staged.digests))
         else:
             _evaluate_function(exercise, staged.root / exercise.file, rec, child)
     except (sandbox.Stopped, sandbox.ChildDied) as error:
@@ -279,7 +280,20 @@ def _failure(rec: _Recorder, hidden: bool, error: BaseException, public_message:
     return status
 
 
-def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool = True) -> None:
+def _compile_message(text: str, exercise, mine) -> str:
+    """A compile error as the student sees it: in their own file, as the compiler said it; in a
+    file they did not write (the lab's CPU runtime, a system header), without that file's name
+    or source, saying what most likely happened."""
+    first = text.splitlines()[0] if text else ""
+    if any(first.startswith(name) for name in mine):
+        return text
+    said = re.search(r"error:\s*(.*)", first)
+    return (f"{exercise.file} does not compile: the compiler stopped in a file you did not write (the "
+            "lab's CPU runtime or a system header), most likely because a macro or declaration in your "
+            "file changes what that file means" + (f"; the compiler said: {said.group(1)}" if said else ""))
+
+
+def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool = True, mine=()) -> None:
     from .kernels import get_backend
     be = get_backend("cpu")
     unsolved = ex_mod.is_unsolved(target.read_text(errors="replace"))
@@ -298,7 +312,7 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
             except (sandbox.Stopped, sandbox.ChildDied):
                 raise
             except KernelCompileError as error:
-                rec.done("compile error", str(error))
+                rec.done("compile error", _compile_message(rec.scrub(str(error)), exercise, mine))
                 rec.finish("compile error")
                 return
             except Exception as error:          # noqa: BLE001 -- the student's kernel failed

@@ -204,3 +204,26 @@ def test_failures_are_named_from_the_cpu_backends_own_messages(tmp_path):
         gpulab.load_module(source, "cpu")
     assert grading.classify(compile_error.value) == "compile error"
     assert grading.classify(ZeroDivisionError("x")) == "crashed"
+
+
+def test_inputs_are_checked_and_messages_name_only_the_students_files(tmp_path):
+    """A link, a binary or oversized file is refused before anything runs; a compile error in a
+    file the student did not write (a system header, here) names neither that file nor its source."""
+    exercise = exercises.get("measuring.1")
+    answer = handed_in(exercise)
+    broken = submission(exercise, "#define struct union\n" + answer, tmp_path / "macro")
+    staged = grading.stage(broken, tmp_path / "staged-macro", [exercise])
+    row = grading._summarise(exercise, grading.evaluate(exercise, staged))
+    assert row["status"] == "compile error"
+    assert "a file you did not write" in row["message"] and "/usr/include" not in row["message"]
+    assert "extern int" not in row["message"]
+    linked = tmp_path / "linked" / exercise.file
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(paths.REPO / exercise.file)
+    big = submission(exercise, answer + "//" + "x" * grading.MAX_FILE_BYTES, tmp_path / "big")
+    binary = submission(exercise, answer.replace("//", "/\0/", 1), tmp_path / "binary")
+    for folder, words in ((tmp_path / "linked", "symbolic link"), (big, "1 MB"), (binary, "binary")):
+        staged = grading.stage(folder, tmp_path / f"staged-{folder.name}", [exercise])
+        row = grading._summarise(exercise, grading.evaluate(exercise, staged))
+        assert (row["status"], row["points"]) == ("invalid file", 0) and words in row["message"]
+        assert not staged.digests and not (staged.root / exercise.file).exists()
