@@ -30,7 +30,6 @@ import math
 import os
 import queue
 import re
-import shutil
 import tempfile
 import threading
 import time

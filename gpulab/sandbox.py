@@ -494,9 +494,6 @@ class StudentError(Exception):
         super().__init__(text)
         self.kind, self.traceback = kind, traceback
 
-    def __str__(self):
-        return super().__str__()
-
 
 class RemoteModule:
     """The parent's stand-in for a compiled student module: kernels launch in the child."""
