@@ -38,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from .cpu.crashes import signal_causes
 from .errors import GpulabError, KernelArgumentError, KernelCompileError, KernelLaunchError
 
 #: Where the child sees the student version of the lab and the submission's checked files.
@@ -314,7 +315,7 @@ class Child:
             if -code == signal.SIGXCPU or used >= self.cpu_limit:
                 self.stopped = f"stopped after the CPU time limit of {self.cpu_limit:.0f} s"
                 raise Stopped(self.stopped)
-        why = (f"the process died ({signal.Signals(-code).name})" if code and code < 0
+        why = (f"the process died ({signal_causes(-code)})" if code and code < 0
                else f"the process exited with status {code}")
         raise ChildDied(why, self.stderr())
 
