@@ -196,3 +196,19 @@ def test_the_cold_tables_gaps_are_the_ones_its_caption_names():
     assert len(gaps) and gaps.str.startswith("cuDNN").all() and gaps.str.endswith("CUDA graph").all()
     assert table.loc[table.index.str.startswith("cuDNN") & ~table.index.str.endswith("CUDA graph")].notna().all().all()
     assert "CUDA-graph rows are timed warm only" in alexnet.COLD_GAP
+
+
+def test_gap_reason_names_the_skipped_layers_of_the_steps_shown_and_only_at_that_batch():
+    # A GPU with 8 GB skips step 7's larger layers at N = MAIN_N (the live run under a 7.7 GB
+    # share): the per-layer tables show "—" there and the caption says why, from the run's table.
+    import types
+
+    import pandas as pd
+    skipped = pd.DataFrame({"step": [7, 7, 11, "cuDNN"], "layer": [2, 3, 2, 1],
+                            "size": [alexnet.MAIN_N, alexnet.MAIN_N, alexnet.MAIN_N, 1],
+                            "reason": ["needs 9.0 GB", "needs 8.1 GB", "needs 12 GB", "other batch"]})
+    run = types.SimpleNamespace(tables={"skipped": skipped})
+    why = alexnet.gap_reason(run, alexnet.MAIN_N, ["07", "08"])
+    assert why == "skipped in this run: step 07, conv2: needs 9.0 GB; step 07, conv3: needs 8.1 GB"
+    assert "step 11" in alexnet.gap_reason(run, alexnet.MAIN_N) and "other batch" not in alexnet.gap_reason(run, alexnet.MAIN_N)
+    assert alexnet.gap_reason(types.SimpleNamespace(tables={}), alexnet.MAIN_N) == "not timed in this run"

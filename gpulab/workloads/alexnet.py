@@ -767,6 +767,22 @@ def step_labels(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(step=table["step"].map(label))
 
 
+def gap_reason(run, N: int, steps=None) -> str:
+    """Why a per-layer table at batch ``N`` has empty cells: the reasons the run's ``skipped``
+    table gives for ``steps`` (numbers; None: all) at ``N`` (on a GPU with less memory a large
+    layer of a step is skipped, not crashed), or a plain "not timed in this run" when it has none."""
+    table = run.tables.get("skipped")
+    if table is not None and len(table):
+        rows = step_labels(table)
+        rows = rows[(pd.to_numeric(rows["size"], errors="coerce") == N)
+                    & (rows["step"].isin(steps) | (rows["step"] == "all") if steps is not None else True)]
+        parts = [f"step {r.step}, conv{int(r.layer)}: {r.reason}" if str(r.step)[:1].isdigit()
+                 else f"{r.step}, conv{int(r.layer)}: {r.reason}" for r in rows.itertuples()]
+        if parts:
+            return "skipped in this run: " + "; ".join(dict.fromkeys(parts))
+    return "not timed in this run"
+
+
 def layers_table(N: int = MAIN_N) -> pd.DataFrame:
     """Each layer's shape and work at batch size N: FLOPs, compulsory bytes (fp32) and
     arithmetic intensity."""
