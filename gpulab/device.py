@@ -346,7 +346,11 @@ def _profile(name: str) -> DeviceLimits:
 #: Smaller GPUs readers have (Colab's T4 and L4), to test the live paths without one:
 #: T4 64 KiB of shared memory per block, 16 GB and compute capability 7.5 (no cp.async, no tf32);
 #: L4 99 KiB, 24 GB and 8.9.
-PROFILES = {"T4": _profile("Tesla T4"), "L4": _profile("NVIDIA L4")}
+PROFILES = {"T4": _profile("Tesla T4"), "L4": _profile("NVIDIA L4"),
+            #: A reader's 8 GB card, as the lead's parallel live check ran the book: an H100 with
+            #: CUPY_GPU_MEMORY_LIMIT at 9% (7.7 GB), its other limits unchanged.
+            "8GB": replace(_profile("NVIDIA H100 80GB HBM3"), name="NVIDIA H100 80GB HBM3 with 7.7 GB",
+                           total_memory=int(7.7e9), simulated="8GB")}
 #: Environment variable naming a profile of PROFILES to simulate (e.g. GPULAB_DEVICE_PROFILE=T4).
 PROFILE_ENV = "GPULAB_DEVICE_PROFILE"
 _simulated: list[str] = []

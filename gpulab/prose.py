@@ -44,3 +44,28 @@ def glue(**values) -> Glued:
         out[name] = plain(value)
         _glue(name, out[name], display=False)
     return out
+
+
+#: What the prose says in place of a number the run could not measure (a step or batch a
+#: smaller GPU skipped).
+NOT_MEASURED = "not measured on this GPU"
+
+
+def known(**values) -> dict:
+    """``values`` for :func:`glue`, each missing number (None or NaN) replaced by :data:`NOT_MEASURED`."""
+    return {k: NOT_MEASURED if v is None or (isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
+                                             and np.isnan(v)) else v
+            for k, v in values.items()}
+
+
+def first(rows, column: str) -> float:
+    """The first ``column`` value of ``rows`` (a DataFrame, or one row as a Series) as a float, or
+    NaN when there is none (None or no row: the run skipped that step or batch)."""
+    if rows is None or not len(rows):
+        return float("nan")
+    return float(rows[column].iloc[0] if hasattr(rows, "columns") else rows[column])
+
+
+def whole(value):
+    """``value`` rounded to an int, or NaN when it is missing (for :func:`known`)."""
+    return float("nan") if value is None or value != value else int(round(value))

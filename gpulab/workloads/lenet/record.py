@@ -391,3 +391,30 @@ if __name__ == "__main__":
         profile_target()
     else:
         print("usage: python -m gpulab.workloads.lenet.record profile-target  (the child run ncu profiles)")
+
+
+def as_measured_on(run, here):
+    """TEST HOOK, not a measurement: the recorded ``run`` cut down to what :func:`benchmark_all`
+    would have measured on a device with limits ``here`` (e.g. 8 GB: ``gpulab.device.PROFILES
+    ["8GB"]``), through the same :func:`runnable_batches`: the ladder and forward rows of batches
+    that do not fit removed and listed in ``skipped``; the copies-and-streams rows, which the
+    record runs at its largest batch that fits, relabelled to that batch (their times are still
+    the recorded GPU's). What tests/test_lenet.py executes the notebook against."""
+    import dataclasses
+    timings = run.timings
+    sized = timings["experiment"].isin(["ladder", "forward"])
+    ok, skipped = runnable_batches(sorted(timings.loc[sized, "size"].unique()), here)
+    if not ok:
+        raise ValueError(f"no batch of the run fits {here.name}")
+    largest = max(ok)
+    timings = timings[~sized | timings["size"].isin(ok)].copy()
+    copies = timings["experiment"].isin(["pipeline", "transfers"])
+    timings.loc[copies, "size"] = largest
+    tables = dict(run.tables)
+    tables["skipped"] = pd.concat([tables.get("skipped", pd.DataFrame()), pd.DataFrame(skipped)], ignore_index=True)
+    if "checks" in tables and "size" in tables["checks"]:
+        tables["checks"] = tables["checks"][tables["checks"]["size"].isin(ok)]
+    if "timeline" in tables and "size" in tables["timeline"]:
+        tables["timeline"] = tables["timeline"].assign(size=largest)
+    return dataclasses.replace(run, timings=timings.reset_index(drop=True), tables=tables,
+                               meta={**run.meta, "gpu": here.name})

@@ -185,3 +185,16 @@ def prediction_table(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
                           for case, column in (("both", "conv1 + conv2"), ("conv1", "conv1"), ("conv2", "conv2"))])
     measured = measured.dropna(subset=["step", "median_ms"])
     return predictions.table(steps, measured, PREDICTED, main_case="both")
+
+
+def batch_note(run, N: int) -> str:
+    """"" when ``run`` measured batch ``N``; else what a view says in its place: "N = ...: not
+    measured on this GPU" and the reason from the run's ``skipped`` table (a smaller GPU skips
+    a batch whose footprint does not fit its memory)."""
+    from ...prose import NOT_MEASURED
+    ladder = run.timings[run.timings["experiment"] == "ladder"]
+    if (ladder["size"] == N).any():
+        return ""
+    skipped = run.tables.get("skipped")
+    why = [] if skipped is None or not len(skipped) else list(skipped[skipped["size"] == N]["reason"].unique())
+    return f"N = {N:,}: {NOT_MEASURED}" + (f" ({'; '.join(why)})" if why else "")
