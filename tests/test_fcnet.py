@@ -198,3 +198,26 @@ def test_only_vendor_paths_lack_an_error_against_fp32():
     gaps = half[half["rel_error_vs_fp32"].isna()]
     assert len(gaps) and baselines.is_vendor(gaps).all() and "vendor paths" in fcnet.FP32_GAP
     assert half.loc[~baselines.is_vendor(half), "rel_error_vs_fp32"].notna().all()
+
+
+def test_the_chunked_reference_is_the_whole_one_and_rejects_a_bad_chunk():
+    # A chunk that does not divide n (and one larger than n) gives the same float64 result.
+    rng = np.random.default_rng(3)
+    weights = fcnet.make_weights()
+    x = rng.standard_normal((fcnet.IN, 1037)).astype(np.float32)
+    whole = fcnet.reference(x, weights, chunk=10_000)
+    for chunk in (1, 100, 1036):
+        # equal to float64 rounding (BLAS may sum a product in another order per shape)
+        np.testing.assert_allclose(fcnet.reference(x, weights, chunk=chunk), whole, rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="chunk must be a positive"):
+        fcnet.reference(x, weights, chunk=0)
+
+
+def test_the_live_run_plans_its_cases_to_the_devices_memory_and_says_why_it_skips_one():
+    from gpulab.device import PROFILES
+    chosen, skipped = fcnet.plan_sizes(fcnet.SIZES, PROFILES["8GB"])
+    assert chosen == {"small": fcnet.SIZES["small"]}            # 8 GB: the large case does not fit
+    assert [s["size"] for s in skipped] == [fcnet.SIZES["large"]]
+    assert "needs 8.3 GB of device memory" in skipped[0]["reason"] and "7.7 GB" in skipped[0]["reason"]
+    assert fcnet.plan_sizes(fcnet.SIZES, PROFILES["T4"]) == (dict(fcnet.SIZES), [])   # 16 GB: both
+    assert fcnet.plan_sizes(fcnet.SIZES, None) == (dict(fcnet.SIZES), [])             # CPU: no limits

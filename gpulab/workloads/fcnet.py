@@ -95,13 +95,60 @@ def make_inputs(n: int, seed: int = INPUT_SEED) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1, 1, (IN, n)).astype(np.float32)
 
 
-def reference(x, weights: dict, dtype=np.float64, xp=np):
+#: Vectors the reference computes at once: its float64 intermediates are HID x chunk (134 MB at
+#: 262,144), not HID x n (2.6 GB for the large case's 5,120,000, which with the inputs cast to
+#: float64 did not fit an 8 GB GPU beside the kernels' own buffers).
+REFERENCE_CHUNK = 262_144
+
+
+def reference(x, weights: dict, dtype=np.float64, xp=np, chunk: int = REFERENCE_CHUNK):
     """Y = W3 relu(W2 relu(W1 X)) computed in ``dtype`` (float64 for checks;
-    float32 to measure what half precision costs against single precision)."""
+    float32 to measure what half precision costs against single precision), ``chunk``
+    vectors (columns of X) at a time: the same numbers, in a fraction of the memory."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of vectors, got {chunk}")
     w = {k: xp.asarray(v, dtype=dtype) for k, v in weights.items()}
-    h = xp.maximum(w["W1"] @ xp.asarray(x, dtype=dtype), 0)
-    h = xp.maximum(w["W2"] @ h, 0)
-    return w["W3"] @ h
+    n = x.shape[1]
+    y = xp.empty((w["W3"].shape[0], n), dtype=dtype)
+    for start in range(0, n, chunk):
+        h = xp.maximum(w["W1"] @ xp.asarray(x[:, start:start + chunk], dtype=dtype), 0)
+        h = xp.maximum(w["W2"] @ h, 0)
+        y[:, start:start + chunk] = w["W3"] @ h
+    return y
+
+
+#: The share of the device's memory one case of the record may use (the rest: PyTorch's cache,
+#: cuBLAS's workspaces, the vendor paths' own copies).
+MEMORY_FRACTION = 0.75
+
+
+def footprint_bytes(n: int) -> int:
+    """Device memory the record holds at once for a case of ``n`` vectors: the fp32 inputs and
+    output, the H1/H2 scratch of the unfused steps, the float64 reference output (and one chunk of
+    its intermediates), the fp32 reference, and the largest vendor path's copies (inputs in half
+    precision and two fp32 hidden activations)."""
+    chunk = min(n, REFERENCE_CHUNK)
+    ours = 4 * n * (IN + OUT + 2 * HID)
+    ref = 8 * n * OUT + 4 * n * OUT + 8 * chunk * (IN + 2 * HID)
+    vendor = 2 * n * IN + 4 * n * 2 * HID + 4 * n * OUT
+    return int(ours + ref + vendor)
+
+
+def plan_sizes(sizes: dict, limits=None) -> tuple[dict, list[dict]]:
+    """The cases of ``sizes`` ({case: n}) whose :func:`footprint_bytes` fits
+    :data:`MEMORY_FRACTION` of this device's memory (``limits``; default: this device's, or the
+    simulated one's), and a ``skipped`` row with the reason for each that does not."""
+    from ..device import limits as device_limits
+    here = limits if limits is not None else device_limits()
+    chosen, skipped = {}, []
+    for case, n in sizes.items():
+        why = here.memory_fits(footprint_bytes(n), MEMORY_FRACTION) if here is not None else None
+        if why:
+            skipped.append({"step": "all", "variant": f"{case} case, every step and vendor path",
+                            "library": "", "precision": "", "size": n, "reason": why})
+        else:
+            chosen[case] = n
+    return chosen, skipped
 
 
 def weight_forms(weights: dict) -> dict[str, np.ndarray]:
@@ -780,6 +827,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
     if quick:
         sizes["large"] = SIZES["large"] // 10
     here, skipped = runnable_steps()
+    sizes, too_large = plan_sizes(sizes)
+    skipped += too_large
     for entry in skipped:
         print(f"skipping {entry['variant']}: {entry['reason']}", file=sys.stderr)
     fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in here}

@@ -34,8 +34,10 @@ def report_comparison(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
     for step, (c1, c2) in REPORT_OP_TIMES_MS.items():
         ours_ = ladder[(ladder["step"] == step) & (ladder["size"] == N) & (ladder["phase"] == "conv")]
         ms = ours_.set_index("layer")["median_ms"]
-        rows.append({"step": step, "variant": ours_["variant"].iloc[0], "report conv1": c1, "report conv2": c2,
-                     "this run conv1": float(ms["conv1"]), "this run conv2": float(ms["conv2"])})
+        # A run without batch N (a smaller GPU skips it) has NaN in its columns, not an error.
+        from .steps import STEP
+        rows.append({"step": step, "variant": STEP[step].label, "report conv1": c1, "report conv2": c2,
+                     "this run conv1": float(ms.get("conv1", np.nan)), "this run conv2": float(ms.get("conv2", np.nan))})
     table = pd.DataFrame(rows).set_index("step")
     for who in ("report", "this run"):
         for layer in ("conv1", "conv2"):
