@@ -274,6 +274,9 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     stream = stream or cupy.cuda.Stream(non_blocking=True)
     if flush_l2:
         launches = 1
+    # ``fn``'s inputs were most likely written on the caller's stream; a non-blocking
+    # stream does not wait for the legacy default one, so order it after them.
+    stream.wait_event(cupy.cuda.get_current_stream().record())
     with stream:
         fn()  # compile and load outside the capture
         stream.begin_capture()

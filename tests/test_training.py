@@ -446,3 +446,57 @@ def test_only_inductors_too_large_gemm_candidates_are_dropped_from_its_log():
                                            "No valid triton configs. OutOfMemoryError: out of resource: triton_mm"))
     assert _too_large_candidate(record("Runtime error during autotuning: %s", "CUDA error: illegal memory access"))
     assert _too_large_candidate(record("No valid triton configs"))
+
+
+# ----------------------------------------------------------------- the graph step's guards
+def _bound_step9(d=Dims(B=37, V=1001)):
+    """Step 9 (the kernels step 10 captures) bound on the CPU backend to one batch."""
+    from gpulab.kernels import get_backend
+    from gpulab.workloads.training.steps import BoundStep, buffers
+    corpus_ = data.sample(d.B, d.V, stream=201)
+    bufs = buffers(get_backend("cpu"), training.step(9), d, corpus_, reference.init_params(d.V, d.H))
+    return BoundStep(training.step(9), d, bufs, Config(lr=0.5), "cpu"), bufs
+
+
+def test_the_replay_check_passes_a_faithful_replay_and_restores_the_weights():
+    from gpulab.workloads.training.record import check_replay
+    bound, bufs = _bound_step9()
+    state = {k: bufs[k] for k in reference.PARAMS}
+    before = {k: v.copy() for k, v in state.items()}
+    errs = check_replay("10 test", state, bufs["loss"], eager=bound, replay=bound)
+    assert set(errs) == {"loss", *reference.PARAMS} and max(errs.values()) <= 1e-5
+    for k in reference.PARAMS:      # the run starts from the weights it had, not one step on
+        np.testing.assert_array_equal(state[k], before[k])
+    bound()                          # and the step really moves them (so the check above can fail)
+    assert not np.array_equal(state["W2"], before["W2"])
+
+
+def test_the_replay_check_catches_a_replay_that_reads_poisoned_scratch():
+    # What a replay racing the NaN fill of its scratch buffers (or a W1 copy still in
+    # flight) does: the second kernel reads NaN, and the weights become NaN.
+    from gpulab.workloads.training.record import ReplayMismatch, check_replay
+    bound, bufs = _bound_step9()
+    state = {k: bufs[k] for k in reference.PARAMS}
+
+    def racing_replay():
+        bound.launches[0]()
+        bufs["dz1"][...] = np.nan       # the poison landing between the two kernels
+        bound.launches[1]()
+    with pytest.raises(ReplayMismatch, match=r"^10 test: the first batch replayed .* relative errors"):
+        check_replay("10 test", state, bufs["loss"], eager=bound, replay=racing_replay)
+
+    def stale_w1_replay():              # a finite but wrong W1 (the copy not landed yet)
+        saved = bufs["W1"].copy()
+        bufs["W1"][...] = 0.0
+        bound()
+        bufs["W1"][...] += saved     # its update kept, made from the wrong W1
+    with pytest.raises(ReplayMismatch, match="W2"):
+        check_replay("10 test", state, bufs["loss"], eager=bound, replay=stale_w1_replay)
+
+
+def test_a_non_finite_training_loss_stops_the_run_naming_the_step():
+    from gpulab.workloads.training.record import NonFiniteLoss, require_finite
+    require_finite("09 sparse", 1, np.array([1.5, 1.4, 1.3], np.float32))
+    with pytest.raises(NonFiniteLoss, match=r"^10 sparse, whole step in a CUDA graph: .* epoch 3 "
+                                            r"\(first at batch 1, 2 of 4 batches\)"):
+        require_finite("10 sparse, whole step in a CUDA graph", 3, np.array([1.5, np.nan, 1.2, np.inf]))

@@ -302,7 +302,16 @@ class Trainer:
             bufs = gd.batch_buffers(step_, d, i * b, params, dict(base))
             self.bound.append(BoundStep(step_, d, bufs, config, "gpu", fns))
         self.graphs = None
+        self.replay_check = None
         if step_.graph:
+            # The graphs run on a stream of their own, and a non-blocking one: it does not wait
+            # for the legacy default stream, where everything above was written (the parameters
+            # copied from the host, the scratch buffers filled with NaN by ``poisoned``). Nothing
+            # on the host waits for those writes either, so a replay ordered only by time could
+            # read W1 before its copy landed (reading whatever the memory pool held: NaN poison
+            # from earlier experiments) or have its scratch poisoned mid-step: 20 epochs of NaN
+            # on a busy GPU (the notebook run on 2026-11-25), identical curves on an idle one.
+            # Every replay is ordered after the caller's stream with an event (_wait_for_caller).
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self.graphs = []
             with self.stream:
@@ -312,21 +321,87 @@ class Trainer:
                         bound()
                     finally:
                         self.graphs.append(self.stream.end_capture())
+            self._wait_for_caller()
+            # Checked before used: the first batch replayed from the graph against the same
+            # step run eagerly from the same state; the state is then put back.
+            with self.stream:
+                state = {k: v for k, v in self.params.items() if k in reference.PARAMS}
+                self.replay_check = check_replay(
+                    step_.label, state, self.loss, eager=self.bound[0],
+                    replay=lambda: self.graphs[0].launch(self.stream), precision=step_.precision)
+            self.stream.synchronize()
+
+    def _wait_for_caller(self) -> None:
+        """Order what is launched on ``self.stream`` next after everything already
+        launched on the caller's (current) stream."""
+        import cupy
+        self.stream.wait_event(cupy.cuda.get_current_stream().record())
 
     def epoch(self, losses) -> None:
         """One pass; the loss of every step is copied (on the device) into ``losses``."""
         import cupy
         if self.graphs is not None:
+            self._wait_for_caller()      # ``losses`` was zeroed, and the weights read, there
             with self.stream:
                 for i, g in enumerate(self.graphs):
                     g.launch(self.stream)
                     losses[i:i + 1] = self.loss
+                done = self.stream.record()
+            cupy.cuda.get_current_stream().wait_event(done)
             self.stream.synchronize()
             return
         for i, bound in enumerate(self.bound):
             bound()
             losses[i:i + 1] = self.loss
         cupy.cuda.get_current_stream().synchronize()
+
+
+class ReplayMismatch(RuntimeError):
+    """A step's captured graph, replayed, does not do what the same step run eagerly does."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """A training run's loss became NaN or infinite."""
+
+
+def check_replay(label: str, state: dict, loss, eager, replay, precision: str = "fp32") -> dict:
+    """Run one step eagerly and replayed (from a graph) from the same ``state``
+    (the parameters, updated in place by either) and compare the parameters
+    after it and the loss; the state is restored afterwards. Raises
+    :class:`ReplayMismatch` naming the step when they differ beyond
+    ``precision``'s tolerance (a NaN anywhere differs). The parameters, not their
+    updates, are compared: the scatter-add's atomics may add in another order,
+    which moves W1 by rounding (tiny beside W1, not beside one small update).
+    NumPy or CuPy arrays: on the GPU, call it on the stream both run on.
+    Returns the relative errors."""
+    start = {k: v.copy() for k, v in state.items()}
+
+    def restore():
+        for k, v in state.items():
+            v[...] = start[k]
+    eager()
+    want = {k: v.copy() for k, v in state.items()}
+    want_loss = loss.copy()
+    restore()
+    replay()
+    errs = {"loss": compare(loss, want_loss, precision, name="loss").rel_error}
+    errs.update({k: compare(v, want[k], precision, name=k).rel_error for k, v in state.items()})
+    restore()
+    tol = compare(np.ones(1), np.ones(1), precision).tolerance
+    if not all(e <= tol for e in errs.values()):      # a NaN error fails too
+        raise ReplayMismatch(f"{label}: the first batch replayed from its CUDA graph differs from the same "
+                             f"step run eagerly from the same weights: relative errors {errs}, tolerance {tol}")
+    return errs
+
+
+def require_finite(label: str, epoch: int, losses) -> None:
+    """Raise :class:`NonFiniteLoss` naming the run when any loss of the epoch is NaN or infinite."""
+    losses = np.asarray(losses)
+    bad = np.flatnonzero(~np.isfinite(losses))
+    if bad.size:
+        raise NonFiniteLoss(f"{label}: the training loss is not finite in epoch {epoch} (first at batch "
+                            f"{bad[0]}, {bad.size} of {losses.size} batches): the run is stopped, its curve "
+                            "would be meaningless")
 
 
 def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9, 10), epochs: int = EPOCHS,
@@ -366,7 +441,9 @@ def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9,
             # The same measurement on training documents the run has trained on: with the test
             # figures, what shows over-fitting (train and test diverging) epoch by epoch.
             train_acc, train_loss = scores(tr.params, gd.dense[:n_eval], gd.labels[:n_eval])
-            for i, l in enumerate(cupy.asnumpy(losses)):
+            host_losses = cupy.asnumpy(losses)
+            require_finite(label, e + 1, host_losses)
+            for i, l in enumerate(host_losses):
                 out.append({"variant": label, "epoch": e + 1, "batch_index": i, "loss": float(l),
                             "test_accuracy": acc, "test_loss": test_loss, "train_accuracy": train_acc,
                             "train_eval_loss": train_loss, "epoch_ms": ms})
