@@ -2,7 +2,8 @@
 
 Notebooks import what they need from here, so they read like the chapter text:
 compile and launch kernels on the GPU or the CPU backend (:mod:`gpulab.kernels`),
-check them against references (:mod:`gpulab.check`), time them
+check them against references (:mod:`gpulab.check`; a chapter's ladder of steps:
+:mod:`gpulab.ladder`), time them
 (:mod:`gpulab.timing`, :mod:`gpulab.transfers`), judge them against the
 hardware (:mod:`gpulab.roofline`), keep and load recorded runs
 (:mod:`gpulab.runs`) and draw the figures (:mod:`gpulab.plots`).
@@ -12,10 +13,11 @@ from .device import describe, gpu_available, require_gpu
 from .errors import (CheckFailed, KernelArgumentError, KernelCompileError, KernelLaunchError,
                      NoGPUError, RecordedRunError)
 from .kernels import get_backend, load_module, resource_table, show_source
+from .ladder import assert_ok
 from .runs import live_or_recorded, load_run
 
 __all__ = [
-    "TOLERANCE", "check", "compare", "describe", "gpu_available", "require_gpu",
+    "TOLERANCE", "assert_ok", "check", "compare", "describe", "gpu_available", "require_gpu",
     "CheckFailed", "KernelArgumentError", "KernelCompileError", "KernelLaunchError",
     "NoGPUError", "RecordedRunError", "get_backend", "load_module", "resource_table",
     "show_source", "live_or_recorded", "load_run",

@@ -128,13 +128,3 @@ class CheckTable(pd.DataFrame):
         floats = [c for c in self.columns if pd.api.types.is_float_dtype(self[c])]
         return (self.style.format({c: "{:.3g}" for c in floats}, na_rep="")
                 .set_caption(f"checked against the float64 reference; {self.caption}")._repr_html_())
-
-
-def assert_passed(checks: pd.DataFrame) -> pd.DataFrame:
-    """Raise :class:`CheckFailed` listing the rows of a chapter's check table (its
-    ``check_steps``) whose ``status`` is ``"FAILED"``; return the table, so a notebook cell
-    shows it. Rows skipped for the device (``"skipped: ..."``) are not failures."""
-    failed = checks[checks["status"] == "FAILED"]
-    if len(failed):
-        raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
-    return checks

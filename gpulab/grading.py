@@ -42,6 +42,7 @@ from . import exercises as ex_mod
 from . import kernels as kernels_mod
 from . import paths, sandbox
 from .errors import GpulabError, KernelCompileError, KernelLaunchError
+from .ladder import failures
 
 #: Row columns of grades.csv.
 COLUMNS = ["student", "exercise", "chapter", "title", "points", "max_points", "passed_checks",
@@ -318,12 +319,12 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
                 if _failure(rec, hidden, error, f"{type(error).__name__}: {error}") == "time limit":
                     break                       # the next cases would only use up the time too
                 continue
-            if checks["passed"].all():
+            failed = checks[failures(checks)]
+            if failed.empty:
                 rec.done("passed")
             elif hidden:
                 rec.done("not solved" if unsolved else "wrong", "wrong result")
             else:
-                failed = checks[~checks["passed"]]
                 rec.done("not solved" if unsolved else "wrong",
                          f"{len(failed)} of {len(checks)} checks disagree with the float64 reference:\n"
                          + failed.to_string(index=False))

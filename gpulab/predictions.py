@@ -395,16 +395,17 @@ def glue_verdicts(frame: pd.DataFrame, prefix: str) -> dict:
     return glue(**values)
 
 
-def ladder_steps(step_list, chapter_files: dict | None = None):
+def ladder_steps(step_list, chapter_files: dict | None = None, key=lambda step: step.number):
     """(key, what changed, kernel file) for a ladder's declared steps (objects with ``number``,
-    ``title`` and ``file``); one entry per number (the first)."""
+    ``title`` and ``file``); one entry per number (the first). ``key(step)``: the step as the
+    measured rows name it."""
     seen, out = set(), []
     for s in step_list:
-        key = str(s.number)
-        if key in seen:
+        key_ = str(key(s))
+        if key_ in seen:
             continue
-        seen.add(key)
-        out.append((key, s.title, s.file))
+        seen.add(key_)
+        out.append((key_, s.title, s.file))
     return out
 
 

@@ -40,7 +40,7 @@ def test_the_winograd_steps_match_the_reference_on_odd_shapes(backend, step):
     # fallback step (layer 1's fallback, step 22, is tested in test_alexnet.py).
     layers = alexnet.CHECK_LAYERS[2:] + ODD_LAYERS + ([alexnet.CHECK_LAYERS[1]] if step.number == "23" else [])
     checks = alexnet.check_steps(backend, steps=[step], layers=layers, N=3)
-    alexnet.assert_passed(checks)
+    gpulab.assert_ok(checks)
     assert (checks["unwritten"] == 0).all()
     assert list(checks["kernel"]) == ["conv_winograd_gemm"] * (len(layers) - (step.number == "23")) + \
         (["conv_split_128x128_k64"] if step.number == "23" else [])

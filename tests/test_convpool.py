@@ -10,7 +10,7 @@ from gpulab.workloads.convpool import sweeps as cp_sweeps
 
 @pytest.mark.parametrize("step", convpool.STEPS, ids=lambda s: s.number)   # the exercise: tests/test_exercises.py
 def test_every_step_matches_the_reference(backend, step):
-    checks = convpool.assert_passed(convpool.check_steps(backend, steps=[step]))
+    checks = gpulab.assert_ok(convpool.check_steps(backend, steps=[step]))
     assert checks["unwritten"].sum() == 0 and checks["rel_error"].iloc[0] < gpulab.TOLERANCE[step.precision]
 
 
@@ -94,7 +94,7 @@ def test_shapes_the_fast_kernels_cannot_run_are_refused_clearly():
         convpool.run(convpool.STEP["08"], shape, x, w, b, "cpu")
     with pytest.raises(ValueError, match="C must be a multiple of 8, got 12"):
         convpool.run(convpool.STEP["06"], shape, x, w, b, "cpu")
-    convpool.assert_passed(convpool.check_steps("cpu", [convpool.STEP["07"]], shape=shape))   # tf32: 4 suffices
+    gpulab.assert_ok(convpool.check_steps("cpu", [convpool.STEP["07"]], shape=shape))   # tf32: 4 suffices
 
 
 def test_launch_shapes_and_shared_memory():
@@ -154,7 +154,7 @@ def test_on_a_t4_the_tensor_core_steps_and_the_largest_batch_are_skipped_with_th
     with device.simulate("T4") as t4:
         # cp.async and tf32 need compute capability 8.0; a T4 has 7.5. The CPU backend could run
         # the kernels, but the simulated device refuses them, as the real one would.
-        checks = convpool.assert_passed(convpool.check_steps("cpu", steps=[convpool.STEP[n] for n in ("06", "07", "08")]))
+        checks = gpulab.assert_ok(convpool.check_steps("cpu", steps=[convpool.STEP[n] for n in ("06", "07", "08")]))
         status = checks.set_index("step")["status"]
         assert status["06"] == "ok"
         for number in ("07", "08"):

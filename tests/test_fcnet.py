@@ -8,27 +8,27 @@ import gpulab
 from gpulab.workloads import fcnet
 
 
-@pytest.mark.parametrize("step", fcnet.STEPS, ids=lambda s: f"{s.number:02d}-{s.kernels[0]}")
+@pytest.mark.parametrize("step", fcnet.STEPS, ids=lambda s: f"{s.number}-{s.kernels[0]}")
 def test_every_step_matches_the_reference(backend, step):
     result = fcnet.check_steps(backend, steps=[step])
-    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert (result["status"] == "ok").all(), result.to_string()
     assert set(result["n"]) == set(fcnet.CHECK_SIZES)
     if step.precision == "fp16":
         # Half precision costs accuracy, but stays well inside its tolerance.
         assert (result["rel_error"] > 1e-4).all() and (result["rel_error"] < 5e-3).all()
 
 
-@pytest.mark.parametrize("step", fcnet.MMA_STEPS, ids=lambda s: f"{s.number:02d}-{s.kernels[0]}")
+@pytest.mark.parametrize("step", fcnet.MMA_STEPS, ids=lambda s: f"{s.number}-{s.kernels[0]}")
 def test_the_mma_steps_match_the_reference(backend, step):
     result = fcnet.check_steps(backend, steps=[step], seed=int(np.random.SeedSequence().entropy % 2**31))
-    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert (result["status"] == "ok").all(), result.to_string()
     assert set(result["n"]) == set(fcnet.CHECK_SIZES)
 
 
 def test_a_gpu_only_step_is_skipped_on_the_cpu_with_a_reason():
     gpu_only = dataclasses.replace(fcnet.steps(15)[0], gpu_only=True)
     result = fcnet.check_steps("cpu", steps=[gpu_only])
-    assert result["note"].str.contains("gpu_only").all()
+    assert (result["status"] == "skipped: GPU only: the CPU backend cannot run this kernel").all()
     with pytest.raises(NotImplementedError, match="gpu_only"):
         fcnet.run(gpu_only, fcnet.make_inputs(10), backend="cpu")
 
@@ -44,14 +44,14 @@ def test_a_kernel_that_drops_half_of_each_dot_product_is_caught(tmp_path):
     broken.write_text(broken_source)
     bad_step = fcnet.Step(7, str(broken), "no shuffle", step.launches)
     result = fcnet.check_steps("cpu", steps=[bad_step], sizes=(1000,))
-    assert not result["passed"].any()
+    assert (result["status"] == "FAILED").all()
 
 
 def test_every_output_is_written_even_in_a_partial_last_tile():
     # 4099 vectors: the last tile of every tiled step is partial; poisoned
     # outputs would show as NaN (unwritten) in the check.
     result = fcnet.check_steps("cpu", steps=fcnet.steps(14) + fcnet.steps(9), sizes=(33, 4099))
-    assert (result["unwritten"] == 0).all() and result["passed"].all()
+    assert (result["unwritten"] == 0).all() and (result["status"] == "ok").all()
 
 
 def test_work_and_the_two_floors():
@@ -107,7 +107,7 @@ def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
     assert (ladder["rel_error"] <= ladder["precision"].map(gpulab.TOLERANCE)).all()
     assert not run.experiment("transfers").empty and not run.experiment("ceilings").empty
     profile = run.tables["profile"]
-    assert set(profile["step"]) == {s.number for s in fcnet.STEPS}
+    assert set(profile["step"]) == {s.ordinal for s in fcnet.STEPS}
     for column in ("shared_load_bank_conflicts", "sectors_per_request", "achieved_occupancy_pct"):
         assert profile[column].notna().all()
     resources = run.tables["resources"]
@@ -126,7 +126,7 @@ def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with
             (18, "18 fp32 accuracy on tensor cores (3xTF32)")}          # 165,888
         assert all("Tesla T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
         checks = fcnet.check_steps("cpu", steps=fcnet.steps(15), sizes=(1000,))
-        assert checks["note"].str.startswith("skipped: step 15").all()
+        assert checks["status"].str.startswith("skipped: step 15").all()
     with device.simulate("L4"):
         # the L4's 99 KB per block: only the steps above 101,376 bytes are left out
         assert [s["variant"] for s in fcnet.runnable_steps()[1]] == [
@@ -176,7 +176,7 @@ def test_the_eager_and_graph_figure_pairs_steps_whose_fastest_kernel_differs_eac
     run = gpulab.load_run(fcnet.CHAPTER)
     t = run.timings.copy()
     n = fcnet.SIZES["small"]
-    thirteen = [s.label for s in fcnet.STEPS if s.number == 13]
+    thirteen = [s.label for s in fcnet.steps(13)]
     assert len(thirteen) == 2
     for experiment, faster in (("ladder", thirteen[0]), ("graph", thirteen[1])):
         at = (t["experiment"] == experiment) & (t["size"] == n)

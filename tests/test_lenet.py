@@ -137,7 +137,7 @@ KERNEL_STEPS = [s for s in lenet.STEPS if not (s.streams or s.graph)] + [lenet.E
 @pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
 def test_every_kernel_matches_the_reference_on_odd_batches(backend, step):
     checks = lenet.check_steps(backend, steps=[step], sizes=lenet.CHECK_SIZES)
-    lenet.assert_passed(checks)
+    gpulab.assert_ok(checks)
     assert set(checks["N"]) == {1, 7, 100} and set(checks["layer"]) == {"conv1", "conv2"}
     assert (checks["unwritten"] == 0).all()
 
@@ -276,7 +276,7 @@ def test_step11_runs_fewer_warps_where_a_block_may_not_have_82_kb_of_shared_memo
         assert steps.wmma_warps() == 4
         [change] = steps.adaptations()
         assert change["step"] == "11" and "4 warps" in change["change"] and t4.name in change["reason"]
-        checks = lenet.assert_passed(lenet.check_steps("cpu", steps=[lenet.STEP["11"]], sizes=(1, 3), seed=4))
+        checks = gpulab.assert_ok(lenet.check_steps("cpu", steps=[lenet.STEP["11"]], sizes=(1, 3), seed=4))
         assert (checks["unwritten"] == 0).all()
         w = lenet.load_weights()
         x, _ = lenet.test_inputs(3)

@@ -24,10 +24,10 @@ def _ladders():
     lenet_steps = import_module("gpulab.workloads.lenet.steps")
     training_steps = import_module("gpulab.workloads.training.steps")
     return {
-        "training": ([(s.number, s.title, s.file) for s in training_steps.STEPS], training_steps.PREDICTED),
+        "training": ([(s.ordinal, s.title, s.file) for s in training_steps.STEPS], training_steps.PREDICTED),
         "lenet": ([(s.number, s.title, s.file) for s in lenet_steps.STEPS if not s.graph], lenet_steps.PREDICTED),
         "convpool": ([(s.number, s.title, s.file) for s in convpool_steps.STEPS], convpool_steps.PREDICTED),
-        "fcnet": (p.ladder_steps(fcnet.STEPS), fcnet.PREDICTED),
+        "fcnet": (p.ladder_steps(fcnet.STEPS, key=lambda s: s.ordinal), fcnet.PREDICTED),
         "measuring": ([(str(i), s.title, s.file) for i, s in enumerate(measuring.STEPS, 1)], measuring.PREDICTED),
         "alexnet": ([(s.number, s.title, s.file) for s in alexnet.STEPS], alexnet.PREDICTED),
     }

@@ -95,19 +95,19 @@ def test_the_sparse_and_dense_reference_agree():
 
 
 # ----------------------------------------------------------------- the ladder
-@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: f"{s.number:02d}")
+@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: s.number)
 def test_every_step_matches_the_reference(backend, step):
     result = training.check_steps(backend, steps=[step])
-    assert result["passed"].all(), result[~result["passed"]].to_string()
+    assert (result["status"] == "ok").all(), result.to_string()
     assert (result["unwritten"] == 0).all()
     assert {"update of W1", "update of b1", "update of W2", "update of b2", "loss", "dz1"} <= set(result["quantity"])
     assert set(result["B"]) == {d.B for d in training.CHECK_DIMS}
 
 
-@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: f"{s.number:02d}")
+@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: s.number)
 def test_every_steps_loss_curve_matches_the_reference(step):
     result = training.check_curves("cpu", steps=[step], n=4)
-    assert result["passed"].all(), result.to_string()
+    assert (result["status"] == "ok").all(), result.to_string()
     assert np.isfinite(result["loss after 4 steps"]).all()
 
 
@@ -118,8 +118,8 @@ def test_the_reports_bounds_test_is_caught():
     ours = training.check_step(step, "cpu", Dims(37, 1001), config=Config(lr=checks.CHECK_LR))
     report = training.check_step(step, "cpu", Dims(37, 1001),
                                  config=Config(lr=checks.CHECK_LR, options=("-DREPORT_GUARD",)))
-    assert ours["passed"].all()
-    failed = set(report.loc[~report["passed"], "quantity"])
+    assert (ours["status"] == "ok").all()
+    failed = set(report.loc[report["status"] == "FAILED", "quantity"])
     assert "update of W2" in failed and "update of b2" in failed
 
 
@@ -175,12 +175,12 @@ def _run_of_the_recorded_schema(seed=0):
                 "flops": 1.7e10, "bytes": 3.0e8, **extra}
     for s in training.STEPS:
         for b in record.BATCHES:
-            labels = {"step": s.number, "batch": b, "precision": s.precision, "input": s.input, "kernels": 2}
+            labels = {"step": s.ordinal, "batch": b, "precision": s.precision, "input": s.input, "kernels": 2}
             if not s.graph:
                 rows.append(row("ladder", s.label, b, mode="eager", **labels))
             rows.append(row("ladder", s.label, b, mode="graph", **labels))
         for i, op in enumerate(s.ops(Dims(1024, data.VOCAB))):
-            rows.append(row("breakdown", s.label, 1024, step=s.number, op=op.name, kernel=op.kernel, order=i,
+            rows.append(row("breakdown", s.label, 1024, step=s.ordinal, op=op.name, kernel=op.kernel, order=i,
                             stream=op.stream))
     for name in ("PyTorch eager fp32, dense X", "PyTorch eager fp32, sparse first layer (embedding_bag)"):
         for mode, suffix in (("eager", ""), ("graph", ", CUDA graph")):
@@ -201,7 +201,7 @@ def _run_of_the_recorded_schema(seed=0):
                            for e in (1, 2) for i in range(3)])
     tables = {"timeline": timeline, "sweep": sweep, "curves": curves,
               "bayes": pd.DataFrame([{"bayes_accuracy": 0.92, "standard_error": 0.001, "bayes_on_test_set": 0.925}]),
-              "checks": pd.DataFrame([{"step": s.number, "variant": s.label, "passed": True} for s in training.STEPS]),
+              "checks": pd.DataFrame([{"step": s.ordinal, "variant": s.label, "passed": True} for s in training.STEPS]),
               "profile": pd.DataFrame([{"step": 7, "op": "W1 -= lr X^T dZ1", "id": 0, "kernel": "w1_gradient_step",
                                         "duration_ns": 2e5, "fma_pipe_instructions": 1.3e8,
                                         "achieved_occupancy_pct": 20.0, "registers_per_thread": 121}])}
@@ -216,7 +216,7 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     from gpulab.workloads.training import views
     run = _run_of_the_recorded_schema()
     table = views.ladder(run)
-    assert list(table["step"]) == [s.number for s in training.STEPS]
+    assert list(table["step"]) == [s.ordinal for s in training.STEPS]
     assert table["vs step 1"].iloc[0] == pytest.approx(1.0)
     targets = views.targets(run)
     assert len(targets) == len(views.TARGETS) + 1 and targets["met"].dtype == bool
@@ -377,7 +377,7 @@ def test_the_plan_fits_a_t4_and_an_l4(kernel_figures, profile, keeps_all):
     if not keeps_all:
         assert f"{p.dense_docs:,} of the {train.docs:,} training documents kept dense" in p.notes[0]
     assert (p.kernels["shared limit (bytes)"] == limits.shared_per_block).all()
-    assert list(p.summary()["step"]) == [s.number for s in training.STEPS]
+    assert list(p.summary()["step"]) == [s.ordinal for s in training.STEPS]
 
 
 def test_the_plan_skips_what_does_not_fit_with_the_reason():

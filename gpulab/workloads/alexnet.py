@@ -24,7 +24,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..check import CheckTable, check, compare
+from .. import ladder
+from ..check import check, compare
 from ..errors import CheckFailed, KernelCompileError
 from ..kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
 from . import alexnet_tc, alexnet_winograd
@@ -213,7 +214,7 @@ def k_table(layer: Layer) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the ladder
 @dataclass(frozen=True)
-class Step:
+class Step(ladder.Step):
     """One rung of the ladder: a kernel file, its kernel(s), and how it is launched.
 
     kind: "plane" (grid M x N, one block per image and filter), "channels" (grid
@@ -226,103 +227,86 @@ class Step:
     shared: what the dynamic shared memory holds (see :func:`shared_bytes`).
     """
 
-    number: str
-    file: str
     kernels: tuple
-    title: str
     kind: str
-    precision: str = "fp32"
     shared: str = "none"
     report_name: str = ""
-    gpu_only: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.number} {self.title}"
-
-    @property
-    def dtype(self):
-        return np.float16 if self.precision == "fp16" else np.float32
-
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
 
 
 STEPS = [
-    Step("01", "alexnet/01_direct_global.cu", ("conv_direct_global",),
-         "sum in global memory", "plane", report_name="Mcpy / UM"),
-    Step("02", "alexnet/02_registers.cu", ("conv_registers",),
-         "sum in a register", "plane", report_name="rla2m"),
-    Step("03", "alexnet/03_shared_weights_one_thread.cu", ("conv_shared_weights_one_thread",),
-         "filter in shared, one thread copies", "plane", shared="filter", report_name="rswbdl2m"),
-    Step("04", "alexnet/04_shared_weights_cooperative.cu", ("conv_shared_weights_cooperative",),
-         "filter in shared, all threads copy", "plane", shared="filter", report_name="rswmtla2m"),
-    Step("05", "alexnet/05_shared_only.cu", ("conv_shared_only",),
-         "shared memory only", "plane", shared="filter+acc", report_name="swso"),
-    Step("06", "alexnet/06_half.cu", ("conv_half",),
-         "half precision storage", "plane", precision="fp16", report_name="halfprecision"),
-    Step("07", "alexnet/07_channels_across_blocks.cu", ("conv_channel_partials", "reduce_channels"),
-         "channels across blocks + reduction", "channels", report_name="Mk"),
-    Step("08", "alexnet/08_channels_shared_weights.cu", ("conv_channel_partials_sw", "reduce_channels"),
-         "+ shared weights", "channels", shared="slice", report_name="Mk-sw-mt"),
-    Step("09", "alexnet/09_channels_shared_input.cu", ("conv_channel_partials_si", "reduce_channels"),
-         "+ shared input tiles", "channels", shared="slice+patch", report_name="Mk-sw-mt-si-c"),
-    Step("10", "alexnet/10_layer1_noncoalesced.cu", ("conv_registers_noncoalesced",),
-         "step 2, non-coalesced mapping", "plane", report_name="rla2m, non-coalesced"),
-    Step("11", "alexnet/11_vector_loads.cu", ("conv_channel_partials_vec", "reduce_channels"),
-         "+ float4 loads", "channels", shared="vec", report_name="Mk-sw-mt-si-c-vec"),
-    Step("12", "alexnet/12_half_on_best.cu", ("conv_channel_partials_half", "reduce_channels_half"),
-         "+ half precision", "channels", precision="fp16", shared="vec",
+    Step("01", "alexnet/01_direct_global.cu", "sum in global memory",
+         ("conv_direct_global",), "plane", report_name="Mcpy / UM"),
+    Step("02", "alexnet/02_registers.cu", "sum in a register",
+         ("conv_registers",), "plane", report_name="rla2m"),
+    Step("03", "alexnet/03_shared_weights_one_thread.cu", "filter in shared, one thread copies",
+         ("conv_shared_weights_one_thread",), "plane", shared="filter", report_name="rswbdl2m"),
+    Step("04", "alexnet/04_shared_weights_cooperative.cu", "filter in shared, all threads copy",
+         ("conv_shared_weights_cooperative",), "plane", shared="filter", report_name="rswmtla2m"),
+    Step("05", "alexnet/05_shared_only.cu", "shared memory only",
+         ("conv_shared_only",), "plane", shared="filter+acc", report_name="swso"),
+    Step("06", "alexnet/06_half.cu", "half precision storage",
+         ("conv_half",), "plane", precision="fp16", report_name="halfprecision"),
+    Step("07", "alexnet/07_channels_across_blocks.cu", "channels across blocks + reduction",
+         ("conv_channel_partials", "reduce_channels"), "channels", report_name="Mk"),
+    Step("08", "alexnet/08_channels_shared_weights.cu", "+ shared weights",
+         ("conv_channel_partials_sw", "reduce_channels"), "channels", shared="slice", report_name="Mk-sw-mt"),
+    Step("09", "alexnet/09_channels_shared_input.cu", "+ shared input tiles",
+         ("conv_channel_partials_si", "reduce_channels"), "channels", shared="slice+patch", report_name="Mk-sw-mt-si-c"),
+    Step("10", "alexnet/10_layer1_noncoalesced.cu", "step 2, non-coalesced mapping",
+         ("conv_registers_noncoalesced",), "plane", report_name="rla2m, non-coalesced"),
+    Step("11", "alexnet/11_vector_loads.cu", "+ float4 loads",
+         ("conv_channel_partials_vec", "reduce_channels"), "channels", shared="vec", report_name="Mk-sw-mt-si-c-vec"),
+    Step("12", "alexnet/12_half_on_best.cu", "+ half precision",
+         ("conv_channel_partials_half", "reduce_channels_half"), "channels", precision="fp16", shared="vec",
          report_name="Mk-sw-mt-si-c-half"),
-    Step("13", "alexnet/13_single_kernel_atomics.cu", ("conv_channel_chunks_atomic",),
-         "single kernel, atomics, low memory", "atomic", shared="vec",
+    Step("13", "alexnet/13_single_kernel_atomics.cu", "single kernel, atomics, low memory",
+         ("conv_channel_chunks_atomic",), "atomic", shared="vec",
          report_name="exp-Mk-sw-mt-si-c-vec"),
-    Step("14", "alexnet/14_implicit_gemm.cu", ("conv_implicit_gemm",),
-         "implicit GEMM, 8x8 register tiles", "gemm"),
-    Step("15", "alexnet/15_tensor_cores_wmma.cu", ("conv_implicit_gemm_wmma",),
-         "implicit GEMM on tensor cores (wmma)", "wmma", precision="fp16"),
+    Step("14", "alexnet/14_implicit_gemm.cu", "implicit GEMM, 8x8 register tiles",
+         ("conv_implicit_gemm",), "gemm"),
+    Step("15", "alexnet/15_tensor_cores_wmma.cu", "implicit GEMM on tensor cores (wmma)",
+         ("conv_implicit_gemm_wmma",), "wmma", precision="fp16"),
     Step("16", "alexnet/16_tensor_cores_nhwc.cu",
-         ("conv_implicit_gemm_wmma_nhwc", "nchw_to_nhwc_half", "filters_to_rsc_half"),
-         "tensor cores on a channels-last copy", "wmma_nhwc", precision="fp16"),
+         "tensor cores on a channels-last copy",
+         ("conv_implicit_gemm_wmma_nhwc", "nchw_to_nhwc_half", "filters_to_rsc_half"), "wmma_nhwc", precision="fp16"),
     Step("17", "alexnet/17_implicit_gemm_tuned.cu",
-         ("conv_igemm_tuned", "pad_input", "filters_to_kxm"),
-         "implicit GEMM tuned: padded copy, warp tiles, split K", "gemm_tuned"),
+         "implicit GEMM tuned: padded copy, warp tiles, split K",
+         ("conv_igemm_tuned", "pad_input", "filters_to_kxm"), "gemm_tuned"),
 ]
 #: Steps 18 on: tensor cores through mma.sync (gpulab/workloads/alexnet_tc.py launches them).
 MMA_STEPS = [
     Step("18", "alexnet/18_mma_ldmatrix.cu",
-         ("conv_mma_ldmatrix", "to_padded_nhwc_half", "to_filter_runs_half"),
-         "mma.sync + ldmatrix on a padded channels-last copy", "mma", precision="fp16"),
+         "mma.sync + ldmatrix on a padded channels-last copy",
+         ("conv_mma_ldmatrix", "to_padded_nhwc_half", "to_filter_runs_half"), "mma", precision="fp16"),
     Step("19", "alexnet/19_cp_async_pipeline.cu",
-         ("conv_mma_cp_async", "to_padded_nhwc_half", "to_filter_runs_half"),
-         "+ cp.async 4-stage pipeline", "mma", precision="fp16"),
+         "+ cp.async 4-stage pipeline",
+         ("conv_mma_cp_async", "to_padded_nhwc_half", "to_filter_runs_half"), "mma", precision="fp16"),
     Step("20", "alexnet/20_swizzle_tiles.cu",
-         ("conv_mma_128x128", "to_padded_nhwc_half", "to_filter_runs_half"),
-         "+ swizzled shared memory, a tile per layer", "mma", precision="fp16"),
+         "+ swizzled shared memory, a tile per layer",
+         ("conv_mma_128x128", "to_padded_nhwc_half", "to_filter_runs_half"), "mma", precision="fp16"),
     Step("21", "alexnet/21_tf32.cu",
-         ("conv_tf32_128x128", "to_padded_nhwc_float", "to_filter_runs_float"),
-         "step 20 in tf32 (fp32 data)", "mma", precision="tf32"),
+         "step 20 in tf32 (fp32 data)",
+         ("conv_tf32_128x128", "to_padded_nhwc_float", "to_filter_runs_float"), "mma", precision="tf32"),
     Step("22", "alexnet/22_split_fp16.cu",
-         ("conv_split_128x128_k64", "to_padded_nhwc_split", "to_filter_runs_split"),
-         "fp32 accuracy: each float as two halves, three fp16 products", "mma"),
+         "fp32 accuracy: each float as two halves, three fp16 products",
+         ("conv_split_128x128_k64", "to_padded_nhwc_split", "to_filter_runs_split"), "mma"),
 ]
 STEPS += MMA_STEPS
 #: Steps 23 on: Winograd's minimal filtering on the 3 x 3 layers, the batched GEMMs on the FMA
 #: units (gpulab/workloads/alexnet_winograd.py launches them, and says what runs layers 1 and 2).
 WINOGRAD_STEPS = [
     Step("23", "alexnet/23_winograd_2x2.cu",
-         ("conv_winograd_gemm", "winograd_input_2x2", "winograd_output_2x2", "winograd_filter_2x2"),
-         "Winograd F(2x2,3x3) on layers 3-5 (fp32 FMA)", "winograd"),
+         "Winograd F(2x2,3x3) on layers 3-5 (fp32 FMA)",
+         ("conv_winograd_gemm", "winograd_input_2x2", "winograd_output_2x2", "winograd_filter_2x2"), "winograd"),
     Step("24", "alexnet/24_winograd_4x4.cu",
-         ("conv_winograd_gemm", "winograd_input_4x4", "winograd_output_4x4", "winograd_filter_4x4"),
-         "Winograd F(4x4,3x3) on layers 3-5 (fp32 FMA)", "winograd"),
+         "Winograd F(4x4,3x3) on layers 3-5 (fp32 FMA)",
+         ("conv_winograd_gemm", "winograd_input_4x4", "winograd_output_4x4", "winograd_filter_4x4"), "winograd"),
 ]
 STEPS += WINOGRAD_STEPS
 STEP = {s.number: s for s in STEPS}
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
-EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", ("conv_four_filters",),
-                "exercise: four filters per block", "filters4")
+EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", "exercise: four filters per block",
+                ("conv_four_filters",), "filters4")
 CPU_LOOP_FILE = "alexnet/cpu_loop_nest.cu"
 
 CHANNELS_PER_BLOCK = 16      # step 13: channels one block sums before its atomicAdd
@@ -604,29 +588,20 @@ def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N
                 seed: int | None = None) -> pd.DataFrame:
     """Every step against the float64 reference on every (reduced) layer, with fresh random
     inputs (``seed=None``: a new seed per call, written in the table) and a NaN-poisoned
-    output. Steps the backend cannot run are listed with status "skipped" and the reason."""
-    be = get_backend(backend)
+    output. Steps the backend cannot run are listed with status "skipped: <why>"; ``note`` says
+    which step's kernel ran a layer a Winograd step does not apply to."""
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
-    rows = []
-    for step in steps or STEPS:
+
+    def check_one(step, be):
         for layer in layers or CHECK_LAYERS:
-            row = {"step": step.number, "kernel": main_kernel(step, layer), "layer": layer.name, "N": N,
-                   "precision": step.precision, "seed": seed}
-            if step.gpu_only and be.name == "cpu":
-                rows.append({**row, "rel_error": np.nan, "unwritten": 0, "status": "skipped",
-                             "note": "GPU only: the CPU backend has no nvcuda::wmma yet"})
-                continue
             x, w = make_inputs(layer, N, seed)
-            result = compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
-                             name=f"{step.kernels[0]} {layer.name}")
             ran = alexnet_winograd.fallback_step(step, layer) if step.kind == "winograd" else step
             note = "" if ran is step else f"step {ran.number}'s kernel: Winograd needs 3 x 3, stride 1"
-            rows.append({**row, "rel_error": result.rel_error, "unwritten": result.unwritten,
-                         "status": "ok" if result.passed else "FAILED", "note": note})
-    return CheckTable(rows, caption=be.caption)
-
-
-from ..check import assert_passed  # noqa: E402,F401  (one definition for every chapter)
+            yield ({"kernel": main_kernel(step, layer), "layer": layer.name, "N": N, "precision": step.precision,
+                    "seed": seed, "note": note},
+                   compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
+                           name=f"{step.kernels[0]} {layer.name}"))
+    return ladder.check_steps(steps or STEPS, check_one, backend)
 
 
 def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:

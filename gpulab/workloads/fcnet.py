@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .. import ladder as protocol   # (this module's own ladder() reads a run's ladder table)
 from ..check import CheckTable, compare
 from ..kernels import Backend, Kernel, get_backend, load_module
 
@@ -202,15 +203,10 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(protocol.Step):
     """One rung of the ladder: a kernel file and the launches one inference takes."""
 
-    number: int
-    file: str
-    title: str
     launches: tuple[Launch, ...]
-    precision: str = "fp32"        # the arithmetic: sets the check's tolerance
-    gpu_only: bool = False         # for kernels the CPU backend cannot run (none at present)
     #: The cases this kernel was written for (a prediction: the ladder shows, per
     #: case, whichever of a step's kernels the run measured fastest).
     sizes: tuple[str, ...] = ("small", "large")
@@ -218,10 +214,6 @@ class Step:
     @property
     def kernels(self) -> list[str]:
         return list(dict.fromkeys(launch.kernel for launch in self.launches))
-
-    @property
-    def label(self) -> str:
-        return f"{self.number:02d} {self.title}"
 
 
 _FUSED = ("n", "x", "w1", "w2", "w3", "y")
@@ -320,16 +312,14 @@ EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with f
                         vectors_per_block=16, rows=1)))
 
 
-def steps(number: int | None = None, size: str | None = None) -> list[Step]:
+def steps(number: int | str | None = None, size: str | None = None) -> list[Step]:
     """The ladder's steps, optionally only step ``number`` (13 and 14 have one
     kernel per size) and only those written for ``size`` ("small" or "large")."""
     if size is not None and size not in SIZES:
         raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
-    chosen = [s for s in STEPS if (number is None or s.number == number)
-              and (size is None or size in s.sizes)]
+    chosen = [s for s in protocol.select(STEPS, number) if size is None or size in s.sizes]
     if not chosen:
-        raise KeyError(f"the fcnet ladder has steps {sorted({s.number for s in STEPS})}; "
-                       f"none is number {number} for size {size}")
+        raise KeyError(f"step {number} of the fcnet ladder has no kernel written for size {size}")
     return chosen
 
 
@@ -356,7 +346,7 @@ def runnable_steps(steps_=None, limits=None) -> tuple[list[Step], list[dict]]:
     for step_ in steps_ or STEPS:
         why = unfit_reason(step_, limits)
         if why:
-            skipped.append({"step": step_.number, "variant": step_.label, "reason": why})
+            skipped.append({"step": step_.ordinal, "variant": step_.label, "reason": why})
         else:
             ok.append(step_)
     return ok, skipped
@@ -435,36 +425,20 @@ def run(step: Step, x: np.ndarray, weights: dict | None = None, backend=None) ->
     return be.to_host(bufs["y"])
 
 
-def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, seed: int = 0) -> pd.DataFrame:
+def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, seed: int = 0) -> CheckTable:
     """Every step against the float64 reference at every check size, fresh
     inputs each time. Half-precision steps also report their error against the
-    float32 result. Steps the backend cannot run yet are listed as skipped."""
-    be = get_backend(backend)
+    float32 result (``vs_fp32``). Steps the device cannot run are listed as skipped."""
     weights = make_weights()
-    rows = []
-    for step_ in steps or STEPS:
+
+    def check_one(step_, be):
         for i, n in enumerate(sizes):
-            row = {"step": step_.number, "kernel": ", ".join(step_.kernels), "n": n,
-                   "precision": step_.precision}
-            if step_.gpu_only and be.name != "gpu":
-                rows.append({**row, "rel_error": np.nan, "vs_fp32": np.nan, "tolerance": np.nan,
-                             "unwritten": 0, "passed": True,
-                             "note": "skipped on the CPU backend: the kernel is marked gpu_only"})
-                continue
-            why = unfit_reason(step_)
-            if why:
-                rows.append({**row, "rel_error": np.nan, "vs_fp32": np.nan, "tolerance": np.nan,
-                             "unwritten": 0, "passed": True, "note": f"skipped: {why}"})
-                continue
             x = make_inputs(n, seed + 100 + i)
             out = run(step_, x, weights, be)
-            result = compare(out, reference(x, weights), step_.precision,
-                             name=f"{step_.file} n={n}")
             vs32 = compare(out, reference(x, weights, np.float32), step_.precision).rel_error
-            rows.append({**row, "rel_error": result.rel_error, "vs_fp32": vs32,
-                         "tolerance": result.tolerance, "unwritten": result.unwritten,
-                         "passed": result.passed, "note": ""})
-    return CheckTable(rows, caption=be.caption)
+            yield ({"kernel": ", ".join(step_.kernels), "n": n, "precision": step_.precision, "vs_fp32": vs32},
+                   compare(out, reference(x, weights), step_.precision, name=f"{step_.file} n={n}"))
+    return protocol.check_steps(steps or STEPS, check_one, backend, skip=unfit_reason)
 
 
 # ----------------------------------------------------------------- reading the recorded run
@@ -791,7 +765,7 @@ def _case(n: int) -> str:
 
 
 def _row_labels(step_: Step, n: int) -> dict:
-    return {"step": step_.number, "case": _case(n), "precision": step_.precision,
+    return {"step": step_.ordinal, "case": _case(n), "precision": step_.precision,
             "kernel": ", ".join(step_.kernels)}
 
 
@@ -884,7 +858,7 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
     for case, n in sizes.items():
         shown = set(ladder(measured, case)["variant"]) if n == SIZES[case] else set()
         x_host = make_inputs(n)
-        for step_ in [s for s in here if s.number in (13, 14, 15, 17)]:
+        for step_ in [s for s in here if s.number in ("13", "14", "15", "17")]:
             if step_.label in shown or (not shown and case in step_.sizes):
                 rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
     rows.extend(roofline.measure_ceilings(repeats=20))
@@ -961,7 +935,7 @@ def resources(fns_by_step: dict) -> pd.DataFrame:
             res = resource_table(fn.module).loc[launch.kernel]
             threads = int(np.prod(launch.block))
             occ = occupancy(fn, threads, launch.shared_mem)
-            rows.append({"step": step_.number, "variant": step_.label, "kernel": launch.kernel,
+            rows.append({"step": step_.ordinal, "variant": step_.label, "kernel": launch.kernel,
                          "threads_per_block": threads, "registers": int(res["registers"]),
                          "static_shared_bytes": int(res["static_shared_bytes"]),
                          "dynamic_shared_bytes": launch.shared_mem, "local_bytes": int(res["local_bytes"]),
@@ -1014,7 +988,7 @@ def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
     if len(launches) != len(table):
         raise RuntimeError(f"expected {len(launches)} profiled launches, got {len(table)}")
     table = table.sort_values("id").reset_index(drop=True)
-    table.insert(0, "step", [s.number for s, _ in launches])
+    table.insert(0, "step", [s.ordinal for s, _ in launches])
     table.insert(1, "variant", [s.label for s, _ in launches])
     table["case"] = case
     return table
@@ -1102,4 +1076,5 @@ def prediction_table(run, case: str = "large"):
     from .. import predictions
     measured = pd.concat([ladder(run.timings, c)[["step", "median_ms"]].assign(case=c) for c in SIZES])
     measured["step"] = measured["step"].astype(int)
-    return predictions.table(predictions.ladder_steps(STEPS), measured, PREDICTED, main_case=case)
+    return predictions.table(predictions.ladder_steps(STEPS, key=lambda s: s.ordinal), measured, PREDICTED,
+                             main_case=case)

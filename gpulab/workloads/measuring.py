@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .. import roofline, transfers
+from .. import ladder, roofline, transfers
 from ..check import CheckTable, compare
 from ..kernels import Backend, Kernel, get_backend, load_module
 from ..timing import Timing, benchmark, graph_benchmark, host_timer
@@ -36,12 +36,10 @@ BYTES_PER_ELEMENT = 12     # read x, read y, write z: 3 x 4 bytes
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ladder.Step):
     """One rung of the ladder: a kernel file, its kernel, and how to launch it."""
 
-    file: str
     kernel: str
-    title: str
     elements_per_thread: int = 1
     fixed_grid: int | None = None   # grid-stride kernels launch a fixed grid
 
@@ -53,12 +51,12 @@ class Step:
 
 
 STEPS = [
-    Step("measuring/01_saxpy.cu", "saxpy", "one element per thread"),
-    Step("measuring/02_saxpy_float4.cu", "saxpy_float4", "float4: 16-byte accesses", 4),
+    Step("01", "measuring/01_saxpy.cu", "one element per thread", "saxpy"),
+    Step("02", "measuring/02_saxpy_float4.cu", "float4: 16-byte accesses", "saxpy_float4", 4),
 ]
 #: The exercise kernel, launched on a deliberately small grid so the loop must stride.
-EXERCISE = Step("measuring/03_saxpy_grid_stride.cu", "saxpy_grid_stride",
-                "grid-stride loop (exercise)", fixed_grid=8)
+EXERCISE = Step("03", "measuring/03_saxpy_grid_stride.cu", "grid-stride loop (exercise)", "saxpy_grid_stride",
+                fixed_grid=8)
 
 
 def make_inputs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -102,17 +100,14 @@ def run(step: Step, x: np.ndarray, y: np.ndarray, backend: str | Backend | None 
 
 
 def check_steps(backend: str | Backend | None = None, steps=None, sizes=CHECK_SIZES,
-                seed: int = 0) -> pd.DataFrame:
+                seed: int = 0) -> CheckTable:
     """Every step against the reference at every check size, fresh inputs each time."""
-    rows = []
-    for step in steps or STEPS:
+    def check_one(step, be):
         for i, n in enumerate(sizes):
             x, y = make_inputs(n, seed + i)
-            result = compare(run(step, x, y, backend), reference(A, x, y), "fp32",
-                             name=f"{step.kernel} n={n}")
-            rows.append({"kernel": step.kernel, "n": n, "rel_error": result.rel_error,
-                         "unwritten": result.unwritten, "passed": result.passed})
-    return CheckTable(rows, caption=get_backend(backend).caption)
+            yield {"kernel": step.kernel, "n": n}, compare(run(step, x, y, be), reference(A, x, y), step.precision,
+                                                           name=f"{step.kernel} n={n}")
+    return ladder.check_steps(steps or STEPS, check_one, backend)
 
 
 # ------------------------------------------------------------------ the recorded run

@@ -8,7 +8,7 @@ convpool`` measures, the launch-shape sweeps included.
 """
 from .record import benchmark_all
 from .shapes import BATCHES, CHECK, LAYER, RS, Shape, floors_ms, make_inputs, reference, work_table
-from .steps import (BATCH_STEPS, EXERCISE, STEP, STEPS, Step, assert_passed, check_steps, launch_config, make_launch,
+from .steps import (BATCH_STEPS, EXERCISE, STEP, STEPS, Step, check_steps, launch_config, make_launch,
                     run, strips)
 from .views import gpu_comparison
 
@@ -16,5 +16,5 @@ CHAPTER = "convpool"
 TITLE = "A 256-channel conv + ReLU + max-pool layer, and finding the best launch shape by sweeping"
 
 __all__ = ["CHAPTER", "TITLE", "benchmark_all", "BATCHES", "CHECK", "LAYER", "RS", "Shape", "floors_ms",
-           "make_inputs", "reference", "work_table", "BATCH_STEPS", "EXERCISE", "STEP", "STEPS", "Step", "assert_passed",
+           "make_inputs", "reference", "work_table", "BATCH_STEPS", "EXERCISE", "STEP", "STEPS", "Step",
            "check_steps", "launch_config", "make_launch", "run", "strips", "gpu_comparison"]

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ... import ladder
 from ...check import compare
 from ...errors import CheckFailed, KernelArgumentError
 from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
@@ -28,7 +29,7 @@ TC_ROW_BYTES = 64 + 16   # steps 7-8: a slice row of 64 bytes plus 16 of padding
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ladder.Step):
     """One rung of the ladder.
 
     kind: "outputs" (one thread per output, grid over E x F x N*M), "rows8" (8 outputs per
@@ -39,54 +40,38 @@ class Step:
     options: compile-time settings (``-D`` flags) the ladder uses; sweeps vary them.
     """
 
-    number: str
-    file: str
     kernel: str
-    title: str
     kind: str
     weights: str
-    precision: str = "fp32"
     fused: bool = True
     layout: str = "nchw"
     options: tuple = ()
     strip_outputs: int = 0      # "strips": conv outputs per thread along a row (for the grid)
     strip_rows: int = 1         # "strips": conv rows per strip
 
-    @property
-    def label(self) -> str:
-        return f"{self.number} {self.title}"
-
-    @property
-    def dtype(self):
-        return np.float16 if self.precision == "fp16" else np.float32
-
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
 
 STEPS = [
-    Step("01", "convpool/01_global_only.cu", "conv_global", "global memory only", "outputs", "w",
+    Step("01", "convpool/01_global_only.cu", "global memory only", "conv_global", "outputs", "w",
          fused=False),
-    Step("02", "convpool/02_registers.cu", "conv_registers", "weights and inputs in registers", "rows8", "w",
+    Step("02", "convpool/02_registers.cu", "weights and inputs in registers", "conv_registers", "rows8", "w",
          fused=False),
-    Step("03", "convpool/03_shared_tiles.cu", "conv_shared_tiles", "input strips in shared memory, thread per filter",
+    Step("03", "convpool/03_shared_tiles.cu", "input strips in shared memory, thread per filter", "conv_shared_tiles",
          "strips", "wt", fused=False, strip_outputs=16),
-    Step("04", "convpool/04_two_rows_float4.cu", "conv_two_rows_float4", "two output rows per thread, float4",
+    Step("04", "convpool/04_two_rows_float4.cu", "two output rows per thread, float4", "conv_two_rows_float4",
          "strips", "wt", fused=False, strip_outputs=16, strip_rows=2),
-    Step("05", "convpool/05_fused_relu_pool.cu", "conv_relu_pool_fused", "ReLU and max-pool fused", "strips", "wt",
+    Step("05", "convpool/05_fused_relu_pool.cu", "ReLU and max-pool fused", "conv_relu_pool_fused", "strips", "wt",
          options=("-DQ=8",), strip_outputs=16, strip_rows=2),
-    Step("06", "convpool/06_implicit_gemm_fused.cu", "conv_igemm_pool", "implicit GEMM, 8x8 register tiles, fused",
+    Step("06", "convpool/06_implicit_gemm_fused.cu", "implicit GEMM, 8x8 register tiles, fused", "conv_igemm_pool",
          "gemm", "wt_gemm"),
-    Step("07", "convpool/07_tensor_cores_tf32.cu", "conv_tc_tf32_pool", "tensor cores tf32, channels-last, fused",
+    Step("07", "convpool/07_tensor_cores_tf32.cu", "tensor cores tf32, channels-last, fused", "conv_tc_tf32_pool",
          "tc", "wr", precision="tf32", layout="nhwc"),
-    Step("08", "convpool/08_tensor_cores_fp16.cu", "conv_tc_fp16_pool", "tensor cores fp16, channels-last, fused",
+    Step("08", "convpool/08_tensor_cores_fp16.cu", "tensor cores fp16, channels-last, fused", "conv_tc_fp16_pool",
          "tc", "wr", precision="fp16", layout="nhwc"),
 ]
 STEP = {s.number: s for s in STEPS}
 #: Exercise 2: step 2 with the ReLU and the pool fused (2 x 8 outputs per thread, 4 windows).
-EXERCISE = Step("E2", "convpool/exercise_pooled_registers.cu", "conv_registers_pooled",
-                "exercise: step 2 with the pool fused", "pooled8", "w")
+EXERCISE = Step("E2", "convpool/exercise_pooled_registers.cu", "exercise: step 2 with the pool fused",
+                "conv_registers_pooled", "pooled8", "w")
 #: The steps timed at every batch size (the first four take 10-100 ms per image: batch 1 only).
 BATCH_STEPS = ("05", "06", "07", "08")
 
@@ -315,25 +300,14 @@ def check_steps(backend: str | Backend | None = None, steps=None, shape: Shape =
     (``seed=None``: a new seed per call, written in the table) and a NaN-poisoned output (and
     pre-pool buffer). A step this device (or the simulated one) cannot run is listed with status
     "skipped: <reason>"."""
-    be = get_backend(backend)
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
     x, w, b = make_inputs(shape, seed)
     ref = reference(x, w, b)
-    rows = []
-    for step in steps or STEPS:
-        row = {"step": step.number, "kernel": step.kernel, "precision": step.precision, "N": shape.N, "seed": seed}
-        why = unfit_reason(step, shape)
-        if why:
-            rows.append({**row, "rel_error": np.nan, "tolerance": np.nan, "unwritten": 0,
-                         "status": f"skipped: {why}"})
-            continue
-        result = compare(run(step, shape, x, w, b, be), ref, step.precision, name=step.label)
-        rows.append({**row, "rel_error": result.rel_error, "tolerance": result.tolerance,
-                     "unwritten": result.unwritten, "status": "ok" if result.passed else "FAILED"})
-    return pd.DataFrame(rows)
 
-
-from ...check import assert_passed  # noqa: E402,F401  (one definition for every chapter)
+    def check_one(step, be):
+        yield ({"kernel": step.kernel, "precision": step.precision, "N": shape.N, "seed": seed},
+               compare(run(step, shape, x, w, b, be), ref, step.precision, name=step.label))
+    return ladder.check_steps(steps or STEPS, check_one, backend, skip=lambda step: unfit_reason(step, shape))
 
 
 # ------------------------------------------------------------ what each step's prediction claims

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ... import ladder
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import Backend, get_backend, load_module
@@ -77,23 +78,15 @@ CHECK_SIZES = (1, 7, 100)
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ladder.Step):
     """One rung of the ladder. ``kind`` says how its kernels are launched (see
     :func:`layer_launch`); ``fused``: the kernel writes the pooled output itself."""
 
-    number: str
-    file: str
-    title: str
     kind: str
-    precision: str = "fp32"
     fused: bool = False
     streams: int = 0            # step 2: chunks on this many streams (host code only)
     graph: bool = False         # step 12: the forward pass captured in a CUDA graph
     report_name: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.number} {self.title}"
 
     @property
     def act_dtype(self):
@@ -355,15 +348,13 @@ def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, weights: dict | Non
                 seed: int | None = None) -> pd.DataFrame:
     """Every step's two layers against the float64 reference on random inputs of each size
     (fresh seed per call unless given, written in the table), outputs poisoned with NaN.
-    Unfused steps are checked on the convolution's output, fused ones on the pooled output."""
+    Unfused steps are checked on the convolution's output, fused ones on the pooled output.
+    Host-side steps (streams, a CUDA graph) are left out: their kernels are checked as steps 1, 10, 11."""
     from .network import load_weights, pool2
-    be = get_backend(backend)
     weights = weights or load_weights()
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
-    rows = []
-    for step in steps or STEPS:
-        if step.graph or step.streams:
-            continue                        # host-side steps: their kernels are checked as steps 1, 10, 11
+
+    def check_one(step, be):
         for N in sizes:
             for layer in LAYERS:
                 x = layer_inputs(layer, N, seed + N)
@@ -371,17 +362,12 @@ def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, weights: dict | Non
                     x = x.astype(np.float16).astype(np.float32)   # what the step actually reads
                 w = weights[layer.name]
                 y64 = layer_reference(layer, x, w)
-                pooled64 = pool2(np.maximum(y64, 0))
-                out = run_layer(step, layer, x, w, be)
-                for what, got, ref in [("pooled", out, pooled64) if step.fused else ("conv", out, y64)]:
-                    result = compare(got, ref, step.precision, name=f"{step.label} {layer.name} {what} N={N}")
-                    rows.append({"step": step.number, "layer": layer.name, "output": what, "N": N,
-                                 "precision": step.precision, "seed": seed, "rel_error": result.rel_error,
-                                 "unwritten": result.unwritten, "status": "ok" if result.passed else "FAILED"})
-    return pd.DataFrame(rows)
-
-
-from ...check import assert_passed  # noqa: E402,F401  (one definition for every chapter)
+                what, ref = ("pooled", pool2(np.maximum(y64, 0))) if step.fused else ("conv", y64)
+                yield ({"layer": layer.name, "output": what, "N": N, "precision": step.precision, "seed": seed},
+                       compare(run_layer(step, layer, x, w, be), ref, step.precision,
+                               name=f"{step.label} {layer.name} {what} N={N}"))
+    kernel_steps = [s for s in (steps or STEPS) if not (s.graph or s.streams)]
+    return ladder.check_steps(kernel_steps, check_one, backend)
 
 
 def check_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dict:

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ...check import compare
+from ... import ladder
+from ...check import CheckTable, compare
 from ...kernels import get_backend
 from . import data, reference
 from .steps import STEPS, BoundStep, Config, Dims, Step, buffers, step_kernels
@@ -40,11 +41,15 @@ def check_params(d: Dims, seed: int = 0) -> dict:
 
 
 def check_step(step_: Step, backend=None, dims: Dims = CHECK_DIMS[0], seed: int = 0,
-               config: Config | None = None) -> pd.DataFrame:
+               config: Config | None = None) -> CheckTable:
     """One SGD step of ``step_`` from fresh weights on a fresh batch against
     the float64 reference: the loss, the intermediates the step stores, and
     the update of every parameter (new - old against -lr x gradient)."""
-    be = get_backend(backend)
+    return ladder.check_steps([step_], lambda s, be: _compare_sgd_step(s, be, dims, seed, config), backend)
+
+
+def _compare_sgd_step(step_: Step, be, dims: Dims, seed: int, config: Config | None = None):
+    """(columns, result) per quantity of one SGD step (see :func:`gpulab.ladder.check_steps`)."""
     config = config or Config(lr=CHECK_LR)
     batch = _labels_for(data.sample(dims.B, dims.V, stream=100 + seed), dims)
     params = check_params(dims, seed)
@@ -56,26 +61,20 @@ def check_step(step_: Step, backend=None, dims: Dims = CHECK_DIMS[0], seed: int 
     grads = reference.backward(batch, batch.labels, p64, acts)
     refs = {"loss": np.array([reference.loss(acts["P"], batch.labels)]), "p": acts["P"], "h": acts["H"],
             "dz2": grads["dZ2"], "dz1": grads["dZ1"]}
-    rows = []
-    for name, ref in refs.items():
-        if name in bufs:
-            rows.append(_row(step_, dims, name, be.to_host(bufs[name]), ref))
-    for k in reference.PARAMS:
-        delta = be.to_host(bufs[k]).astype(np.float64) - p64[k]
-        rows.append(_row(step_, dims, f"update of {k}", delta, -config.lr * grads["d" + k]))
-    return pd.DataFrame(rows)
+    quantities = [(name, be.to_host(bufs[name]), ref) for name, ref in refs.items() if name in bufs]
+    quantities += [(f"update of {k}", be.to_host(bufs[k]).astype(np.float64) - p64[k], -config.lr * grads["d" + k])
+                   for k in reference.PARAMS]
+    for name, out, ref in quantities:
+        yield ({"B": dims.B, "V": dims.V, "quantity": name},
+               compare(np.asarray(out).reshape(np.shape(ref)), ref, step_.precision, name=f"{step_.label}: {name}"))
 
 
-def _row(step_: Step, d: Dims, name: str, out, ref) -> dict:
-    r = compare(np.asarray(out).reshape(np.shape(ref)), ref, step_.precision, name=f"{step_.label}: {name}")
-    return {"step": step_.number, "B": d.B, "V": d.V, "quantity": name, "rel_error": r.rel_error,
-            "tolerance": r.tolerance, "unwritten": r.unwritten, "passed": r.passed}
-
-
-def check_steps(backend=None, steps=None, dims=CHECK_DIMS, seed: int = 0) -> pd.DataFrame:
+def check_steps(backend=None, steps=None, dims=CHECK_DIMS, seed: int = 0) -> CheckTable:
     """:func:`check_step` for every step and check size; one row per quantity."""
-    return pd.concat([check_step(s, backend, d, seed + i) for s in (steps or STEPS)
-                      for i, d in enumerate(dims)], ignore_index=True)
+    def check_one(step_, be):
+        for i, d in enumerate(dims):
+            yield from _compare_sgd_step(step_, be, d, seed + i)
+    return ladder.check_steps(steps or STEPS, check_one, backend)
 
 
 def loss_curve(step_: Step, backend=None, dims: Dims = Dims(B=64, V=1001), steps: int = 6,
@@ -136,5 +135,6 @@ def check_curves(backend=None, steps=None, dims: Dims = Dims(B=64, V=1001), n: i
         worst = curve_deviation(curve, ref)
         rows.append({"step": s.number, "first loss": curve[0], f"loss after {n} steps": curve[-1],
                      "reference": ref[-1], "largest relative difference": worst,
-                     "tolerance": CURVE_TOLERANCE[s.precision], "passed": worst <= CURVE_TOLERANCE[s.precision]})
-    return pd.DataFrame(rows)
+                     "tolerance": CURVE_TOLERANCE[s.precision],
+                     "status": ladder.OK if worst <= CURVE_TOLERANCE[s.precision] else ladder.FAILED})
+    return CheckTable(rows, caption=get_backend(backend).caption)

@@ -124,7 +124,7 @@ def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=pr
     rows = []
     for step_ in steps_:
         for b in batches:
-            why = plan.skip_reason(step_.number, b) if plan is not None else None
+            why = plan.skip_reason(step_.ordinal, b) if plan is not None else None
             if why:
                 log(f"{step_.label:55s} B={b:5d} skipped: {why}", flush=True)
                 continue
@@ -132,7 +132,7 @@ def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=pr
             nnz = int(gd.train.indptr[b]) if step_.input == "sparse" else None
             bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
             bound = BoundStep(step_, d, bufs, Config(), "gpu")
-            labels = {"step": step_.number, "batch": b, "precision": step_.precision, "input": step_.input,
+            labels = {"step": step_.ordinal, "batch": b, "precision": step_.precision, "input": step_.input,
                       "kernels": len(bound.ops)}
             work = {"flops": flops_per_step(d, nnz), "bytes": bytes_per_step(d, nnz)}
             if not step_.graph:
@@ -194,9 +194,9 @@ def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30, plan=N
     rows = []
     d = Dims(MAIN_BATCH, data.VOCAB)
     for step_ in STEPS:
-        if numbers is not None and step_.number not in numbers:
+        if numbers is not None and step_.ordinal not in numbers:
             continue
-        if plan is not None and plan.skip_reason(step_.number, MAIN_BATCH):
+        if plan is not None and plan.skip_reason(step_.ordinal, MAIN_BATCH):
             continue
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
         bound = BoundStep(step_, d, bufs, Config(), "gpu")
@@ -225,7 +225,7 @@ def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30, plan=N
             rows.append({"experiment": "breakdown", "variant": step_.label, "size": MAIN_BATCH, "phase": "kernel",
                          "median_ms": float(np.median(s)), "q1_ms": float(np.percentile(s, 25)),
                          "q3_ms": float(np.percentile(s, 75)), "min_ms": float(s.min()), "max_ms": float(s.max()),
-                         "repeats": len(s), "flops": 0.0, "bytes": 0.0, "step": step_.number, "op": op.name,
+                         "repeats": len(s), "flops": 0.0, "bytes": 0.0, "step": step_.ordinal, "op": op.name,
                          "kernel": op.kernel, "order": i, "stream": op.stream})
     return rows
 
@@ -639,10 +639,10 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
             return default
     checks, passed, unchecked = [], [], []
     for s in STEPS:       # a step that fails its check is listed, and not timed
-        why = plan.skip_reason(s.number, MAIN_BATCH)
+        why = plan.skip_reason(s.ordinal, MAIN_BATCH)
         if why:               # not checked at full size on this device, so not timed either
             log(f"not checked or timed on this device: {s.label}: {why}")
-            unchecked += [{"step": s.number, "batch": b, "reason": f"not checked at batch {MAIN_BATCH:,} here "
+            unchecked += [{"step": s.ordinal, "batch": b, "reason": f"not checked at batch {MAIN_BATCH:,} here "
                                                                    f"({why}), so not timed"} for b in batches]
             continue
         try:
@@ -650,12 +650,12 @@ def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: 
             passed.append(s)
         except Exception as exc:
             errs, ok, why = {}, False, f"{type(exc).__name__}: {exc}"[:500]
-        checks.append({"step": s.number, "variant": s.label, "passed": ok, "error": why,
+        checks.append({"step": s.ordinal, "variant": s.label, "passed": ok, "error": why,
                        **{f"rel_error {k}": v for k, v in errs.items()}})
         log(f"checked {s.label}: {errs if ok else why}", flush=True)
     rows = []
     for s in passed:
-        rows += attempt(f"ladder {s.number}", lambda: time_ladder(gd, params, repeats, batches, log=log,
+        rows += attempt(f"ladder {s.ordinal}", lambda: time_ladder(gd, params, repeats, batches, log=log,
                                                                   steps_=[s], plan=plan), [])
     vrows, skipped = attempt("vendor", lambda: time_vendor(gd, params, repeats, log=log), ([], []))
     rows += vrows

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from ... import ladder
 from ...kernels import Backend, get_backend, load_module
 from .reference import CLASSES, HIDDEN
 
@@ -83,18 +84,12 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Step:
-    number: int
-    file: str
-    title: str
+class Step(ladder.Step):
+    """One rung of the ladder: ``build`` lists the kernel launches (ops) of one SGD step."""
+
     build: Callable[[Dims, Config], list[Op]] = field(repr=False)
     input: str = "dense"           # "dense": X is B x V; "dense16": B x Vp in fp16; "sparse": CSR rows
-    precision: str = "fp32"
     graph: bool = False            # the step is timed as a captured CUDA graph
-
-    @property
-    def label(self) -> str:
-        return f"{self.number:02d} {self.title}"
 
     def ops(self, dims: Dims, config: Config = Config()) -> list[Op]:
         return [replace(op, file=self.file) if op.file == SELF else op for op in self.build(dims, config)]
@@ -299,18 +294,15 @@ EXERCISE = Step(11, "training/exercise_01_sgd_update_float4.cu", "exercise: SGD 
                 lambda d, c: _fused_ops(d, c, replace(_K6, sgd_update=(SELF, "sgd_update_float4"),
                                                       flat_update=True), streams=True))
 #: The report's ladder (steps 1-6) and the steps whose kernels the sweep runs.
-REPORT_STEPS = [s for s in STEPS if s.number <= 6]
+REPORT_STEPS = [s for s in STEPS if s.ordinal <= 6]
 
 
-def steps(number: int | None = None) -> list[Step]:
-    chosen = [s for s in STEPS if number is None or s.number == number]
-    if not chosen:
-        raise KeyError(f"the training ladder has steps {[s.number for s in STEPS]}; none is number {number}")
-    return chosen
+def steps(number: int | str | None = None) -> list[Step]:
+    return ladder.select(STEPS, number)
 
 
-def step(number: int) -> Step:
-    return steps(number)[0]
+def step(number: int | str) -> Step:
+    return ladder.find(STEPS, number)
 
 
 # ----------------------------------------------------------------- buffers and binding

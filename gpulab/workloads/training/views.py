@@ -32,9 +32,9 @@ TARGETS = [
      "PyTorch eager fp32, dense X", 2.0),
     ("best dense fp32 step vs PyTorch's captured step (dense)", (1, 2, 3, 4, 5, 6, 7),
      "PyTorch eager fp32, dense X, CUDA graph", 1.0),
-    ("best step overall vs PyTorch eager fp32 (dense)", tuple(s.number for s in STEPS),
+    ("best step overall vs PyTorch eager fp32 (dense)", tuple(s.ordinal for s in STEPS),
      "PyTorch eager fp32, dense X", 10.0),
-    ("best step overall vs PyTorch's fastest path on the same data", tuple(s.number for s in STEPS),
+    ("best step overall vs PyTorch's fastest path on the same data", tuple(s.ordinal for s in STEPS),
      None, 3.0),
 ]
 
@@ -52,7 +52,7 @@ def ladder(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
         eager = mine.loc[mine["mode"] == "eager", "median_ms"]
         graph = mine.loc[mine["mode"] == "graph", "median_ms"]
         own = graph.iloc[0] if s.graph else eager.iloc[0]
-        out.append({"step": s.number, "variant": s.label, "precision": s.precision, "input": s.input,
+        out.append({"step": s.ordinal, "variant": s.label, "precision": s.precision, "input": s.input,
                     "kernels": int(mine["kernels"].iloc[0]), "eager (ms)": eager.iloc[0] if len(eager) else np.nan,
                     "in a CUDA graph (ms)": graph.iloc[0] if len(graph) else np.nan, "median_ms": own,
                     "q1_ms": mine.loc[mine["median_ms"] == own, "q1_ms"].iloc[0],
@@ -650,7 +650,7 @@ def prediction_table(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
     from ... import predictions
     from .steps import PREDICTED
     measured = ladder(run, batch)[["step", "median_ms"]]
-    steps = [(s.number, s.title, s.file) for s in STEPS]
+    steps = [(s.ordinal, s.title, s.file) for s in STEPS]
     return predictions.table(steps, measured, PREDICTED)
 
 
