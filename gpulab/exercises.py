@@ -59,8 +59,6 @@ from . import paths
 from .errors import GpulabError
 from .ladder import failures, find
 
-#: The name each chapter's notebook imports its workload module under.
-MODULE_ALIASES = {"measuring": "saxpy"}
 #: The text the student export puts in place of a solution.
 PLACEHOLDER = "TODO: your code here"
 #: Where the student export stores the public answers of function exercises.
@@ -480,7 +478,8 @@ def namespace(chapter: str) -> dict:
     from .workloads import workload
     ns = {"np": np, "pd": pd, "gpulab": gpulab, "plots": plots, "roofline": roofline,
           "math": math, "display": print, "__name__": "__exercise__"}
-    ns[MODULE_ALIASES.get(chapter, chapter)] = workload(chapter)
+    module = workload(chapter)
+    ns[getattr(module, "IMPORTED_AS", chapter)] = module
     return ns
 
 

@@ -23,7 +23,7 @@ CHAPTERS = sorted(p.stem for p in glued_values.FIXTURES.glob("*.json"))
 
 
 def test_every_chapter_has_a_fixture():
-    assert CHAPTERS == glued_values.chapters(), (
+    assert CHAPTERS == sorted(glued_values.chapters()), (
         "tests/fixtures/glued/ should hold one file per notebook of book/; regenerate with "
         "`python tools/glued_values.py CHAPTER`")
 

@@ -5,28 +5,25 @@ and writes ``tests/fixtures/glued/<chapter>.json``: ``{name: repr}`` of every ``
 the text myst-nb stores and the prose formats. ``tests/test_glued.py`` executes the notebooks
 again and compares, so a refactor of the package cannot change a number the book quotes.
 
-Usage: python tools/glued_values.py [CHAPTER ...]      (default: every chapter)
+Usage: PYTHONPATH=. python tools/glued_values.py [CHAPTER ...]      (default: every chapter)
 """
 from __future__ import annotations
 
 import json
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from gpulab import chapters as registry
+from gpulab.paths import REPO as ROOT
+
 FIXTURES = ROOT / "tests" / "fixtures" / "glued"
 #: The mime type myst-nb's ``glue(..., display=False)`` stores a value under (its repr).
 GLUE_MIME = "application/papermill.record/text/plain"
 
 
-def notebook(chapter: str) -> Path:
-    return ROOT / "book" / chapter / f"{chapter}.ipynb"
-
-
 def chapters() -> list[str]:
-    """Every chapter with a notebook, in the folder order of ``book/``."""
-    return sorted(p.parent.name for p in (ROOT / "book").glob("*/*.ipynb") if p.stem == p.parent.name)
+    """Every chapter of the book (:mod:`gpulab.chapters`), in its order."""
+    return registry.names()
 
 
 def glued(nb) -> dict[str, str]:
@@ -44,9 +41,7 @@ def execute(chapter: str, timeout: int = 900):
     """Run ``chapter``'s notebook top to bottom; raise on the first failing cell (as nbmake does)."""
     import nbformat
     from nbclient import NotebookClient
-    path = notebook(chapter)
-    if not path.exists():
-        raise FileNotFoundError(f"no notebook for chapter {chapter!r}: expected {path}")
+    path = registry.chapter(chapter).notebook
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()

@@ -1,23 +1,17 @@
 """Each chapter's workload, declared once, by chapter name.
 
 A workload module provides ``CHAPTER``, ``TITLE`` and ``benchmark_all(repeats,
-quick)`` returning tidy timing rows; ``python -m gpulab record`` runs it."""
+quick)`` returning tidy timing rows; ``python -m gpulab record`` runs it. The
+chapters themselves are registered by the book's table of contents (see
+:mod:`gpulab.chapters`): a workload is found by its chapter's name."""
 from __future__ import annotations
 
-import importlib
+from ..chapters import chapter, chapters
 
-CHAPTERS = {
-    "measuring": "gpulab.workloads.measuring",
-    "alexnet": "gpulab.workloads.alexnet",
-    "fcnet": "gpulab.workloads.fcnet",
-    "training": "gpulab.workloads.training",
-    "lenet": "gpulab.workloads.lenet",
-    "multigpu": "gpulab.workloads.multigpu",
-    "convpool": "gpulab.workloads.convpool",
-}
+#: chapter name -> its workload module's name, in the book's order (the chapters with a workload)
+CHAPTERS = {c.name: c.module_name for c in chapters(with_workload=True)}
 
 
-def workload(chapter: str):
-    if chapter not in CHAPTERS:
-        raise KeyError(f"unknown chapter '{chapter}'; the lab's chapters are: {', '.join(CHAPTERS)}")
-    return importlib.import_module(CHAPTERS[chapter])
+def workload(name: str):
+    """The workload module of chapter ``name``."""
+    return chapter(name).workload()

@@ -21,6 +21,9 @@ from ..timing import Timing, benchmark, graph_benchmark, host_timer
 
 CHAPTER = "measuring"
 TITLE = "Measuring a GPU kernel"
+#: The name the chapter's notebook imports this module under (``from gpulab.workloads import
+#: measuring as saxpy``): exercise cells run with it.
+IMPORTED_AS = "saxpy"
 BLOCK = 256
 A = np.float32(2.5)
 #: Sizes for the scaling study: 4 K to 64 M elements (256 KB to 768 MB moved).

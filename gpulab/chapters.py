@@ -1,0 +1,89 @@
+"""The book's chapters, registered in one place: the table of contents, ``_toc.yml``.
+
+A chapter is a folder ``book/<name>/`` holding the notebook ``<name>.ipynb``, listed under the
+toc's "Chapters". Its workload, when it has one, is ``gpulab.workloads.<name>`` (a module or a
+package) declaring ``CHAPTER = "<name>"``, ``TITLE`` and ``benchmark_all``; it is found by that
+name, not listed anywhere. Everything that goes over every chapter (``python -m gpulab record``,
+the exercises, the tests) reads :func:`chapters`, so adding a chapter is: its folder, its
+workload, its toc entry and its lines in the README and ``book/intro.md``
+(``tests/test_chapters.py`` holds the four to each other).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import paths
+
+TOC = paths.REPO / "_toc.yml"
+#: The toc's part that lists the chapters (the appendix follows it).
+CHAPTERS_CAPTION = "Chapters"
+_ENTRY = re.compile(r"^\s*-\s*file:\s*book/([A-Za-z0-9_]+)/\1\s*$")
+_CAPTION = re.compile(r"^\s*-\s*caption:\s*(.+?)\s*$")
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter: its name is its folder under ``book/``, its notebook's stem and its workload's."""
+
+    name: str
+
+    @property
+    def notebook(self) -> Path:
+        return paths.REPO / "book" / self.name / f"{self.name}.ipynb"
+
+    @property
+    def module_name(self) -> str | None:
+        """``gpulab.workloads.<name>`` when the chapter has a workload (basics has none), else None."""
+        name = f"{__package__}.workloads.{self.name}"
+        return name if importlib.util.find_spec(name) is not None else None
+
+    def workload(self):
+        """The chapter's workload module (its steps, checks and ``benchmark_all``)."""
+        if self.module_name is None:
+            raise KeyError(f"chapter '{self.name}' has no workload: expected a module or package "
+                           f"gpulab/workloads/{self.name}")
+        module = importlib.import_module(self.module_name)
+        if getattr(module, "CHAPTER", None) != self.name:
+            raise ValueError(f"{self.module_name} declares CHAPTER = {getattr(module, 'CHAPTER', None)!r}; "
+                             f"expected {self.name!r}")
+        return module
+
+
+def toc_names(text: str | None = None) -> list[str]:
+    """The chapter names the toc lists under "Chapters", in the book's order."""
+    text = TOC.read_text() if text is None else text
+    names, part = [], None
+    for line in text.splitlines():
+        caption = _CAPTION.match(line)
+        if caption:
+            part = caption.group(1)
+            continue
+        entry = _ENTRY.match(line)
+        if entry and part == CHAPTERS_CAPTION:
+            names.append(entry.group(1))
+    if not names:
+        raise ValueError(f"{TOC}: no chapter found under '- caption: {CHAPTERS_CAPTION}' "
+                         "(expected entries '- file: book/<name>/<name>')")
+    return names
+
+
+def chapters(with_workload: bool = False) -> list[Chapter]:
+    """Every chapter in the book's order (only those with a workload, if ``with_workload``)."""
+    every = [Chapter(name) for name in toc_names()]
+    return [c for c in every if c.module_name is not None] if with_workload else every
+
+
+def names(with_workload: bool = False) -> list[str]:
+    return [c.name for c in chapters(with_workload)]
+
+
+def chapter(name: str) -> Chapter:
+    """The chapter called ``name``; an unknown name raises, listing the book's chapters."""
+    known = names()
+    if name not in known:
+        raise KeyError(f"unknown chapter '{name}'; the lab's chapters are: {', '.join(known)}")
+    return Chapter(name)
