@@ -18,9 +18,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from . import paths
+from . import cpu, paths
+from .cpu import resources
 from .device import default_backend, require_gpu
 from .errors import KernelArgumentError, KernelCompileError, KernelLaunchError
+from .paths import toolkit_include_options
 from .signature import KernelSignature, Param, parse_kernels, strip_comments
 
 #: CUDA's limits on launch shapes (the same on every GPU since compute capability 3.0).
@@ -362,23 +364,6 @@ def _with_symbol_sizes(source: str) -> str:
     return source + ("\n" + "\n".join(lines) + "\n" if lines else "")
 
 
-def toolkit_include_options() -> tuple[str, ...]:
-    """CuPy's wheel headers have <mma.h> but not the crt/mma.h it includes; let
-    NVRTC find that in a CUDA toolkit's headers, where there is one."""
-    import os
-
-    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    try:
-        import cupy
-        roots.insert(0, cupy.cuda.get_cuda_path())
-    except Exception:
-        pass
-    for root in roots:
-        if root and (Path(root) / "include" / "crt" / "mma.h").is_file():
-            return (f"-I{Path(root) / 'include'}",)
-    return ()
-
-
 def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
     import cupy
 
@@ -398,7 +383,6 @@ def _compile_cached(path: str, source: str, backend: str, options: tuple[str, ..
     real = Path(path)
     if backend == "gpu":
         return _compile_gpu(real, source, options)
-    from . import cpu
     return cpu.compile_module(source, filename=paths.display_path(real),
                               include_dirs=[str(paths.KERNELS), str(real.parent)], options=options)
 
@@ -430,7 +414,6 @@ def resource_table(module: Module) -> pd.DataFrame:
     rows = []
     cpu_figures, why = None, None
     if module.backend.name != "gpu":
-        from .cpu import resources
         why = resources.unavailable()
         if why is None:
             try:

@@ -1,6 +1,7 @@
 """Where the lab's files live: the repository root, kernels/ and labdata/."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 #: The repository root (gpulab is installed in editable mode from it).
@@ -50,3 +51,18 @@ def display_path(path: Path) -> str:
         return str(Path(path).resolve().relative_to(REPO))
     except ValueError:
         return str(path)
+
+
+def toolkit_include_options() -> tuple[str, ...]:
+    """CuPy's wheel headers have <mma.h> but not the crt/mma.h it includes; let
+    NVRTC find that in a CUDA toolkit's headers, where there is one."""
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    try:
+        import cupy             # optional: only a GPU machine has it
+        roots.insert(0, cupy.cuda.get_cuda_path())
+    except Exception:
+        pass
+    for root in roots:
+        if root and (Path(root) / "include" / "crt" / "mma.h").is_file():
+            return (f"-I{Path(root) / 'include'}",)
+    return ()

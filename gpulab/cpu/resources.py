@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import paths
+from ..paths import toolkit_include_options
 from ..errors import KernelCompileError
 
 #: The recording GPU's architecture (the H100 of labdata/runs/): what the book's figures are for.
@@ -83,7 +84,6 @@ def unavailable() -> str | None:
 def _include_dirs() -> list[str]:
     """Folders with cuda_fp16.h and mma.h (and crt/mma.h) for NVRTC."""
     found = [str(root / "include") for root in _wheel_roots() if (root / "include" / "cuda_fp16.h").is_file()]
-    from ..kernels import toolkit_include_options
     found += [option[2:] for option in toolkit_include_options()]
     return found
 

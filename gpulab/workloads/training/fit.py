@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...cpu import resources
+from ...device import limits as device_limits
+from ...kernels import get_backend, load_module
 from . import data
-from .steps import STEPS, Config, Dims, Step, scratch_shapes
+from .steps import BATCHES, STEPS, Config, Dims, Step, scratch_shapes
 
 #: The share of the device's memory the chapter's data and buffers may use (the rest:
 #: PyTorch's caching allocator and workspaces, CuPy's pool, the CUDA context).
@@ -78,7 +81,6 @@ def kernel_resources(steps_=STEPS, backend=None) -> pd.DataFrame:
     (file, kernel): from the compiled functions on a GPU; on the CPU backend
     from NVRTC compiling the files for an H100 (sm_90) where NVRTC is installed,
     else unknown (NaN) with the reason in ``attrs["unavailable"]``."""
-    from ...kernels import get_backend, load_module
     be = get_backend(backend)
     pairs = sorted({(op.file, op.kernel) for s in steps_ for op in s.ops(Dims(1024, data.VOCAB))})
     rows, why = [], None
@@ -89,7 +91,6 @@ def kernel_resources(steps_=STEPS, backend=None) -> pd.DataFrame:
                          "registers": attrs["num_regs"], "max_threads_per_block": attrs["max_threads_per_block"]})
         source = "the compiled kernels"
     else:
-        from ...cpu import resources
         why = resources.unavailable()
         tables = {}
         for file, kernel in pairs:
@@ -161,8 +162,6 @@ def plan(limits=None, batches=None, steps_=STEPS, train: data.Corpus | None = No
     """Check every kernel and batch size of ``steps_`` against ``limits`` (default:
     :func:`gpulab.device.limits`) and choose how many training documents to keep
     dense; see the module's docstring."""
-    from ...device import limits as device_limits
-    from .record import BATCHES
     batches = tuple(batches or BATCHES)
     here = limits if limits is not None else device_limits()
     resources = resources if resources is not None else kernel_resources(steps_, backend)
@@ -188,7 +187,7 @@ def plan(limits=None, batches=None, steps_=STEPS, train: data.Corpus | None = No
                 reason = f"{op.kernel}: a block of {threads} threads; at most {MAX_THREADS_PER_BLOCK}"
             elif here is not None and need == need and here.shared_fits(int(need)):
                 reason = f"{op.kernel} {here.shared_fits(int(need))}"
-            krows.append({"step": s.number, "op": op.name, "kernel": op.kernel, "threads": threads,
+            krows.append({"step": s.ordinal, "op": op.name, "kernel": op.kernel, "threads": threads,
                           "static_shared_bytes": need,
                           "shared limit (bytes)": here.shared_per_block if here is not None else np.nan,
                           "reason": reason})
@@ -218,5 +217,5 @@ def plan(limits=None, batches=None, steps_=STEPS, train: data.Corpus | None = No
             elif budget is not None and resident + need > budget:
                 reason = (f"needs {(resident + need) / 1e9:.1f} GB of device memory with the resident data; "
                           f"the budget on {name} is {budget / 1e9:.1f} GB")
-            brows.append({"step": s.number, "batch": b, "step_bytes": need, "reason": reason})
+            brows.append({"step": s.ordinal, "batch": b, "step_bytes": need, "reason": reason})
     return Plan(name, dense_docs, budget, kernels, pd.DataFrame(brows), notes)

@@ -31,12 +31,10 @@ from ... import roofline
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend
-from . import baselines, data, reference
+from . import baselines, data, fit, reference
 from .checks import curve_deviation, is_broken
-from .steps import STEPS, BoundStep, Config, Dims, Step, buffers, step, step_kernels
+from .steps import BATCHES, MAIN_BATCH, STEPS, BoundStep, Config, Dims, Step, buffers, step, step_kernels
 
-BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
-MAIN_BATCH = 1024
 #: The check's learning rate: large, so the update stands above fp32 rounding of W1.
 CHECK_LR = 300.0
 SWEEP_BLOCKS = ((8, 8), (16, 16), (32, 8), (32, 32), (64, 4), (128, 2))
@@ -606,7 +604,6 @@ RUN_BUDGET_S = 330.0
 
 def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: float = RUN_BUDGET_S):
     import cupy
-    from . import fit
     deadline = time.perf_counter() + budget_s
     train, test = data.corpus()
     params = reference.init_params()

@@ -83,6 +83,11 @@ class Op:
     after: tuple[str, ...] = ()    # ops on other streams that must finish first
 
 
+#: The batch sizes the run times every step at, and the one the chapter's figures quote.
+BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
+MAIN_BATCH = 1024
+
+
 @dataclass(frozen=True)
 class Step(ladder.Step):
     """One rung of the ladder: ``build`` lists the kernel launches (ops) of one SGD step."""
