@@ -5,6 +5,25 @@ fcnet's ``launches``, alexnet's ``kind``, ...), looks them up with :func:`find` 
 and checks them with :func:`check_steps`, which writes every chapter's checks in one schema: a row
 per step and case, with ``rel_error``, ``tolerance``, ``unwritten`` and a ``status`` that is
 ``"ok"``, ``"FAILED"`` or ``"skipped: <why>"``. :func:`assert_ok` stops a notebook on a failure.
+
+A new chapter's ladder, in full (its kernels and reference are the chapter's own)::
+
+    @dataclass(frozen=True)
+    class Step(ladder.Step):
+        kernel: str                       # what this chapter needs beyond number, file, title
+        block: int = 256
+
+    STEPS = [Step(1, "mychapter/01_naive.cu", "one thread per output", "naive"),
+             Step(2, "mychapter/02_tiled.cu", "shared-memory tiles", "tiled", precision="fp16")]
+
+    def check_steps(backend=None, steps=None, sizes=(1, 255, 1000)):
+        def check_one(step, be):          # one (columns, CheckResult) per case
+            for n in sizes:
+                x = make_inputs(n)
+                yield {"n": n}, compare(run(step, x, be), reference(x), step.precision)
+        return ladder.check_steps(steps or STEPS, check_one, backend)
+
+and in the notebook, ``gpulab.assert_ok(mychapter.check_steps(backend, steps=[ladder.find(STEPS, 2)]))``.
 """
 from __future__ import annotations
 
