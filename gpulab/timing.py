@@ -254,10 +254,39 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
     return Timing(gpu, method="cuda events", host_ms=host, l2_flushed=flush_l2, stop=stop)
 
 
+#: cudaGraphInstantiateFlagUseNodePriority: replay each kernel node at the priority of the stream it was captured on.
+USE_NODE_PRIORITY = 8
+
+
+def _priority_graph(graph):
+    """``graph`` (a captured CuPy graph) instantiated through the driver with
+    cudaGraphInstantiateFlagUseNodePriority (CuPy instantiates without flags,
+    and a graph then replays every node at the launch stream's priority).
+    Returns (launch(stream), destroy())."""
+    import ctypes
+    from .errors import GpulabError
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_ulonglong]
+    lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuGraphExecDestroy.argtypes = [ctypes.c_void_p]
+    if not getattr(graph, "graph", 0):
+        raise GpulabError("CuPy's captured graph exposes no cudaGraph_t: it cannot be instantiated with node priorities")
+    exe = ctypes.c_void_p()
+    rc = lib.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph.graph, USE_NODE_PRIORITY)
+    if rc:
+        raise GpulabError(f"cuGraphInstantiateWithFlags(USE_NODE_PRIORITY) failed with CUresult {rc}")
+
+    def launch(stream):
+        err = lib.cuGraphLaunch(exe, stream.ptr)
+        if err:
+            raise GpulabError(f"cuGraphLaunch failed with CUresult {err}")
+    return launch, lambda: lib.cuGraphExecDestroy(exe)
+
+
 def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int = 5,
                     repeats: int = 50, stream=None, min_repeats: int = STOP_RULE.min_repeats,
                     rel_ci: float | None = STOP_RULE.rel_half_width, budget_ms: float | None = None,
-                    flush_l2: bool = False) -> Timing:
+                    flush_l2: bool = False, node_priorities: bool = False) -> Timing:
     """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
     graph and replayed: the host's launch overhead (several microseconds per
     CuPy launch) drops out, leaving the GPU's own time per call. What
@@ -267,7 +296,10 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     flushed; compare it with ``launches=1`` unflushed, the same structure warm.
 
     ``stream``: capture on this stream (for work bound to a stream of its own,
-    such as a cuBLAS handle); by default a new one."""
+    such as a cuBLAS handle); by default a new one. ``node_priorities``: the
+    graph keeps the priority of each stream its kernels were captured on
+    (instantiated through the driver with cudaGraphInstantiateFlagUseNodePriority),
+    for work that forks onto high-priority streams."""
     require_gpu("timing a CUDA graph")
     import cupy
 
@@ -287,10 +319,16 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
             # Always leave capture mode: a stream left capturing breaks every later launch.
             graph = stream.end_capture()
     rule = _rule(repeats, min_repeats, budget_ms, rel_ci, STOP_RULE.confidence)
-    gpu, host, stop = _event_loop(lambda: graph.launch(stream), stream, warmup=warmup, rule=rule,
-                                  repeats=repeats, flush_l2=flush_l2, divide=launches)
-    return Timing(gpu, method=f"cuda graph of {launches} launches", host_ms=host, l2_flushed=flush_l2,
-                  stop=stop)
+    launch, destroy = _priority_graph(graph) if node_priorities else (graph.launch, None)
+    try:
+        gpu, host, stop = _event_loop(lambda: launch(stream), stream, warmup=warmup, rule=rule,
+                                      repeats=repeats, flush_l2=flush_l2, divide=launches)
+    finally:
+        if destroy is not None:
+            stream.synchronize()
+            destroy()
+    method = f"cuda graph of {launches} launches" + (", node priorities" if node_priorities else "")
+    return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop)
 
 
 def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,

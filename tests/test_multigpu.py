@@ -15,6 +15,9 @@ V, B, STEPS, LR = 1001, 74, 3, 0.1          # odd sizes: each replica gets 37 do
 REPLICA_TOLERANCE = 1e-5
 #: Either against the float64 reference.
 REFERENCE_TOLERANCE = 1e-4
+#: The parameter-averaging form against one replica (gradient form): each atomic add into W
+#: rounds at W's float32 spacing instead of the gradient's (step 9 alone is ~1e-5 off too).
+PARAMETER_TOLERANCE = 5e-5
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +25,8 @@ def corpus():
     return data.sample(B * STEPS, V, stream=300)
 
 
-def _train(corpus, replicas, backend, bucketed=False):
-    dp = DataParallel(reference.init_params(V), replicas, backend, lr=LR, bucketed=bucketed)
+def _train(corpus, replicas, backend, bucketed=False, form="gradient"):
+    dp = DataParallel(reference.init_params(V), replicas, backend, lr=LR, bucketed=bucketed, form=form)
     losses = []
     for s in range(STEPS):
         losses.append(dp.step(corpus.rows(s * B, (s + 1) * B)))
@@ -49,13 +52,41 @@ def test_two_replicas_equal_one_replica_on_the_whole_batch(backend, corpus, buck
     np.testing.assert_allclose(loss1, ref_losses, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bucketed", [False, True], ids=["one all-reduce", "bucketed"])
+def test_parameter_averaging_equals_one_replica_on_the_whole_batch(backend, corpus, bucketed):
+    # Each replica steps its own copy with 2 lr, the all-reduce averages the copies.
+    p0 = reference.init_params(V)
+    one, loss1 = _train(corpus, 1, backend)
+    two, loss2 = _train(corpus, 2, backend, bucketed, form="parameters")
+    ref, ref_losses = reference.train(corpus, p0, B, STEPS, lr=LR)
+    err = _rel_update_error(two, {k: one[k].astype(np.float64) for k in one}, p0)
+    assert err <= PARAMETER_TOLERANCE
+    assert _rel_update_error(two, ref, p0) <= REFERENCE_TOLERANCE
+    np.testing.assert_allclose(loss2, ref_losses, rtol=1e-5)
+
+
+def test_parameter_averaging_leaves_untouched_rows_bit_for_bit(corpus):
+    # With 2 replicas NCCL's float average (x/2 + y/2) returns a row no replica touched
+    # unchanged: rows of words outside the batch keep their exact bits.
+    p0 = reference.init_params(V)
+    batch = corpus.rows(0, B)
+    dp = DataParallel(p0, 2, "cpu", lr=LR, form="parameters")
+    dp.step(batch)
+    touched = np.zeros(V, bool)
+    touched[batch.indices] = True
+    assert 0 < touched.sum() < V
+    w1 = dp.params()["W1"]
+    np.testing.assert_array_equal(w1[~touched].view(np.uint32), p0["W1"][~touched].astype(np.float32).view(np.uint32))
+    assert np.all(np.any(w1[touched] != p0["W1"][touched], axis=1))
+
+
 @pytest.mark.parametrize("replicas", [3, 4])
 def test_more_replicas_equal_one_replica(corpus, replicas):
     # Any replica count: 3 does not divide 74, so the batch is 72 documents (24 or 18 each).
     b = 72
     p0 = reference.init_params(V)
-    for bucketed in (False, True):
-        dp = DataParallel(p0, replicas, "cpu", lr=LR, bucketed=bucketed)
+    for form, bucketed in (("gradient", False), ("gradient", True), ("parameters", False), ("parameters", True)):
+        dp = DataParallel(p0, replicas, "cpu", lr=LR, bucketed=bucketed, form=form)
         one = DataParallel(p0, 1, "cpu", lr=LR)
         for s in range(2):
             batch = corpus.rows(s * b, (s + 1) * b)
@@ -63,7 +94,8 @@ def test_more_replicas_equal_one_replica(corpus, replicas):
             one.step(batch)
             assert dp.identical()
         ref = {k: v.astype(np.float64) for k, v in one.params().items()}
-        assert _rel_update_error(dp.params(), ref, p0) <= REPLICA_TOLERANCE
+        tol = REPLICA_TOLERANCE if form == "gradient" else PARAMETER_TOLERANCE
+        assert _rel_update_error(dp.params(), ref, p0) <= tol, (form, bucketed)
 
 
 def test_the_update_zeroes_the_gradient_it_applied(corpus):
@@ -84,17 +116,39 @@ def test_the_update_zeroes_the_gradient_it_applied(corpus):
     np.testing.assert_array_equal(r.flat[hi:], before[hi:])
 
 
-def test_a_replica_that_skips_the_all_reduce_is_caught(corpus):
-    # The check is not vacuous: without the sum, each replica follows its own half.
-    dp = DataParallel(reference.init_params(V), 2, "cpu", lr=LR)
+@pytest.mark.parametrize("form", ["gradient", "parameters"])
+def test_a_replica_that_skips_the_all_reduce_is_caught(corpus, form):
+    # The check is not vacuous: without the sum (or the average), each replica follows its own half.
+    dp = DataParallel(reference.init_params(V), 2, "cpu", lr=LR, form=form)
     import gpulab.workloads.multigpu.replicas as rep
     real = rep.numpy_allreduce
     try:
-        rep.numpy_allreduce = lambda buffers, bucket: None
+        rep.numpy_allreduce = lambda buffers, bucket, op="sum": None
         dp.step(corpus.rows(0, B))
     finally:
         rep.numpy_allreduce = real
     assert not dp.identical()
+
+
+def test_parameter_form_writes_the_step_into_the_parameters(corpus):
+    # One replica of two, parameter form: its backward pass leaves W - 2 lr g in its own copy
+    # (g: the gradient form's, the same kernels) and never touches the gradient buffer.
+    batch = corpus.rows(0, 37)
+    p0 = reference.init_params(V)
+    g = Replica(batch, p0, 74, "cpu", lr=LR)
+    g.forward_backward()
+    g.backward_plain()
+    for split in (False, True):
+        r = Replica(batch, p0, 74, "cpu", lr=LR, form="parameters", replicas=2)
+        before = r.flat.copy()
+        r.forward_backward()
+        r.backward_split() if split else r.backward_plain()
+        assert r.reduced is r.flat and r.op == "avg"
+        np.testing.assert_array_equal(r.grad, 0)
+        step, want = before.astype(np.float64) - r.flat, 2 * LR * g.grad.astype(np.float64)
+        # W's float32 rounding (a tiny step can even round away): a whole-buffer relative error
+        assert np.linalg.norm(step - want) / np.linalg.norm(want) <= PARAMETER_TOLERANCE
+        assert not np.any((step != 0) & (g.grad == 0))        # nothing outside the gradient's support moved
 
 
 @pytest.mark.parametrize("scatter_blocks", [None, 5], ids=["one block per document", "grid-stride, 5 blocks"])
@@ -206,6 +260,25 @@ def test_numpy_allreduce_sums_into_every_buffer():
         np.testing.assert_array_equal(b[2:7], want[2:7])
         np.testing.assert_array_equal(b[:2], k[:2])
         np.testing.assert_array_equal(b[7:], k[7:])
+
+
+def test_numpy_allreduce_averages_as_nccl_does_for_floats():
+    # ncclAvg on float32: every input multiplied by 1/p, then summed.
+    rng = np.random.default_rng(1)
+    for p in (2, 3):
+        bufs = [rng.standard_normal(9).astype(np.float32) for _ in range(p)]
+        want = sum(b * np.float32(1 / p) for b in bufs)
+        keep = [b.copy() for b in bufs]
+        numpy_allreduce(bufs, multigpu.Bucket("part", 1, 8), "avg")
+        for b, k in zip(bufs, keep):
+            np.testing.assert_array_equal(b[1:8], want[1:8])
+            np.testing.assert_array_equal(b[[0, 8]], k[[0, 8]])
+    same = np.float32([0.1, 3.0, -7.25])
+    bufs = [same.copy(), same.copy()]
+    numpy_allreduce(bufs, multigpu.Bucket("all", 0, 3), "avg")
+    np.testing.assert_array_equal(bufs[0], same)          # exact for p = 2
+    with pytest.raises(ValueError, match="op must be"):
+        numpy_allreduce(bufs, multigpu.Bucket("all", 0, 3), "mean")
 
 
 def test_batches_that_do_not_split_evenly_are_refused():

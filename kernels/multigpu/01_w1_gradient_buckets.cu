@@ -14,8 +14,9 @@
 // document i are one contiguous range of the CSR, [first[i], last[i]): the
 // replica finds these ranges once per batch, with the CSR itself (host side,
 // like the CSR), so that no launch searches a document's words. The inner
-// loop is step 9's: the range's ids and values staged in shared memory,
-// fire-and-forget atomic adds (RED) unrolled by 8.
+// loop is step 9's own (kernels/training/scatter_rows.cuh, included by both):
+// the range's ids and values staged in shared memory, fire-and-forget atomic
+// adds (RED) unrolled by 8.
 //
 // The grid need not have one block per document: block b does documents b,
 // b + gridDim.x, ... (a grid-stride loop). Launched with fewer blocks than
@@ -42,31 +43,18 @@
 // from B = 8,192 up, well under the all-reduce's time, because the split
 // scatter itself runs slower beside it, and loses below (see the chapter).
 
-#define CHUNK 128
+#include <training/scatter_rows.cuh>   // step 9's scatter loop, shared with 09_sparse_first_layer.cu
 
-// gW1 (V x H, row-major) += x_n * dZ1[i, :] for every non-zero n of document i
-// in [first[i], last[i]). Threads stride over H (128 threads: one per unit).
-extern "C" __global__ void w1_gradient_rows(int B, int H, const int* __restrict__ first,
+// target (V x H, row-major) += scale * x_n * dZ1[i, :] for every non-zero n of
+// document i in [first[i], last[i]). Threads stride over H (128 threads: one
+// per unit). target: a zeroed gradient buffer with scale = 1, or the replica's
+// own W1 with scale = -p * lr (the parameter-averaging form: see GpuStep).
+extern "C" __global__ void w1_gradient_rows(int B, int H, float scale, const int* __restrict__ first,
                                             const int* __restrict__ last, const int* __restrict__ indices,
                                             const float* __restrict__ values, const float* __restrict__ dz1,
-                                            float* __restrict__ gW1) {
-    __shared__ int word[CHUNK];
-    __shared__ float value[CHUNK];
-    for (int i = blockIdx.x; i < B; i += gridDim.x) {
-        int begin = first[i], end = last[i];
-        for (int c0 = begin; c0 < end; c0 += CHUNK) {
-            int count = min(CHUNK, end - c0);
-            __syncthreads();                           // the previous chunk is used up
-            for (int t = threadIdx.x; t < count; t += blockDim.x) {
-                word[t] = indices[c0 + t];
-                value[t] = values[c0 + t];
-            }
-            __syncthreads();
-            for (int j = threadIdx.x; j < H; j += blockDim.x) {
-                float d = dz1[(long)i * H + j];
-#pragma unroll 8
-                for (int t = 0; t < count; ++t) atomicAdd(&gW1[(long)word[t] * H + j], value[t] * d);
-            }
-        }
-    }
+                                            float* __restrict__ target) {
+    __shared__ int word[SCATTER_CHUNK];
+    __shared__ float step[SCATTER_CHUNK];
+    for (int i = blockIdx.x; i < B; i += gridDim.x)
+        scatter_rows(first[i], last[i], H, scale, indices, values, dz1 + (long)i * H, target, word, step);
 }

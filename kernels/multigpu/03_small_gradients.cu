@@ -40,10 +40,12 @@ __device__ __forceinline__ float block_total(float v, float* red) {
     return t;                                         // the block's total, in thread 0
 }
 
-// gW2 (H x C) += h^T dZ2, gb1 (H) += sum_i dZ1[i, :], gb2 (C) += sum_i dZ2[i, :]
-// over this block's documents; *loss = mean of loss_terms (block 0).
+// gW2 (H x C) += scale * h^T dZ2, gb1 (H) += scale * sum_i dZ1[i, :], gb2 (C) +=
+// scale * sum_i dZ2[i, :] over this block's documents; *loss = mean of loss_terms
+// (block 0). scale = 1 into zeroed gradient buffers; scale = -p * lr into the
+// replica's own W2, b1, b2 (the parameter-averaging form: see GpuStep).
 // blockDim.x >= H (one thread per hidden unit; the others only help with the loss).
-extern "C" __global__ void small_gradients(int B, int H, int C, const float* __restrict__ h,
+extern "C" __global__ void small_gradients(int B, int H, int C, float scale, const float* __restrict__ h,
                                            const float* __restrict__ dz2, const float* __restrict__ dz1,
                                            const float* __restrict__ loss_terms, float* __restrict__ gW2,
                                            float* __restrict__ gb1, float* __restrict__ gb2,
@@ -66,11 +68,11 @@ extern "C" __global__ void small_gradients(int B, int H, int C, const float* __r
             }
         }
 #pragma unroll
-        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) atomicAdd(&gW2[j * C + c], gw[c]);
-        atomicAdd(&gb1[j], g1);
+        for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) atomicAdd(&gW2[j * C + c], scale * gw[c]);
+        atomicAdd(&gb1[j], scale * g1);
         if (j == 0) {
 #pragma unroll
-            for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) atomicAdd(&gb2[c], gb[c]);
+            for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) atomicAdd(&gb2[c], scale * gb[c]);
         }
     }
     if (blockIdx.x == 0) {

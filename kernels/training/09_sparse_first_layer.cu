@@ -23,6 +23,7 @@
 // and atomics mostly hit L2. Prediction: a few tens of microseconds per step,
 // 10-20x faster than the best dense fp32 step; launch overhead now matters.
 #include "head.cuh"
+#include "scatter_rows.cuh"     // the scatter-add loop, shared with the multigpu chapter
 
 // A document's word ids and values are staged in shared memory, CHUNK at a
 // time, with one coalesced load by the whole block; then each thread's loop
@@ -78,23 +79,9 @@ extern "C" __global__ void sparse_update(int B, int H, int C, float lr, const in
         small_updates(blockIdx.x, B, H, C, lr, h, dz2, dz1, loss_terms, W2, b1, b2, loss);
         return;
     }
-    __shared__ int word[CHUNK];
-    __shared__ float step[CHUNK];
+    __shared__ int word[SCATTER_CHUNK];
+    __shared__ float step[SCATTER_CHUNK];
     int i = blockIdx.x - H;
-    int begin = indptr[i], end = indptr[i + 1];
-    for (int c0 = begin; c0 < end; c0 += CHUNK) {
-        int count = min(CHUNK, end - c0);
-        __syncthreads();
-        for (int t = threadIdx.x; t < count; t += blockDim.x) {
-            word[t] = indices[c0 + t];
-            step[t] = -lr * values[c0 + t];
-        }
-        __syncthreads();
-        for (int j = threadIdx.x; j < H; j += blockDim.x) {
-            float d = dz1[(long)i * H + j];
-            // atomicAdd with its result unused compiles to a fire-and-forget reduction (RED)
-#pragma unroll 8
-            for (int t = 0; t < count; ++t) atomicAdd(&W1[(long)word[t] * H + j], step[t] * d);
-        }
-    }
+    // W1[w, :] -= lr * x_w dZ1[i, :] for the document's words (scatter_rows.cuh)
+    scatter_rows(indptr[i], indptr[i + 1], H, -lr, indices, values, dz1 + (long)i * H, W1, word, step);
 }

@@ -62,6 +62,10 @@ CHECK_STEPS = 3
 #: The two GPUs' summed gradient against one GPU's on the whole batch (relative,
 #: whole gradient): the same float32 sums in another order.
 GRADIENT_TOLERANCE = 1e-5
+#: The same for the parameter-averaging form, whose gradient is read back as (W before -
+#: W after) / lr: each of a row's atomic adds into W1 rounds at W's float32 spacing, not the
+#: gradient's (step 9 on one GPU carries the same rounding).
+UPDATE_TOLERANCE = 1e-4
 TIMING_BUDGET_MS = 1500.0
 #: The documents the run samples (more than the training set: B goes to 65,536).
 DOCS = max(BATCHES)

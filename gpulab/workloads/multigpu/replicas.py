@@ -21,6 +21,19 @@ The bucketed variant forms W1's gradient one bucket of rows at a time
 all-reduce can overlap the next bucket's computation (on the GPUs, see
 :mod:`.record`).
 
+The *parameter-averaging* form (``form="parameters"``) reaches the same step
+with no gradient buffer: plain SGD's update is linear in the gradient, so
+with ``p`` replicas each applies ``p`` times the learning rate to its own copy
+(step 9's kernels unchanged, W1 updated in the scatter), and the all-reduce
+*averages* the copies: ``(1/p) sum_r (W - p lr g_r) = W - lr sum_r g_r``, the
+same step in exact arithmetic. NCCL's float average multiplies each input by
+``1/p`` before summing (exact for p = 2, 4, ...: rows no replica touched come
+back unchanged bit for bit). The all-reduce moves the same bytes as the
+gradient's; what goes is the gradient buffer's traffic (its zeroing and a
+separate update pass). It holds for SGD without momentum only: an optimiser
+whose update is not linear in the gradient (momentum's state, Adam) needs the
+summed gradient itself.
+
 This module runs the replicas one after another on one backend: what the CPU
 backend and the tests use. :class:`~.record.TwoGpus` drives two GPUs with the
 same :class:`Replica` objects.
@@ -50,6 +63,9 @@ ALIGN_FLOATS = 32
 #: Blocks of the update: enough to fill an H100 (132 SMs x 8 blocks of 256), each
 #: thread then loops over the rest (a grid-stride loop).
 UPDATE_BLOCKS_MAX = 132 * 8
+#: What the replicas all-reduce: their gradients (then each updates its copy), or
+#: their copies after each applied p times the step to its own (see the module's text).
+FORMS = ("gradient", "parameters")
 
 
 @dataclass(frozen=True)
@@ -212,8 +228,16 @@ class Replica:
 
     def __init__(self, part: Corpus, params: dict, global_batch: int, backend: Backend | str | None = None,
                  lr: float = LEARNING_RATE, buckets: int | list = 4, scatter_blocks: int | None = None,
-                 ranges: list | None = None):
+                 ranges: list | None = None, form: str = "gradient", replicas: int = 1):
         be = self.backend = get_backend(backend)
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        if replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {replicas}")
+        #: "gradient": the backward pass writes the gradient buffer, :meth:`update` applies the sum;
+        #: "parameters": it writes -replicas * lr * gradient straight into this copy, and the
+        #: all-reduce averages the copies (no update launch, no gradient buffer in the step).
+        self.form, self.replicas = form, replicas
         self.layout = Layout(part.vocab, params["W1"].shape[1], params["W2"].shape[1])
         if part.docs < 1:
             raise ValueError("a replica needs at least one document")
@@ -251,6 +275,16 @@ class Replica:
         self.ranges = [tuple(be.to_device(np.asarray(r, np.int32)) for r in pair) for pair in ranges]
         self._bind()
 
+    @property
+    def reduced(self):
+        """The flat buffer the all-reduce combines: the gradient (summed), or the parameters (averaged)."""
+        return self.flat if self.form == "parameters" else self.grad
+
+    @property
+    def op(self) -> str:
+        """The all-reduce's operation on :attr:`reduced`: ``"sum"`` or ``"avg"``."""
+        return "avg" if self.form == "parameters" else "sum"
+
     def _bind(self):
         b, s, p, g = self.batch, self.scratch, self.p, self.g
         B, H, C = self.B, self.layout.H, self.layout.C
@@ -258,22 +292,26 @@ class Replica:
         self.forward_backward = self._fb.bind((B,), (THREADS,), (
             B, H, C, self.inv_batch, *csr, b["labels"], p["W1"], p["b1"], p["W2"], p["b2"],
             s["h"], s["dz2"], s["dz1"], s["loss_terms"]))
-        head = (*csr, s["h"], s["dz2"], s["dz1"], s["loss_terms"], g["W1"], g["W2"], g["b1"], g["b2"], s["loss"])
-        # Step 9's sparse_update in gradient mode (lr = -1 on zeroed buffers):
-        # blocks 0..H-1 the small parameters and the loss, blocks H.. W1's rows.
-        self.gradients = self._su.bind((H + B,), (THREADS,), (B, H, C, -1.0, *head))
+        # The backward pass's target and scale: the zeroed gradient buffer, +1 (step 9's
+        # sparse_update in gradient mode: "lr" = -1); or this copy's parameters, -replicas * lr.
+        if self.form == "parameters":
+            t, lr_arg = p, self.replicas * self.lr
+        else:
+            t, lr_arg = g, -1.0
+        head = (*csr, s["h"], s["dz2"], s["dz1"], s["loss_terms"], t["W1"], t["W2"], t["b1"], t["b2"], s["loss"])
+        # Step 9's sparse_update: blocks 0..H-1 the small parameters and the loss, blocks H.. W1's rows.
+        self.gradients = self._su.bind((H + B,), (THREADS,), (B, H, C, lr_arg, *head))
         # The same kernel with only its first H blocks: the small gradients alone, as step 9 forms them.
-        self.small_gradients_step9 = self._su.bind((H,), (THREADS,), (B, H, C, -1.0, *head))
+        self.small_gradients_step9 = self._su.bind((H,), (THREADS,), (B, H, C, lr_arg, *head))
         # The small gradients with coalesced reads (kernels/multigpu/03_small_gradients.cu).
         self.small_gradients = self._small.bind((min(B, SMALL_BLOCKS),), (THREADS,), (
-            B, H, C, s["h"], s["dz2"], s["dz1"], s["loss_terms"], g["W2"], g["b1"], g["b2"], s["loss"]))
+            B, H, C, -lr_arg, s["h"], s["dz2"], s["dz1"], s["loss_terms"], t["W2"], t["b1"], t["b2"], s["loss"]))
         # W1's whole gradient alone (every document's whole CSR row), for the split form of the step.
-        self.w1_gradient = self._rows.bind((B if self.scatter_blocks is None else min(B, self.scatter_blocks),),
-                                           (THREADS,), (B, H, b["indptr"][:-1], b["indptr"][1:], b["indices"],
-                                                        b["values"], s["dz1"], g["W1"]))
         grid = B if self.scatter_blocks is None else min(B, self.scatter_blocks)
+        self.w1_gradient = self._rows.bind((grid,), (THREADS,), (B, H, -lr_arg, b["indptr"][:-1], b["indptr"][1:],
+                                                                 b["indices"], b["values"], s["dz1"], t["W1"]))
         self.bucket_gradients = [self._rows.bind((grid,), (THREADS,), (
-            B, H, first, last, b["indices"], b["values"], s["dz1"], g["W1"])) for first, last in self.ranges]
+            B, H, -lr_arg, first, last, b["indices"], b["values"], s["dz1"], t["W1"])) for first, last in self.ranges]
         self._updates = {}
 
     def update(self, bucket: Bucket):
@@ -320,15 +358,21 @@ class Replica:
         return self.layout.unflatten(self.backend.to_host(self.flat))
 
 
-def numpy_allreduce(buffers: list, bucket: Bucket) -> None:
+def numpy_allreduce(buffers: list, bucket: Bucket, op: str = "sum") -> None:
     """Sum ``buffers[r][bucket]`` over the replicas r and write the sum into
     every one (what NCCL's all-reduce with ``ncclSum`` does), in float32, in
-    replica order. NumPy arrays on the CPU backend (CuPy arrays of one GPU
-    also work: the sum then runs there)."""
+    replica order; ``op="avg"``: the average as NCCL computes it for floats
+    (``ncclAvg``: each input multiplied by ``1/p`` in float32, then summed).
+    NumPy arrays on the CPU backend (CuPy arrays of one GPU also work: the sum
+    then runs there)."""
+    if op not in ("sum", "avg"):
+        raise ValueError(f"op must be 'sum' or 'avg', got {op!r}")
     lo, hi = bucket.start, bucket.stop
-    total = buffers[0][lo:hi].copy()
+    scale = np.float32(1.0 / len(buffers)) if op == "avg" else None
+    part = (lambda b: b[lo:hi] * scale) if scale is not None else (lambda b: b[lo:hi].copy())   # noqa: E731
+    total = part(buffers[0])
     for b in buffers[1:]:
-        total += b[lo:hi]
+        total += part(b)
     for b in buffers:
         b[lo:hi] = total
 
@@ -343,10 +387,12 @@ class DataParallel:
     by bucket (the same sums; the bucketed scatter adds them in another order)."""
 
     def __init__(self, params: dict, replicas: int = 2, backend=None, lr: float = LEARNING_RATE,
-                 buckets: int = 4, bucketed: bool = False):
+                 buckets: int = 4, bucketed: bool = False, form: str = "gradient"):
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         self.backend = get_backend(backend)
         self.params0 = {k: np.asarray(params[k], np.float32) for k in PARAMS}
-        self.n, self.lr, self.nbuckets, self.bucketed = replicas, lr, buckets, bucketed
+        self.n, self.lr, self.nbuckets, self.bucketed, self.form = replicas, lr, buckets, bucketed, form
         self.replicas: list[Replica] = []
 
     def step(self, batch: Corpus) -> float:
@@ -355,24 +401,27 @@ class DataParallel:
         # from its own parameters (so the copies are never re-synchronised by hand).
         own = [r.params() for r in self.replicas] or [self.params0] * self.n
         buckets = Layout(batch.vocab, *self.params0["W2"].shape).buckets(self.nbuckets, row_work(batch))
-        self.replicas = [Replica(p, w, batch.docs, self.backend, self.lr, buckets) for p, w in zip(parts, own)]
+        self.replicas = [Replica(p, w, batch.docs, self.backend, self.lr, buckets, form=self.form, replicas=self.n)
+                         for p, w in zip(parts, own)]
         for r in self.replicas:
             r.forward_backward()
-        grads = [r.grad for r in self.replicas]
+        reduced, op = [r.reduced for r in self.replicas], self.replicas[0].op
+        # In the parameter form the backward pass has already stepped each copy: the all-reduce
+        # (an average) is the whole update; in the gradient form the update follows the sum.
+        apply = (lambda bucket: None) if self.form == "parameters" else \
+            (lambda bucket: [r.update(bucket)() for r in self.replicas])           # noqa: E731
         if self.bucketed:
             for k, bucket in enumerate(self.replicas[0].buckets):
                 for r in self.replicas:
                     r.backward_bucket(k)
-                numpy_allreduce(grads, bucket)
-                for r in self.replicas:
-                    r.update(bucket)()
+                numpy_allreduce(reduced, bucket, op)
+                apply(bucket)
         else:
             for r in self.replicas:
                 r.backward_plain()
             whole = self.replicas[0].layout.whole()
-            numpy_allreduce(grads, whole)
-            for r in self.replicas:
-                r.update(whole)()
+            numpy_allreduce(reduced, whole, op)
+            apply(whole)
         return float(np.mean([r.loss for r in self.replicas]))
 
     def identical(self) -> bool:

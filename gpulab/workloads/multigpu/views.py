@@ -13,7 +13,7 @@ import pandas as pd
 
 from ... import plots
 from ...errors import RecordedRunError
-from ...runs import RecordedRun, load_run
+from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
@@ -37,12 +37,27 @@ SCALING_TARGET, OVERLAP_SHARE = 0.55, 0.20
 RECORD_COMMAND = "python -m gpulab record multigpu"
 
 
+#: A column only runs of the current record have (the form of each swept step: gradient or parameters).
+CURRENT_FORMAT = "form"
+
+
 def recorded(root=None) -> RecordedRun | None:
-    """The newest recorded run of the chapter, or None if there is none."""
+    """The run the chapter reads, or None if there is none: the book's GPU's
+    (:func:`gpulab.runs.load_run`) when it was recorded with the current
+    record (it has the parameter-averaging form's rows), else the newest run
+    that was, else the book's GPU's older run."""
     try:
-        return load_run("multigpu", root=root)
+        default = load_run("multigpu", root=root)
     except RecordedRunError:
         return None
+    if CURRENT_FORMAT in default.timings:
+        return default
+    runs = available_runs(root) if root is not None else available_runs()
+    for folder in runs[runs["chapter"] == "multigpu"].sort_values("date", ascending=False)["folder"]:
+        run = load_run("multigpu", gpu=folder, root=root)
+        if CURRENT_FORMAT in run.timings:
+            return run
+    return default
 
 
 def problems(run: RecordedRun) -> pd.DataFrame | None:
@@ -146,12 +161,30 @@ def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
     r["nccl"] = r["variant"].str.split("; ").str[-1]
     rows = []
     for nccl, g in r.groupby("nccl", sort=False):
-        plain = g[g["variant"].str.contains("one all-reduce, step 9")]
+        plain = g[g["variant"].str.contains("one all-reduce")]       # the plain step's fastest form
         bucketed = g[g["variant"].str.contains("bucketed")]
         best = bucketed.loc[bucketed[col].idxmin()]
-        rows.append({"NCCL settings": nccl, "plain step (ms)": float(plain[col].iloc[0]),
+        rows.append({"NCCL settings": nccl, "plain step (ms)": float(plain[col].min()),
                      "fastest bucketed step (ms)": float(best[col]), "its configuration": _short(best["variant"])})
     return pd.DataFrame(rows)
+
+
+def forms_table(run: RecordedRun) -> pd.DataFrame | None:
+    """Per batch, from the sweep: the plain step (one all-reduce) with the
+    gradient summed (step 9's kernel in gradient mode, then the update) and with
+    the parameters averaged (step 9's kernels straight into each copy), each in
+    its faster launch form, the slower GPU's median (ms); None for a run
+    recorded before the parameter form existed."""
+    t = overlap_table(run)
+    if t is None or not any("parameter average" in i for i in t.index):
+        return None
+    plain = t[t.index.str.startswith("one all-reduce")]
+    params = plain[plain.index.str.contains("parameter average")]
+    grads = plain[~plain.index.str.contains("parameter average")]
+    out = pd.DataFrame({"gradient summed (ms)": grads.min(), "parameters averaged (ms)": params.min()})
+    out.index.name = "batch"
+    out["saved (µs)"] = (out["gradient summed (ms)"] - out["parameters averaged (ms)"]) * 1e3
+    return out
 
 
 def scaling_budget(run: RecordedRun) -> pd.DataFrame:
@@ -163,7 +196,7 @@ def scaling_budget(run: RecordedRun) -> pd.DataFrame:
     lines = [("half of the fastest one-GPU step", one / 2),
              ("1 GPU, step 10, on half the batch (measured)",
               float(t.loc[b // 2, ONE_GPU_GRAPH]) if b // 2 in t.index else float("nan")),
-             ("2 GPUs, compute only (each GPU: half the batch, gradient buffer, update; no all-reduce)",
+             ("2 GPUs, compute only (each GPU: half the batch in the plain step's kept form; no all-reduce)",
               float(t.loc[b, COMPUTE_ONLY])),
              ("2 GPUs, one all-reduce", float(t.loc[b, PLAIN])),
              ("2 GPUs, bucketed, overlapped", float(t.loc[b, BUCKETED])),
@@ -186,13 +219,15 @@ def allreduce_comparison(run: RecordedRun) -> pd.DataFrame | None:
 
 
 def predicted_steps(run: RecordedRun, model: costmodel.RingModel | None = None) -> pd.DataFrame | None:
-    """The cost model's two-GPU plain step: one GPU's replica step (gradient, then
-    update, CUDA graph; the faster of its two forms) on half the batch, measured,
-    plus the fitted all-reduce of the whole gradient; against the measured plain step."""
+    """The cost model's two-GPU plain step: the fastest one-GPU step (step 9,
+    step 10, or the replicas' gradient-then-update forms: the plain step keeps
+    whichever form is fastest) on half the batch, measured, plus the fitted
+    all-reduce of the whole gradient (or parameters: the same bytes); against
+    the measured plain step."""
     t = step_table(run)
     if ONE_GPU_REPLICA not in t or PLAIN not in t:
         return None
-    replica = t[[c for c in (ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
+    replica = t[[c for c in (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
     model = model or fitted_model(run)
     grad = 4 * Layout(VOCAB).size
     rows = []
@@ -292,12 +327,21 @@ LANES = ("compute", "compute (small)", "communication", "update")
 COLOURS = {"forward": "#4c72b0", "gradient": "#55a868", "all-reduce": "#c44e52", "update": "#8172b2"}
 
 
+def timeline(run: RecordedRun) -> pd.DataFrame:
+    """The run's timeline side table, the parameter form's "all-reduce (average): X"
+    named "all-reduce: X" like the gradient form's (``averaged`` says which)."""
+    t = run.tables["timeline"].copy()
+    t["averaged"] = t["operation"].str.contains(" (average)", regex=False)
+    t["operation"] = t["operation"].str.replace(" (average)", "", regex=False)
+    return t
+
+
 def timeline_span(run: RecordedRun, batch: int, mode: str, operation: str, gpu: int | None = None,
                   edge: str = "duration") -> float:
     """From the timeline: the longest duration (µs), or the latest ``"end"``,
     of the operations of ``mode`` at ``batch`` whose name starts with
     ``operation`` (on ``gpu``, or on any GPU)."""
-    t = run.tables["timeline"]
+    t = timeline(run)
     r = t[(t["batch"] == batch) & (t["mode"] == mode) & t["operation"].str.startswith(operation)]
     if gpu is not None:
         r = r[r["gpu"] == gpu]
