@@ -507,3 +507,66 @@ def test_a_run_without_the_baseline_says_why(tmp_path):
     loaded = views.recorded(root=tmp_path)
     assert views.problems(loaded)["experiment"].tolist() == ["ddp"]
     assert views.DDP not in views.step_table(loaded) and len(views.targets(loaded)) == 2
+
+
+def test_the_ring_counts_what_the_formula_counts():
+    # 2 (p-1) steps of S/p bytes each; their times add up to the model's all-reduce time.
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gpulab.workloads.multigpu import views
+    model = costmodel.RingModel(300.0, 7.0)
+    S = 4 * 1001 * 128
+    for p in (2, 3, 8):
+        steps = views.ring_steps(model, S, p)
+        assert len(steps) == 2 * (p - 1) and list(steps["phase"]).count("all-gather") == p - 1
+        assert steps["bytes per GPU"].sum() == pytest.approx(2 * (p - 1) / p * S)
+        assert steps["end_us"].iloc[-1] == pytest.approx(model.time_ms(S, p) * 1e3)
+        assert np.allclose(steps["start_us"].iloc[1:].to_numpy(), steps["end_us"].iloc[:-1].to_numpy())
+        fig = views.plot_ring(model, S, p, "SYNTHETIC", measured_us=50.0 if p == 2 else None)
+        assert fig.texts[-1].get_text() == "SYNTHETIC"
+    plt.close("all")
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        views.ring_steps(model, S, 1)
+
+
+def test_forms_table_and_the_timeline_read_the_parameter_form():
+    # SYNTHETIC sweep rows with both forms of the plain step; timeline names of the parameter form.
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views
+    run, _ = _synthetic_run()
+    rows = run.timings.to_dict("records")
+    base = {k: v for k, v in rows[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
+    for variant, ms in (("one all-reduce, step 9's gradient kernel", 1.0), ("one all-reduce, split gradient", 1.1),
+                        ("one all-reduce, parameter average, step 9's kernels", 0.97),
+                        ("one all-reduce, parameter average, split", 0.99), ("bucketed: A", 0.9)):
+        rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, {variant}; NCCL defaults", "size": 1024,
+                     "median_ms": ms, "slowest_rank_ms": ms + 0.01, "form": "x"})
+    timeline = pd.DataFrame([{"batch": 1024, "mode": "plain", "gpu": 0, "lane": "communication",
+                              "operation": "all-reduce (average): whole", "start_us": 10.0, "end_us": 30.0}])
+    swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta), tables={"timeline": timeline})
+    f = views.forms_table(swept)
+    assert f.loc[1024, "gradient summed (ms)"] == pytest.approx(1.01)
+    assert f.loc[1024, "parameters averaged (ms)"] == pytest.approx(0.98)
+    assert f.loc[1024, "saved (µs)"] == pytest.approx(30.0)
+    assert views.forms_table(run) is None
+    assert views.timeline(swept)["operation"].tolist() == ["all-reduce: whole"]
+    assert views.timeline_span(swept, 1024, "plain", "all-reduce") == pytest.approx(20.0)
+
+
+def test_the_chapter_reads_a_run_of_the_current_record(tmp_path):
+    # The book's GPU's run is read unless it predates the parameter form and a newer run has it.
+    from gpulab.runs import save_run
+    from gpulab.workloads.multigpu import views
+    run, _ = _synthetic_run()
+    old = run.timings.copy()
+    save_run("multigpu", old, {**run.meta, "gpu": "NVIDIA H100 SYNTHETIC", "date": "2000-01-01 00:00 UTC"},
+             root=tmp_path)
+    assert "H100" in views.recorded(root=tmp_path).gpu
+    new = old.assign(form="gradient")
+    save_run("multigpu", new, {**run.meta, "gpu": "NVIDIA H200 SYNTHETIC", "date": "2000-01-02 00:00 UTC"},
+             root=tmp_path)
+    assert "H200" in views.recorded(root=tmp_path).gpu
+    save_run("multigpu", new, {**run.meta, "gpu": "NVIDIA H100 SYNTHETIC", "date": "2000-01-03 00:00 UTC"},
+             root=tmp_path)
+    assert "H100" in views.recorded(root=tmp_path).gpu

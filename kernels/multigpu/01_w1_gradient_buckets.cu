@@ -3,11 +3,14 @@
 //
 // What changed from the training chapter's step 9 (09_sparse_first_layer.cu):
 // there, sparse_update scatter-adds every document's contribution straight
-// into W1 (W1[w, :] -= lr * x_w dZ1[i, :]). Data-parallel training cannot
-// update W1 before the replicas have summed their gradients, so each replica
-// first forms its gradient: step 9's sparse_update itself does that when its
-// "W1" is a zeroed gradient buffer and lr = -1. That kernel writes all of the
-// gradient at once; the all-reduce can only start when it ends.
+// into W1 (W1[w, :] -= lr * x_w dZ1[i, :]). Data-parallel training that sums
+// gradients cannot update W1 before the replicas have summed them, so each
+// replica first forms its gradient: step 9's sparse_update itself does that
+// when its "W1" is a zeroed gradient buffer and lr = -1. (The parameter-
+// averaging form can: each replica updates its own W1 with p times the
+// learning rate and the all-reduce averages the copies; replicas.py.) That
+// kernel writes all of the gradient at once; the all-reduce can only start
+// when it ends.
 //
 // This kernel writes only the rows of one bucket, words [w_begin, w_end).
 // Document i's words are ascending in its CSR row, so the bucket's words of

@@ -374,3 +374,70 @@ def plot_timeline(run: RecordedRun, batch: int):
     # One title for the whole figure (each panel keeps its own "mode: time" title).
     return plots._finish(fig, axes[-1, 0], f"Where does the all-reduce run? One step at B = {batch:,}, both GPUs",
                          run.caption + " (two GPUs, eager steps)", whole_figure=True)
+
+
+def ring_steps(model: costmodel.RingModel, nbytes: int, p: int) -> pd.DataFrame:
+    """The ring all-reduce of ``nbytes`` over ``p`` GPUs step by step, as the
+    model counts it: 2 (p - 1) steps (reduce-scatter, then all-gather), in
+    each of which every GPU sends one chunk of nbytes / p to its neighbour,
+    taking alpha + chunk / beta. Columns: phase, step, bytes sent per GPU,
+    start and end (µs)."""
+    if p < 2:
+        raise ValueError(f"a ring needs at least 2 GPUs, got {p}")
+    chunk = nbytes / p
+    each_us = model.alpha_us + chunk / (model.bw_gbs * 1e9) * 1e6
+    rows = [{"phase": phase, "step": k + 1, "bytes per GPU": chunk,
+             "start_us": (i * (p - 1) + k) * each_us, "end_us": (i * (p - 1) + k + 1) * each_us}
+            for i, phase in enumerate(("reduce-scatter", "all-gather")) for k in range(p - 1)]
+    return pd.DataFrame(rows)
+
+
+def plot_ring(model: costmodel.RingModel, nbytes: int, p: int, caption: str, measured_us: float | None = None):
+    """The ring all-reduce of the chapter's buffer on ``p`` GPUs: who sends to
+    whom and how many bytes per step (left), and the steps in time as the
+    fitted model predicts them, against the measured all-reduce (right)."""
+    steps = ring_steps(model, nbytes, p)
+    fig, (ring, sched) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.6]})
+    angles = np.pi / 2 - 2 * np.pi * np.arange(p) / p
+    xy = np.c_[np.cos(angles), np.sin(angles)]
+    chunk_mb = nbytes / p / 1e6
+    for r in range(p):
+        a, b = xy[r], xy[(r + 1) % p]
+        if p == 2:       # two GPUs: the ring is one link used in both directions
+            off = np.array([0.12, 0.0]) * (1 if r == 0 else -1)
+            a, b = a + off, b + off
+        ring.annotate("", xy=a + 0.78 * (b - a), xytext=a + 0.22 * (b - a),
+                      arrowprops={"arrowstyle": "->", "lw": 1.6, "color": COLOURS["all-reduce"]})
+        mid = (a + b) / 2
+        if p <= 4:           # more GPUs: the title gives the bytes per step
+            ring.text(*(mid * (1.25 if p > 2 else 1) + (np.array([0.35, 0]) if p == 2 and r == 0 else
+                                                        np.array([-0.35, 0]) if p == 2 else 0)),
+                      f"{chunk_mb:.2f} MB\nper step", ha="center", va="center", fontsize=7)
+    for r, (x, y) in enumerate(xy):
+        ring.add_patch(plt.Circle((x, y), 0.2, color="#dddddd", zorder=3))
+        ring.text(x, y, f"GPU {r}", ha="center", va="center", fontsize=8, zorder=4)
+    ring.set_xlim(-1.6, 1.6)
+    ring.set_ylim(-1.4, 1.4)
+    ring.set_aspect("equal")
+    ring.axis("off")
+    ring.set_title(f"{p} GPUs: each sends S/p = {chunk_mb:.2f} MB per step,\n"
+                   f"2(p-1) = {2 * (p - 1)} steps, {2 * (p - 1) / p * nbytes / 1e6:.1f} MB in all", fontsize=8)
+    colours = {"reduce-scatter": "#c44e52", "all-gather": "#dd8452"}
+    for y, r in enumerate(steps.itertuples()):
+        sched.barh(y, r.end_us - r.start_us, left=r.start_us, color=colours[r.phase], edgecolor="white")
+        if p <= 4:
+            sched.text(r.start_us + (r.end_us - r.start_us) / 2, y, f"{r.phase} {r.step}", ha="center",
+                       va="center", fontsize=7, color="white")
+    total = float(steps["end_us"].iloc[-1])
+    for phase, c in colours.items():
+        sched.barh(0, 0, color=c, label=f"{phase} ({p - 1} steps)")
+    sched.axvline(total, color="#333333", ls="--", lw=1, label=f"model: {total:.0f} µs")
+    if measured_us is not None:
+        sched.axvline(measured_us, color="#4c72b0", lw=1.5, label=f"measured alone: {measured_us:.0f} µs")
+    sched.set_yticks([])
+    sched.invert_yaxis()
+    sched.set_xlabel(f"µs (each step: alpha {model.alpha_us:.1f} µs + {chunk_mb:.2f} MB at {model.bw_gbs:.0f} GB/s)")
+    sched.legend(fontsize=7, loc="upper right")
+    fig.subplots_adjust(top=0.78)
+    return plots._finish(fig, sched, f"The ring all-reduce of {nbytes / 1e6:.1f} MB on {p} GPUs, step by step",
+                         caption, whole_figure=True)
