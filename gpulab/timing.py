@@ -19,6 +19,7 @@ adds:
 """
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -27,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .device import require_gpu
+from .errors import GpulabError
 
 #: The columns every timing row has, in this order (see :mod:`gpulab.runs`).
 TIMING_COLUMNS = ["experiment", "variant", "size", "phase", "median_ms", "q1_ms", "q3_ms",
@@ -263,8 +265,6 @@ def _priority_graph(graph):
     cudaGraphInstantiateFlagUseNodePriority (CuPy instantiates without flags,
     and a graph then replays every node at the launch stream's priority).
     Returns (launch(stream), destroy())."""
-    import ctypes
-    from .errors import GpulabError
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_ulonglong]
     lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
