@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,31 @@ def test_glued_reads_the_values_myst_nb_stores():
     assert glued_values.glued(nbformat.from_dict(new_notebook(cells=[cell]))) == {"a": "'x'"}
 
 
+#: Values measured live on the CPU backend whose last digits differ from run to run: the replicas'
+#: gradients are summed by threads in whatever order they finish, so float32 rounding varies
+#: (6.17e-7 to 6.36e-7 over four runs of the same code). They are held to their magnitude.
+LIVE = {("multigpu", "worst_replica"): 0.2}
+
+
+def _same(chapter: str, name: str, before: str, after: str) -> bool:
+    tolerance = LIVE.get((chapter, name))
+    if tolerance is None:
+        return before == after
+    return math.isclose(float(before), float(after), rel_tol=tolerance)
+
+
+def test_only_live_values_are_held_loosely():
+    assert _same("multigpu", "worst_replica", "6.175e-07", "6.33e-07")
+    assert not _same("multigpu", "worst_replica", "6.175e-07", "9e-07")
+    assert not _same("multigpu", "replica_tol", "1e-05", "1.0000001e-05")
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_glued_numbers_unchanged(chapter):
     expected = json.loads((glued_values.FIXTURES / f"{chapter}.json").read_text())
     got = glued_values.glued(glued_values.execute(chapter))
-    changed = {k: (expected[k], got[k]) for k in expected.keys() & got.keys() if expected[k] != got[k]}
+    changed = {k: (expected[k], got[k]) for k in expected.keys() & got.keys()
+               if not _same(chapter, k, expected[k], got[k])}
     assert not changed, f"{chapter}: glued values changed (before, after): {changed}"
     assert got.keys() == expected.keys(), (
         f"{chapter}: glued names differ; missing now: {sorted(expected.keys() - got.keys())}, "
