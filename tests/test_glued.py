@@ -42,8 +42,8 @@ def test_glued_reads_the_values_myst_nb_stores():
 
 #: Values measured live on the CPU backend whose last digits differ from run to run: the replicas'
 #: gradients are summed by threads in whatever order they finish, so float32 rounding varies
-#: (6.17e-7 to 6.36e-7 over four runs of the same code). They are held to their magnitude.
-LIVE = {("multigpu", "worst_replica"): 0.2}
+#: (worst_replica: 6.17e-7 to 6.36e-7 over six runs of the same code). They are held to their magnitude.
+LIVE = {("multigpu", "worst_replica"): 0.2, ("multigpu", "param_worst"): 0.2}
 
 
 def _same(chapter: str, name: str, before: str, after: str) -> bool:
