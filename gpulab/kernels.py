@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -144,6 +145,12 @@ def check_launch(grid, block, shared_mem: int, shared_limit: int = DEFAULT_SHARE
 
 
 def _convert_scalar(param: Param, value, kernel: str):
+    if param.dtype.kind == "V":   # a struct passed by value: a tensor map (gpulab.tensormap)
+        from .tensormap import TensorMap
+        if not isinstance(value, TensorMap):
+            raise KernelArgumentError(f"kernel '{kernel}': parameter {param.describe()} got "
+                                      f"{type(value).__name__}; pass a gpulab.tensormap.encode_2d(...) map")
+        return value.as_argument()
     if isinstance(value, (np.ndarray,)) or hasattr(value, "__cuda_array_interface__"):
         raise KernelArgumentError(
             f"kernel '{kernel}': parameter {param.describe()} got an array of shape "
@@ -364,9 +371,32 @@ def _with_symbol_sizes(source: str) -> str:
     return source + ("\n" + "\n".join(lines) + "\n" if lines else "")
 
 
+_ARCH_OPTION = ("-arch=", "--gpu-architecture=")
+
+
+def _compile_gpu_for_arch(path: Path, source: str, options: tuple[str, ...]):
+    """A module built for the architecture that ``options`` name (``-arch=sm_90a``: Hopper's
+    wgmma and setmaxnreg exist only in that target): NVRTC compiles it to a cubin that CuPy
+    then loads, since CuPy's own compile adds the device's plain architecture to the options."""
+    import cupy
+
+    arch = next(o.split("=", 1)[1] for o in options if o.startswith(_ARCH_OPTION))
+    rest = tuple(o for o in options if not o.startswith(_ARCH_OPTION)) + ("--generate-line-info",)
+    try:
+        cubin = resources.compile_cubin(source, paths.display_path(path), arch, (str(paths.KERNELS), str(path.parent)),
+                                        rest)
+    except KernelCompileError as exc:
+        raise _compile_error(path, source, exc.log) from None
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as file:
+        file.write(cubin)
+    return cupy.RawModule(path=file.name)
+
+
 def _compile_gpu(path: Path, source: str, options: tuple[str, ...]):
     import cupy
 
+    if any(o.startswith(_ARCH_OPTION) for o in options):
+        return _compile_gpu_for_arch(path, source, options)
     include = ("-I" + str(paths.KERNELS), "-I" + str(path.parent)) + toolkit_include_options()
     opts = ("-std=c++17", "--generate-line-info") + include + tuple(options)
     module = cupy.RawModule(code=_with_symbol_sizes(source), options=opts)

@@ -52,7 +52,14 @@ _C_TO_NUMPY = {
     "int4": (np.int32, 4),
     "uint2": (np.uint32, 2),
     "uint4": (np.uint32, 4),
+    # Hopper's tensor-map descriptor (kernels/common/hopper.h), passed by value:
+    # a gpulab.tensormap.TensorMap from Python.
+    "CUtensorMap": (None, 1),
 }
+#: A CUtensorMap parameter's value: 128 opaque bytes, as a NumPy structured scalar (what CuPy
+#: passes by value to a struct parameter).
+TENSOR_MAP_DTYPE = np.dtype([("opaque", "<u8", (16,))])
+_C_TO_NUMPY["CUtensorMap"] = (TENSOR_MAP_DTYPE, 1)
 
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
 
@@ -71,6 +78,8 @@ class Param:
 
     def describe(self) -> str:
         kind = f"{self.dtype.name} array" if self.is_pointer else f"{self.dtype.name} scalar"
+        if self.dtype.kind == "V":
+            kind = "tensor map from gpulab.tensormap.encode_2d"
         return f"'{self.name}' ({self.declaration.strip()}: expects a {kind})"
 
 

@@ -314,13 +314,20 @@ class CpuFunction:
                 f"kernel '{self.name}' takes {len(params)} arguments "
                 f"({', '.join(p.name for p in params)}), got {len(args)}")
 
-        # Every argument's bytes live in one 16-byte slot of this buffer, so
-        # vector values (float4, double2) are aligned as the kernel assumes.
-        storage = np.zeros(16 * (len(params) + 1), dtype=np.uint8)
-        base = (-storage.ctypes.data) % 16
+        # Every argument's bytes live in one slot of this buffer, 16 bytes (128 for a tensor
+        # map) aligned as large, so vector values (float4, double2) and the 128-byte aligned
+        # CUtensorMap are aligned as the kernel assumes.
+        offsets, end = [], 0
+        for p in params:
+            size = 16 if p.is_pointer else max(16, p.dtype.itemsize)
+            end = -(-end // size) * size
+            offsets.append(end)
+            end += size
+        storage = np.zeros(end + 128, dtype=np.uint8)
+        base = (-storage.ctypes.data) % 128
         addresses, keep, guarded = [], [], []
         for i, (param, value) in enumerate(zip(params, args)):
-            slot = base + 16 * i
+            slot = base + offsets[i]
             if param.is_pointer:
                 array = self._array_argument(param, value)
                 keep.append(array)

@@ -88,8 +88,9 @@ def _include_dirs() -> list[str]:
     return found
 
 
-def compile_cubin(source: str, filename: str, arch: str = DEFAULT_ARCH, include_dirs=()) -> bytes:
-    """Compile CUDA C source to a cubin for ``arch`` with NVRTC (no GPU needed)."""
+def compile_cubin(source: str, filename: str, arch: str = DEFAULT_ARCH, include_dirs=(), options=()) -> bytes:
+    """Compile CUDA C source to a cubin for ``arch`` with NVRTC (no GPU needed); ``options``
+    are further NVRTC options (``-D`` macros, ``--generate-line-info``)."""
     lib, reason = _library()
     if lib is None:
         raise RuntimeError(reason)
@@ -103,7 +104,7 @@ def compile_cubin(source: str, filename: str, arch: str = DEFAULT_ARCH, include_
           "could not start")
     try:
         options = [f"--gpu-architecture={arch}", "-std=c++17",
-                   *(f"-I{d}" for d in [*include_dirs, *_include_dirs()])]
+                   *(f"-I{d}" for d in [*include_dirs, *_include_dirs()]), *options]
         array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         status = lib.nvrtcCompileProgram(program, len(options), array)
         size = ctypes.c_size_t()

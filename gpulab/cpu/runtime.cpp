@@ -52,7 +52,8 @@ constexpr size_t kCanaryMin = 256;
 constexpr unsigned char kCanary = 0xA5;
 constexpr int kMaxWorkers = 256;
 
-enum FiberState { READY, BLOCK_WAIT, WARP_WAIT, DONE, FAILED };
+// MBAR_WAIT: waiting for a phase of an mbarrier (kernels/common/hopper.h) to complete.
+enum FiberState { READY, BLOCK_WAIT, WARP_WAIT, MBAR_WAIT, DONE, FAILED };
 enum Schedule { IN_ORDER = 0, REVERSE = 1, SHUFFLE = 2 };
 
 #ifndef GPULAB_UCONTEXT
@@ -104,6 +105,10 @@ struct Fiber {
     unsigned warp_mask;
     unsigned long long warp_value, warp_result;
     int warp_arg, warp_width;
+    // MBAR_WAIT: the barrier and the test that releases the thread (see wait_until).
+    const void* wait_object;
+    unsigned wait_parity;
+    bool (*wait_ready)(const void*, unsigned);
     char* stack_top;
 #ifdef GPULAB_UCONTEXT
     ucontext_t context;
@@ -192,6 +197,7 @@ struct Worker {
     int* order;
     Fiber* running;
     int block_waiting, warp_waiting, done;
+    int object_waiting;            // threads in MBAR_WAIT
     int barrier_result;
     unsigned long long rng;
     unsigned live_lanes[32];
@@ -388,6 +394,10 @@ void report_stuck_block(Worker* w, const char* headline) {
         else if (a.state == BLOCK_WAIT)
             used = append(text, sizeof text, used, ") wait%s at __syncthreads() at %s:%d\n",
                           count == 1 ? "s" : "", a.wait_file, a.wait_line);
+        else if (a.state == MBAR_WAIT)
+            used = append(text, sizeof text, used, ") wait%s for phase parity %u of the mbarrier at %p, "
+                          "which no thread can complete any more, at %s:%d\n", count == 1 ? "s" : "",
+                          a.wait_parity, a.wait_object, a.wait_file, a.wait_line);
         else if (a.warp_op == WARP_COLLECTIVE)
             used = append(text, sizeof text, used, ") wait%s at %s() at %s:%d\n",
                           count == 1 ? "s" : "", a.collective_name, a.wait_file, a.wait_line);
@@ -518,7 +528,7 @@ void prepare_block(Worker* w, long block) {
         start_fiber(w, &f);
     }
     for (int i = 0; i < 32; ++i) w->live_lanes[i] = w->existing_lanes[i];
-    w->block_waiting = w->warp_waiting = w->done = 0;
+    w->block_waiting = w->warp_waiting = w->object_waiting = w->done = 0;
     instr_block_start(w);
     unsigned long long state = L->seed ^ (0xD1B54A32D192ED03ull * (unsigned long long)(block + 1));
     w->rng = splitmix(state);
@@ -537,6 +547,20 @@ bool run_block(Worker* w, long block) {
     L->shared->running_block[w->index] = -1;
     if (ok) L->shared->blocks_done.fetch_add(1, std::memory_order_relaxed);
     return ok;
+}
+
+// Makes READY every thread whose awaited mbarrier phase has completed.
+bool release_object_waits(Worker* w) {
+    bool released = false;
+    for (int i = 0; i < w->nthreads && w->object_waiting; ++i) {
+        Fiber& f = w->fibers[i];
+        if (f.state == MBAR_WAIT && f.wait_ready(f.wait_object, f.wait_parity)) {
+            f.state = READY;
+            --w->object_waiting;
+            released = true;
+        }
+    }
+    return released;
 }
 
 bool run_block_steps(Worker* w) {
@@ -560,13 +584,16 @@ bool run_block_steps(Worker* w) {
             if (L->failed.load(std::memory_order_relaxed)) return false;
         }
         if (w->warp_waiting && release_warps(w)) continue;
+        if (w->object_waiting && release_object_waits(w)) continue;
         if (ready) continue;
         if (w->done == n) return true;
-        if (w->block_waiting == n) {
+        if (w->block_waiting == n && !w->object_waiting) {
             if (!release_block_barrier(w)) return false;
             continue;
         }
-        report_stuck_block(w, w->warp_waiting
+        report_stuck_block(w, w->object_waiting
+            ? "its threads can never all go on: some wait for an mbarrier phase that the others can no longer complete"
+            : w->warp_waiting
             ? "its threads can never all meet: some wait at a warp operation for lanes that are elsewhere"
             : "some of its threads wait at __syncthreads() while others have exited, so the barrier never opens");
         return false;
@@ -1095,6 +1122,21 @@ unsigned long long warp_op(WarpOp op, unsigned mask, unsigned long long value, i
     w->warp_waiting++;
     yield_to_scheduler(w, f);
     return f->warp_result;
+}
+
+void wait_until(bool (*ready)(const void*, unsigned), const void* object, unsigned parity, const char* file,
+                int line) {
+    if (ready(object, parity)) return;
+    Worker* w = current_worker;
+    Fiber* f = w->running;
+    f->state = MBAR_WAIT;
+    f->wait_ready = ready;
+    f->wait_object = object;
+    f->wait_parity = parity;
+    f->wait_file = file;
+    f->wait_line = line;
+    w->object_waiting++;
+    yield_to_scheduler(w, f);
 }
 
 void warp_collective(const char* name, int phase, const char* file, int line) {

@@ -89,6 +89,12 @@ unsigned active_mask();
 // arrive at the same call site (file, line) with the same name and phase:
 // how warp-collective operations such as nvcuda::wmma's *_sync functions meet.
 void warp_collective(const char* name, int phase, const char* file, int line);
+// Suspends the calling thread until ready(object, parity) holds, letting the
+// block's other threads run meanwhile (how an mbarrier wait blocks: see
+// gpulab_hopper_cpu.h); a block whose threads can no longer make it hold is
+// reported stuck, naming the line.
+void wait_until(bool (*ready)(const void*, unsigned), const void* object, unsigned parity, const char* file,
+                int line);
 void* dynamic_shared();
 // The launch's dynamic shared memory, as the array 'name' of 'type' (for messages).
 void* dynamic_shared(const char* name, const char* type, size_t itemsize);

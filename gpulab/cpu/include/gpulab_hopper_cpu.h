@@ -1,0 +1,241 @@
+// kernels/common/hopper.h for the CPU backend: tensor maps and the bulk tensor copy (TMA) with
+// its swizzles, mbarriers with their phases and transaction counts, wgmma from shared-memory
+// descriptors, setmaxnreg as a no-op.
+//
+// Asynchronous work completes at once, a legal schedule of it: a TMA copy lands (and counts its
+// bytes on its mbarrier) when it is issued, and a wgmma computes its product when it is issued,
+// so wgmma_wait has nothing left to wait for. What a kernel can get wrong stays wrong here: the
+// swizzle is a function of the shared-memory address (as on the GPU), a descriptor is decoded
+// field by field, and mbar_wait blocks the thread (the block's others run) until the phase of
+// the parity it names has completed -- a wrong parity or a missing arrival hangs the block, and
+// the CPU backend reports where its threads wait.
+//
+// Shared-memory addresses (smem_u32, the start field of a descriptor) are offsets from the
+// launch's dynamic shared memory, which is where the chapter's kernels keep their tiles.
+//
+// Not emulated (each traps with the reason): transposed (MN-major) wgmma operands, a
+// descriptor's base offset, tensor maps of more than 2 dimensions.
+#ifndef GPULAB_HOPPER_CPU_H
+#define GPULAB_HOPPER_CPU_H
+#include <stdint.h>
+#include <string.h>
+#include <stdio.h>
+
+namespace gpulab {
+namespace hopper_detail {
+
+// What gpulab.tensormap.encode_2d writes for the CPU backend (its _CPU_LAYOUT).
+struct CpuTensorMap {
+    uint64_t magic, address, rows, cols, pitch;
+    uint32_t box_cols, box_rows, elem_bytes, swizzle;
+};
+static const uint64_t kTensorMapMagic = 0x70616D54534C5047ull;
+
+// An mbarrier's 64 bits here: pending arrivals (bits 0-15), the count it was initialised with
+// (16-31), the transaction bytes still expected (32-55, signed: bytes may land before
+// expect_tx announces them), the phase parity (56), and a tag (57-63) that tells an
+// initialised barrier from memory nothing initialised (which the CPU backend fills with ones).
+static const uint64_t kTag = 0x2Bull;
+struct Mbar {
+    uint32_t pending, count;
+    int32_t tx;
+    uint32_t phase;
+};
+static inline bool unpack(uint64_t w, Mbar* m) {
+    if ((w >> 57) != kTag) return false;
+    m->pending = (uint32_t)(w & 0xFFFF);
+    m->count = (uint32_t)((w >> 16) & 0xFFFF);
+    int32_t tx = (int32_t)((w >> 32) & 0xFFFFFF);
+    if (tx & 0x800000) tx -= 0x1000000;
+    m->tx = tx;
+    m->phase = (uint32_t)((w >> 56) & 1);
+    return true;
+}
+static inline uint64_t pack(const Mbar& m) {
+    return (uint64_t)(m.pending & 0xFFFF) | (uint64_t)(m.count & 0xFFFF) << 16 |
+           (uint64_t)((uint32_t)m.tx & 0xFFFFFF) << 32 | (uint64_t)(m.phase & 1) << 56 | kTag << 57;
+}
+
+static inline Mbar load_mbar(const unsigned long long* bar, const char* op, const char* file, int line) {
+    Mbar m;
+    if (reinterpret_cast<uintptr_t>(bar) % 8)
+        trap("an mbarrier must be 8-byte aligned in shared memory", file, line);
+    if (!unpack(*bar, &m)) {
+        char what[160];
+        snprintf(what, sizeof what, "%s on an mbarrier that mbar_init has not initialised (%p)", op, (void*)bar);
+        trap(what, file, line);
+    }
+    return m;
+}
+
+// A phase completes when every arrival has come and every announced byte has landed; the
+// barrier then starts its next phase with the full count again.
+static inline void settle(unsigned long long* bar, Mbar m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.phase ^= 1u;
+        m.pending = m.count;
+    }
+    *bar = pack(m);
+}
+
+static inline void arrive(unsigned long long* bar, int tx_bytes, const char* op, const char* file, int line) {
+    Mbar m = load_mbar(bar, op, file, line);
+    if (m.pending == 0)
+        trap("more arrivals on an mbarrier in one phase than the count it was initialised with", file, line);
+    m.tx += tx_bytes;
+    m.pending -= 1;
+    settle(bar, m);
+}
+
+static inline void complete_tx(unsigned long long* bar, int bytes, const char* file, int line) {
+    Mbar m = load_mbar(bar, "a bulk tensor copy's complete_tx", file, line);
+    m.tx -= bytes;
+    settle(bar, m);
+}
+
+// mbarrier.try_wait.parity: true once the phase of this parity has completed, i.e. the
+// barrier's current phase has the other parity.
+static inline bool phase_done(const void* bar, unsigned parity) {
+    Mbar m;
+    unpack(*static_cast<const unsigned long long*>(bar), &m);
+    return m.phase != (parity & 1u);
+}
+
+// The swizzle of `bytes` (128, 64, 32; 0: none) applied to a shared-memory address: its
+// 16-byte chunk bits (4 and up) XORed with bits 7 and up, as many as the pattern has.
+static inline uintptr_t swizzled(uintptr_t address, unsigned bytes) {
+    const unsigned bits = bytes == 128 ? 3 : bytes == 64 ? 2 : bytes == 32 ? 1 : 0;
+    const uintptr_t mask = (((uintptr_t)1 << bits) - 1) << 4;
+    return address ^ ((address >> 3) & mask);
+}
+
+static inline char* shared_base() { return static_cast<char*>(dynamic_shared()); }
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+#define GPULAB_HOPPER_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
+
+// The offset of p in the launch's dynamic shared memory (what a descriptor's address field holds).
+static inline unsigned smem_u32(const void* p, GPULAB_HOPPER_SITE) {
+    const intptr_t off = static_cast<const char*>(p) - gpulab::hopper_detail::shared_base();
+    if (off < 0 || off >= (1 << 18))
+        gpulab::trap("smem_u32 on the CPU backend: the address is not in the launch's dynamic shared memory "
+                     "(the hopper kernels keep their tiles there)", file, line);
+    return (unsigned)off;
+}
+
+static inline void mbar_init(unsigned long long* bar, unsigned count, GPULAB_HOPPER_SITE) {
+    if (reinterpret_cast<uintptr_t>(bar) % 8) gpulab::trap("an mbarrier must be 8-byte aligned", file, line);
+    if (count < 1 || count > 0xFFFF) gpulab::trap("mbar_init: the count must be 1 to 65535 here", file, line);
+    gpulab::hopper_detail::Mbar m{count, count, 0, 0};
+    *bar = gpulab::hopper_detail::pack(m);
+}
+static inline void mbar_fence_init() {}
+static inline void mbar_arrive(unsigned long long* bar, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::arrive(bar, 0, "mbar_arrive", file, line);
+}
+static inline void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes, GPULAB_HOPPER_SITE) {
+    if (bytes >= (1u << 20)) gpulab::trap("expect_tx: at most 2^20 - 1 bytes per phase", file, line);
+    gpulab::hopper_detail::arrive(bar, (int)bytes, "mbar_arrive_expect_tx", file, line);
+}
+static inline void mbar_wait(unsigned long long* bar, unsigned parity, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::load_mbar(bar, "mbar_wait", file, line);
+    gpulab::wait_until(gpulab::hopper_detail::phase_done, bar, parity, file, line);
+}
+
+static inline void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, unsigned long long* bar,
+                               GPULAB_HOPPER_SITE) {
+    using namespace gpulab::hopper_detail;
+    CpuTensorMap t;
+    memcpy(&t, map, sizeof t);
+    if (t.magic != kTensorMapMagic)
+        gpulab::trap("tma_load_2d: the tensor map was not made by gpulab.tensormap.encode_2d for the CPU backend",
+                     file, line);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
+    const unsigned align = t.swizzle ? 8 * t.swizzle : 128;
+    if (start % align) {
+        char what[200];
+        snprintf(what, sizeof what, "tma_load_2d: the destination must be %u-byte aligned for a %u-byte swizzle "
+                 "(so that the pattern starts with the box), got an address %u bytes past", align, t.swizzle,
+                 (unsigned)(start % align));
+        gpulab::trap(what, file, line);
+    }
+    const unsigned es = t.elem_bytes, row_bytes = t.box_cols * es;
+    const char* global = reinterpret_cast<const char*>(t.address);
+    for (unsigned r = 0; r < t.box_rows; ++r) {
+        const long gy = (long)y + r;
+        for (unsigned c = 0; c < t.box_cols; ++c) {
+            const long gx = (long)x + c;
+            char* to = reinterpret_cast<char*>(swizzled(start + r * row_bytes + c * es, t.swizzle));
+            if (gy >= 0 && gy < (long)t.rows && gx >= 0 && gx < (long)t.cols)
+                memcpy(to, global + gy * t.pitch + gx * es, es);
+            else
+                memset(to, 0, es);   // outside the array: zeros
+        }
+    }
+    complete_tx(bar, (int)(t.box_rows * row_bytes), file, line);
+}
+
+static inline void wgmma_fence() {}
+static inline void wgmma_commit() {}
+template <int groups> static inline void wgmma_wait() {}
+static inline void fence_proxy_async() {}
+template <int regs> static inline void setmaxnreg_inc() {
+    static_assert(regs >= 24 && regs <= 256 && regs % 8 == 0, "setmaxnreg takes 24 to 256, a multiple of 8");
+}
+template <int regs> static inline void setmaxnreg_dec() {
+    static_assert(regs >= 24 && regs <= 256 && regs % 8 == 0, "setmaxnreg takes 24 to 256, a multiple of 8");
+}
+
+namespace gpulab {
+namespace hopper_detail {
+// The shared-memory address of element (row, k) of a K-major operand whose descriptor is desc.
+static inline const char* operand_element(unsigned long long desc, int row, int k, const char* file, int line) {
+    const uintptr_t start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4,
+                    sbo = ((desc >> 32) & 0x3FFF) << 4;
+    const unsigned mode = (unsigned)(desc >> 62);
+    if ((desc >> 49) & 7) trap("wgmma on the CPU backend: a descriptor's base offset is not emulated", file, line);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(shared_base());
+    uintptr_t a;
+    if (mode == 0) {   // no swizzle: 8 x 16-byte core matrices, LBO apart along k, SBO apart along rows
+        a = base + start + (row / 8) * sbo + (row % 8) * 16 + (k / 8) * lbo + (k % 8) * 2;
+    } else {           // swizzled: rows of the pattern's width, 8-row groups SBO apart
+        const unsigned width = mode == 1 ? 128 : mode == 2 ? 64 : 32;
+        a = swizzled(base + start + (row / 8) * sbo + (row % 8) * width + k * 2, width);
+    }
+    return reinterpret_cast<const char*>(a);
+}
+
+// d (this thread's share of the 64 x N accumulator) = A * B^T + (scale_d ? d : 0), for
+// A 64 x 16 and B N x 16 halves, both K-major, read through their descriptors.
+template <int N>
+static inline void wgmma(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d,
+                         const char* file, int line) {
+    const unsigned t = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128;
+    const int warp = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int i = 0; i < N / 2; ++i) {
+        const int j = i / 4, e = i % 4;
+        const int row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * q + e % 2;
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) {
+            unsigned short ab, bb;
+            memcpy(&ab, operand_element(desc_a, row, k, file, line), 2);
+            memcpy(&bb, operand_element(desc_b, col, k, file, line), 2);
+            sum += half_bits_to_float(ab) * half_bits_to_float(bb);   // exact in float
+        }
+        d[i] = (scale_d ? d[i] : 0.0f) + sum;
+    }
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+static inline void wgmma_m64n128k16(float d[64], unsigned long long desc_a, unsigned long long desc_b, int scale_d,
+                                    GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma<128>(d, desc_a, desc_b, scale_d, file, line);
+}
+static inline void wgmma_m64n256k16(float d[128], unsigned long long desc_a, unsigned long long desc_b,
+                                    int scale_d, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma<256>(d, desc_a, desc_b, scale_d, file, line);
+}
+#undef GPULAB_HOPPER_SITE
+#endif  // GPULAB_HOPPER_CPU_H

@@ -1,0 +1,129 @@
+"""Tensor maps: the 128-byte descriptors that Hopper's bulk tensor copies (TMA) read.
+
+A tensor map describes a 2-D array in global memory (its address, sizes, row pitch and
+element type), the box that one copy moves into shared memory and the swizzle with which
+the box is laid out there. It is made on the host and passed to the kernel by value as a
+``const __grid_constant__ CUtensorMap`` parameter (kernels/common/hopper.h).
+
+On a GPU :func:`encode_2d` calls the driver's ``cuTensorMapEncodeTiled`` (through ctypes:
+every CUDA driver has it from 12.0 on); the bytes are the driver's own and opaque. On the
+CPU backend it writes the same fields in a layout of the lab's own, which the emulated
+copy (gpulab/cpu/include/gpulab_hopper_cpu.h) reads: the array's address, as on a GPU --
+the CPU backend runs each launch in a process forked from this one, where that address
+still holds the array as it was at the launch.
+
+    a_map = tensormap.encode_2d(A, box=(64, 128), swizzle=128)   # box: (columns, rows)
+    kernel(grid, block, (a_map, b_map, C, M, N, K))
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import KernelArgumentError
+from .signature import TENSOR_MAP_DTYPE
+
+#: Bytes of a CUtensorMap (CU_TENSOR_MAP_NUM_QWORDS = 16 words of 8 bytes).
+TENSOR_MAP_BYTES = 128
+#: Swizzle widths in bytes -> CUtensorMapSwizzle (cuda.h: NONE, 32B, 64B, 128B).
+SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+#: Element types -> CUtensorMapDataType (cuda.h).
+_DATA_TYPES = {np.dtype(np.float16): 6, np.dtype(np.float32): 7}
+#: The CPU backend's layout: magic, address, rows, columns, row pitch (bytes), box columns,
+#: box rows, element bytes, swizzle bytes (gpulab_hopper_cpu.h reads the same fields).
+CPU_MAGIC = 0x70616D54534C5047   # "GPLSTmap"
+_CPU_LAYOUT = struct.Struct("<QQQQQIIII")
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor map and the array it describes (kept alive while the map is)."""
+
+    raw: bytes
+    array: object
+    box: tuple[int, int]
+    swizzle: int
+    backend: str
+
+    def as_argument(self) -> np.void:
+        """The 128 bytes as a NumPy void scalar: what CuPy passes by value to a struct parameter."""
+        return np.frombuffer(self.raw, dtype=TENSOR_MAP_DTYPE)[0]
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one copy of a whole box moves (what it counts on its mbarrier)."""
+        return self.box[0] * self.box[1] * self.array.dtype.itemsize
+
+
+def encode_2d(array, box: tuple[int, int], swizzle: int = 128) -> TensorMap:
+    """A tensor map of the row-major 2-D ``array`` (rows x columns; NumPy on the CPU
+    backend, CuPy on a GPU) whose copies move ``box = (box_columns, box_rows)`` elements,
+    laid out in shared memory with ``swizzle`` (0, 32, 64 or 128 bytes).
+
+    The rules are the hardware's (cuTensorMapEncodeTiled): rows start 16-byte aligned
+    (the row pitch is a multiple of 16 bytes), a box side is 1 to 256 elements, and with a
+    swizzle a box row is at most the swizzle's width. Coordinates outside the array read
+    as zeros.
+    """
+    if getattr(array, "ndim", None) != 2:
+        raise KernelArgumentError(f"encode_2d needs a 2-D array (rows x columns), got "
+                                  f"{type(array).__name__} of shape {getattr(array, 'shape', '?')}")
+    dtype = np.dtype(array.dtype)
+    if dtype not in _DATA_TYPES:
+        raise KernelArgumentError(f"encode_2d: element type {dtype} is not supported (float16 or float32)")
+    if not array.flags.c_contiguous:
+        raise KernelArgumentError("encode_2d needs a C-contiguous array (pass xp.ascontiguousarray(a))")
+    if swizzle not in SWIZZLES:
+        raise KernelArgumentError(f"swizzle must be one of {sorted(SWIZZLES)} bytes, got {swizzle!r}")
+    rows, cols = (int(n) for n in array.shape)
+    pitch = cols * dtype.itemsize
+    if pitch % 16:
+        raise KernelArgumentError(
+            f"encode_2d: a row is {pitch} bytes ({cols} x {dtype}); a tensor map needs rows that are a "
+            f"multiple of 16 bytes ({16 // dtype.itemsize} elements), so that each row starts 16-byte aligned")
+    bc, br = (int(n) for n in box)
+    if not (1 <= bc <= 256 and 1 <= br <= 256):
+        raise KernelArgumentError(f"box sides must be 1 to 256 elements, got {box}")
+    if (bc * dtype.itemsize) % 16:
+        raise KernelArgumentError(f"a box row must be a multiple of 16 bytes, got {bc} x {dtype}")
+    if swizzle and bc * dtype.itemsize > swizzle:
+        raise KernelArgumentError(f"with a {swizzle}-byte swizzle a box row holds at most {swizzle} bytes; "
+                                  f"got {bc} x {dtype.itemsize}")
+    if isinstance(array, np.ndarray):
+        raw = _CPU_LAYOUT.pack(CPU_MAGIC, array.ctypes.data, rows, cols, pitch, bc, br, dtype.itemsize, swizzle)
+        return TensorMap(raw.ljust(TENSOR_MAP_BYTES, b"\0"), array, (bc, br), swizzle, "cpu")
+    address = int(array.data.ptr)
+    if address % 16:
+        raise KernelArgumentError("encode_2d: a tensor map's array must start 16-byte aligned")
+    return TensorMap(_encode_driver(address, dtype, rows, cols, pitch, bc, br, swizzle), array, (bc, br),
+                     swizzle, "gpu")
+
+
+@functools.lru_cache(maxsize=1)
+def _driver():
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuTensorMapEncodeTiled
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _encode_driver(address, dtype, rows, cols, pitch, bc, br, swizzle) -> bytes:
+    buffer = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 128)
+    start = (-ctypes.addressof(buffer)) % 128      # the driver wants the map 64- (CUDA 13: 128-) byte aligned
+    out = ctypes.addressof(buffer) + start
+    u64x2, u32x2 = ctypes.c_uint64 * 2, ctypes.c_uint32 * 2
+    result = _driver()(
+        ctypes.c_void_p(out), ctypes.c_int(_DATA_TYPES[dtype]), ctypes.c_uint32(2), ctypes.c_void_p(address),
+        u64x2(cols, rows), u64x2(pitch, 0), u32x2(bc, br), u32x2(1, 1),
+        ctypes.c_int(0),                   # no interleave
+        ctypes.c_int(SWIZZLES[swizzle]),
+        ctypes.c_int(2),                   # L2 promotion of 128 bytes
+        ctypes.c_int(0))                   # out-of-bounds elements read as zeros
+    if result != 0:
+        raise KernelArgumentError(f"cuTensorMapEncodeTiled failed with CUresult {result} (array {rows} x {cols} "
+                                  f"{dtype}, box {bc} x {br}, swizzle {swizzle})")
+    return ctypes.string_at(out, TENSOR_MAP_BYTES)

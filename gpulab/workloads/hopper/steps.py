@@ -1,0 +1,131 @@
+"""The ladder: one kernel file per step, how each is launched, and the check.
+
+Every step computes the same GEMM, C (M x N, half) = A (M x K, half) times B^T with B stored
+N x K (both operands K-major, the layout wgmma reads without a transpose), accumulated in float.
+Steps 1 on take tensor maps of A and B (gpulab.tensormap) instead of their addresses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...check import CheckResult, compare
+from ...errors import KernelArgumentError
+from ...kernels import get_backend, load_module
+from ... import tensormap
+
+#: k per slice: one 128-byte row of halves, the width of the 128-byte swizzle.
+BK = 64
+#: Every kernel of the chapter is built for Hopper's sm_90a target (wgmma and setmaxnreg exist
+#: only there; steps 0 and 1 would build for sm_90 too, but the chapter compares like with like).
+GPU_OPTIONS = ("-arch=sm_90a",)
+#: Sizes the CPU backend checks every step at: none a multiple of its tile, so the edges are tested.
+CHECK_SHAPES = ((200, 136, 712), (72, 264, 200))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung: its kernel, its block tile (bm x bn), its threads and its ring of slices.
+
+    tma: the kernel takes tensor maps (boxes of 64 k x bm rows of A, 64 k x bn rows of B).
+    """
+
+    number: str
+    file: str
+    kernel: str
+    title: str
+    bm: int
+    bn: int
+    threads: int
+    stages: int
+    tma: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.title}"
+
+    @property
+    def shared_bytes(self) -> int:
+        """The ring of slices, plus 1 KiB to align it to the swizzle's 1 KiB period."""
+        return self.stages * (self.bm + self.bn) * BK * 2 + 1024
+
+    def grid(self, M: int, N: int) -> tuple[int, int]:
+        return (-(-N // self.bn), -(-M // self.bm))
+
+
+STEPS = [
+    Step("00", "hopper/00_mma_sync.cu", "gemm_mma_sync", "mma.sync, cp.async ring (baseline)",
+         128, 128, 256, 3, tma=False),
+    Step("01", "hopper/01_tma_mbarrier.cu", "gemm_tma_mma_sync", "TMA loads completing on mbarriers",
+         128, 128, 256, 3, tma=True),
+    Step("02", "hopper/02_wgmma.cu", "gemm_wgmma", "wgmma from shared-memory descriptors",
+         128, 128, 128, 3, tma=True),
+    Step("03", "hopper/03_full_empty_ring.cu", "gemm_wgmma_ring", "full/empty mbarrier ring, one wgmma group in flight",
+         128, 128, 128, 5, tma=True),
+    Step("04", "hopper/04_warp_specialized.cu", "gemm_warp_specialized",
+         "producer warpgroup + 2 consumer warpgroups, setmaxnreg", 128, 256, 384, 4, tma=True),
+]
+STEP = {s.number: s for s in STEPS}
+
+
+def check_shape(M: int, N: int, K: int) -> None:
+    """The shapes every step accepts: positive sizes, K a multiple of 8 (16-byte rows)."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise KernelArgumentError(f"{name} must be a positive int, got {v!r}")
+    if K % 8:
+        raise KernelArgumentError(f"K = {K}: the chapter's GEMMs need K a multiple of 8, so that every row of A "
+                                  "and B starts 16-byte aligned (what cp.async's 16-byte copies and a tensor map "
+                                  "require)")
+
+
+def make_inputs(M: int, N: int, K: int, seed: int = 0):
+    """A (M x K) and B (N x K), half, uniform in [-1, 1) (host arrays)."""
+    rng = np.random.default_rng(seed)
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    B = rng.uniform(-1, 1, (N, K)).astype(np.float16)
+    return A, B
+
+
+def reference(A, B) -> np.ndarray:
+    """C = A B^T in float64 (host)."""
+    return np.asarray(A, np.float64) @ np.asarray(B, np.float64).T
+
+
+def make_launch(step: Step, A, B, C, backend=None):
+    """Check the shapes, build the tensor maps a TMA step takes, and return a no-argument
+    function that launches the step once (what the timers call)."""
+    be = get_backend(backend)
+    M, K = (int(n) for n in A.shape)
+    N = int(B.shape[0])
+    check_shape(M, N, K)
+    if B.shape != (N, K) or C.shape != (M, N):
+        raise KernelArgumentError(f"expected A (M, K), B (N, K), C (M, N); got A {A.shape}, B {B.shape}, "
+                                  f"C {C.shape}")
+    module = load_module(step.file, be, options=GPU_OPTIONS if be.name == "gpu" else ())
+    kernel = module.get_function(step.kernel)
+    kernel.allow_shared_memory(step.shared_bytes)
+    if step.tma:
+        inputs = (tensormap.encode_2d(A, (BK, step.bm)), tensormap.encode_2d(B, (BK, step.bn)))
+    else:
+        inputs = (A, B)
+    return kernel.bind(step.grid(M, N), (step.threads,), (*inputs, C, np.int32(M), np.int32(N), np.int32(K)),
+                       shared_mem=step.shared_bytes)
+
+
+def run(step: Step, A, B, backend=None):
+    """C = A B^T by ``step`` (arrays of the backend); the output is poisoned with NaN first."""
+    be = get_backend(backend)
+    C = be.xp.full((A.shape[0], B.shape[0]), np.nan, dtype=np.float16)
+    make_launch(step, A, B, C, be)()
+    be.synchronize()
+    return C
+
+
+def check(step: Step, M: int, N: int, K: int, backend=None, seed: int = 0) -> CheckResult:
+    """Run ``step`` on fresh random inputs of M x N x K and compare with the float64 reference."""
+    be = get_backend(backend)
+    A, B = make_inputs(M, N, K, seed)
+    C = run(step, be.to_device(A), be.to_device(B), be)
+    return compare(C, reference(A, B), precision="fp16", name=f"step {step.number} C ({M}x{N}x{K})")

@@ -1,0 +1,81 @@
+"""One GPU call for the hopper chapter: build every step for sm_90a, report its registers and
+local memory, check it against float64 at sizes that are not multiples of its tile, then check
+and time every step and cuBLAS (CuPy and PyTorch) at n^3, and write the rows as CSV.
+
+    python tools/hopper_gpu_run.py --out $OUT --sizes 4096 8192
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4096])
+    parser.add_argument("--budget-ms", type=float, default=1500.0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import cupy
+    from gpulab.kernels import get_backend, load_module
+    from gpulab.workloads import hopper
+    from gpulab.workloads.hopper.record import benchmark_all
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": props["name"].decode(), "cc": f"{props['major']}.{props['minor']}",
+           "sms": props["multiProcessorCount"], "cupy": cupy.__version__,
+           "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "driver": cupy.cuda.runtime.driverGetVersion(),
+           "python": platform.python_version()}
+    try:
+        import torch
+        env["torch"] = torch.__version__
+    except Exception as exc:
+        env["torch"] = repr(exc)
+    from gpulab.cpu import resources
+    import ctypes
+    lib, _ = resources._library()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    env["nvrtc"] = f"{major.value}.{minor.value}"
+    print(json.dumps(env))
+    (out / "env.json").write_text(json.dumps(env, indent=1))
+
+    be = get_backend("gpu")
+    for step in hopper.STEPS:
+        try:
+            module = load_module(step.file, be, options=hopper.GPU_OPTIONS)
+            attrs = module.get_function(step.kernel).raw.attributes
+            print(f"step {step.number}: {attrs.get('num_regs')} registers, {attrs.get('local_size_bytes')} B local, "
+                  f"{attrs.get('shared_size_bytes')} B static shared")
+        except Exception as exc:
+            print(f"step {step.number}: build failed: {exc}")
+            continue
+        for M, N, K in hopper.CHECK_SHAPES:
+            try:
+                result = hopper.check(step, M, N, K, be, seed=1)
+                print(f"  check {M}x{N}x{K}: {result}")
+            except Exception as exc:
+                print(f"  check {M}x{N}x{K}: error {exc!r}")
+    sys.stdout.flush()
+    table = benchmark_all(tuple(args.sizes), budget_ms=args.budget_ms)
+    table.insert(0, "gpu", env["gpu"])
+    table.to_csv(out / "hopper.csv", index=False)
+    cols = [c for c in ("size", "variant", "median_ms", "tflops", "vs_best_cublas", "rel_error", "error")
+            if c in table]
+    print(table[cols].to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
