@@ -52,25 +52,44 @@ def main() -> int:
     (out / "env.json").write_text(json.dumps(env, indent=1))
 
     be = get_backend("gpu")
+    checks, resources_rows = [], []
     for step in hopper.STEPS:
         try:
             module = load_module(step.file, be, options=hopper.GPU_OPTIONS)
             attrs = module.get_function(step.kernel).raw.attributes
-            print(f"step {step.number}: {attrs.get('num_regs')} registers, {attrs.get('local_size_bytes')} B local, "
-                  f"{attrs.get('shared_size_bytes')} B static shared")
+            resources_rows.append({"step": step.number, "kernel": step.kernel, "registers": attrs.get("num_regs"),
+                                   "local_bytes": attrs.get("local_size_bytes"),
+                                   "static_shared_bytes": attrs.get("shared_size_bytes"),
+                                   "dynamic_shared_bytes": step.shared_bytes, "threads": step.threads})
+            print(f"step {step.number}: {resources_rows[-1]}")
         except Exception as exc:
             print(f"step {step.number}: build failed: {exc}")
             continue
         for M, N, K in hopper.CHECK_SHAPES:
             try:
                 result = hopper.check(step, M, N, K, be, seed=1)
+                checks.append({"step": step.number, "M": M, "N": N, "K": K, "rel_error": result.rel_error,
+                               "unwritten": result.unwritten, "passed": bool(result.passed)})
                 print(f"  check {M}x{N}x{K}: {result}")
             except Exception as exc:
+                checks.append({"step": step.number, "M": M, "N": N, "K": K, "error": repr(exc), "passed": False})
                 print(f"  check {M}x{N}x{K}: error {exc!r}")
     sys.stdout.flush()
-    table = benchmark_all(tuple(args.sizes), budget_ms=args.budget_ms)
-    table.insert(0, "gpu", env["gpu"])
-    table.to_csv(out / "hopper.csv", index=False)
+    from gpulab.device import GpuMonitor, describe
+    from gpulab.runs import save_run
+    with GpuMonitor() as monitor:
+        table = benchmark_all(tuple(args.sizes), budget_ms=args.budget_ms)
+    meta = describe()
+    meta["gpu_state"] = monitor.summary()
+    meta["nvrtc"] = env["nvrtc"]
+    meta["torch"] = env["torch"]
+    timed = table[table["median_ms"].notna()] if "median_ms" in table else table.iloc[0:0]
+    failed = table[table["median_ms"].isna()] if "median_ms" in table else table
+    tables = {"checks": checks, "resources": resources_rows}
+    if len(failed):
+        tables["errors"] = failed
+    path = save_run("hopper", timed, meta=meta, root=out, tables=tables)
+    print(f"saved {path}")
     cols = [c for c in ("size", "variant", "median_ms", "tflops", "vs_best_cublas", "rel_error", "error")
             if c in table]
     print(table[cols].to_string(index=False))

@@ -29,6 +29,7 @@ class Step:
     """One rung: its kernel, its block tile (bm x bn), its threads and its ring of slices.
 
     tma: the kernel takes tensor maps (boxes of 64 k x bm rows of A, 64 k x bn rows of B).
+    persistent: the grid is one block per SM (each block loops over tiles), not one per tile.
     """
 
     number: str
@@ -40,6 +41,7 @@ class Step:
     threads: int
     stages: int
     tma: bool
+    persistent: bool = False
 
     @property
     def label(self) -> str:
@@ -50,7 +52,13 @@ class Step:
         """The ring of slices, plus 1 KiB to align it to the swizzle's 1 KiB period."""
         return self.stages * (self.bm + self.bn) * BK * 2 + 1024
 
-    def grid(self, M: int, N: int) -> tuple[int, int]:
+    def tiles(self, M: int, N: int) -> int:
+        return -(-N // self.bn) * -(-M // self.bm)
+
+    def grid(self, M: int, N: int, blocks: int | None = None) -> tuple[int, ...]:
+        """One block per tile; a persistent step: ``blocks`` (one per SM), never more than tiles."""
+        if self.persistent:
+            return (max(1, min(int(blocks), self.tiles(M, N))),)
         return (-(-N // self.bn), -(-M // self.bm))
 
 
@@ -65,6 +73,8 @@ STEPS = [
          128, 128, 128, 5, tma=True),
     Step("04", "hopper/04_warp_specialized.cu", "gemm_warp_specialized",
          "producer warpgroup + 2 consumer warpgroups, setmaxnreg", 128, 256, 384, 4, tma=True),
+    Step("05", "hopper/05_persistent.cu", "gemm_persistent", "persistent blocks over grouped tiles",
+         128, 256, 384, 4, tma=True, persistent=True),
 ]
 STEP = {s.number: s for s in STEPS}
 
@@ -93,9 +103,19 @@ def reference(A, B) -> np.ndarray:
     return np.asarray(A, np.float64) @ np.asarray(B, np.float64).T
 
 
-def make_launch(step: Step, A, B, C, backend=None):
+def persistent_blocks(backend) -> int:
+    """Blocks of a persistent step: one per SM on a GPU; on the CPU backend 1, so that the
+    check sizes' few tiles still make a block loop over several."""
+    if backend.name == "gpu":
+        import cupy
+        return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return 1
+
+
+def make_launch(step: Step, A, B, C, backend=None, blocks: int | None = None):
     """Check the shapes, build the tensor maps a TMA step takes, and return a no-argument
-    function that launches the step once (what the timers call)."""
+    function that launches the step once (what the timers call). ``blocks``: a persistent
+    step's grid (default :func:`persistent_blocks`)."""
     be = get_backend(backend)
     M, K = (int(n) for n in A.shape)
     N = int(B.shape[0])
@@ -110,7 +130,8 @@ def make_launch(step: Step, A, B, C, backend=None):
         inputs = (tensormap.encode_2d(A, (BK, step.bm)), tensormap.encode_2d(B, (BK, step.bn)))
     else:
         inputs = (A, B)
-    return kernel.bind(step.grid(M, N), (step.threads,), (*inputs, C, np.int32(M), np.int32(N), np.int32(K)),
+    blocks = persistent_blocks(be) if blocks is None else blocks
+    return kernel.bind(step.grid(M, N, blocks), (step.threads,), (*inputs, C, np.int32(M), np.int32(N), np.int32(K)),
                        shared_mem=step.shared_bytes)
 
 
