@@ -72,17 +72,22 @@ def test_tma_fills_outside_the_array_with_zeros(backend):
     assert not got[4:].any()
 
 
+def swizzle128_image(m):
+    """The bytes of m (rows of 64 halves) laid out by hand with the 128-byte swizzle."""
+    img = np.zeros(m.shape[0] * 128, np.uint8)
+    for r in range(m.shape[0]):
+        raw = np.ascontiguousarray(m[r]).view(np.uint8)
+        for c in range(8):
+            at = r * 128 + 16 * hand_swizzled_chunk(r, c, 128)
+            img[at:at + 16] = raw[16 * c:16 * c + 16]
+    return img
+
+
 def _wgmma(be, a, b, layout):
     """Run wgmma_tile on A (64 x k) and B (128 x k) laid out by hand as `layout`."""
     k = a.shape[1]
     if layout == "swizzle128":        # rows of 64 halves (128 bytes), chunk c of row r at c ^ (r % 8)
-        def image(m):
-            img = np.zeros(m.shape[0] * 128, np.uint8)
-            for r in range(m.shape[0]):
-                raw = np.ascontiguousarray(m[r]).view(np.uint8)
-                for c in range(8):
-                    img[r * 128 + ((c ^ (r % 8)) * 16): r * 128 + ((c ^ (r % 8)) * 16) + 16] = raw[16 * c:16 * c + 16]
-            return img
+        image = swizzle128_image
         mode, lbo, sbo, steps, step_bytes = 1, 16, 1024, k // 16, 32
     else:                             # no swizzle: 8 x 8 core matrices of 128 bytes, LBO 128 along k, SBO 256
         def image(m):
@@ -133,15 +138,7 @@ def test_a_wrong_descriptor_gives_a_wrong_product():
     assert np.allclose(good, ref, atol=1e-4)
     # Same image, the descriptor's swizzle mode set to 32 bytes (3) instead of 128 (1).
     k = 64
-
-    def image(m):
-        img = np.zeros(m.shape[0] * 128, np.uint8)
-        for r in range(m.shape[0]):
-            raw = np.ascontiguousarray(m[r]).view(np.uint8)
-            for c in range(8):
-                img[r * 128 + ((c ^ (r % 8)) * 16): r * 128 + ((c ^ (r % 8)) * 16) + 16] = raw[16 * c:16 * c + 16]
-        return img
-    ai, bi = image(a), image(b)
+    ai, bi = swizzle128_image(a), swizzle128_image(b)
     out = np.full(128 * 64, np.nan, np.float32)
     kernel = _units(be).get_function("wgmma_tile")
     kernel.allow_shared_memory(16384 + bi.size + 1024)

@@ -13,7 +13,7 @@
 // one ldmatrix phase reads then fall in 8 different groups of 4 banks. (This is exactly the
 // 128-byte swizzle that the copy engine of step 1 applies by itself.) Each warp holds a 64 x 32
 // tile of C as 4 x 4 m16n8 accumulators (64 floats per thread) and feeds them with ldmatrix and
-// mma.sync.m16n8k16.
+// mma.sync.m16n8k16 (mma_sync_tile.cuh, which step 1 shares).
 //
 // Launch: grid (ceil(N / 128), ceil(M / 128)), block 256, dynamic shared memory
 // STAGES * 32 KiB + 1 KiB (the ring, aligned to 1 KiB inside it). Needs K a multiple of 8 (a
@@ -25,16 +25,15 @@
 // Hopper that path cannot keep the tensor cores busy (the convpool chapter measured 41% busy).
 #include <cuda_fp16.h>
 #include <common/ptx.h>
+#include "mma_sync_tile.cuh"
 
 #define BM 128
 #define BN 128
-#define BK 64                 // halves of k per slice: one 128-byte row
+#define BK SLICE_K            // halves of k per slice: one 128-byte row
 #define STAGES 3
 #define THREADS 256
 #define SLICE_BYTES ((BM + BN) * BK * 2)
 
-// Element offset of chunk c (8 halves) of row `row` in a slice of 128-byte rows, swizzled.
-__device__ __forceinline__ int swizzled_chunk(int row, int c) { return row * BK + ((c ^ (row % 8)) * 8); }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_mma_sync(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C, int M, int N, int K)
@@ -81,38 +80,8 @@ gemm_mma_sync(const __half* __restrict__ A, const __half* __restrict__ B, __half
         cp_async_commit();
         const __half* As = ring + (size_t)(t % STAGES) * (BM + BN) * BK;
         const __half* Bs = As + BM * BK;
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-            unsigned a[4][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {   // A 16 x 16: lanes 0-15 rows 0-15 at chunk 2kk, 16-31 at 2kk+1
-                const int row = wm + 16 * i + lane % 16;
-                ldmatrix_x4(a[i], As + swizzled_chunk(row, 2 * kk + lane / 16));
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j += 2) {  // two n8 tiles: matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, ...)
-                const int row = wn + 8 * j + (lane / 16) * 8 + lane % 8;
-                unsigned r[4];
-                ldmatrix_x4(r, Bs + swizzled_chunk(row, 2 * kk + (lane / 8) % 2));
-                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
-        }
+        mma_sync_slice(acc, As, Bs, wm, wn, lane);
     }
 
-    const int g = lane / 4, q = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = m0 + wm + 16 * i + g + 8 * h, col = n0 + wn + 8 * j + 2 * q;
-                if (row >= M) continue;
-                if (col < N) C[(size_t)row * N + col] = __float2half(acc[i][j][2 * h]);
-                if (col + 1 < N) C[(size_t)row * N + col + 1] = __float2half(acc[i][j][2 * h + 1]);
-            }
+    store_warp_tile(C, acc, m0 + wm, n0 + wn, M, N, lane);
 }

@@ -25,17 +25,16 @@
 // Prediction: within 10% of step 0.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
+#include "mma_sync_tile.cuh"
 #include <common/hopper.h>
 
 #define BM 128
 #define BN 128
-#define BK 64                 // halves of k per slice: one 128-byte row
+#define BK SLICE_K            // halves of k per slice: one 128-byte row
 #define STAGES 3
 #define THREADS 256
 #define SLICE_BYTES ((BM + BN) * BK * 2)   // what the two copies of a slice bring
 
-// Element offset of chunk c (8 halves) of row `row` in a slice of 128-byte rows, swizzled.
-__device__ __forceinline__ int swizzled_chunk(int row, int c) { return row * BK + ((c ^ (row % 8)) * 8); }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_tma_mma_sync(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -80,38 +79,8 @@ gemm_tma_mma_sync(const __grid_constant__ CUtensorMap map_a, const __grid_consta
         mbar_wait(&full[t % STAGES], (t / STAGES) % 2);   // slice t has landed
         const __half* As = ring + (size_t)(t % STAGES) * (BM + BN) * BK;
         const __half* Bs = As + BM * BK;
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-            unsigned a[4][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {   // A 16 x 16: lanes 0-15 rows 0-15 at chunk 2kk, 16-31 at 2kk+1
-                const int row = wm + 16 * i + lane % 16;
-                ldmatrix_x4(a[i], As + swizzled_chunk(row, 2 * kk + lane / 16));
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j += 2) {  // two n8 tiles: matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, ...)
-                const int row = wn + 8 * j + (lane / 16) * 8 + lane % 8;
-                unsigned r[4];
-                ldmatrix_x4(r, Bs + swizzled_chunk(row, 2 * kk + (lane / 8) % 2));
-                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
-        }
+        mma_sync_slice(acc, As, Bs, wm, wn, lane);
     }
 
-    const int g = lane / 4, q = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = m0 + wm + 16 * i + g + 8 * h, col = n0 + wn + 8 * j + 2 * q;
-                if (row >= M) continue;
-                if (col < N) C[(size_t)row * N + col] = __float2half(acc[i][j][2 * h]);
-                if (col + 1 < N) C[(size_t)row * N + col + 1] = __float2half(acc[i][j][2 * h + 1]);
-            }
+    store_warp_tile(C, acc, m0 + wm, n0 + wn, M, N, lane);
 }

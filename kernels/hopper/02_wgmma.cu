@@ -25,6 +25,7 @@
 // Prediction: 1.5-2x step 1 (about 500 TFLOP/s at 4096^3), still short of cuBLAS.
 #include <cuda_fp16.h>
 #include <common/hopper.h>
+#include "wgmma_store.cuh"
 
 #define BM 128
 #define BN 128
@@ -84,17 +85,6 @@ gemm_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CU
         wgmma_wait<0>();
     }
 
-    // d[4 j + e] of half h is C(m0 + 64 h + 16 w + g + 8 (e / 2), n0 + 8 j + 2 q + e % 2).
-    const int w = tid / 32, g = (tid % 32) / 4, q = tid % 4;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = m0 + 64 * h + 16 * w + g + 8 * r, col = n0 + 8 * j + 2 * q;
-                if (row >= M) continue;
-                if (col < N) C[(size_t)row * N + col] = __float2half(acc[h][4 * j + 2 * r]);
-                if (col + 1 < N) C[(size_t)row * N + col + 1] = __float2half(acc[h][4 * j + 2 * r + 1]);
-            }
+    for (int h = 0; h < 2; ++h) store_accumulators<BN>(C, acc[h], m0 + 64 * h, n0, M, N);
 }

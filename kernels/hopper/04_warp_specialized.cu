@@ -27,6 +27,7 @@
 // from the accumulators while the tensor cores wait, is what remains).
 #include <cuda_fp16.h>
 #include <common/hopper.h>
+#include "wgmma_store.cuh"
 
 #define BM 128
 #define BN 256
@@ -93,15 +94,6 @@ gemm_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __grid_co
             if (tid % 32 == 0) mbar_arrive(&empty[slot]);
         }
 
-        const int w = (tid % 128) / 32, g = (tid % 32) / 4, q = tid % 4;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = m0 + 64 * c + 16 * w + g + 8 * r, col = n0 + 8 * j + 2 * q;
-                if (row >= M) continue;
-                if (col < N) C[(size_t)row * N + col] = __float2half(acc[4 * j + 2 * r]);
-                if (col + 1 < N) C[(size_t)row * N + col + 1] = __float2half(acc[4 * j + 2 * r + 1]);
-            }
+        store_accumulators<BN>(C, acc, m0 + 64 * c, n0, M, N);
     }
 }
