@@ -75,6 +75,8 @@ STEPS = [
          "producer warpgroup + 2 consumer warpgroups, setmaxnreg", 128, 256, 384, 4, tma=True),
     Step("05", "hopper/05_persistent.cu", "gemm_persistent", "persistent blocks over grouped tiles",
          128, 256, 384, 4, tma=True, persistent=True),
+    Step("06", "hopper/06_groups_in_flight.cu", "gemm_persistent_in_flight",
+         "each consumer keeps a group of products in flight", 128, 256, 384, 4, tma=True, persistent=True),
 ]
 STEP = {s.number: s for s in STEPS}
 
