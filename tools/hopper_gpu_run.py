@@ -21,7 +21,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096])
-    parser.add_argument("--budget-ms", type=float, default=1500.0)
+    parser.add_argument("--budget-ms", type=float, default=500.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--launch-once", action="store_true",
                         help="only launch every step once at the first size (for ncu to profile)")
     args = parser.parse_args()
@@ -82,7 +83,7 @@ def main() -> int:
     from gpulab.device import GpuMonitor, describe
     from gpulab.runs import save_run
     with GpuMonitor() as monitor:
-        table = benchmark_all(tuple(args.sizes), budget_ms=args.budget_ms)
+        table = benchmark_all(tuple(args.sizes), budget_ms=args.budget_ms, rounds=args.rounds)
     meta = describe()
     meta["gpu_state"] = monitor.summary()
     meta["nvrtc"] = env["nvrtc"]

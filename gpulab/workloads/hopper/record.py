@@ -53,11 +53,16 @@ def vendor_launches(A, B):
     return launches
 
 
-def benchmark_all(sizes=(4096,), *, budget_ms: float = 1500.0, seed: int = 0, log=print) -> pd.DataFrame:
-    """Check and time every step and both cuBLAS paths at each square size n^3; one row each
-    (errors caught per variant, so one failing step leaves the others' rows)."""
+def benchmark_all(sizes=(4096,), *, budget_ms: float = 500.0, rounds: int = 3, seed: int = 0,
+                  log=print) -> pd.DataFrame:
+    """Check every step and both cuBLAS paths at each square size n^3, then time them in
+    ``rounds`` rounds, every variant once per round in turn: a large GEMM heats the card and
+    its clock drifts down over a run, so timing the variants one after the other would favour
+    the first. A variant's row holds the samples of all its rounds (``round_medians_ms``: each
+    round's median). Errors are caught per variant: one failing step leaves the others' rows."""
     be = get_backend("gpu")
     import cupy
+    from ...timing import Timing
     rows = []
     for n in sizes:
         M = N = K = int(n)
@@ -75,6 +80,7 @@ def benchmark_all(sizes=(4096,), *, budget_ms: float = 1500.0, seed: int = 0, lo
                 rows.append({"size": n, "variant": f"step {step.label}", "step": step.number, "error": repr(exc)})
         for label, (fn, C) in vendor_launches(A, B).items():
             variants.append((label, fn, C, "vendor"))
+        checked = []
         for label, fn, C, number in variants:
             row = {"size": n, "variant": label, "step": number}
             try:
@@ -82,17 +88,29 @@ def benchmark_all(sizes=(4096,), *, budget_ms: float = 1500.0, seed: int = 0, lo
                 cupy.cuda.Device().synchronize()
                 result = compare(C, ref, precision="fp16", name=label)
                 row.update(rel_error=result.rel_error, unwritten=result.unwritten, passed=bool(result.passed))
-                timing = benchmark(fn, budget_ms=budget_ms, repeats=200)
-                row.update(timing.row("hopper_gemm", label, size=n, flops=gemm_flops(M, N, K),
-                                      bytes=gemm_bytes(M, N, K)))
-                row["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
-                log(f"{n}^3 {label}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s, "
-                    f"rel error {result.rel_error:.2e}{'' if result.passed else ' FAILED'}")
+                checked.append((row, fn))
             except Exception as exc:
                 row["error"] = repr(exc)
                 log(f"{n}^3 {label}: error {exc!r}\n{traceback.format_exc()}")
-            rows.append(row)
+                rows.append(row)
         del ref
+        samples = {id(row): [] for row, _ in checked}
+        medians = {id(row): [] for row, _ in checked}
+        for _ in range(rounds):
+            for row, fn in checked:
+                timing = benchmark(fn, budget_ms=budget_ms, repeats=100)
+                samples[id(row)].append(timing.samples_ms)
+                medians[id(row)].append(timing.median_ms)
+        for row, fn in checked:
+            timing = Timing(np.concatenate(samples[id(row)]), method="cuda events, rounds interleaved")
+            row.update(timing.row("hopper_gemm", row["variant"], size=n, flops=gemm_flops(M, N, K),
+                                  bytes=gemm_bytes(M, N, K)))
+            row["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians[id(row)])
+            row["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
+            log(f"{n}^3 {row['variant']}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s "
+                f"(rounds {row['round_medians_ms']}), rel error {row['rel_error']:.2e}"
+                f"{'' if row['passed'] else ' FAILED'}")
+            rows.append(row)
     table = pd.DataFrame(rows)
     if "tflops" in table:
         for n in sizes:
