@@ -5,7 +5,7 @@ reference at sizes that are not multiples of its tile. On a Hopper GPU the same 
 import numpy as np
 import pytest
 
-from gpulab import tensormap
+from gpulab import ladder, tensormap
 from gpulab.errors import KernelArgumentError, KernelLaunchError
 from gpulab.kernels import get_backend, load_module
 from gpulab.workloads import hopper
@@ -169,17 +169,17 @@ def test_mbarrier_wait_on_a_phase_nobody_completes_is_reported(arrivals, parity)
 @pytest.mark.parametrize("number", [s.number for s in hopper.STEPS])
 def test_step_matches_float64_reference(backend, number):
     be = _hopper_backend(backend)
-    step = hopper.STEP[number]
+    step = ladder.find(hopper.STEPS, number)
     for M, N, K in hopper.CHECK_SHAPES:
-        assert M % step.bm or N % step.bn or K % hopper.BK
-        result = hopper.check(step, M, N, K, be, seed=None)
-        assert result.passed, result
-        assert result.unwritten == 0
+        assert M % step.bm or N % step.bn or K % hopper.BK     # edges of the tile are tested
+    table = ladder.assert_ok(hopper.check_steps(be, steps=[step]))
+    assert len(table) == len(hopper.CHECK_SHAPES)
+    assert (table["status"] == ladder.OK).all() and (table["unwritten"] == 0).all()
 
 
 def test_shapes_the_steps_cannot_take_are_refused():
     with pytest.raises(KernelArgumentError, match="multiple of 8"):
-        hopper.check(hopper.STEP["02"], 64, 64, 100, "cpu")
+        hopper.check(ladder.find(hopper.STEPS, "02"), 64, 64, 100, "cpu")
     with pytest.raises(KernelArgumentError, match="16 bytes"):
         tensormap.encode_2d(np.zeros((8, 12), np.float16), (8, 8), 0)
     with pytest.raises(KernelArgumentError, match="at most 128 bytes"):
@@ -221,5 +221,5 @@ def test_race_checking_sees_no_race_in_the_mbarrier_ordered_steps():
     # set-up: everything there is ordered by mbarriers alone (producer, consumers, tiles).
     from gpulab import cpu
     with cpu.checking(races=True):
-        result = hopper.check(hopper.STEP["05"], 72, 136, 136, "cpu", seed=None)
+        result = hopper.check(ladder.find(hopper.STEPS, "05"), 72, 136, 136, "cpu", seed=None)
     assert result.passed, result

@@ -2,13 +2,15 @@
 accumulation, from the lab's mma.sync GEMM to the bulk tensor copy engine (TMA), wgmma and warp
 specialization.
 
-:mod:`.steps` holds the ladder, its launches and its check against a float64 reference.
+:mod:`.steps` holds the ladder (gpulab.ladder's protocol), its launches and its check against a float64
+reference; :mod:`.record` what a GPU run measures (tools/hopper_gpu_run.py runs it).
 """
-from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, STEP, STEPS, Step, check, check_shape, make_inputs, make_launch, \
-    reference, run
+from .record import benchmark_all
+from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, STEPS, Step, check, check_shape, check_steps, make_inputs, \
+    make_launch, reference, run
 
 CHAPTER = "hopper"
 TITLE = "What wins on Hopper: a GEMM from mma.sync to TMA, wgmma and warp specialization"
 
-__all__ = ["CHAPTER", "TITLE", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "STEP", "STEPS", "Step", "check", "check_shape",
-           "make_inputs", "make_launch", "reference", "run"]
+__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "STEPS", "Step", "check",
+           "check_shape", "check_steps", "make_inputs", "make_launch", "reference", "run"]

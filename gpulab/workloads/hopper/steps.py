@@ -6,11 +6,12 @@ Steps 1 on take tensor maps of A and B (gpulab.tensormap) instead of their addre
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 
-from ...check import CheckResult, compare
+from ... import ladder
+from ...check import CheckResult, CheckTable, compare
 from ...errors import KernelArgumentError
 from ...kernels import get_backend, load_module
 from ... import tensormap
@@ -25,27 +26,22 @@ CHECK_SHAPES = ((200, 136, 712), (72, 264, 200))
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ladder.Step):
     """One rung: its kernel, its block tile (bm x bn), its threads and its ring of slices.
 
     tma: the kernel takes tensor maps (boxes of 64 k x bm rows of A, 64 k x bn rows of B).
     persistent: the grid is one block per SM (each block loops over tiles), not one per tile.
     """
 
-    number: str
-    file: str
+    _: KW_ONLY
     kernel: str
-    title: str
     bm: int
     bn: int
     threads: int
     stages: int
     tma: bool
     persistent: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.number} {self.title}"
+    precision: str = "fp16"
 
     @property
     def shared_bytes(self) -> int:
@@ -63,22 +59,21 @@ class Step:
 
 
 STEPS = [
-    Step("00", "hopper/00_mma_sync.cu", "gemm_mma_sync", "mma.sync, cp.async ring (baseline)",
-         128, 128, 256, 3, tma=False),
-    Step("01", "hopper/01_tma_mbarrier.cu", "gemm_tma_mma_sync", "TMA loads completing on mbarriers",
-         128, 128, 256, 3, tma=True),
-    Step("02", "hopper/02_wgmma.cu", "gemm_wgmma", "wgmma from shared-memory descriptors",
-         128, 128, 128, 3, tma=True),
-    Step("03", "hopper/03_full_empty_ring.cu", "gemm_wgmma_ring", "full/empty mbarrier ring, one wgmma group in flight",
-         128, 128, 128, 5, tma=True),
-    Step("04", "hopper/04_warp_specialized.cu", "gemm_warp_specialized",
-         "producer warpgroup + 2 consumer warpgroups, setmaxnreg", 128, 256, 384, 4, tma=True),
-    Step("05", "hopper/05_persistent.cu", "gemm_persistent", "persistent blocks over grouped tiles",
-         128, 256, 384, 4, tma=True, persistent=True),
-    Step("06", "hopper/06_groups_in_flight.cu", "gemm_persistent_in_flight",
-         "each consumer keeps a group of products in flight", 128, 256, 384, 4, tma=True, persistent=True),
+    Step("00", "hopper/00_mma_sync.cu", "mma.sync, cp.async ring (baseline)", kernel="gemm_mma_sync",
+         bm=128, bn=128, threads=256, stages=3, tma=False),
+    Step("01", "hopper/01_tma_mbarrier.cu", "TMA loads completing on mbarriers", kernel="gemm_tma_mma_sync",
+         bm=128, bn=128, threads=256, stages=3, tma=True),
+    Step("02", "hopper/02_wgmma.cu", "wgmma from shared-memory descriptors", kernel="gemm_wgmma",
+         bm=128, bn=128, threads=128, stages=3, tma=True),
+    Step("03", "hopper/03_full_empty_ring.cu", "full/empty mbarrier ring, one wgmma group in flight",
+         kernel="gemm_wgmma_ring", bm=128, bn=128, threads=128, stages=5, tma=True),
+    Step("04", "hopper/04_warp_specialized.cu", "producer warpgroup + 2 consumer warpgroups, setmaxnreg",
+         kernel="gemm_warp_specialized", bm=128, bn=256, threads=384, stages=4, tma=True),
+    Step("05", "hopper/05_persistent.cu", "persistent blocks over grouped tiles", kernel="gemm_persistent",
+         bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True),
+    Step("06", "hopper/06_groups_in_flight.cu", "each consumer keeps a group of products in flight",
+         kernel="gemm_persistent_in_flight", bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True),
 ]
-STEP = {s.number: s for s in STEPS}
 
 
 def check_shape(M: int, N: int, K: int) -> None:
@@ -152,3 +147,12 @@ def check(step: Step, M: int, N: int, K: int, backend=None, seed: int = 0) -> Ch
     A, B = make_inputs(M, N, K, seed)
     C = run(step, be.to_device(A), be.to_device(B), be)
     return compare(C, reference(A, B), precision="fp16", name=f"step {step.number} C ({M}x{N}x{K})")
+
+
+def check_steps(backend=None, steps=None, shapes=CHECK_SHAPES, seed=None) -> CheckTable:
+    """Every step (or ``steps``) against the float64 reference at each of ``shapes`` (M, N, K),
+    in the ladder's one check table."""
+    def check_one(step, be):
+        for M, N, K in shapes:
+            yield {"M": M, "N": N, "K": K}, check(step, M, N, K, be, seed=seed)
+    return ladder.check_steps(STEPS if steps is None else steps, check_one, backend)
