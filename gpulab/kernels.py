@@ -25,6 +25,7 @@ from .device import default_backend, require_gpu
 from .errors import KernelArgumentError, KernelCompileError, KernelLaunchError
 from .paths import toolkit_include_options
 from .signature import KernelSignature, Param, parse_kernels, strip_comments
+from .tensormap import TensorMap
 
 #: CUDA's limits on launch shapes (the same on every GPU since compute capability 3.0).
 MAX_THREADS_PER_BLOCK = 1024
@@ -144,12 +145,15 @@ def check_launch(grid, block, shared_mem: int, shared_limit: int = DEFAULT_SHARE
     return grid3, block3
 
 
-def _convert_scalar(param: Param, value, kernel: str):
+def _convert_scalar(param: Param, value, kernel: str, backend: str = "gpu"):
     if param.dtype.kind == "V":   # a struct passed by value: a tensor map (gpulab.tensormap)
-        from .tensormap import TensorMap
         if not isinstance(value, TensorMap):
             raise KernelArgumentError(f"kernel '{kernel}': parameter {param.describe()} got "
                                       f"{type(value).__name__}; pass a gpulab.tensormap.encode_2d(...) map")
+        if value.backend != backend:
+            raise KernelArgumentError(f"kernel '{kernel}': parameter '{param.name}' got a tensor map made for the "
+                                      f"{value.backend} backend (of a {value.backend} array); this kernel runs on "
+                                      f"the {backend} backend")
         return value.as_argument()
     if isinstance(value, (np.ndarray,)) or hasattr(value, "__cuda_array_interface__"):
         raise KernelArgumentError(
@@ -221,7 +225,7 @@ class Kernel:
                 f"kernel '{self.name}' takes {len(params)} arguments ({listed}); got {len(args)}")
         return tuple(
             _check_array(p, a, self.module.backend, self.name) if p.is_pointer
-            else _convert_scalar(p, a, self.name)
+            else _convert_scalar(p, a, self.name, self.module.backend.name)
             for p, a in zip(params, args))
 
     def __call__(self, grid, block, args: Sequence, shared_mem: int = 0) -> None:

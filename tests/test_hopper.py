@@ -184,6 +184,9 @@ def test_shapes_the_steps_cannot_take_are_refused():
         tensormap.encode_2d(np.zeros((8, 12), np.float16), (8, 8), 0)
     with pytest.raises(KernelArgumentError, match="at most 128 bytes"):
         tensormap.encode_2d(np.zeros((8, 128), np.float16), (128, 8), 128)
+    kernel = _units(get_backend("cpu")).get_function("tma_box_bytes")
+    with pytest.raises(KernelArgumentError, match="encode_2d"):
+        kernel(1, 32, (np.zeros(16, np.uint8), np.zeros(16, np.uint8), np.int32(0), np.int32(0), np.int32(16)))
 
 
 def test_wgmma_steps_compile_to_hopper_instructions():
