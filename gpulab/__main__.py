@@ -69,7 +69,8 @@ def main(argv=None) -> int:
         return 0
 
     from . import device, runs
-    from .workloads import CHAPTERS, workload
+    from .chapters import names
+    from .workloads import workload
 
     if args.command == "info":
         for key, value in device.describe().items():
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
         return 0
 
     from pathlib import Path
-    modules = {chapter: workload(chapter) for chapter in (args.chapters or list(CHAPTERS))}
+    modules = {chapter: workload(chapter) for chapter in (args.chapters or names(with_workload=True))}
     # A chapter that needs several GPUs (multigpu) fails clearly when named, and
     # is left out, with a note, when every chapter is recorded on a smaller machine.
     for chapter, module in list(modules.items()):

@@ -46,11 +46,20 @@ class Chapter:
         if self.module_name is None:
             raise KeyError(f"chapter '{self.name}' has no workload: expected a module or package "
                            f"gpulab/workloads/{self.name}")
-        module = importlib.import_module(self.module_name)
-        if getattr(module, "CHAPTER", None) != self.name:
-            raise ValueError(f"{self.module_name} declares CHAPTER = {getattr(module, 'CHAPTER', None)!r}; "
-                             f"expected {self.name!r}")
-        return module
+        return workload(self.name)
+
+
+def workload(name: str):
+    """The workload module of chapter ``name``, found by its name alone: the toc is not read, so
+    this works where only the package is (the grader's sandbox has no ``_toc.yml``)."""
+    module_name = f"{__package__}.workloads.{name}"
+    found = name.isidentifier() and importlib.util.find_spec(module_name) is not None
+    module = importlib.import_module(module_name) if found else None
+    if module is None or getattr(module, "CHAPTER", None) != name:
+        known = ", ".join(names()) if TOC.is_file() else "see _toc.yml"
+        raise KeyError(f"unknown chapter '{name}' (no module gpulab/workloads/{name} declaring CHAPTER = "
+                       f"{name!r}); the lab's chapters are: {known}")
+    return module
 
 
 def toc_names(text: str | None = None) -> list[str]:
@@ -84,6 +93,6 @@ def names(with_workload: bool = False) -> list[str]:
 def chapter(name: str) -> Chapter:
     """The chapter called ``name``; an unknown name raises, listing the book's chapters."""
     known = names()
-    if name not in known:
+    if name not in known:     # (reads the toc: for a chapter's workload alone, see workload())
         raise KeyError(f"unknown chapter '{name}'; the lab's chapters are: {', '.join(known)}")
     return Chapter(name)

@@ -9,7 +9,7 @@ import yaml
 
 import gpulab.workloads
 from gpulab import chapters, paths
-from gpulab.workloads import CHAPTERS, workload
+from gpulab.workloads import workload
 
 NAMES = chapters.names()
 
@@ -64,14 +64,24 @@ def test_every_workload_belongs_to_a_chapter_of_the_toc():
         if hasattr(module, "CHAPTER"):
             declared[info.name] = module.CHAPTER
     assert declared and all(name == chapter for name, chapter in declared.items()), declared
-    assert list(CHAPTERS) == [n for n in NAMES if n in declared]
-    for name in CHAPTERS:
+    with_workload = chapters.names(with_workload=True)
+    assert with_workload == [n for n in NAMES if n in declared]
+    for name in with_workload:
         module = workload(name)
         assert isinstance(module.TITLE, str) and module.TITLE and callable(module.benchmark_all), name
 
 
 def test_an_unknown_chapter_or_one_without_a_workload_says_so():
-    with pytest.raises(KeyError, match="the lab's chapters are: basics, "):
-        workload("nosuch")
+    for name in ("nosuch", "basics", "alexnet_tc", "../x"):
+        with pytest.raises(KeyError, match="the lab's chapters are: basics, "):
+            workload(name)
     with pytest.raises(KeyError, match="has no workload"):
-        workload("basics")
+        chapters.chapter("basics").workload()
+
+
+def test_a_workload_is_found_without_the_toc(monkeypatch, tmp_path):
+    # The grader's sandbox holds the package, not the repository: no _toc.yml.
+    monkeypatch.setattr(chapters, "TOC", tmp_path / "_toc.yml")
+    assert workload("fcnet").CHAPTER == "fcnet"
+    with pytest.raises(KeyError, match="see _toc.yml"):
+        workload("nosuch")

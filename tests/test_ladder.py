@@ -1,6 +1,5 @@
 """The ladder protocol: one Step base, one look-up, one check loop and table, one assert."""
 import dataclasses
-import importlib
 
 import numpy as np
 import pandas as pd
@@ -8,7 +7,7 @@ import pytest
 
 import gpulab
 from gpulab import CheckFailed, ladder
-from gpulab.workloads import CHAPTERS
+from gpulab import chapters
 
 
 def test_step_numbers_have_one_form():
@@ -32,8 +31,8 @@ def test_a_step_normalises_its_number_and_validates_its_precision():
 
 
 def test_every_chapters_steps_are_ladder_steps_with_unique_labels():
-    for chapter, module_name in CHAPTERS.items():
-        module = importlib.import_module(module_name)
+    for chapter in chapters.chapters(with_workload=True):
+        module = chapter.workload()
         steps = getattr(module, "STEPS", None)
         if steps is None:                 # multigpu has no kernel ladder
             continue
