@@ -203,7 +203,8 @@ def test_wgmma_steps_compile_to_hopper_instructions():
     from pathlib import Path
     expect = {"00": ("HMMA", "LDGSTS"), "01": ("HMMA", "UTMALDG"), "02": ("HGMMA", "UTMALDG"),
               "03": ("HGMMA", "UTMALDG"), "04": ("HGMMA", "UTMALDG", "USETMAXREG"),
-              "05": ("HGMMA", "UTMALDG", "USETMAXREG"), "06": ("HGMMA", "UTMALDG", "USETMAXREG")}
+              "05": ("HGMMA", "UTMALDG", "USETMAXREG"), "06": ("HGMMA", "UTMALDG", "USETMAXREG"),
+              "07": ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG")}
     for step in hopper.STEPS:
         real = paths.kernel_path(step.file)
         cubin = resources.compile_cubin(real.read_text(), step.file, "sm_90a", (str(paths.KERNELS), str(real.parent)))

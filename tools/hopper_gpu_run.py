@@ -87,6 +87,7 @@ def main() -> int:
     meta = describe()
     meta["gpu_state"] = monitor.summary()
     meta["nvrtc"] = env["nvrtc"]
+    meta["kernel_sources_sha256"] = kernel_sources()
     meta["torch"] = env["torch"]
     timed = table[table["median_ms"].notna()] if "median_ms" in table else table.iloc[0:0]
     failed = table[table["median_ms"].isna()] if "median_ms" in table else table
@@ -99,6 +100,14 @@ def main() -> int:
             if c in table]
     print(table[cols].to_string(index=False))
     return 0
+
+
+def kernel_sources() -> dict:
+    """sha256 of every file the steps are built from, so a record can be matched to its sources."""
+    import hashlib
+    root = Path(__file__).resolve().parents[1]
+    files = sorted((root / "kernels" / "hopper").glob("*.cu*")) + [root / "kernels" / "common" / "hopper.h"]
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 def launch_once(n: int) -> int:

@@ -1160,6 +1160,20 @@ unsigned active_mask() {
 
 void* dynamic_shared() { return current_worker->dynamic_shared; }
 
+// The launch's copy of the `bytes` at `address` in one of its pointer arguments as the Python
+// process passed them, or null: a tensor map holds the array's own address, and a bulk tensor
+// store (gpulab_hopper_cpu.h) must write the copy that goes back, not this process's.
+void* argument_copy(const void* address, size_t bytes) {
+    const Launch* L = current_worker->launch;
+    const char* a = static_cast<const char*>(address);
+    for (int i = 0; i < L->nguarded; ++i) {
+        const Guarded& g = L->guarded[i];
+        const char* o = static_cast<const char*>(g.original);
+        if (g.writable && a >= o && a + bytes <= o + g.bytes) return g.data + (a - o);
+    }
+    return nullptr;
+}
+
 void* dynamic_shared(const char* name, const char* type, size_t itemsize) {
     Worker* w = current_worker;
     SharedArray& d = w->shared_arrays[kDynamicShared];

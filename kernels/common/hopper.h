@@ -20,6 +20,11 @@
 //                                A (64 x 16 halves) * B^T (N x 16 halves) + (scale_d ? d : 0);
 //                                asynchronous: wgmma_fence() before, wgmma_commit() after, and
 //                                wgmma_wait<n>() until at most n committed groups still run
+//   tma_store_2d(&map, src, x, y), bulk_commit(), bulk_wait_read<n>(), bulk_wait<n>()
+//                                the copy engine writes a box from shared memory to global memory
+//                                (clipped to the array), asynchronously, in committed groups
+//   named_barrier_sync(id, threads)
+//                                bar.sync on barrier id (1-15) for `threads` threads of the block
 //   setmaxnreg_inc<R>(), setmaxnreg_dec<R>()
 //                                move registers between the warpgroups of a block
 //
@@ -120,6 +125,41 @@ __device__ __forceinline__ void wgmma_wait()
 __device__ __forceinline__ void fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The bulk tensor copy the other way (TMA store): the box at (column x, row y) of the map's
+// array is written from shared memory at src (laid out with the map's swizzle); elements outside
+// the array are not written. Asynchronous: bulk_commit() closes a group of stores;
+// bulk_wait_read<n>() returns once at most n groups may still read their shared memory (then src
+// may be overwritten), bulk_wait<n>() once at most n groups are still writing global memory.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int x, int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 :: "l"(map), "r"(smem_u32(src)), "r"(x), "r"(y) : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+template <int groups>
+__device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(groups) : "memory");
+}
+
+template <int groups>
+__device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(groups) : "memory");
+}
+
+// A barrier of `threads` threads (a multiple of 32) of the block on hardware barrier `id`
+// (1-15; 0 is __syncthreads'): one warpgroup synchronises without stopping the others.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
 template <int regs>

@@ -26,5 +26,5 @@ gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant
                 __half* __restrict__ C, int M, int N, int K)
 {
     extern __shared__ unsigned char smem_raw[];
-    persistent_gemm<false>(map_a, map_b, C, M, N, K, smem_raw);
+    persistent_gemm<false>(map_a, map_b, nullptr, C, M, N, K, smem_raw);
 }

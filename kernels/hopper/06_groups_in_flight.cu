@@ -25,5 +25,5 @@ gemm_persistent_in_flight(const __grid_constant__ CUtensorMap map_a, const __gri
                           __half* __restrict__ C, int M, int N, int K)
 {
     extern __shared__ unsigned char smem_raw[];
-    persistent_gemm<true>(map_a, map_b, C, M, N, K, smem_raw);
+    persistent_gemm<true>(map_a, map_b, nullptr, C, M, N, K, smem_raw);
 }

@@ -1,4 +1,4 @@
-// The persistent, warp-specialized GEMM of steps 5 and 6: one block per SM walks over 128 x 256
+// The persistent, warp-specialized GEMM of steps 5, 6 and 7: one block per SM walks over 128 x 256
 // tiles in grouped order; warpgroup 0 copies slices with TMA round a ring of STAGES slots, warpgroups
 // 1 and 2 multiply them with wgmma (64 rows each) and write C. Each step's file says what it is
 // and launches it.
@@ -15,6 +15,8 @@
 #define SLICE_BYTES ((BM + BN) * BK * 2)
 #define SWIZZLE_ATOM 1024
 #define GROUP_M 8           // tile-rows per group of the tile order
+#define STORE_BOX 64        // step 7: C leaves through shared memory in 64 x 64 boxes (8 KiB) ...
+#define STORE_BOXES 2       // ... two at a time per consumer: 16 KiB of staging each, after the ring
 
 // Tile number -> (tile-row, tile-column), grouped: GROUP_M tile-rows are walked column by
 // column before the next group starts.
@@ -26,10 +28,13 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
     tn = (tile % per_group) / rows;
 }
 
-// The persistent warp-specialized GEMM of steps 5 and 6 (see their files). IN_FLIGHT: each
+// The persistent warp-specialized GEMM of steps 5, 6 and 7 (see their files). IN_FLIGHT: each
 // consumer releases a slot one slice later, keeping a group of products queued (step 6).
-template <bool IN_FLIGHT>
-__device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, __half* C,
+// TMA_STORE: the epilogue stages C in shared memory and the copy engine writes it (map_c, boxes
+// of STORE_BOX x STORE_BOX, 128-byte swizzle) while the consumer goes on to its next tile (step 7).
+template <bool IN_FLIGHT, bool TMA_STORE = false>
+__device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                const CUtensorMap* map_c, __half* C,
                                                 int M, int N, int K, unsigned char* smem_raw)
 {
     __half* ring = (__half*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
@@ -98,7 +103,27 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                 if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
             }
 
-            store_accumulators<BN>(C, acc, tm * BM + 64 * c, tn * BN, M, N);
+            if (TMA_STORE) {
+                __half* stage = ring + (size_t)STAGES * (BM + BN) * BK + (size_t)c * STORE_BOXES * STORE_BOX * STORE_BOX;
+                const bool issuer = tid % 128 == 0;
+#pragma unroll
+                for (int part = 0; part < BN / (STORE_BOXES * STORE_BOX); ++part) {
+                    if (issuer) bulk_wait_read<0>();        // the last store has read the staging
+                    named_barrier_sync(1 + c, 128);         // ... before anyone overwrites it
+                    stage_accumulators<STORE_BOXES>(stage, acc, part);
+                    fence_proxy_async();                    // the staged C, visible to the copy engine
+                    named_barrier_sync(1 + c, 128);
+                    if (issuer) {
+                        for (int b = 0; b < STORE_BOXES; ++b)
+                            tma_store_2d(map_c, stage + b * STORE_BOX * STORE_BOX,
+                                         tn * BN + (part * STORE_BOXES + b) * STORE_BOX, tm * BM + 64 * c);
+                        bulk_commit();
+                    }
+                }
+            } else {
+                store_accumulators<BN>(C, acc, tm * BM + 64 * c, tn * BN, M, N);
+            }
         }
+        if (TMA_STORE && tid % 128 == 0) bulk_wait<0>();    // C written before the block's end
     }
 }

@@ -1,6 +1,6 @@
 // kernels/common/hopper.h for the CPU backend: tensor maps and the bulk tensor copy (TMA) with
 // its swizzles, mbarriers with their phases and transaction counts, wgmma from shared-memory
-// descriptors, setmaxnreg as a no-op.
+// descriptors, the bulk tensor store and named barriers, setmaxnreg as a no-op.
 //
 // Asynchronous work completes at once, a legal schedule of it: a TMA copy lands (and counts its
 // bytes on its mbarrier) when it is issued, and a wgmma computes its product when it is issued,
@@ -116,6 +116,10 @@ static inline uintptr_t swizzled(uintptr_t address, unsigned bytes) {
 
 static inline char* shared_base() { return static_cast<char*>(dynamic_shared()); }
 }  // namespace hopper_detail
+// runtime.cpp: the launch's copy of an argument's bytes at an address the Python process passed.
+void* argument_copy(const void* address, size_t bytes);
+namespace hopper_detail {
+}  // namespace hopper_detail
 }  // namespace gpulab
 
 #define GPULAB_HOPPER_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
@@ -179,6 +183,77 @@ GPULAB_UNCOUNTED static inline void tma_load_2d(void* dst, const CUtensorMap* ma
         }
     }
     complete_tx(bar, (int)(t.box_rows * row_bytes), file, line);
+}
+
+// The bulk tensor store: done at issue (a legal schedule of it), so the bulk_wait functions
+// have nothing left to wait for. It writes the launch's copy of the map's array, which must be
+// one of the kernel's (non-const) pointer arguments too: the CPU backend copies arguments back,
+// not memory it reaches through a tensor map.
+GPULAB_UNCOUNTED static inline void tma_store_2d(const CUtensorMap* map, const void* src, int x, int y,
+                                                 GPULAB_HOPPER_SITE) {
+    using namespace gpulab::hopper_detail;
+    CpuTensorMap t;
+    memcpy(&t, map, sizeof t);
+    if (t.magic != kTensorMapMagic)
+        gpulab::trap("tma_store_2d: the tensor map was not made by gpulab.tensormap.encode_2d for the CPU backend",
+                     file, line);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(src);
+    const unsigned align = t.swizzle ? 8 * t.swizzle : 128;
+    if (start % align)
+        gpulab::trap("tma_store_2d: the source must be aligned as for a load (1024 bytes for the 128-byte swizzle)",
+                     file, line);
+    char* global = static_cast<char*>(gpulab::argument_copy(reinterpret_cast<const void*>(t.address),
+                                                              t.rows * t.pitch));
+    if (!global)
+        gpulab::trap("tma_store_2d on the CPU backend: the map's array must also be a non-const pointer argument "
+                     "of the kernel (the launch copies arguments back, not what a tensor map reaches)", file, line);
+    const unsigned es = t.elem_bytes, row_bytes = t.box_cols * es;
+    for (unsigned r = 0; r < t.box_rows; ++r) {
+        const long gy = (long)y + r;
+        for (unsigned c = 0; c < t.box_cols; ++c) {
+            const long gx = (long)x + c;
+            if (gy < 0 || gy >= (long)t.rows || gx < 0 || gx >= (long)t.cols) continue;   // clipped
+            const char* from = reinterpret_cast<const char*>(swizzled(start + r * row_bytes + c * es, t.swizzle));
+            memcpy(global + gy * t.pitch + gx * es, from, es);
+        }
+    }
+}
+static inline void bulk_commit() {}
+template <int groups> static inline void bulk_wait_read() {}
+template <int groups> static inline void bulk_wait() {}
+
+namespace gpulab {
+namespace hopper_detail {
+// Named barriers: one set per worker (it runs one block at a time, its threads as fibers).
+struct NamedBarrier {
+    int arrived, threads;
+    unsigned generation;
+};
+static thread_local NamedBarrier named_barriers[16];
+GPULAB_UNCOUNTED static inline bool generation_passed(const void* bar, unsigned generation) {
+    return static_cast<const NamedBarrier*>(bar)->generation != generation;
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+// bar.sync id, threads: the `threads`-th arrival releases the waiting ones (a thread that waits
+// lets the block's others run); the same id with another count in one phase traps, as it is
+// undefined on the GPU.
+GPULAB_UNCOUNTED static inline void named_barrier_sync(int id, int threads, GPULAB_HOPPER_SITE) {
+    using namespace gpulab::hopper_detail;
+    if (id < 1 || id > 15) gpulab::trap("named_barrier_sync: the id must be 1 to 15 (0 is __syncthreads')", file, line);
+    if (threads < 32 || threads % 32) gpulab::trap("named_barrier_sync: threads must be a multiple of 32", file, line);
+    NamedBarrier& b = named_barriers[id];
+    if (b.arrived && b.threads != threads)
+        gpulab::trap("named_barrier_sync: threads arrive on one barrier with different counts", file, line);
+    b.threads = threads;
+    const unsigned generation = b.generation;
+    if (++b.arrived == threads) {
+        b.arrived = 0;
+        b.generation++;
+        return;
+    }
+    gpulab::wait_until(generation_passed, &b, generation, file, line);
 }
 
 static inline void wgmma_fence() {}

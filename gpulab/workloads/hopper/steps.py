@@ -21,6 +21,9 @@ BK = 64
 #: Every kernel of the chapter is built for Hopper's sm_90a target (wgmma and setmaxnreg exist
 #: only there; steps 0 and 1 would build for sm_90 too, but the chapter compares like with like).
 GPU_OPTIONS = ("-arch=sm_90a",)
+#: Step 7's C leaves in boxes of STORE_BOX x STORE_BOX (kernels/hopper/persistent_gemm.cuh), two
+#: at a time per consumer warpgroup.
+STORE_BOX = 64
 #: Sizes the CPU backend checks every step at: none a multiple of its tile, so the edges are tested.
 CHECK_SHAPES = ((200, 136, 712), (72, 264, 200))
 
@@ -31,6 +34,8 @@ class Step(ladder.Step):
 
     tma: the kernel takes tensor maps (boxes of 64 k x bm rows of A, 64 k x bn rows of B).
     persistent: the grid is one block per SM (each block loops over tiles), not one per tile.
+    tma_store: the kernel also takes a tensor map of C (boxes of 64 x 64, before C) and writes C
+    through ``store_stage_bytes`` of shared memory after the ring.
     """
 
     _: KW_ONLY
@@ -41,12 +46,15 @@ class Step(ladder.Step):
     stages: int
     tma: bool
     persistent: bool = False
+    tma_store: bool = False
+    store_stage_bytes: int = 0
     precision: str = "fp16"
 
     @property
     def shared_bytes(self) -> int:
-        """The ring of slices, plus 1 KiB to align it to the swizzle's 1 KiB period."""
-        return self.stages * (self.bm + self.bn) * BK * 2 + 1024
+        """The ring of slices (and any staging of C after it), plus 1 KiB to align it to the
+        swizzle's 1 KiB period."""
+        return self.stages * (self.bm + self.bn) * BK * 2 + self.store_stage_bytes + 1024
 
     def tiles(self, M: int, N: int) -> int:
         return -(-N // self.bn) * -(-M // self.bm)
@@ -73,6 +81,9 @@ STEPS = [
          bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True),
     Step("06", "hopper/06_groups_in_flight.cu", "each consumer keeps a group of products in flight",
          kernel="gemm_persistent_in_flight", bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True),
+    Step("07", "hopper/07_tma_store.cu", "epilogue through shared memory and a TMA store", kernel="gemm_tma_store",
+         bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True, tma_store=True,
+         store_stage_bytes=2 * 2 * STORE_BOX * STORE_BOX * 2),
 ]
 
 
@@ -123,8 +134,13 @@ def make_launch(step: Step, A, B, C, backend=None, blocks: int | None = None):
     module = load_module(step.file, be, options=GPU_OPTIONS if be.name == "gpu" else ())
     kernel = module.get_function(step.kernel)
     kernel.allow_shared_memory(step.shared_bytes)
+    if step.tma_store and N % 8:
+        raise KernelArgumentError(f"N = {N}: step {step.number} writes C through a tensor map, whose rows must "
+                                  "start 16-byte aligned: N must be a multiple of 8")
     if step.tma:
         inputs = (tensormap.encode_2d(A, (BK, step.bm)), tensormap.encode_2d(B, (BK, step.bn)))
+        if step.tma_store:
+            inputs += (tensormap.encode_2d(C, (STORE_BOX, STORE_BOX)),)
     else:
         inputs = (A, B)
     blocks = persistent_blocks(be) if blocks is None else blocks
