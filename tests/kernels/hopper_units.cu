@@ -58,3 +58,36 @@ extern "C" __global__ void mbarrier_parity(int arrivals, int parity, int* out)
     mbar_wait(&bar, parity);
     out[0] = 1;
 }
+
+// The image `img` (bytes, as the box is to lie in shared memory) handed to the copy engine and
+// stored as the box at (x, y) of the map's array. C: that array, which the kernel does not touch
+// on a GPU; the CPU backend writes the store into the launch's copy of it.
+extern "C" __global__ void tma_store_box(const __grid_constant__ CUtensorMap map, __half* C, const unsigned char* img,
+                                         int bytes, int x, int y)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* box = (unsigned char*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    (void)C;
+    for (int i = threadIdx.x; i < bytes; i += blockDim.x) box[i] = img[i];
+    fence_proxy_async();      // ordinary stores, read next by the copy engine
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tma_store_2d(&map, box, x, y);
+        bulk_commit();
+        bulk_wait<0>();
+    }
+}
+
+// Two warpgroups, each on its own named barrier of `threads` threads: every round a thread
+// writes its slot, and after the barrier reads its neighbour's (in its own warpgroup) into out.
+extern "C" __global__ void named_barrier_exchange(int rounds, int threads, int* out)
+{
+    __shared__ int slots[256];
+    const int g = threadIdx.x / 128, t = threadIdx.x % 128;
+    for (int r = 0; r < rounds; ++r) {
+        slots[threadIdx.x] = 1000 * r + threadIdx.x;
+        named_barrier_sync(1 + g, threads);
+        out[r * blockDim.x + threadIdx.x] = slots[128 * g + (t + 1) % 128];
+        named_barrier_sync(1 + g, threads);   // everyone has read before the next round writes
+    }
+}
