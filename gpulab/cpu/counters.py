@@ -11,7 +11,9 @@ block (see instrument.cpp).  Each lane's k-th execution of one instruction is
 grouped with the other lanes' into a warp-level request, as the hardware does;
 a request to global memory touches some 32-byte sectors, one to shared memory
 takes some wavefronts through the 32 banks (a word read by several lanes is
-broadcast, not a conflict).
+broadcast, not a conflict), one to ``__constant__`` memory reads some distinct
+addresses (the constant cache serves one per pass), and an atomic request
+updates its busiest address from some lanes (one after the other).
 """
 from __future__ import annotations
 
@@ -28,13 +30,16 @@ MAX_SITES = 4096
 _GLOBAL = 1  # instrument.cpp's Space
 MAX_RACES = 16
 _RAW = ("gld_req", "gld_sect", "gst_req", "gst_sect", "sld_req", "sld_wave", "sld_ideal", "sst_req", "sst_wave",
-        "sst_ideal", "atom_req", "bb_steps", "bb_divergent", "bb_lanes")
+        "sst_ideal", "atom_req", "bb_steps", "bb_divergent", "bb_lanes", "const_req", "const_addr", "atom_upd_req",
+        "atom_lanes", "atom_most")
 
 #: The counters, per launch and per line, in the names the profiler's tables use.
 COLUMNS = ("global_load_requests", "global_load_sectors", "global_store_requests", "global_store_sectors",
            "shared_load_requests", "shared_load_wavefronts", "shared_load_bank_conflicts",
            "shared_store_requests", "shared_store_wavefronts", "shared_store_bank_conflicts",
-           "atomic_requests", "warp_steps", "divergent_warp_steps")
+           "atomic_requests", "atomic_update_requests", "atomic_updates", "atomic_busiest_address_updates",
+           "constant_load_requests",
+           "constant_load_addresses", "warp_steps", "divergent_warp_steps")
 
 
 class _Site(ctypes.Structure):
@@ -95,8 +100,10 @@ class LaunchCounters:
 
 
 def with_ratios(row: pd.Series) -> pd.Series:
-    """Add sectors per request, bank conflicts per shared request and the
-    share of warp steps taken by only part of a warp."""
+    """Add sectors per request, bank conflicts per shared request, the
+    share of warp steps taken by only part of a warp, the constant cache's passes
+    per request (distinct addresses) and the updates of an atomic request's
+    busiest address."""
     row = row.astype(float)
     row["sectors_per_request"] = row["global_load_sectors"] / row["global_load_requests"] \
         if row["global_load_requests"] else float("nan")
@@ -106,6 +113,10 @@ def with_ratios(row: pd.Series) -> pd.Series:
     row["bank_conflicts_per_shared_request"] = \
         (row["shared_load_bank_conflicts"] + row["shared_store_bank_conflicts"]) / shared if shared else float("nan")
     row["divergent_share"] = row["divergent_warp_steps"] / row["warp_steps"] if row["warp_steps"] else float("nan")
+    row["constant_passes_per_request"] = row["constant_load_addresses"] / row["constant_load_requests"] \
+        if row["constant_load_requests"] else float("nan")
+    row["atomic_busiest_address_per_request"] = \
+        row["atomic_busiest_address_updates"] / row["atomic_update_requests"] if row["atomic_update_requests"] else float("nan")
     return row
 
 
@@ -183,6 +194,11 @@ def read(buffer, function, grid, block, names) -> LaunchCounters:
         acc["shared_store_wavefronts"] += raw["sst_wave"]
         acc["shared_store_bank_conflicts"] += raw["sst_wave"] - raw["sst_ideal"]
         acc["atomic_requests"] += raw["atom_req"]
+        acc["atomic_update_requests"] += raw["atom_upd_req"]
+        acc["atomic_updates"] += raw["atom_lanes"]
+        acc["atomic_busiest_address_updates"] += raw["atom_most"]
+        acc["constant_load_requests"] += raw["const_req"]
+        acc["constant_load_addresses"] += raw["const_addr"]
         acc["warp_steps"] += raw["bb_steps"]
         acc["divergent_warp_steps"] += raw["bb_divergent"]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS)).rename_axis("line")

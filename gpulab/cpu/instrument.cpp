@@ -23,7 +23,7 @@ constexpr int kMaxRaces = 16;
 
 enum Counter {
     GLD_REQ, GLD_SECT, GST_REQ, GST_SECT, SLD_REQ, SLD_WAVE, SLD_IDEAL, SST_REQ, SST_WAVE, SST_IDEAL,
-    ATOM_REQ, BB_STEPS, BB_DIVERGENT, BB_LANES, NCOUNTERS
+    ATOM_REQ, BB_STEPS, BB_DIVERGENT, BB_LANES, CONST_REQ, CONST_ADDR, ATOM_UPD_REQ, ATOM_LANES, ATOM_MOST, NCOUNTERS
 };
 
 struct SiteRecord {                  // in the memory shared with the Python process
@@ -54,6 +54,7 @@ enum Space { NONE, GLOBAL, SHARED, CONSTANT };
 struct Request {
     int space, write, atomic;
     unsigned lanes;
+    unsigned updated;                // atomics: the lanes whose update took effect
     unsigned long long address[32];
     unsigned size[32];
 };
@@ -183,6 +184,35 @@ void shared_wavefronts(const Request& r, unsigned long long& waves, unsigned lon
     }
 }
 
+// The distinct addresses that the lanes in ``mask`` of one warp's request ask for,
+// and (``most``) how many of those lanes asked for the busiest one.
+int distinct_addresses(const Request& r, unsigned mask, int* most) {
+    unsigned long long seen[32];
+    int lanes_at[32] = {0};
+    int n = 0, top = 0;
+    for (int l = 0; l < 32; ++l) {
+        if (!(mask >> l & 1u)) continue;
+        int k = 0;
+        while (k < n && seen[k] != r.address[l]) ++k;
+        if (k == n) seen[n++] = r.address[l];
+        if (++lanes_at[k] > top) top = lanes_at[k];
+    }
+    if (most) *most = top;
+    return n;
+}
+
+// An atomic request; of the lanes whose update took effect, how many, and how many
+// of them updated the busiest address (which atomicity makes happen one after another).
+void count_atomic(std::array<unsigned long long, NCOUNTERS>& c, const Request& r) {
+    c[ATOM_REQ] += 1;
+    if (!r.updated) return;
+    int most = 0;
+    distinct_addresses(r, r.updated, &most);
+    c[ATOM_UPD_REQ] += 1;
+    c[ATOM_LANES] += __builtin_popcount(r.updated);
+    c[ATOM_MOST] += most;
+}
+
 void count_request(Instr* in, int site, const Request& r) {
     std::array<unsigned long long, NCOUNTERS>& c = in->counts[site];
     if (r.space == GLOBAL) {
@@ -196,16 +226,21 @@ void count_request(Instr* in, int site, const Request& r) {
                 if (!seen && nsectors < 64) sectors[nsectors++] = s;
             }
         }
-        if (r.atomic) { c[ATOM_REQ] += 1; return; }
+        if (r.atomic) { count_atomic(c, r); return; }
         c[r.write ? GST_REQ : GLD_REQ] += 1;
         c[r.write ? GST_SECT : GLD_SECT] += nsectors;
     } else if (r.space == SHARED) {
-        if (r.atomic) { c[ATOM_REQ] += 1; return; }
+        if (r.atomic) { count_atomic(c, r); return; }
         unsigned long long waves = 0, ideal = 0;
         shared_wavefronts(r, waves, ideal);
         c[r.write ? SST_REQ : SLD_REQ] += 1;
         c[r.write ? SST_WAVE : SLD_WAVE] += waves;
         c[r.write ? SST_IDEAL : SLD_IDEAL] += ideal;
+    } else if (r.space == CONSTANT && !r.write) {
+        // The constant cache serves one address per pass: a request takes as many
+        // passes as the warp asks for distinct addresses.
+        c[CONST_REQ] += 1;
+        c[CONST_ADDR] += distinct_addresses(r, r.lanes, nullptr);
     }
 }
 
@@ -395,7 +430,7 @@ void on_access(uintptr_t address, unsigned size, int write, int atomic, uintptr_
     const Guarded* array;
     Shadow* shadow;
     const Space space = classify(w, address, &array, &shadow);
-    if (space == NONE || space == CONSTANT) return;
+    if (space == NONE) return;
     Instr* in = w->instr;
     const int site = site_index(in, pc - module_base);
     if (site >= kMaxSites) return;
@@ -404,8 +439,9 @@ void on_access(uintptr_t address, unsigned size, int write, int atomic, uintptr_
     const unsigned long long key = ((unsigned long long)instance << 17) | ((unsigned long long)site << 5) |
                                    (unsigned)(f->warp & 31);
     Request& r = in->requests[key];
-    if (!r.lanes) { r.space = space; r.write = write; r.atomic = atomic; }
+    if (!r.lanes) { r.space = space; r.write = write; r.atomic = atomic != 0; }
     r.lanes |= 1u << f->lane;
+    if (atomic == 2) r.updated |= 1u << f->lane;
     r.address[f->lane] = address;
     r.size[f->lane] = size;
     if (counts_of(w->launch)->races_enabled) {
@@ -475,35 +511,40 @@ GPULAB_HOOK void __tsan_write_range(void* a, size_t n) {
 }
 
 // Atomics: the instrumented code calls these instead of the instructions, so
-// they do the operation (sequentially consistent) after counting it.
+// they do the operation (sequentially consistent) and count it: atomic = 2 for an
+// update, 1 for an atomic read. A compare-and-swap counts only when it succeeds: a
+// float atomicAdd is a loop of them here, one instruction on a GPU, and a CAS that
+// failed because another worker thread got in between is an artefact of running the
+// blocks on CPU threads (its retry is counted, as the same request, when it succeeds).
 #define GPULAB_ATOMICS(N, T) \
     GPULAB_HOOK T __tsan_atomic##N##_load(const volatile T* a, int) { \
         gpulab::on_access((uintptr_t)a, sizeof(T), 0, 1, GPULAB_PC); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK void __tsan_atomic##N##_store(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
     GPULAB_HOOK int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); \
-        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+        const int ok = __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        if (ok) gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return ok; } \
     GPULAB_HOOK int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); \
-        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+        const int ok = __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        if (ok) gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return ok; } \
     GPULAB_HOOK T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) { \
-        gpulab::on_access((uintptr_t)a, sizeof(T), 1, 1, GPULAB_PC); \
-        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+        const T expected = c; \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        if (c == expected) gpulab::on_access((uintptr_t)a, sizeof(T), 1, 2, GPULAB_PC); return c; }
 GPULAB_ATOMICS(8, unsigned char)
 GPULAB_ATOMICS(16, unsigned short)
 GPULAB_ATOMICS(32, unsigned int)
