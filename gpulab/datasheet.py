@@ -34,6 +34,8 @@ REGISTER_ALLOCATION_UNIT = 256      # registers are given to a warp in units of 
 SUB_PARTITIONS = 4                  # an SM's four schedulers each own a quarter of its register file
 SHARED_ALLOCATION_UNIT = {7: 256, 8: 128, 9: 128}   # bytes: shared memory is given to a block in these units
 SHARED_RESERVED_PER_BLOCK = 1024    # bytes the system keeps per resident block (compute capability >= 8.0)
+CONSTANT_MEMORY_KIB = 64            # the __constant__ space of a device ("Constant memory size")
+CONSTANT_CACHE_PER_SM_KIB = 8       # "Cache working set per SM for constant memory" (compute capability 9.0)
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,8 @@ def h100() -> dict:
              "architecture": arch.name, "warp_size": WARP_SIZE, "shared_banks": SHARED_BANKS,
              "bank_bytes": BANK_BYTES, "sector_bytes": SECTOR_BYTES, "cache_line_bytes": CACHE_LINE_BYTES,
              "max_threads_per_block": MAX_THREADS_PER_BLOCK,
-             "default_shared_per_block_kib": DEFAULT_SHARED_PER_BLOCK_KIB}
+             "default_shared_per_block_kib": DEFAULT_SHARED_PER_BLOCK_KIB,
+             "constant_memory_kib": CONSTANT_MEMORY_KIB, "constant_cache_kib": CONSTANT_CACHE_PER_SM_KIB}
     facts["fp32_tflops_from_clock"] = gpu.sms * arch.fp32_lanes_per_sm * 2 * gpu.boost_clock_mhz / 1e6
     facts["ridge_flop_per_byte"] = gpu.fp32_tflops * 1e12 / (gpu.memory_gbs * 1e9)
     facts["register_file_kib_per_sm"] = arch.registers_per_sm * 4 // 1024

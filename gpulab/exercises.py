@@ -93,6 +93,8 @@ class Exercise:
     function: str = ""       # function exercises: the function that cell defines
     signature: str = ""      # function exercises: how the book states it, e.g. "ways(vectors, features)"
     step: str = "EXERCISE"   # kernel exercises: the workload module's attribute holding the step
+    module: str = ""         # kernel exercises of a chapter with no workload: the module holding step
+                             # and check_steps (basics: "gpulab.puzzles")
     public: tuple = ()       # the public cases (see the module docstring)
     inputs: Callable[[dict], dict] | None = field(default=None, compare=False, repr=False)
     uses_run: bool = False   # function exercises: inputs come from the chapter's recorded run
@@ -252,6 +254,21 @@ LENET_CELLS = {"ex2": "e9cb45ac", "ex3": "e3cce15b"}
 
 #: Every exercise of the book, in reading order.
 EXERCISES: list[Exercise] = [
+    Exercise("basics.1", "basics", "a map with a guard", 2, "kernel", "kernels/basics/exercise_01_relu.cu",
+             step="GUARDED_MAP", module="gpulab.puzzles",
+             public=({"sizes": [1, 255, 1000, 4099], "seed": 0},),
+             hint="The global index is blockIdx.x * blockDim.x + threadIdx.x; the threads of the last "
+                  "block with an index at or past n must neither read x nor write y."),
+    Exercise("basics.2", "basics", "two dimensions", 2, "kernel", "kernels/basics/exercise_02_broadcast_add.cu",
+             step="TWO_D", module="gpulab.puzzles",
+             public=({"sizes": [(1, 1), (5, 70), (33, 17)], "seed": 0},),
+             hint="Column c = blockIdx.x * blockDim.x + threadIdx.x, row r from the y parts; guard r < H "
+                  "and c < W; rows are W floats apart."),
+    Exercise("basics.3", "basics", "a histogram with atomics", 2, "kernel",
+             "kernels/basics/exercise_03_histogram.cu", step="HISTOGRAM", module="gpulab.puzzles",
+             public=({"sizes": [(1000, 16), (257, 3)], "seed": 0},),
+             hint="One atomicAdd(&counts[values[i]], 1u) per element i < n; a plain counts[v] += 1 loses "
+                  "updates when two threads add to one bin at once."),
     Exercise("measuring.1", "measuring", "a grid-stride loop", 4, "kernel",
              "kernels/measuring/03_saxpy_grid_stride.cu", public=({"seed": 0},),
              hint="With 8 blocks of 256 threads, every element past 2047 needs the loop; "
@@ -423,7 +440,7 @@ def hidden_cases(exercise: Exercise) -> list[dict]:
 def workload_step(exercise: Exercise, kernel_file: str | Path, case: dict):
     """The exercise's step with ``kernel_file`` in place of the lab's file."""
     from .workloads import workload
-    module = workload(exercise.chapter)
+    module = importlib.import_module(exercise.module) if exercise.module else workload(exercise.chapter)
     step = getattr(module, exercise.step)
     changes = dict(case.get("step", {}))
     return module, dataclasses.replace(step, file=str(Path(kernel_file).resolve()), **changes)

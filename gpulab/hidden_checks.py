@@ -13,6 +13,19 @@ from .workloads.training import Dims
 from .workloads.convpool import Shape
 
 HIDDEN = {
+    "basics.1": (
+        {"sizes": [2, 256, 257, 5000, 65_539], "seed": 3301},
+        {"sizes": [511, 769], "seed": 3413},
+    ),
+    "basics.2": (
+        {"sizes": [(2, 33), (9, 1), (40, 65)], "seed": 3517},
+        {"sizes": [(64, 32), (1, 100)], "seed": 3631},
+    ),
+    "basics.3": (
+        {"sizes": [(5003, 7), (300, 1), (2000, 300)], "seed": 3739},
+        # Two threads adding to one bin without an atomic: a data race the checker names.
+        {"sizes": [(700, 5)], "seed": 3851, "races": True},
+    ),
     "measuring.1": (
         {"sizes": [2048, 2049, 65_537, 300_007], "seed": 7103},
         {"sizes": [5000, 123_457], "seed": 7211, "step": {"fixed_grid": 3}},

@@ -1,8 +1,15 @@
 """The basics chapter's kernels, on both backends: sizes that are not multiples
-of the block, outputs poisoned so unwritten elements show."""
+of the block, outputs poisoned so unwritten elements show; the counts the chapter's
+tables show, from the CPU backend's counters; and the notebook's glued prose."""
+import ast
+import json
+import re
+
 import numpy as np
+import pytest
 
 import gpulab
+from gpulab import cpu, datasheet, paths
 
 
 def test_who_am_i(backend):
@@ -64,3 +71,176 @@ def test_divergence_kernels_compute_the_same_function(backend):
     module.get_function("short_by_lane")((-(-n // 256),), (256,), (n, be.to_device(x), y))
     lane = np.arange(n) % 256 % 2
     np.testing.assert_allclose(be.to_host(y), np.where(lane == 1, x * x + 1, 2 * x - 1), rtol=1e-6)
+
+
+def test_a_2d_block_is_cut_into_warps_along_x_first(backend):
+    be = gpulab.get_backend(backend)
+    fn = gpulab.load_module("basics/05_warps_2d.cu", be).get_function("warp_leader")
+    for block in ((8, 8), (32, 2), (4, 8, 2), (96, 1)):
+        size = int(np.prod(block))
+        linear, leader = be.poisoned(size, np.int32), be.poisoned(size, np.int32)
+        fn((1,), block, (linear, leader))
+        ids = np.arange(size)
+        assert (be.to_host(linear) == ids).all()
+        assert (be.to_host(leader) == ids // 32 * 32).all(), block      # lane 0 of each thread's warp
+
+
+def test_2d_scales_with_x_along_rows_or_down_columns(backend):
+    be = gpulab.get_backend(backend)
+    module = gpulab.load_module("basics/05_warps_2d.cu", be)
+    for H, W in ((1, 1), (9, 70), (40, 33)):
+        a = np.random.default_rng(H * W).uniform(-1, 1, (H, W)).astype(np.float32)
+        for name, grid in (("scale_x_along_rows", (-(-W // 32), -(-H // 8))),
+                           ("scale_x_down_columns", (-(-H // 32), -(-W // 8)))):
+            out = be.poisoned((H, W))
+            module.get_function(name)(grid, (32, 8), (H, W, be.to_device(a), out))
+            assert np.array_equal(be.to_host(out), 2 * a), (name, H, W)
+
+
+def test_2d_scales_are_counted_as_4_and_32_sectors():
+    module = gpulab.load_module("basics/05_warps_2d.cu", "cpu")
+    H, W = 64, 96
+    a = np.ones((H, W), np.float32)
+    sectors = {}
+    for name, grid in (("scale_x_along_rows", (W // 32, H // 8)), ("scale_x_down_columns", (H // 32, W // 8))):
+        with cpu.counting() as counted:
+            module.get_function(name)(grid, (32, 8), (H, W, a, np.empty_like(a)))
+        sectors[name] = counted.launches[0].totals["sectors_per_request"]
+    assert sectors == {"scale_x_along_rows": 4, "scale_x_down_columns": 32}
+
+
+def _constant_module(backend, C):
+    module = gpulab.load_module("basics/06_constant_scale.cu", backend)
+    factors = np.random.default_rng(C).uniform(0.5, 2, C).astype(np.float32)
+    table = np.zeros(1024, np.float32)
+    table[:C] = factors
+    module.set_constant("scale", table)
+    return module, factors
+
+
+def test_constant_scale_in_both_layouts(backend):
+    be = gpulab.get_backend(backend)
+    for C, HW, N in ((3, 5, 2), (64, 32, 1), (100, 7, 3)):
+        module, factors = _constant_module(be, C)
+        n = N * C * HW
+        x = np.random.default_rng(n).uniform(-1, 1, n).astype(np.float32)
+        for name, sizes, channel in (("scale_channels_first", (n, C, HW), np.arange(n) // HW % C),
+                                     ("scale_channels_last", (n, C), np.arange(n) % C)):
+            y = be.poisoned(n + 3)                           # 3 past the end must stay NaN
+            module.get_function(name)((-(-n // 256),), (256,), (*sizes, be.to_device(x), y))
+            y = be.to_host(y)
+            assert np.array_equal(y[:n], x * factors[channel]) and np.isnan(y[n:]).all(), (name, C, HW)
+
+
+def test_constant_reads_are_counted_by_distinct_addresses():
+    # One channel per warp: one address per request; 32 consecutive channels: 32; 4 channels: 4.
+    for C, HW, first, last in ((64, 256, 1, 32), (4, 64, 1, 4)):
+        module, _ = _constant_module("cpu", C)
+        n = C * HW
+        x = np.ones(n, np.float32)
+        passes = {}
+        for name, sizes in (("scale_channels_first", (n, C, HW)), ("scale_channels_last", (n, C))):
+            with cpu.counting() as counted:
+                module.get_function(name)((n // 256,), (256,), (*sizes, x, np.empty_like(x)))
+            totals = counted.launches[0].totals
+            assert totals["constant_load_requests"] == n // 32
+            passes[name] = totals["constant_passes_per_request"]
+        assert passes == {"scale_channels_first": first, "scale_channels_last": last}
+
+
+def test_atomic_sums(backend):
+    be = gpulab.get_backend(backend)
+    module = gpulab.load_module("basics/07_atomic_sum.cu", be)
+    for n in (1, 255, 1000, 20_001):
+        x = np.random.default_rng(n).uniform(-1, 1, n).astype(np.float32)
+        for name in ("sum_atomic_each", "sum_block_then_atomic"):
+            total = be.to_device(np.zeros(1, np.float32))
+            module.get_function(name)((-(-n // 256),), (256,), (n, be.to_device(x), total))
+            assert abs(be.to_host(total)[0] - x.astype(np.float64).sum()) <= 1e-5 * np.abs(x).sum() + 1e-6, (name, n)
+
+
+def test_atomics_are_counted_per_update_and_per_busiest_address():
+    module = gpulab.load_module("basics/07_atomic_sum.cu", "cpu")
+    n = 1000                                     # 31 full warps and one of 8 lanes, in 4 blocks
+    x = np.ones(n, np.float32)
+    totals = {}
+    for name in ("sum_atomic_each", "sum_block_then_atomic"):
+        total = np.zeros(1, np.float32)
+        with cpu.counting() as counted:
+            module.get_function(name)((4,), (256,), (n, x, total))
+        totals[name] = counted.launches[0].totals
+    each, block = totals["sum_atomic_each"], totals["sum_block_then_atomic"]
+    # A float atomicAdd is a compare-and-swap loop on the CPU: only updates that took effect count.
+    assert (each["atomic_updates"], each["atomic_update_requests"], each["atomic_busiest_address_updates"]) == (n, 32, n)
+    assert (block["atomic_updates"], block["atomic_update_requests"], block["atomic_busiest_address_per_request"]) == (4, 4, 1)
+
+
+def test_an_atomic_request_to_several_addresses_counts_its_busiest(tmp_path):
+    # Lane l adds to bin l % 4 (8 updates of each bin per warp), or, skewed, to bin 0 when
+    # l < 20 and to bins 1-3 otherwise (20 of a warp's 32 updates on bin 0).
+    source = tmp_path / "bins.cu"
+    source.write_text('extern "C" __global__ void bins(unsigned int* counts, int skewed) {\n'
+                      '    const int l = threadIdx.x % 32;\n'
+                      '    atomicAdd(&counts[skewed ? (l < 20 ? 0 : 1 + l % 3) : l % 4], 1u);\n}\n')
+    fn = gpulab.load_module(source, "cpu").get_function("bins")
+    for skewed, busiest in ((0, 8), (1, 20)):
+        counts = np.zeros(4, np.uint32)
+        with cpu.counting() as counted:
+            fn((1,), (64,), (counts, skewed))
+        totals = counted.launches[0].totals
+        assert totals["atomic_busiest_address_per_request"] == busiest and counts.sum() == 64
+        assert (totals["atomic_updates"], totals["atomic_update_requests"]) == (64, 2)
+
+
+# ----------------------------------------------------------------- the notebook's prose
+NOTEBOOK = paths.REPO / "book" / "basics" / "basics.ipynb"
+
+
+def _cells(kind):
+    return ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == kind]
+
+
+def test_every_glue_key_the_prose_reads_is_glued():
+    """The site build fails on a {glue} key no cell glues; nbmake runs the notebook without
+    noticing. Keys glued by name are read from the code; glue(**mapping) is resolved in the
+    names the first cell defines (the H100's datasheet facts)."""
+    used = {m for text in _cells("markdown") for m in re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_]\w*)", text)}
+    glued, namespace = set(), {"h100": datasheet.h100()}
+    for source in _cells("code"):
+        tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "glue":
+                for keyword in node.keywords:
+                    glued |= {keyword.arg} if keyword.arg else set(eval(ast.unparse(keyword.value), namespace))  # noqa: S307
+    assert used, "the prose reads no glued number"
+    assert not used - glued, f"glue keys the prose reads and no cell glues: {sorted(used - glued)}"
+
+
+def test_the_glossary_names_columns_the_profiles_have():
+    from gpulab import profiler
+    from gpulab.workloads import alexnet
+    from gpulab.workloads.convpool import record as convpool_record
+    from gpulab.workloads.training import record as training_record
+    known = {"sectors_per_request", *profiler.STANDARD_METRICS.values(), *alexnet.PROFILE_EXTRA_METRICS.values(),
+             *training_record.PROFILE_STALL_METRICS.values(), *convpool_record.PROFILE_METRICS.values()}
+    glossary = next(text for text in _cells("markdown") if "(basics-profiler-glossary)=" in text)
+    named = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", glossary, re.M))
+    columns = {c for pair in named for c in pair if c}
+    assert len(columns) >= 10 and columns <= known, columns - known
+
+
+@pytest.mark.solutions
+def test_the_puzzles_are_checked_in_the_ladder_schema():
+    from gpulab import puzzles
+    checks = puzzles.check_steps("cpu", races=True)
+    assert list(checks["step"].unique()) == ["E1", "E2", "E3"] and (checks["status"] == "ok").all()
+    assert len(checks) == sum(len(puzzles.CHECK_SIZES[s.check]) for s in puzzles.STEPS)
+    with pytest.raises(ValueError, match="check must be one of"):
+        puzzles.Step("E9", "basics/exercise_01_relu.cu", "?", kernel="relu", check="scan", block=(256,))
+
+
+def test_basics_has_exercises_but_no_workload():
+    from gpulab import chapters, exercises
+    assert "basics" not in chapters.names(with_workload=True)     # `gpulab record` has nothing to record
+    module, step = exercises.workload_step(exercises.get("basics.2"), paths.REPO / "kernels/basics/x.cu", {})
+    assert module.__name__ == "gpulab.puzzles" and step.kernel == "broadcast_add" and step.file.endswith("x.cu")

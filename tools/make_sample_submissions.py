@@ -80,6 +80,8 @@ def main() -> None:
     shutil.rmtree(SUBMISSIONS, ignore_errors=True)
     write("ada", {e.id: solution(e) for e in exercises.EXERCISES})
     write("ben", {
+        "basics.1": solution(get("basics.1")),
+        "basics.2": wrong(get("basics.2"), "axes_swapped.cu"),
         "measuring.1": solution(get("measuring.1")),
         "measuring.2": wrong(get("measuring.2"), "milliseconds_as_seconds.py"),
         "fcnet.1": wrong(get("fcnet.1"), "relu_always.cu"),
@@ -97,6 +99,7 @@ def main() -> None:
     raises = measuring_2.replace('ladder["size"].max()', 'ladder["n"].max()')            # KeyError
     assert hangs != saxpy and no_semicolon != fcnet_1 and raises != measuring_2
     write("cy", {
+        "basics.3": wrong(get("basics.3"), "not_atomic.cu"),
         "measuring.1": hangs,
         "measuring.2": raises,
         "fcnet.1": no_semicolon,
