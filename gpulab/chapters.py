@@ -56,6 +56,9 @@ def workload(name: str):
     found = name.isidentifier() and importlib.util.find_spec(module_name) is not None
     module = importlib.import_module(module_name) if found else None
     if module is None or getattr(module, "CHAPTER", None) != name:
+        if TOC.is_file() and name in names():
+            raise KeyError(f"chapter '{name}' has no workload (nothing to record or profile); the chapters "
+                           f"with one are: {', '.join(names(with_workload=True))}")
         known = ", ".join(names()) if TOC.is_file() else "see _toc.yml"
         raise KeyError(f"unknown chapter '{name}' (no module gpulab/workloads/{name} declaring CHAPTER = "
                        f"{name!r}); the lab's chapters are: {known}")
