@@ -500,3 +500,59 @@ def test_a_non_finite_training_loss_stops_the_run_naming_the_step():
     with pytest.raises(NonFiniteLoss, match=r"^10 sparse, whole step in a CUDA graph: .* epoch 3 "
                                             r"\(first at batch 1, 2 of 4 batches\)"):
         require_finite("10 sparse, whole step in a CUDA graph", 3, np.array([1.5, np.nan, 1.2, np.inf]))
+
+
+# ----------------------------------------------------------------- step 7's tiling diagram
+def test_the_tiling_is_read_from_step_7s_file_and_launch():
+    from gpulab.workloads.training import tiling
+    from gpulab.workloads.training.steps import split_k
+    d = Dims(1000, 5000)                      # B not a multiple of the tile: the grid still covers it
+    t = tiling.geometry(d)
+    op = next(o for o in training.step(7).ops(d) if o.kernel == "forward_product")
+    assert t.grid == op.grid == (1, 8, split_k(d)) and t.threads == 256
+    own = t.owner()
+    # every element of the tile has one thread, and every thread the TM x TN elements it accumulates
+    assert own.min() == 0 and np.bincount(own.ravel()).tolist() == [t.TM * t.TN] * t.threads
+    # thread (0, 0) owns rows and columns 0-3 and 64-67: four 4 x 4 pieces, as the epilogue writes them
+    assert t.rows(0) == t.cols(0) == [0, 1, 2, 3, 64, 65, 66, 67]
+    assert tiling.numbers(t)["rt_chunk"] == f"{-(-(-(-5000 // t.grid[2])) // 8) * 8:,}"
+
+
+def test_the_tiling_refuses_a_kernel_it_cannot_read(tmp_path, monkeypatch):
+    from gpulab import paths
+    from gpulab.workloads.training import tiling
+    source = paths.kernel_path(training.step(7).file).read_text()
+    bad = tmp_path / "07.cu"
+    real = paths.kernel_path
+    monkeypatch.setattr(paths, "kernel_path", lambda p: bad if "07_" in str(p) else real(p))
+    bad.write_text(source.replace("#define TM 8", "#define TM_ROWS 8"))
+    with pytest.raises(ValueError, match="#define TM <number>"):
+        tiling.geometry()
+    bad.write_text(source.replace("64 + ty * 4 + i - 4", "64 + ty * 2 + i - 4"))
+    with pytest.raises(ValueError, match="runs of 4 and 2"):
+        tiling.geometry()
+    bad.write_text(source.replace("#define BN 128", "#define BN 64"))   # 16 x 8 threads, but 256 launched
+    with pytest.raises(ValueError, match="needs 128 threads, but the step launches 256"):
+        tiling.geometry()
+
+
+def test_loads_per_fma_make_step_6_shared_bound_and_step_7_not():
+    from fractions import Fraction
+    from gpulab.workloads.training import tiling
+    counts = tiling.sass_counts()        # the kernels' machine code, live or recorded
+    # step 6 reads B by columns (one LDS per k) and A by rows (the compiler makes them LDS.128)
+    assert counts.loc[6, "FFMA"] == 16 and counts.loc[6, "LDS"] > counts.loc[6, "LDS.128"] > 0
+    assert counts.loc[7, "LDS"] == counts.loc[7, "LDS.128"] and counts.loc[7, "FFMA"] == 64 * 8
+    table = tiling.loads_per_fma(counts=counts).set_index("step")
+    assert table["values from shared memory per FMA"][6] == 2 and table["values from shared memory per FMA"][7] == Fraction(1, 4)
+    assert table["values from global memory per FMA"].tolist() == [2, Fraction(1, 8), Fraction(1, 64)]
+    # fewer loads per FMA can only raise the ceiling; a load per FMA (step 6's best case) caps it at 1/4
+    fake = counts.copy()
+    fake.loc[6, ["LDS", "LDS.128", "FFMA"]] = (16, 0, 16)
+    fake.loc[7, ["LDS", "LDS.128", "FFMA"]] = (128, 128, 512)   # 4 clocks each: a whole clock per FFMA
+    share = tiling.loads_per_fma(counts=fake).set_index("step")["share of the FP32 rate shared memory allows"]
+    assert share[6] == Fraction(1, 4) and share[7] == Fraction(1, 4)
+    share = table["share of the FP32 rate shared memory allows"]
+    assert share[6] < Fraction(1, 4) and share[7] == 1
+    fig = tiling.figure()
+    assert len(fig.axes) == 3 and "?" in fig._suptitle.get_text()

@@ -7,7 +7,7 @@ Needs nvidia-cuda-nvrtc, nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (require
 from gpulab import sass
 
 #: The kernel files whose machine code a chapter shows.
-FILES = ("basics/04_divergence.cu",)
+FILES = ("basics/04_divergence.cu", "training/06_restrict_readonly.cu", "training/07_register_tiles.cu")
 
 if __name__ == "__main__":
     for path in FILES:
