@@ -556,3 +556,19 @@ def test_loads_per_fma_make_step_6_shared_bound_and_step_7_not():
     assert share[6] < Fraction(1, 4) and share[7] == 1
     fig = tiling.figure()
     assert len(fig.axes) == 3 and "?" in fig._suptitle.get_text()
+
+
+def test_the_profile_table_keeps_the_kernels_and_counters_the_prose_reads():
+    from gpulab.runs import load_run
+    from gpulab.workloads.training import views
+    run = load_run("training", "H100")
+    full, shown = views.profile(run), views.profile_table(run).data
+    names = views.profile_numbers(run)
+    stalls = {names[k] + " (stall cycles)" for k in ("pr_s9_fb_stall", "pr_s9_up_stall", "pr_s9_up_stall2")}
+    assert {c for c in shown.columns if "stall" in c} == stalls
+    assert not {"kernel", "sectors_per_request", "issue_slots_busy_pct", "dram_bytes_read"} & set(shown.columns)
+    assert shown["share of step"].min() >= views.PROFILE_MIN_SHARE
+    assert len(shown) == (full["share of step"] >= views.PROFILE_MIN_SHARE).sum() < len(full)
+    # the kernels the prose quotes are all there
+    assert {"Z1 = X W1", "dW1 = X^T dZ1", "X^T"} <= set(shown[shown["step"] == 6]["op"])
+    assert (shown["step"] == 9).sum() == 2

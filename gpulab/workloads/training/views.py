@@ -570,6 +570,47 @@ def profile(run: RecordedRun) -> pd.DataFrame:
     return t[[c for c in keep if c in t.columns]]
 
 
+#: Kernels under this share of their step's kernel time are left out of :func:`profile_table`.
+PROFILE_MIN_SHARE = 0.02
+
+
+def profile_table(run: RecordedRun, min_share: float = PROFILE_MIN_SHARE):
+    """:func:`profile` cut to what the prose below it reads: each kernel's time and share of
+    its step, the FP32 rate of its FMA-pipe instructions, its DRAM bandwidth, occupancy,
+    registers and bank conflicts, and the stall reasons the prose names (each step-9
+    kernel's longest waits); kernels under ``min_share`` of their step left out. Styled,
+    with a caption saying what was left out."""
+    t = profile(run)
+    if t.empty:
+        return t
+    names = {"duration_ns": "time (µs)", "achieved_occupancy_pct": "occupancy (%)",
+             "registers_per_thread": "registers", "shared_load_bank_conflicts": "bank conflicts"}
+    stalls = [c for c in STALL_COLUMNS if c in t.columns]
+    quoted = []
+    for kernel, top in (("sparse_forward_backward", 1), ("sparse_update", 2)):
+        rows = t[(t["step"] == 9) & (t["kernel"] == kernel)]
+        if stalls and len(rows):
+            quoted += list(rows.iloc[0][stalls].astype(float).sort_values(ascending=False).index[:top])
+    quoted = [c for c in stalls if c in quoted]
+    keep = [c for c in ["step", "op", "duration_ns", "share of step", "FMA pipe as FFMA (TFLOP/s)", "DRAM (GB/s)",
+                        "achieved_occupancy_pct", "registers_per_thread", "shared_load_bank_conflicts"] + quoted
+            if c in t.columns]
+    shown = t[t["share of step"] >= min_share] if "share of step" in t else t
+    out = shown[keep].copy()
+    if "duration_ns" in out:
+        out["duration_ns"] = out["duration_ns"] / 1e3
+    out = out.rename(columns={**names, **{c: c.removeprefix("stall_").replace("_", " ") + " (stall cycles)"
+                                          for c in quoted}})
+    left = len(t) - len(shown)
+    caption = (f"Nsight Compute, batch 1,024; {left} kernels under {min_share:.0%} of their step's kernel time "
+               f"left out, and the counters the text does not read; " + run.caption)
+    fmt = {c: "{:,.1f}" for c in out.columns if c not in ("step", "op", "share of step")}
+    fmt.update({"share of step": "{:.0%}", "registers": "{:.0f}", "bank conflicts": "{:,.0f}",
+                "time (µs)": "{:,.1f}"})
+    return out.style.format({k: v for k, v in fmt.items() if k in out.columns}).hide(axis="index").set_caption(
+        caption)
+
+
 def profile_numbers(run: RecordedRun | None) -> dict:
     """What the profiler section quotes, by glue name: per step, its two largest
     kernels' share of its kernel time, and their FP32 rate, bandwidth and
