@@ -219,8 +219,13 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
     from ... import plots   # noqa: F401  (the book's style)
 
     t = t or geometry()
+    FS = 10                               # the labels' font size, points
     colors = ["#C44E52", "#4C72B0"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 5.6), gridspec_kw={"width_ratios": [1.25, 1.2, 0.9]})
+    # Two rows, about 1,100 pixels wide: a book page shows it at about 70% of its size, where
+    # 10-point labels still read (three panels side by side would be halved, to 6-pixel text).
+    fig = plt.figure(figsize=(10, 10))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.3], width_ratios=[1.35, 1])
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, :]), fig.add_subplot(grid[0, 1])]
     for ax in axes:
         ax.set_aspect("equal")
         ax.axis("off")
@@ -251,19 +256,18 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
         ax.plot([W0[0], W0[0] + zw], [W0[1] + wh - s * wh / splits] * 2, color="#999999", lw=0.4)
     ax.add_patch(Rectangle((W0[0], W0[1] + wh - (blk_z + 1) * wh / splits), zw, wh / splits, fc=colors[0],
                            alpha=0.8))
-    ax.text(xw / 2, -0.35, f"X: B x V = {B:,} x {V:,}\n(columns cut into {splits} k-slices)", ha="center",
-            va="top", fontsize=9)
-    ax.text(Z0[0] + zw / 2, -0.35, f"Z1: {B:,} x {H}\n{rows_b} tiles\nof {t.BM} x {t.BN}", ha="center", va="top",
-            fontsize=9)
-    ax.text(W0[0] - 0.15, W0[1] + wh / 2, f"W1:\n{V:,}\nx {H}", ha="right", va="center", fontsize=9)
+    ax.text(xw / 2, -0.3, f"X: {B:,} x {V:,}, its columns\ncut into {splits} k-slices", ha="center",
+            va="top", fontsize=FS)
+    ax.text(Z0[0] + zw + 0.25, xh / 2, f"Z1:\n{B:,} x {H},\n{rows_b} tiles of\n{t.BM} x {t.BN}", ha="left",
+            va="center", fontsize=FS)
+    ax.text(W0[0] + zw + 0.25, W0[1] + wh / 2, f"W1:\n{V:,}\nx {H}", ha="left", va="center", fontsize=FS)
     chunk = _chunk(t)
-    ax.text(0, xh + 0.3, f"grid {' x '.join(map(str, t.grid))} = {int(np.prod(t.grid)):,} blocks:\n"
-            f"one block per (tile of Z1, k-slice); the red one\nmultiplies a {t.BM} x {chunk:,} piece of X "
-            f"by a\n{chunk:,} x {t.BN} piece of W1 and adds its partial\ntile into Z1 (atomicAdd)",
-            fontsize=9, va="bottom")
-    ax.set_xlim(-0.2, Z0[0] + zw + 0.3)
-    ax.set_ylim(-1.5, W0[1] + wh + 0.2)
-    ax.set_title("(a) the grid: a block per tile and k-slice", loc="left", fontsize=10.5)
+    ax.text(0, xh + 0.4, f"grid {' x '.join(map(str, t.grid))}\n= {int(np.prod(t.grid)):,} blocks, one per\n"
+            f"(tile of Z1, k-slice). The red\none: a {t.BM} x {chunk:,} piece of X\ntimes a {chunk:,} x {t.BN} "
+            f"piece\nof W1, added into Z1's tile\n(atomicAdd)", fontsize=FS, va="bottom")
+    ax.set_xlim(-0.2, Z0[0] + zw + 2.2)
+    ax.set_ylim(-1.6, W0[1] + wh + 0.2)
+    ax.set_title("(a) the grid: a block per tile and k-slice", loc="left", fontsize=FS + 1.5)
 
     # (b) one block: the BM x BN tile, BK-deep slices of A and B in shared memory
     ax = axes[1]
@@ -275,7 +279,7 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
         ax.plot([g, g], [0, t.BM], color="#DDDDDD", lw=0.3)
     ax.plot([t.half, t.half], [0, t.BM], color="#888888", lw=0.8, ls="--")
     ax.plot([0, t.BN], [t.BM - t.half] * 2, color="#888888", lw=0.8, ls="--")
-    # As: BK x BM, drawn left of the tile as BM tall (row m at the same height as the tile's row m)
+    # X's slice (stored k-major as As[k][m]) left of the tile, row m level with the tile's row m
     ax.add_patch(Rectangle((-strip - 4, 0), strip, t.BM, fc="#F2F2F2", ec="k"))
     ax.add_patch(Rectangle((0, t.BM + 4), t.BN, strip, fc="#F2F2F2", ec="k"))
     for (tx, ty), c in zip(highlight, colors):
@@ -288,16 +292,16 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
         for c0 in xs[::t.vector]:
             ax.add_patch(Rectangle((c0, t.BM + 4), t.vector, strip, fc=c, alpha=0.85))
         ax.annotate(f"thread (tx={tx}, ty={ty})", xy=(xs[-1] + t.vector, t.BM - ys[-1] - 1), xytext=(t.BN + 3, t.BM - ys[-1] - 6 - 12 * (ty > 0)),
-                    fontsize=8.5, color=c, va="center", arrowprops=dict(arrowstyle="-", color=c, lw=0.8))
-    ax.text(-strip / 2 - 4, -3, f"A's slice\n(shared)\n{t.BK} x {t.BM}", ha="center", va="top", fontsize=8.5)
-    ax.text(t.BN / 2, t.BM + strip + 6, f"B's slice (shared): {t.BK} x {t.BN}", ha="center", va="bottom",
-            fontsize=8.5)
+                    fontsize=FS, color=c, va="center", arrowprops=dict(arrowstyle="-", color=c, lw=0.8))
+    ax.text(-strip - 7, t.BM / 2, f"X's slice\n(shared):\n{t.BM} x {t.BK}", ha="right", va="center", fontsize=FS)
+    ax.text(t.BN / 2, t.BM + strip + 6, f"W1's slice (shared): {t.BK} x {t.BN}", ha="center", va="bottom",
+            fontsize=FS)
     ax.text(t.BN / 2, -3, f"the block's {t.BM} x {t.BN} tile of Z1: {t.threads} threads,\n"
             f"each {t.TM} x {t.TN} outputs in four {t.vector} x {t.vector} pieces, {t.half} apart",
-            ha="center", va="top", fontsize=8.5)
-    ax.set_xlim(-strip - 8, t.BN + 34)
+            ha="center", va="top", fontsize=FS)
+    ax.set_xlim(-strip - 48, t.BN + 50)
     ax.set_ylim(-26, t.BM + strip + 18)
-    ax.set_title("(b) one block: who computes what", loc="left", fontsize=10.5)
+    ax.set_title("(b) one block: who computes what", loc="left", fontsize=FS + 1.5)
 
     # (c) one thread, one k: TM values of A times TN values of B, TM x TN FMAs
     ax = axes[2]
@@ -312,23 +316,23 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
     for g in range(t.vector, t.TM, t.vector):
         ax.plot([-1.6, -0.6], [g, g], color="white", lw=2)
         ax.plot([g, g], [t.TM + 0.6, t.TM + 1.6], color="white", lw=2)
-    ax.text(-1.9, t.TM / 2, f"{t.TM} values of A\n({t.TM // t.vector} float4\nloads)", ha="right", va="center",
-            fontsize=8.5)
-    ax.text(t.TN / 2, t.TM + 1.9, f"{t.TN} values of B ({t.TN // t.vector} float4 loads)", ha="center",
-            va="bottom", fontsize=8.5)
+    ax.text(-1.9, t.TM / 2, f"{t.TM} values of X\n({t.TM // t.vector} float4\nloads)", ha="right", va="center",
+            fontsize=FS)
+    ax.text(t.TN / 2, t.TM + 1.9, f"{t.TN} values of W1 ({t.TN // t.vector} float4 loads)", ha="center",
+            va="bottom", fontsize=FS)
     ax.text(t.TN / 2, t.TM / 2, f"{t.TM * t.TN} FMAs\ninto {t.TM * t.TN}\nregisters", ha="center", va="center",
-            fontsize=10, fontweight="bold")
+            fontsize=FS + 1, fontweight="bold")
     ax.text(t.TN / 2, -0.6, f"per k: {t.TM + t.TN} values loaded from\nshared memory, {t.TM * t.TN} FMAs: "
             f"{Fraction(t.TM + t.TN, t.TM * t.TN)} value per FMA\n(step 6: 2 values per FMA)", ha="center",
-            va="top", fontsize=9)
+            va="top", fontsize=FS)
     ax.set_xlim(-6.5, t.TN + 0.8)
     ax.set_ylim(-4.2, t.TM + 4.4)
-    ax.set_title("(c) one thread, one k: an outer product", loc="left", fontsize=10.5)
+    ax.set_title("(c) one thread, one k: an outer product", loc="left", fontsize=FS + 1.5)
 
-    fig.suptitle(f"Step 7: which thread computes which part of Z1 = X W1, and how many loads feed each FMA? "
-                 f"(B = {B:,})", x=0.01, ha="left", fontweight="bold", fontsize=12)
+    fig.suptitle(f"Step 7: which thread computes which part of Z1 = X W1,\nand how many loads feed each FMA? "
+                 f"(B = {B:,})", x=0.01, ha="left", fontweight="bold", fontsize=13)
     fig.text(0.01, 0.01, f"drawn from {step(7).file} (#define BM {t.BM}, BN {t.BN}, BK {t.BK}, TM {t.TM}, "
-             f"TN {t.TN}; the epilogue's indices) and the step's launch of {FORWARD}: grid "
-             f"{t.grid}, {t.threads} threads. Panel (a) is not to scale.", fontsize=7.5, color="#555555")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+             f"TN {t.TN}; the epilogue's indices)\nand the step's launch of {FORWARD}: grid "
+             f"{t.grid}, {t.threads} threads. Panel (a) is not to scale.", fontsize=8.5, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 0.93))
     return fig

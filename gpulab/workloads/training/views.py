@@ -6,6 +6,8 @@ run's GPU, date and software.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -133,10 +135,16 @@ def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
         torch = torch.assign(variant=best, epoch_ms=torch["median_ms"] * (data.TRAIN_DOCS // torch["size"]))
         rows = pd.concat([rows, torch.rename(columns={"size": "batch"})], ignore_index=True)
     shown = ", ".join(str(n) for n in steps)
-    return plots.scaling(rows, x="batch", y="epoch_ms", xlabel="batch size (documents per SGD step)",
+    fig = plots.scaling(rows, x="batch", y="epoch_ms", xlabel="batch size (documents per SGD step)",
                          ylabel="time per epoch (ms, 40,960 documents)", caption=run.caption,
                          title=f"How does the batch size change the time of an epoch? (steps {shown}; each "
                                "step's table above has its times at every batch size)")
+    # a tick at every batch size measured (a log axis from 32 to 2,048 would label only 100 and 1,000)
+    from matplotlib.ticker import NullFormatter
+    sizes = sorted(int(b) for b in rows["batch"].unique())
+    fig.axes[0].set_xticks(sizes, [f"{b:,}" for b in sizes])
+    fig.axes[0].xaxis.set_minor_formatter(NullFormatter())
+    return fig
 
 
 def ladder_figure(run: RecordedRun, batch: int = MAIN_BATCH):
@@ -145,6 +153,11 @@ def ladder_figure(run: RecordedRun, batch: int = MAIN_BATCH):
     from ... import plots
     table = ladder(run, batch)
     v = vendor(run, batch)
+    # "PyTorch eager fp32, ..., CUDA graph" names the eager code, captured: in a legend beside
+    # an eager line, "eager ... CUDA graph" reads as a contradiction
+    graph = v["mode"] == "graph"
+    v = v.assign(variant=v["variant"].where(~graph, v["variant"].str.replace("PyTorch eager ", "PyTorch ",
+                                                                             regex=False)))
     return plots.speedup_ladder(table, vendor=v[["variant", "median_ms", "precision", "mode"]],
                                 caption=run.caption,
                                 title=f"How long does one SGD step take at batch {batch:,}, "
@@ -167,14 +180,20 @@ def breakdown_figure(run: RecordedRun, numbers=(1, 6, 7, 9)):
     import matplotlib.pyplot as plt
     from ... import plots
     rows = run.experiment("breakdown")
-    fig, axes = plt.subplots(1, len(numbers), figsize=(4.2 * len(numbers), 5.5))
-    for ax, n in zip(np.atleast_1d(axes), numbers):
-        r = rows[rows["step"] == n].sort_values("median_ms").tail(8)
-        ax.barh(r["op"], r["median_ms"], color="#DD8452")
+    # Two panels a row, about 1,050 pixels wide: four in a row were shown at 40% on a book page,
+    # their kernel names at 4 pixels.
+    cols = min(2, len(numbers))
+    nrows = -(-len(numbers) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(9.5, 3.3 * nrows), squeeze=False)
+    for ax, n in zip(axes.ravel(), numbers):
+        r = rows[rows["step"] == n].sort_values("median_ms").tail(6)
+        ax.barh([textwrap.fill(op, 28) for op in r["op"]], r["median_ms"], color="#DD8452")
         ax.set_xlabel("ms per step (median)")
         ax.set_title(f"step {n}", loc="left", fontsize=10)
-        ax.tick_params(axis="y", labelsize=7)
-    return plots._finish(fig, np.atleast_1d(axes)[0], "Which kernels take the time? (batch 1,024; the 8 largest "
+        ax.tick_params(axis="y", labelsize=8.5)
+    for ax in axes.ravel()[len(numbers):]:
+        ax.axis("off")
+    return plots._finish(fig, axes.ravel()[0], "Which kernels take the time? (batch 1,024; the 6 largest "
                          "per step)", run.caption, whole_figure=True)
 
 
