@@ -179,3 +179,56 @@ def test_student_site_says_not_solved_under_each_exercise(site):
         count = text.count("exercise not solved yet")
         assert count == sum(e.chapter == chapter for e in EXERCISES), page
         assert "Traceback" not in text, f"{page} shows a traceback"
+
+
+#: Figures that must read at a 1,400-pixel-wide window (issue 27): the page, and code that only the
+#: cell drawing the figure runs. A figure drawn much wider than the page is shown shrunk, its
+#: 8-10 point labels at 4-6 pixels (training's step-7 diagram drawn 15 inches wide was at 49%).
+READABLE_FIGURES = [("book/training/training.html", "views.ladder_figure"),
+                    ("book/training/training.html", "views.scaling_figure"),
+                    ("book/training/training.html", "tiling.figure"),
+                    ("book/convpool/convpool.html", "plots.speedup_ladder")]
+#: The smallest share of its own size a figure may be shown at: matplotlib's 10-point labels at
+#: the book's 110 dpi are 15 pixels, at 60% 9.
+MIN_SCALE = 0.6
+
+_FIGURE = """
+const [code, done] = arguments;
+const cells = Array.from(document.querySelectorAll('div.cell')).filter(
+  c => (c.querySelector('.cell_input') || {textContent: ''}).textContent.includes(code));
+const images = cells.flatMap(c => Array.from(c.querySelectorAll('.cell_output img')));
+Promise.all(images.map(i => { i.loading = 'eager'; return i.decode().catch(() => null); })).then(() => done({
+  cells: cells.length,
+  images: images.map(i => {
+    const r = i.getBoundingClientRect();
+    let clip = null;                       // the nearest ancestor that hides or scrolls what overflows it
+    for (let p = i.parentElement; p && p !== document.body; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if (s.overflowX !== 'visible' && p.scrollWidth > p.clientWidth + 1) { clip = p.className; break; }
+    }
+    return {shown: i.clientWidth, natural: i.naturalWidth, right: r.right,
+            page: document.documentElement.clientWidth, clip: clip};
+  })}));
+"""
+
+
+@pytest.mark.parametrize("page,code", READABLE_FIGURES, ids=[c for _, c in READABLE_FIGURES])
+def test_the_named_figures_read_at_1400_pixels(site, server, browser, page, code):
+    if not (site / page).is_file():
+        pytest.skip(f"{page} is not in this build")
+    browser.set_window_size(1400, 900)
+    try:
+        browser.set_script_timeout(60)
+        browser.get(urljoin(server, page))
+        state = browser.execute_async_script(_FIGURE, code)
+    finally:
+        browser.set_window_size(1280, 900)
+    assert state["cells"] == 1, f"{page}: expected one cell running {code!r}, found {state['cells']}"
+    assert state["images"], f"{page}: the cell running {code!r} shows no figure"
+    for image in state["images"]:
+        assert image["natural"] > 0, f"{page}: the figure of {code!r} did not load"
+        assert image["shown"] >= MIN_SCALE * image["natural"], (
+            f"{page}: the figure of {code!r} is {image['natural']} pixels wide, shown at {image['shown']} "
+            f"({image['shown'] / image['natural']:.0%}): its labels are too small to read; draw it narrower")
+        assert image["right"] <= image["page"] and image["clip"] is None, (
+            f"{page}: the figure of {code!r} is cut off at the right (inside {image['clip']!r})")
