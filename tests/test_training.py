@@ -564,7 +564,7 @@ def test_the_profile_table_keeps_the_kernels_and_counters_the_prose_reads():
     run = load_run("training", "H100")
     full, shown = views.profile(run), views.profile_table(run).data
     names = views.profile_numbers(run)
-    stalls = {names[k] + " (stall cycles)" for k in ("pr_s9_fb_stall", "pr_s9_up_stall", "pr_s9_up_stall2")}
+    stalls = {"stall: " + names[k] for k in ("pr_s9_fb_stall", "pr_s9_up_stall", "pr_s9_up_stall2")}
     assert {c for c in shown.columns if "stall" in c} == stalls
     assert not {"kernel", "sectors_per_request", "issue_slots_busy_pct", "dram_bytes_read"} & set(shown.columns)
     assert shown["share of step"].min() >= views.PROFILE_MIN_SHARE

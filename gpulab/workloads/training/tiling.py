@@ -181,8 +181,10 @@ def loads_table(t: Tiling | None = None):
     """:func:`loads_per_fma`, styled for the notebook (fractions as fractions)."""
     table = loads_per_fma(t)
     fmt = lambda v: "—" if v is None or v != v else str(v)   # noqa: E731
-    return table.style.format({c: fmt for c in table.columns[3:]}).hide(axis="index").set_caption(
-        table.attrs["caption"])
+    share = "share of the FP32 rate shared memory allows"
+    formats = {c: fmt for c in table.columns[2:]}
+    formats[share] = lambda v: "all of it" if v == 1 else fmt(v)
+    return table.style.format(formats).hide(axis="index").set_caption(table.attrs["caption"])
 
 
 def _chunk(t: Tiling) -> int:

@@ -602,7 +602,8 @@ def profile_table(run: RecordedRun, min_share: float = PROFILE_MIN_SHARE):
     t = profile(run)
     if t.empty:
         return t
-    names = {"duration_ns": "time (µs)", "achieved_occupancy_pct": "occupancy (%)",
+    names = {"duration_ns": "time (µs)", "achieved_occupancy_pct": "occupancy (%)", "DRAM (GB/s)": "DRAM (GB/s)",
+             "FMA pipe as FFMA (TFLOP/s)": "FMA pipe (TFLOP/s)",
              "registers_per_thread": "registers", "shared_load_bank_conflicts": "bank conflicts"}
     stalls = [c for c in STALL_COLUMNS if c in t.columns]
     quoted = []
@@ -618,14 +619,14 @@ def profile_table(run: RecordedRun, min_share: float = PROFILE_MIN_SHARE):
     out = shown[keep].copy()
     if "duration_ns" in out:
         out["duration_ns"] = out["duration_ns"] / 1e3
-    out = out.rename(columns={**names, **{c: c.removeprefix("stall_").replace("_", " ") + " (stall cycles)"
+    out = out.rename(columns={**names, **{c: "stall: " + c.removeprefix("stall_").replace("_", " ")
                                           for c in quoted}})
     left = len(t) - len(shown)
     caption = (f"Nsight Compute, batch 1,024; {left} kernels under {min_share:.0%} of their step's kernel time "
                f"left out, and the counters the text does not read; " + run.caption)
     fmt = {c: "{:,.1f}" for c in out.columns if c not in ("step", "op", "share of step")}
     fmt.update({"share of step": "{:.0%}", "registers": "{:.0f}", "bank conflicts": "{:,.0f}",
-                "time (µs)": "{:,.1f}"})
+                "time (µs)": "{:,.0f}", "DRAM (GB/s)": "{:,.0f}", "occupancy (%)": "{:.0f}"})
     return out.style.format({k: v for k, v in fmt.items() if k in out.columns}).hide(axis="index").set_caption(
         caption)
 
