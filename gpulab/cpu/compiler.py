@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import paths
 from ..errors import KernelCompileError
 from ..signature import KernelSignature, parse_kernels, strip_comments
 
@@ -64,6 +65,9 @@ class Built:
 
 
 def cache_dir() -> Path:
+    """Where compiled modules are kept: ``$GPULAB_CACHE/cpu``, else ``~/.cache/gpulab/cpu``.
+    Every process (pytest's workers, the notebooks, the site build) shares it: a module is
+    written under a temporary name and renamed, so a reader sees all of it or nothing."""
     root = os.environ.get("GPULAB_CACHE")
     path = Path(root) / "cpu" if root else Path.home() / ".cache" / "gpulab" / "cpu"
     path.mkdir(parents=True, exist_ok=True)
@@ -295,7 +299,10 @@ def _included_files(source: str, search: list[Path], seen: set[Path]) -> list[Pa
     """User headers the source includes, recursively (system headers are
     covered by the compiler's identity)."""
     found = []
-    for name in _INCLUDE.findall(strip_comments(source)):
+    # The names are read from the source itself: strip_comments blanks string literals, and
+    # with them every name in quotes (keeping each character's place).
+    for match in _INCLUDE.finditer(strip_comments(source)):
+        name = source[match.start(1):match.end(1)]
         for folder in search:
             candidate = (folder / name).resolve()
             if candidate.is_file() and candidate not in seen and INCLUDE_DIR not in candidate.parents:
@@ -328,17 +335,19 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
     text = (f"#line 1 {_c_string(filename)}\n" + rewrite_dynamic_shared(rewrite_static_shared(source, filename))
             + "\n" + generated_tail(kernels, symbols, instrumented))
     extra = _compiler_options(tuple(options))
-    command_flags = [*FLAGS, *(INSTRUMENT_FLAGS if instrumented else ()), *extra, "-I", str(INCLUDE_DIR),
-                     *(f"-I{d}" for d in search), "-include", str(PRELUDE)]
+    command_flags = [*FLAGS, *(INSTRUMENT_FLAGS if instrumented else ()), *extra, _lab_prefix_map(),
+                     "-I", str(INCLUDE_DIR), *(f"-I{d}" for d in search), "-include", str(PRELUDE)]
 
+    # The key names files by their place in the lab, not on this disk: another copy of the
+    # lab (the site build's student copy, a second clone) reuses what this one compiled.
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, compiler_identity(), " ".join(command_flags), text):
-        digest.update(part.encode() + b"\0")
+        digest.update(_in_lab(part).encode() + b"\0")
     digest.update(_runtime_sources())
     if instrumented:
         digest.update(INSTRUMENT.read_bytes())
     for path in _included_files(source, search, set()):
-        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+        digest.update(_in_lab(str(path)).encode() + b"\0" + path.read_bytes())
     key = digest.hexdigest()[:32]
 
     folder = cache_dir()
@@ -350,14 +359,24 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
                  instrumented=instrumented)
 
 
+def _lab_prefix_map() -> str:
+    """Record the lab's files in the module (``__FILE__`` in a header, the debug lines the
+    counters read) relative to the lab, so a module is the same wherever the lab was."""
+    return f"-ffile-prefix-map={paths.REPO}/="
+
+
+def _in_lab(text: str) -> str:
+    return text.replace(f"{paths.REPO}/", "<lab>/")
+
+
 def _instrumented_runtime() -> Path:
     """The runtime with the hooks of instrumented builds, compiled once (without
     the hooks' instrumentation) into an object file every such module links."""
-    flags = [f for f in FLAGS if f != "-shared"] + ["-c", "-DGPULAB_INSTRUMENTED", "-I", str(INCLUDE_DIR),
-                                                     "-include", str(PRELUDE)]
+    flags = [f for f in FLAGS if f != "-shared"] + ["-c", "-DGPULAB_INSTRUMENTED", _lab_prefix_map(),
+                                                     "-I", str(INCLUDE_DIR), "-include", str(PRELUDE)]
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, compiler_identity(), " ".join(flags)):
-        digest.update(part.encode() + b"\0")
+        digest.update(_in_lab(part).encode() + b"\0")
     digest.update(_runtime_sources())
     digest.update(INSTRUMENT.read_bytes())
     obj = cache_dir() / f"runtime-{digest.hexdigest()[:24]}.o"

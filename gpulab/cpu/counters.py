@@ -228,7 +228,7 @@ def _shown(location: str, filename: str) -> str:
     path, _, line = location.rpartition(":")
     if path == filename or path.endswith("/" + filename.lstrip("./")):
         path = filename
-    elif "/gpulab/cpu/include/" in path:
+    elif "/gpulab/cpu/include/" in "/" + path:   # relative when the lab's folder was mapped away
         path = "<gpulab-cpu header " + path.rsplit("/", 1)[-1] + ">"
     return f"{path}:{line}"
 

@@ -1,0 +1,55 @@
+"""Notebook tests (with ``--nbmake``, as pyproject's addopts has it): each chapter notebook is
+executed as it is (nbmake's test) and, beside it, in the student version of the lab, the one the
+published site shows; the site build reuses those executed student notebooks
+(:mod:`gpulab.site`) instead of executing them again. Both are ``slow``; the student one is
+also ``student_book`` (``-m "not student_book"`` leaves it out)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent
+_lab: Path | None = None
+
+
+def _is_chapter(path: Path) -> bool:
+    return path.suffix == ".ipynb" and path.parent.parent == ROOT / "book" and path.stem == path.parent.name
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if parent.config.getoption("nbmake", False) and _is_chapter(file_path):
+        return StudentNotebook.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
+
+
+class StudentNotebook(pytest.File):
+    def collect(self):
+        yield StudentNotebookRun.from_parent(self, name="student version")
+
+
+class StudentNotebookRun(pytest.Item):
+    """The chapter's notebook in the student copy runs without an error, except the
+    exercises' checks (tagged ``raises-exception``), as the site build requires."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.student_book)
+
+    def runtest(self):
+        from gpulab import site
+        global _lab
+        if _lab is None or not _lab.is_dir():
+            _lab = site.student_lab_for_execution()
+        timeout = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"]
+        site.execute_student_notebook(_lab, self.path.relative_to(ROOT).as_posix(), timeout)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.relative_to(ROOT)} (student version)"

@@ -1,0 +1,73 @@
+"""The CPU backend's compiled modules are shared: by every process using one cache folder
+(pytest's workers, the notebooks, the site build) and by every copy of the lab (a student copy
+finds what the lab compiled), and a concurrent compile of one module is safe."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpulab import cpu, paths
+from gpulab.errors import KernelLaunchError
+
+HEADER = """// A helper in a header: its __trap() names the header.
+__device__ void give_up(int i, int bad) { if (i == bad) __trap(); }
+"""
+KERNEL = """#include "helper.cuh"
+extern "C" __global__ void scale(int n, float a, float* x, int bad)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    give_up(i, bad);
+    if (i < n) x[i] *= a;
+}
+"""
+
+
+def _lab(root: Path, header: str = HEADER) -> Path:
+    (root / "kernels" / "t").mkdir(parents=True)
+    (root / "kernels" / "t" / "helper.cuh").write_text(header)
+    (root / "kernels" / "t" / "scale.cu").write_text(KERNEL)
+    return root
+
+
+def _compile(lab: Path, monkeypatch):
+    monkeypatch.setattr(paths, "REPO", lab)
+    folder = lab / "kernels" / "t"
+    return cpu.compile_module((folder / "scale.cu").read_text(), filename="kernels/t/scale.cu",
+                              include_dirs=[str(lab / "kernels"), str(folder)])
+
+
+def test_a_copy_of_the_lab_elsewhere_reuses_the_compiled_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_CACHE", str(tmp_path / "cache"))
+    first = _compile(_lab(tmp_path / "lab"), monkeypatch)
+    copy = _compile(_lab(tmp_path / "deeper" / "student"), monkeypatch)
+    assert copy.path == first.path and len(list((tmp_path / "cache" / "cpu").glob("*.so"))) == 1
+    # ... and the module names the header as the lab knows it, not where it was compiled.
+    x = np.ones(70, np.float32)
+    copy.get_function("scale")((3, 1, 1), (32, 1, 1), (np.int32(70), np.float32(2), x, np.int32(-1)))
+    assert (x == 2).all()
+    try:
+        copy.get_function("scale")((3, 1, 1), (32, 1, 1), (np.int32(70), np.float32(2), x, np.int32(40)))
+    except KernelLaunchError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("__trap() did not stop the launch")
+    assert "kernels/t/helper.cuh" in message and str(tmp_path) not in message, message
+    # A header that differs is another module.
+    changed = _compile(_lab(tmp_path / "changed", HEADER.replace("i == bad", "i == bad + 0")), monkeypatch)
+    assert changed.path != first.path
+
+
+def test_processes_compiling_one_module_at_once_all_get_it(tmp_path):
+    source = (paths.REPO / "tests" / "kernels" / "grid3d.cu").read_text() + f"\n// {tmp_path.name}\n"
+    (tmp_path / "k.cu").write_text(source)
+    script = ("import sys; from gpulab import cpu; m = cpu.compile_module(open(sys.argv[1]).read(), "
+              "filename='k.cu'); print(m.path)")
+    env = {"GPULAB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(paths.REPO), "PATH": "/usr/bin:/bin"}
+    runs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "k.cu")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [run.communicate() for run in runs]
+    assert all(run.returncode == 0 for run in runs), outputs
+    assert len({out.strip() for out, _ in outputs}) == 1
+    # Every module written whole under a temporary name, then renamed: nothing else is left.
+    assert [p.name for p in (tmp_path / "cache" / "cpu").iterdir()] == [Path(outputs[0][0].strip()).name]
