@@ -24,6 +24,7 @@ def pytest_collect_file(file_path: Path, parent):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)      # before -m selects by marker
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.suffix == ".ipynb":

@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -160,7 +161,7 @@ def lab_digest(folder: Path) -> str:
 def student_lab_for_execution() -> Path:
     """The student copy the test run executes notebooks in, ``_build/executed/student-<digest>``:
     made afresh and named by its digest, kept if one by that name exists (another pytest worker
-    made it). Copies of other digests are removed."""
+    made it). Copies of other digests older than six hours are removed."""
     EXECUTED.mkdir(parents=True, exist_ok=True)
     from .student import make_student_version
     tmp = Path(tempfile.mkdtemp(prefix="making-", dir=EXECUTED))
@@ -173,8 +174,8 @@ def student_lab_for_execution() -> Path:
         if not (lab / "gpulab").is_dir():
             raise
     shutil.rmtree(tmp, ignore_errors=True)
-    for other in EXECUTED.glob("student-*"):
-        if other.name != name:
+    for other in EXECUTED.glob("student-*"):   # earlier runs' (not a concurrent worker's)
+        if other.name != name and time.time() - other.stat().st_mtime > 6 * 3600:
             shutil.rmtree(other, ignore_errors=True)
     return lab
 

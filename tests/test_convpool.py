@@ -195,6 +195,7 @@ def test_the_record_plan_on_a_t4_skips_the_tensor_core_steps_and_batch_32():
     assert record.plan(convpool.BATCHES, None)[1] == []              # no limits: everything is measured
 
 
+@pytest.mark.slow
 def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(monkeypatch):
     # A live run on a T4 lacks steps 7-8 (compute capability 7.5) and N = 32 (memory). Build one
     # from the recorded run through the record's own plan (record.as_measured_on), execute every

@@ -103,6 +103,7 @@ def graded(tmp_path_factory) -> Graded:
     return Graded(out, root / "grades-feedback")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_the_lab_answer_passes_every_check(exercise, graded):
     assert exercises.hidden_cases(exercise), f"{exercise.id} has no hidden checks"
@@ -152,6 +153,7 @@ def _hidden_inputs() -> set[str]:
     return found - public
 
 
+@pytest.mark.slow
 def test_sample_submissions_get_the_expected_grades(graded):
     grades = graded.grades
     expected = pd.read_csv(FIXTURES / "expected_grades.csv")
@@ -163,6 +165,7 @@ def test_sample_submissions_get_the_expected_grades(graded):
     assert totals["ada"] == most and 0 < totals["cy"] < totals["ben"] < most
 
 
+@pytest.mark.slow
 def test_feedback_says_why_and_never_shows_a_hidden_input(graded):
     grades = graded.grades
     # Every failure says why; the feedback and the grades never show a hidden input.

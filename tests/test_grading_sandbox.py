@@ -22,7 +22,8 @@ from gpulab import exercises, grading, paths, sandbox
 from test_grading import FIXTURES, WRONG, _hidden_inputs, handed_in, submission
 
 WHY_NO_SANDBOX = sandbox.problem()
-pytestmark = pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox here: {WHY_NO_SANDBOX}")
+pytestmark = [pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox here: {WHY_NO_SANDBOX}"),
+              pytest.mark.slow]
 
 ATTACKS = FIXTURES / "attacks"
 KERNEL, CELL = exercises.get("measuring.1"), exercises.get("fcnet.2")

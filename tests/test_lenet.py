@@ -318,6 +318,7 @@ def test_the_report_comparison_divides_each_ladder_by_its_own_step_1():
     assert h100.loc["04", "this run conv2 / step 1"] < 1 < h100.loc["04", "report conv2 / step 1"]
 
 
+@pytest.mark.slow
 def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_measured(monkeypatch):
     # On an 8 GB GPU (the lead's live check: an H100 share of 7.7 GB) the record skips the main
     # batch N = MAIN_N (its footprint is over half the memory). Build that run from the recorded

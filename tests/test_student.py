@@ -99,6 +99,7 @@ def _tests_naming(path: Path, names: set, root: Path) -> list[str]:
     return [f"{relative}::{name}" for name in sorted(tainted) if name.startswith("test_")]
 
 
+@pytest.mark.slow
 def test_student_copy_checks_say_not_solved(student_copy):
     """The copy's tests pass except the exercises' checks, which say "exercise not solved yet".
     (Run here: the test files that name an exercise; tests that need a solution are marked
@@ -116,6 +117,7 @@ def test_student_copy_checks_say_not_solved(student_copy):
     assert result.stdout.count("exercise not solved yet") >= len(exercises.EXERCISES)
 
 
+@pytest.mark.slow
 def test_student_book_has_no_solution(student_copy, tmp_path):
     """The student book (built here without executing the notebooks, to stay cheap: CI builds
     and searches the executed one) shows no solution in its pages, sources or search index."""
