@@ -1,8 +1,9 @@
-"""Notebook tests (with ``--nbmake``, as pyproject's addopts has it): each chapter notebook is
-executed as it is (nbmake's test) and, beside it, in the student version of the lab, the one the
-published site shows; the site build reuses those executed student notebooks
-(:mod:`gpulab.site`) instead of executing them again. Both are ``slow``; the student one is
-also ``student_book`` (``-m "not student_book"`` leaves it out)."""
+"""The student version of each chapter notebook, executed when pytest collects the notebook
+(``python -m pytest`` collects book/, as pyproject's testpaths say): in the student copy of the lab,
+the one the published site shows, whose build then reuses these executed notebooks
+(:mod:`gpulab.site`) instead of executing them again. The notebooks as they are run once too, in
+tests/test_glued.py (or nbmake's test, with ``--nbmake``). Every notebook test is ``slow``; the
+student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,7 @@ def _is_chapter(path: Path) -> bool:
 
 
 def pytest_collect_file(file_path: Path, parent):
-    if parent.config.getoption("nbmake", False) and _is_chapter(file_path):
+    if _is_chapter(file_path):
         return StudentNotebook.from_parent(parent, path=file_path)
     return None
 

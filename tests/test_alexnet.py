@@ -18,6 +18,7 @@ def test_every_step_matches_the_reference(backend, step):
     assert list(checks["layer"]) == [layer.name for layer in alexnet.CHECK_LAYERS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", alexnet.MMA_STEPS, ids=lambda s: s.number)
 def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
     # Every tile a step may pick for any layer (steps 20 on pick per layer), on every layer.

@@ -207,6 +207,7 @@ def test_checking_settings_nest_and_are_validated():
 OVERHEAD_MARGIN = 0.20
 
 
+@pytest.mark.slow
 def test_isolation_costs_the_chapters_little():
     before = cpu.launch_costs()
     table = fcnet.check_steps("cpu")

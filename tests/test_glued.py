@@ -59,6 +59,7 @@ def test_only_live_values_are_held_loosely():
     assert not _same("multigpu", "replica_tol", "1e-05", "1.0000001e-05")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_glued_numbers_unchanged(chapter):
     expected = json.loads((glued_values.FIXTURES / f"{chapter}.json").read_text())

@@ -123,6 +123,7 @@ def test_every_exercise_has_known_wrong_answers():
 WRONG_ANSWERS = sorted(p for p in WRONG.glob("*/*") if p.suffix in (".cu", ".py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", WRONG_ANSWERS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_checks_reject_a_known_wrong_answer(path, tmp_path):
     exercise = exercises.get(path.parent.name)

@@ -123,6 +123,7 @@ def test_the_reports_bounds_test_is_caught():
     assert "update of W2" in failed and "update of b2" in failed
 
 
+@pytest.mark.slow
 def test_the_sweep_marks_a_diverging_configuration_as_broken():
     step = training.step(6)
     d = Dims(B=40, V=1001)
