@@ -2,7 +2,8 @@
 (``python -m pytest`` collects book/, as pyproject's testpaths say): in the student copy of the lab,
 the one the published site shows, whose build then reuses these executed notebooks
 (:mod:`gpulab.site`) instead of executing them again. The notebooks as they are run once too, in
-tests/test_glued.py (or nbmake's test, with ``--nbmake``). Every notebook test is ``slow``; the
+a second item of the same file (:class:`GluedNumbersRun`, which also compares the numbers it
+glues with tests/fixtures/glued), or nbmake's test with ``--nbmake``. Every notebook test is ``slow``; the
 student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
@@ -34,7 +35,32 @@ def pytest_collection_modifyitems(items):
 
 class StudentNotebook(pytest.File):
     def collect(self):
+        yield GluedNumbersRun.from_parent(self, name="as it is: glued numbers unchanged")
         yield StudentNotebookRun.from_parent(self, name="student version")
+
+
+def _glued_values():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("glued_values", ROOT / "tools" / "glued_values.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class GluedNumbersRun(pytest.Item):
+    """The chapter's notebook as it is runs without an error (as nbmake would check) and glues
+    exactly the numbers of tests/fixtures/glued/<chapter>.json (tools/glued_values.py): a change
+    of the package cannot move a number the book quotes. A file of its own per chapter, so
+    pytest-xdist (--dist loadfile) spreads the chapters over the workers."""
+
+    def runtest(self):
+        _glued_values().assert_unchanged(self.path.stem)
+
+    def repr_failure(self, excinfo):
+        return str(excinfo.value) if excinfo.errisinstance(AssertionError) else super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.relative_to(ROOT)} (as it is, glued numbers)"
 
 
 class StudentNotebookRun(pytest.Item):

@@ -10,6 +10,7 @@ Usage: PYTHONPATH=. python tools/glued_values.py [CHAPTER ...]      (default: ev
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -46,6 +47,32 @@ def execute(chapter: str, timeout: int = 900):
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     return nb
+
+
+#: Values measured live on the CPU backend whose last digits differ from run to run: the replicas'
+#: gradients are summed by threads in whatever order they finish, so float32 rounding varies
+#: (worst_replica: 6.17e-7 to 6.36e-7 over six runs of the same code). They are held to their magnitude.
+LIVE = {("multigpu", "worst_replica"): 0.2, ("multigpu", "param_worst"): 0.2}
+
+
+def same(chapter: str, name: str, before: str, after: str) -> bool:
+    tolerance = LIVE.get((chapter, name))
+    if tolerance is None:
+        return before == after
+    return math.isclose(float(before), float(after), rel_tol=tolerance)
+
+
+def assert_unchanged(chapter: str, nb=None) -> None:
+    """``chapter``'s executed notebook (executed here if not given) glues exactly the fixture's
+    values: no number moved, dropped or added."""
+    expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
+    got = glued(execute(chapter) if nb is None else nb)
+    changed = {k: (expected[k], got[k]) for k in expected.keys() & got.keys()
+               if not same(chapter, k, expected[k], got[k])}
+    assert not changed, f"{chapter}: glued values changed (before, after): {changed}"
+    assert got.keys() == expected.keys(), (
+        f"{chapter}: glued names differ; missing now: {sorted(expected.keys() - got.keys())}, "
+        f"new: {sorted(got.keys() - expected.keys())}")
 
 
 def main(argv: list[str]) -> int:
