@@ -232,3 +232,32 @@ def prediction_table(run, N: int = 1) -> pd.DataFrame:
     rows = ladder(run, N, vendor=False)
     return predictions.table([(s.number, s.title, s.file) for s in STEPS], rows[["step", "median_ms"]],
                              PREDICTED)
+
+
+def input_loads(launches, kernels: dict) -> pd.DataFrame:
+    """The global loads of the input ``x`` in CPU-backend launches counted by
+    :func:`gpulab.cpu.counting`, per step: ``kernels`` maps a step to its kernel's name. The
+    loads of x are the counted source lines that index ``x`` (or its row pointer ``x_c``)."""
+    import re
+    from ... import paths
+    rows = {}
+    for step, name in kernels.items():
+        found = [launch for launch in launches if launch.kernel == name]
+        if not found:
+            raise ValueError(f"no counted launch of '{name}' (step {step}); counted: "
+                             f"{sorted({launch.kernel for launch in launches})}")
+        by_line = found[0].by_line
+        keep = []
+        for where in by_line.index:
+            file, line = str(where).rsplit(":", 1)
+            source = paths.REPO / file                   # an absolute path stays itself
+            if not source.is_file():                     # the CPU backend's own header, not the kernel
+                keep.append(False)
+                continue
+            text = source.read_text().splitlines()[int(line) - 1]
+            keep.append(bool(re.search(r"\bx(_c)?\[", text)))
+        lines = by_line[keep]
+        requests, sectors = lines["global_load_requests"].sum(), lines["global_load_sectors"].sum()
+        rows[step] = {"kernel": name, "requests": requests, "sectors": sectors,
+                      "sectors per request": sectors / requests if requests else float("nan")}
+    return pd.DataFrame.from_dict(rows, orient="index")
