@@ -64,7 +64,7 @@ def ownership(ax, owner, *, title: str, group=None, highlight: dict | None = Non
             raise ValueError(f"group must have owner's shape {owner.shape}, got {group.shape}")
         _boundaries(ax, group, color="#333333", lw=1.6)
     for (r, c), text in (labels or {}).items():
-        ax.text(c, r, text, ha="center", va="center", fontsize=6)
+        ax.text(c, r, text, ha="center", va="center", fontsize=8)
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xlabel(xlabel)
@@ -73,7 +73,7 @@ def ownership(ax, owner, *, title: str, group=None, highlight: dict | None = Non
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(textwrap.fill(title, 34), loc="left", fontsize=10)
+    ax.set_title(textwrap.fill(title, 32), loc="left", fontsize=11)
     return ax
 
 
@@ -118,8 +118,8 @@ def panels(n: int, *, title: str, caption: str | None = None, rows: int = 1, siz
     fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 9)), x=0.01, ha="left",
                  fontweight="bold", fontsize=12)
     if caption:
-        fig.text(0.01, 0.0, textwrap.fill(caption, int(fig.get_figwidth() * 13)), ha="left", va="top",
-                 fontsize=8.5)
+        fig.text(0.01, 0.0, textwrap.fill(caption, int(fig.get_figwidth() * 11)), ha="left", va="top",
+                 fontsize=10)
     fig.tight_layout()
     return fig, axes if rows > 1 else axes[0]
 
@@ -129,4 +129,4 @@ def legend(fig, entries: dict) -> None:
     caption; leave room for it with ``fig.tight_layout(rect=(0, 0.06, 1, 0.95))``."""
     from matplotlib.patches import Patch
     fig.legend(handles=[Patch(facecolor=c, edgecolor="#333333", label=l) for l, c in entries.items()],
-               loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=8, frameon=False, ncol=len(entries))
+               loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=9.5, frameon=False, ncol=1)

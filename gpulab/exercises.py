@@ -181,24 +181,22 @@ def _alexnet_3(case: dict) -> dict:
 
 
 def _lenet_2(case: dict) -> dict:
-    from .workloads.lenet import results
-    run = _run("lenet", case)
-    return {"ladder": results.step_labels(run.experiment("ladder")),
-            "fp32_rate": _ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
+    return {"threads": case["threads"], "blocks": case["blocks"]}
 
 
 def _lenet_3(case: dict) -> dict:
-    if "random" in case:             # synthetic lanes: copies and kernels at random times
+    """One-stream copy-in, forward-pass and copy-out times: a step's, from the recorded
+    timeline (``"step"``), or seeded random ones (``"random"``), and the number of streams."""
+    if "random" in case:
         rng = np.random.default_rng(case["random"])
-        n = 12
-        start = rng.uniform(0, 10, n)
-        return {"rows": pd.DataFrame({"lane": [f"stream {i % 3}" for i in range(n)],
-                                      "kind": rng.choice(["h2d", "kernel", "d2h"], n),
-                                      "label": "", "start_ms": start, "end_ms": start + rng.uniform(0.1, 3, n)})}
+        h2d, kernel, d2h = rng.uniform(0.01, 10.0, 3)
+        return {"h2d_ms": float(h2d), "kernel_ms": float(kernel), "d2h_ms": float(d2h),
+                "streams": int(case.get("streams", rng.integers(2, 9)))}
     from .workloads.lenet import results
     lanes = results.step_labels(_run("lenet", case).tables["timeline"])
-    rows = lanes[lanes["variant"].str.startswith(case["step"] + " ") & (lanes["chunks"] == case["chunks"])]
-    return {"rows": rows.reset_index(drop=True)}
+    return {**results.one_stream_ms(lanes, case["step"]), "streams": case["streams"]}
+
+
 def _alexnet_check_layers():
     from .workloads.alexnet import CHECK_LAYERS, Layer
     return [Layer(1, C=3, H=35, W=35, M=10, R=11, S=11, U=4, P=0), *CHECK_LAYERS[1:]]
@@ -325,17 +323,21 @@ EXERCISES: list[Exercise] = [
              "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},),
              hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
                   "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
-    Exercise("lenet.2", "lenet", "how much of the FP32 rate does step 10 reach?", 2, "function",
-             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex2"], function="step10_fractions",
-             signature="step10_fractions(ladder, fp32_rate)", public=({},), inputs=_lenet_2, uses_run=True,
-             hint="Step 10's rows at N = 10,000 in phase 'layer'; flops / median_ms is FLOP per ms, and the "
-                  "FP32 rate is in GFLOP/s. Key the dict by layer name."),
-    Exercise("lenet.3", "lenet", "how much copy time did the streams hide?", 2, "function",
-             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex3"], function="hidden_copy_fraction",
-             signature="hidden_copy_fraction(rows)",
-             public=({"step": "01", "chunks": 4}, {"step": "01", "chunks": 1}), inputs=_lenet_3, uses_run=True,
-             hint="Merge the copies' intervals (and the kernels') into disjoint ones first, so that a moment "
-                  "counts once; then add up the overlaps of the two sets and divide by the copies' total."),
+    Exercise("lenet.2", "lenet", "how many registers does __launch_bounds__ leave?", 2, "function",
+             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex2"], function="launch_bounds_registers",
+             signature="launch_bounds_registers(threads, blocks)",
+             public=({"threads": 289, "blocks": 2}, {"threads": 1024, "blocks": 1}, {"threads": 32, "blocks": 1}),
+             inputs=_lenet_2, tolerance=0.0, reveal=False,
+             hint="Warps per block round up (289 threads are 10 warps); the SM's blocks x warps spread over its "
+                  "four quarters (round up); a quarter's 16,384 registers over its warps, rounded down to whole "
+                  "units of 256, over 32 threads; at most 255; 0 past 64 warps or 32 blocks."),
+    Exercise("lenet.3", "lenet", "what will four streams buy?", 2, "function",
+             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex3"], function="pipelined_ms",
+             signature="pipelined_ms(h2d_ms, kernel_ms, d2h_ms, streams)",
+             public=({"step": "01", "streams": 4}, {"step": "12", "streams": 4}), inputs=_lenet_3,
+             uses_run=True,
+             hint="With c equal chunks, each stage of a chunk takes 1/c of its one-stream time; the first chunk "
+                  "goes through all three stages, and every later chunk adds one chunk of the slowest stage."),
     Exercise("training.1", "training", "the SGD update with 16-byte accesses", 4, "kernel",
              "kernels/training/exercise_01_sgd_update_float4.cu",
              # Race-checked (one block at a time): sizes that cover every fault the hidden checks

@@ -62,8 +62,16 @@ HIDDEN = {
         {"sizes": (2, 13), "seed": 9511},
         {"sizes": (33,), "seed": 9613},
     ),
-    "lenet.2": ({"perturb": 6911}, {"perturb": 7019}),
-    "lenet.3": ({"random": 7121}, {"random": 7229}, {"random": 7331}),
+    "lenet.2": (
+        {"threads": 96, "blocks": 5},      # 15 warps: 4 to a quarter, 128; one pool of 65,536 would say 136
+        {"threads": 100, "blocks": 4},     # 4 warps a block, not 3
+        {"threads": 288, "blocks": 3},
+        {"threads": 32, "blocks": 33},     # 33 warps fit, but more than 32 blocks: 0
+        {"threads": 1024, "blocks": 3},    # 96 warps: 0
+        {"threads": 160, "blocks": 7},
+        {"threads": 64, "blocks": 3},      # 2 warps to a quarter: 256 would fit, a thread holds 255
+    ),
+    "lenet.3": ({"random": 7121}, {"random": 7229, "streams": 1}, {"random": 7331}, {"step": "12h", "streams": 3}),
     "training.1": (
         {"dims": (Dims(5, 1003, 17, 2),), "seed": 4111},
         {"dims": (Dims(66, 2003, 128, 4),), "seed": 4127},

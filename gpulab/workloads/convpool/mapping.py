@@ -75,7 +75,7 @@ def step3_figure(caption: str | None = None):
             f"{s3['shared loads']} broadcast 16-byte loads for {s3['FMAs']} FMAs: 1 load per "
             f"{1 / s3['loads per FMA']:.0f} FMAs (step 2: {s2['global loads']} scattered loads per {s2['FMAs']}, 1 per "
             f"{1 / s2['loads per FMA']:.1f})." + (f" {caption}" if caption else ""))
-    fig, axes = diagrams.panels(3, size=(12, 4.3), width_ratios=(2.2, 1.2, 2.2), title=(
+    fig, axes = diagrams.panels(3, size=(10.5, 5.2), width_ratios=(2.2, 1.2, 2.2), title=(
         "Step 3: a block per strip, a thread per filter -- which words does one warp read together?"), caption=text)
     labels = {(r, 8 + 16 * k): str(int(m["outputs"][r, 8 + 16 * k])) for r in range(4) for k in range(4)}
     diagrams.ownership(axes[0], m["outputs"], labels=labels, marks=[(m["outputs"] == 0, diagrams.HIGHLIGHT)],
@@ -94,10 +94,10 @@ def step3_figure(caption: str | None = None):
     diagrams.ownership(axes[2], m["weights"], marks=[(taps, diagrams.HIGHLIGHT)],
                        title="weights as wt[c][r][s][m] (channel 0's 25 taps, 64 filters; colour = warp)",
                        xlabel="filter m", ylabel="tap (r, s)", aspect="auto")
-    diagrams.legend(fig, {"one instruction of warp 0: all 32 lanes read this one word (a broadcast) "
+    diagrams.legend(fig, {"one instruction of warp 0: all 32 lanes read this one word (a broadcast),\n"
                               "and 32 consecutive weights (one 128-byte request)": diagrams.HIGHLIGHT,
                               "output 0's window": "white"})
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
     return fig
 
 
@@ -110,7 +110,7 @@ def step6_figure(caption: str | None = None):
             f"{s5['shared loads']} shared, {s5['global loads']} global, {s5['FMAs']} FMAs): 1 per "
             f"{1 / s5['loads per FMA']:.1f}. The counts are close: fewer loads cannot explain step 6's gain."
             + (f" {caption}" if caption else ""))
-    fig, axes = diagrams.panels(2, size=(12, 5.0), width_ratios=(1.0, 1.4), title=(
+    fig, axes = diagrams.panels(2, size=(10.5, 5.6), width_ratios=(1.0, 1.4), title=(
         "Step 6: which sums does one thread hold, and why can it pool them in registers?"), caption=text)
     one = m["tile"] == 0
     diagrams.ownership(axes[0], m["tile"], group=m["warp"], marks=[(one, diagrams.HIGHLIGHT)],
@@ -122,5 +122,5 @@ def step6_figure(caption: str | None = None):
                              "4q .. 4q + 3 of the tile are window q, so each thread holds whole windows",
                        xlabel="image column f", ylabel="image row e", aspect="auto")
     diagrams.legend(fig, {"thread 0: its 8 x 8 sums (4 pieces) and the two windows they pool": diagrams.HIGHLIGHT})
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
     return fig

@@ -211,3 +211,15 @@ def batch_note(run, N: int) -> str:
     skipped = run.tables.get("skipped")
     why = [] if skipped is None or not len(skipped) else list(skipped[skipped["size"] == N]["reason"].unique())
     return f"N = {N:,}: {NOT_MEASURED}" + (f" ({'; '.join(why)})" if why else "")
+
+
+def one_stream_ms(lanes: pd.DataFrame, step: str) -> dict:
+    """Step ``step``'s one-stream copy-in, forward-pass and copy-out times (ms) from the run's
+    timeline rows (``lanes``): what a model of several streams starts from."""
+    rows = lanes[lanes["variant"].str.startswith(step + " ") & (lanes["chunks"] == 1)]
+    if rows.empty:
+        raise ValueError(f"the timeline has no one-stream rows of step {step}; it has "
+                         f"{sorted(lanes['variant'].unique())}")
+    busy = (rows["end_ms"] - rows["start_ms"]).groupby(rows["kind"]).sum()
+    return {"h2d_ms": float(busy.get("h2d", 0.0)), "kernel_ms": float(busy.get("kernel", 0.0)),
+            "d2h_ms": float(busy.get("d2h", 0.0))}
