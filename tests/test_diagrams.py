@@ -7,6 +7,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
+import gpulab  # noqa: E402
 from gpulab import cpu, diagrams  # noqa: E402
 from gpulab.workloads import convpool, lenet  # noqa: E402
 from gpulab.workloads.convpool import mapping as cp_mapping  # noqa: E402
@@ -59,7 +60,7 @@ def test_lenet_step10_load_count_is_what_the_kernel_issues():
     float read (its build loads a float2 or float4 member by member), so it sees 2 and 4 requests
     for those; over every warp, channel and filter row, nothing else reads shared memory."""
     with cpu.counting() as counted:
-        lenet.assert_passed(lenet.check_steps("cpu", steps=[lenet.STEP["10"]], sizes=(2,)))
+        gpulab.assert_ok(lenet.check_steps("cpu", steps=[lenet.STEP["10"]], sizes=(2,)))
     fused = [launch for launch in counted.launches if launch.kernel == "conv_relu_pool"]
     assert len(fused) == 2
     for launch in fused:
@@ -89,7 +90,7 @@ def test_convpool_step3_reads_are_one_broadcast_and_one_coalesced_request():
     wavefront each), its reads of 32 filters' weights one 4-sector request."""
     shape = convpool.Shape(N=1, C=8, H=4, W=16, M=32)
     with cpu.counting() as counted:
-        convpool.assert_passed(convpool.check_steps("cpu", steps=[convpool.STEP["03"]], shape=shape))
+        gpulab.assert_ok(convpool.check_steps("cpu", steps=[convpool.STEP["03"]], shape=shape))
     totals = [launch for launch in counted.launches if launch.kernel == "conv_shared_tiles"][0].totals
     assert totals["shared_load_wavefronts"] == totals["shared_load_requests"] > 0
     weights = convpool.views.input_loads(counted.launches, {"03": "conv_shared_tiles"})   # x: staging only
