@@ -6,11 +6,11 @@ specialization.
 reference; :mod:`.record` what a GPU run measures (tools/hopper_gpu_run.py runs it).
 """
 from .record import benchmark_all
-from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, STEPS, Step, check, check_shape, check_steps, make_inputs, \
-    make_launch, reference, run
+from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, MAIN_SIZE, PREDICTED, STEPS, Step, check, check_shape, check_steps, make_inputs, \
+    make_launch, needs_hopper, reference, run
 
 CHAPTER = "hopper"
 TITLE = "What wins on Hopper: a GEMM from mma.sync to TMA, wgmma and warp specialization"
 
-__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "STEPS", "Step", "check",
-           "check_shape", "check_steps", "make_inputs", "make_launch", "reference", "run"]
+__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "MAIN_SIZE", "PREDICTED", "STEPS", "Step", "check",
+           "check_shape", "check_steps", "make_inputs", "make_launch", "needs_hopper", "reference", "run"]

@@ -6,11 +6,13 @@ Steps 1 on take tensor maps of A and B (gpulab.tensormap) instead of their addre
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 
 from ... import ladder
+from ... import predictions as expect
 from ...check import CheckResult, CheckTable, compare
 from ...errors import KernelArgumentError
 from ...kernels import get_backend, load_module
@@ -85,6 +87,59 @@ STEPS = [
          bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True, tma_store=True,
          store_stage_bytes=2 * 2 * STORE_BOX * STORE_BOX * 2),
 ]
+
+
+#: The size the ladder is judged at (n^3: M = N = K = n), as the kernel files' predictions are.
+MAIN_SIZE = 4096
+
+
+def _about_tflops(tflops: float, **why) -> expect.Expect:
+    """A prediction written as a rate at MAIN_SIZE^3, judged as the time that rate gives."""
+    ms = 2.0 * MAIN_SIZE ** 3 / (tflops * 1e12) * 1e3
+    claim = dataclasses.replace(expect.about_ms(ms, **why), claim=f"about {tflops:g} TFLOP/s at {MAIN_SIZE}^3 "
+                                f"({ms:.3f} ms)")
+    return claim
+
+
+#: What each kernel file's prediction claims, in numbers a run can check (gpulab.predictions);
+#: the reasons say why a claim failed, from the run's profile.
+PREDICTED = {
+    "00": _about_tflops(300, because="mma.sync from every warp, fed by cp.async, leaves the tensor cores "
+                                     "idle most of the time (the profile's SM busy is under half)"),
+    "01": expect.same(claim="within 10% of step 0",
+                      because_faster="the copy engine took the copies' address arithmetic and issue off the "
+                                     "warps (the profile's issue slots busy fell), so the warps issue more "
+                                     "mma.sync between waits"),
+    "02": expect.times(1.5, 2),
+    "03": expect.times(1.2, 1.4, because="step 2's three-slice ring lets two blocks share an SM, so one "
+                                         "block's products already ran while the other waited for its copies; "
+                                         "step 3's five-slice ring leaves room for one block, and the overlap "
+                                         "it adds inside the block replaces the one the two blocks gave"),
+    "04": _about_tflops(650, because="the epilogue writes C from the accumulators while the tensor cores "
+                                     "wait"),
+    "05": expect.times(1.05, 1.10, because="at 4096^3 the tiles fill nearly four whole waves of the SMs, "
+                                           "so step 4's last wave left few SMs idle, and the epilogue, "
+                                           "which persistence does not overlap with the next tile's "
+                                           "products, still stalls the tensor cores"),
+    "06": expect.times(1.01, 1.05, claim="a few percent faster than step 5",
+                       because="two consumer warpgroups already take turns: while one waits for its group of "
+                               "products the other's runs, so the wait step 6 removes was hidden (the "
+                               "profile's SM busy does not move)"),
+}
+
+
+def needs_hopper(backend) -> str | None:
+    """Why ``backend`` cannot run the chapter's kernels (a GPU of compute capability below 9.0),
+    or None (Hopper, or the CPU backend, which emulates what the kernels use)."""
+    be = get_backend(backend)
+    if be.name != "gpu":
+        return None
+    import cupy
+    cc = cupy.cuda.Device().compute_capability          # "90" on an H100
+    if int(cc) >= 90:
+        return None
+    return (f"needs compute capability 9.0 (TMA, mbarrier transaction counts, wgmma and setmaxnreg exist "
+            f"only in sm_90a); this GPU is {cc[:-1]}.{cc[-1]}")
 
 
 def check_shape(M: int, N: int, K: int) -> None:
@@ -171,4 +226,6 @@ def check_steps(backend=None, steps=None, shapes=CHECK_SHAPES, seed=None) -> Che
     def check_one(step, be):
         for M, N, K in shapes:
             yield {"M": M, "N": N, "K": K}, check(step, M, N, K, be, seed=seed)
-    return ladder.check_steps(STEPS if steps is None else steps, check_one, backend)
+    be = get_backend(backend)
+    why = needs_hopper(be)
+    return ladder.check_steps(STEPS if steps is None else steps, check_one, be, skip=lambda step: why)

@@ -1,0 +1,339 @@
+"""What the hopper notebook shows, each built from a run (recorded, or measured live on a Hopper
+GPU): the ladder against cuBLAS, rates against the datasheet peak and the measured ceiling, the
+roofline, the profile, the prediction table, the numbers the prose quotes, and the diagrams of the
+128-byte swizzle and of the mbarrier ring.
+
+    run = views.load(backend, "H100")
+    views.ladder_figure(run); prose.glue(**views.numbers(run))
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import datasheet, plots, predictions, roofline, runs
+from ...errors import RecordedRunError
+from ...kernels import get_backend
+from .record import benchmark_all, gemm_bytes, gemm_flops
+from .steps import MAIN_SIZE, PREDICTED, STEPS, needs_hopper
+
+CHAPTER = "hopper"
+EXPERIMENT = "hopper_gemm"
+VENDOR = "vendor"
+
+
+def load(backend=None, gpu: str = "H100"):
+    """Measure now (every step and both cuBLAS paths at MAIN_SIZE^3, a minute or two) on a GPU that
+    can run the kernels; else the run recorded on ``gpu`` (on the CPU backend, or on a GPU older
+    than compute capability 9.0, whose reason :func:`needs_hopper` gives)."""
+    be = get_backend(backend)
+    if be.name == "gpu" and needs_hopper(be) is None:
+        return runs.live_or_recorded(CHAPTER, lambda: benchmark_all(sizes=(MAIN_SIZE,)), gpu)
+    return runs.load_run(CHAPTER, gpu)
+
+
+def rows(run, size: int = MAIN_SIZE) -> pd.DataFrame:
+    """The run's GEMM rows at ``size``^3 that were timed (steps in ladder order, then cuBLAS),
+    with TFLOP/s from the median time."""
+    t = run.experiment(EXPERIMENT)
+    t = t[(t["size"] == size) & t["median_ms"].notna()].copy()
+    if t.empty:
+        raise RecordedRunError(f"the hopper run on {run.gpu} has no timed rows at {size}^3; it has sizes "
+                               f"{sorted(run.experiment(EXPERIMENT)['size'].unique())}")
+    t["step"] = t["step"].astype(str).map(lambda s: s.zfill(2) if s.isdigit() else s)
+    t["tflops"] = t["flops"] / (t["median_ms"] * 1e-3) / 1e12
+    order = {s.number: i for i, s in enumerate(STEPS)}
+    t["order"] = t["step"].map(order).fillna(len(order))
+    return t.sort_values(["order", "median_ms"]).drop(columns="order").reset_index(drop=True)
+
+
+def ladder(run, size: int = MAIN_SIZE) -> pd.DataFrame:
+    t = rows(run, size)
+    return t[t["step"] != VENDOR].reset_index(drop=True)
+
+
+def vendor(run, size: int = MAIN_SIZE) -> pd.DataFrame:
+    t = rows(run, size)
+    return t[t["step"] == VENDOR].reset_index(drop=True)
+
+
+def best_vendor(run, size: int = MAIN_SIZE) -> pd.Series:
+    """The fastest cuBLAS path of the run (fp16 in and out, float accumulation, as the steps)."""
+    v = vendor(run, size)
+    if v.empty:
+        raise RecordedRunError(f"the hopper run on {run.gpu} timed no cuBLAS path at {size}^3")
+    return v.loc[v["median_ms"].idxmin()]
+
+
+def peak_tflops(run) -> float:
+    """The datasheet's dense fp16 tensor-core rate (float accumulation) of the run's GPU."""
+    gpu = datasheet.lookup(run.gpu)
+    if gpu is None:
+        raise RecordedRunError(f"gpulab.datasheet has no entry for {run.gpu}")
+    return gpu.fp16_tensor_tflops
+
+
+def summary(run, size: int = MAIN_SIZE) -> pd.DataFrame:
+    """One row per step and cuBLAS path: time, TFLOP/s, the fraction of the fastest cuBLAS path's
+    rate and of the datasheet peak."""
+    t = rows(run, size)
+    best = best_vendor(run, size)
+    return pd.DataFrame({"variant": t["variant"], "median (ms)": t["median_ms"], "TFLOP/s": t["tflops"],
+                         "of the fastest cuBLAS": t["tflops"] / best["tflops"],
+                         "of the datasheet peak": t["tflops"] / peak_tflops(run)})
+
+
+def summary_styled(run, size: int = MAIN_SIZE):
+    return (summary(run, size).style.format({"median (ms)": "{:.4f}", "TFLOP/s": "{:.0f}",
+                                             "of the fastest cuBLAS": "{:.1%}", "of the datasheet peak": "{:.1%}"})
+            .hide(axis="index").set_caption(f"C = A B^T, {size}^3, fp16 in and out, float accumulation; "
+                                            f"datasheet peak {peak_tflops(run):g} TFLOP/s; {run.caption}"))
+
+
+def step_row(run, number: str, size: int = MAIN_SIZE):
+    """One step's row next to the step before it and the fastest cuBLAS path (a notebook cell's table)."""
+    s = summary(run, size)
+    t = rows(run, size)
+    keep = t["step"].isin([number, f"{int(number) - 1:02d}" if number.isdigit() else number]) | \
+        (t["variant"] == best_vendor(run, size)["variant"])
+    return (s[keep.to_numpy()].style.format({"median (ms)": "{:.4f}", "TFLOP/s": "{:.0f}",
+                                             "of the fastest cuBLAS": "{:.1%}", "of the datasheet peak": "{:.1%}"})
+            .hide(axis="index").set_caption(f"{size}^3; {run.caption}"))
+
+
+def ladder_figure(run, size: int = MAIN_SIZE):
+    return plots.speedup_ladder(ladder(run, size), vendor=vendor(run, size),
+                                title=f"How close does each step come to cuBLAS? C = A B^T, {size}^3, fp16",
+                                caption=run.caption)
+
+
+def ceilings(run) -> dict:
+    """The measured ceilings the roofline draws: the fastest cuBLAS rate of this run (the fastest
+    fp16 GEMM this GPU ran), and the device-copy bandwidth of the measuring chapter's run on the
+    same GPU (the datasheet's bandwidth if there is none)."""
+    sheet = datasheet.lookup(run.gpu)
+    out = {"tflops": float(best_vendor(run)["tflops"]), "gbs": sheet.memory_gbs, "gbs_source": "datasheet"}
+    try:
+        measured = roofline.ceilings_table(runs.load_run("measuring", run.gpu).timings, run.gpu)
+        out.update(gbs=float(measured.loc["memory bandwidth (GB/s)", "measured"]),
+                   gbs_source="device copy, measuring chapter's run on this GPU")
+    except (RecordedRunError, KeyError, FileNotFoundError):
+        pass
+    return out
+
+
+def roofline_figure(run, size: int = MAIN_SIZE):
+    t = rows(run, size)
+    points = pd.DataFrame({"variant": t["variant"], "intensity": t["flops"] / t["bytes"],
+                           "gflops": t["tflops"] * 1e3})
+    c = ceilings(run)
+    sheet = datasheet.lookup(run.gpu)
+    return plots.roofline(points, peak_gflops=c["tflops"] * 1e3, peak_gbs=c["gbs"],
+                          datasheet_gflops=sheet.fp16_tensor_tflops * 1e3, datasheet_gbs=sheet.memory_gbs,
+                          title=f"Is the GEMM bound by memory or by the tensor cores? ({size}^3, fp16)",
+                          caption=f"{run.caption}. Compute roof measured: the fastest cuBLAS path of this run; "
+                                  f"bandwidth: {c['gbs_source']}")
+
+
+# ---------------------------------------------------------------------------------- the profile
+PROFILE_METRICS = ("SM Busy", "Issue Slots Busy", "DRAM Throughput", "L2 Cache Throughput")
+
+
+def profile(run) -> pd.DataFrame:
+    """The ncu profile of one launch of each kernel at MAIN_SIZE^3, one row per kernel (ladder
+    order, cuBLAS's kernel last), the columns the prose reads. A live run has no profile: the
+    recorded run's of the same GPU name is read instead (its caption says so)."""
+    source = run if "profile" in run.tables else runs.load_run(CHAPTER, run.gpu if not run.live else "H100")
+    p = source.tables["profile"]
+    wide = p.pivot_table(index=["kernel", "grid"], columns="metric", values="value", aggfunc="first").reset_index()
+    steps = dict(zip(source.tables["resources"]["kernel"], source.tables["resources"]["step"].astype(str)))
+    wide["step"] = wide["kernel"].map(lambda k: steps.get(k, VENDOR)).map(lambda s: s.zfill(2) if s.isdigit() else s)
+    wide["variant"] = [f"step {s}: {k}" if s != VENDOR else f"cuBLAS: {k}" for s, k in zip(wide["step"], wide["kernel"])]
+    wide["duration (us)"] = wide["Duration"] / 1e3
+    order = {s.number: i for i, s in enumerate(STEPS)}
+    wide = wide.assign(order=wide["step"].map(order).fillna(len(order))).sort_values("order").drop(columns="order")
+    wide.attrs["caption"] = (f"{source.meta.get('profile_note', 'ncu')}; {source.caption}"
+                             + ("" if source is run else " (the live run has no profile: the recorded one)"))
+    return wide.reset_index(drop=True)
+
+
+def profile_figure(run):
+    p = profile(run)
+    return plots.profile_bars(p, [*PROFILE_METRICS, "duration (us)"],
+                              title="Where does each step's time go? (Nsight Compute, one launch, %)",
+                              caption=p.attrs["caption"])
+
+
+def cluster_of(kernel: str) -> str | None:
+    """The thread-block cluster a cuBLAS (nvjet) kernel's name states, e.g. "2x1" in
+    ``nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_TNN`` (tile 128x256, k 64 x 4 stages, cluster 2x1)."""
+    parts = kernel.split("_")
+    if not kernel.startswith("nvjet") or len(parts) < 6:
+        return None
+    return parts[5] if "x" in parts[5] else None
+
+
+# ---------------------------------------------------------------------------------- predictions
+def prediction_table(run, size: int = MAIN_SIZE) -> pd.DataFrame:
+    lad = ladder(run, size)
+    return predictions.table([(s.number, s.title, s.file) for s in STEPS], lad[["step", "median_ms"]], PREDICTED)
+
+
+def prediction_styled(run, size: int = MAIN_SIZE):
+    return predictions.styled(prediction_table(run, size), f"{size}^3; {run.caption}")
+
+
+# ---------------------------------------------------------------------------------- the prose's numbers
+def blocks_per_sm(run, number: str) -> int:
+    """How many blocks of a step fit on one SM (its registers, threads and shared memory, from the
+    run's resources table), by the architecture's limits (gpulab.datasheet)."""
+    r = run.tables["resources"]
+    r = r[r["step"].astype(str).str.zfill(2) == number].iloc[0]
+    arch = datasheet.architecture(run.meta["compute_capability"])
+    fit = arch.blocks_per_sm(int(r["threads"]), int(r["registers"]),
+                             int(r["static_shared_bytes"] + r["dynamic_shared_bytes"]))
+    return int(fit["blocks"])
+
+
+def numbers(run, size: int = MAIN_SIZE) -> dict:
+    """Every number the prose quotes, by name: ``tXX`` (ms), ``tflopsXX``, ``cublasXX`` (fraction
+    of the fastest cuBLAS path), the best step, the vendor path, the peak, the profile's columns."""
+    lad, best = ladder(run, size), best_vendor(run, size)
+    peak = peak_tflops(run)
+    out = {"size": size, "gpu": run.gpu, "date": run.meta["date"], "peak_tflops": peak,
+           "vendor_name": best["variant"], "vendor_ms": float(best["median_ms"]),
+           "vendor_tflops": float(best["tflops"]), "vendor_peak": float(best["tflops"]) / peak}
+    for _, r in lad.iterrows():
+        n = r["step"]
+        out[f"t{n}"] = float(r["median_ms"])
+        out[f"tflops{n}"] = float(r["tflops"])
+        out[f"cublas{n}"] = float(r["tflops"] / best["tflops"])
+        out[f"peak{n}"] = float(r["tflops"] / peak)
+    top = lad.loc[lad["median_ms"].idxmin()]
+    out.update(best_step=top["step"], best_ms=float(top["median_ms"]), best_tflops=float(top["tflops"]),
+               best_cublas=float(top["tflops"] / best["tflops"]), best_peak=float(top["tflops"] / peak),
+               speedup_ladder=float(lad["median_ms"].iloc[0] / top["median_ms"]))
+    c = ceilings(run)
+    out.update(ceiling_tflops=c["tflops"], ceiling_peak=c["tflops"] / peak, ridge=c["tflops"] * 1e3 / c["gbs"],
+               intensity=gemm_flops(size, size, size) / gemm_bytes(size, size, size),
+               floor_ms=gemm_flops(size, size, size) / (peak * 1e12) * 1e3,
+               gflop=gemm_flops(size, size, size) / 1e9, mbytes=gemm_bytes(size, size, size) / 1e6)
+    if "resources" in run.tables:
+        out.update(blocks02=blocks_per_sm(run, "02"), blocks03=blocks_per_sm(run, "03"))
+    p = profile(run).set_index("step")
+    for n in p.index:
+        key = "cublas" if n == VENDOR else n
+        out[f"smbusy_{key}"] = float(p.loc[n, "SM Busy"])
+        out[f"issue_{key}"] = float(p.loc[n, "Issue Slots Busy"])
+    if VENDOR in p.index:
+        out["cublas_kernel"] = p.loc[VENDOR, "kernel"]
+        out["cublas_cluster"] = cluster_of(p.loc[VENDOR, "kernel"]) or "none"
+    tiles = -(-size // STEPS[-1].bm) * -(-size // STEPS[-1].bn)
+    out.update(tiles=tiles, sms=int(run.meta["sms"]), waves=tiles / int(run.meta["sms"]))
+    return out
+
+
+# ---------------------------------------------------------------------------------- diagrams
+def swizzle_chunk(row: int, chunk: int, swizzle: int = 128) -> int:
+    """Where the 16-byte chunk ``chunk`` of row ``row`` of a tile with ``swizzle``-byte rows is
+    stored (the chunk index in the same row): bits 4 and up of the byte offset XORed with bits 7
+    and up, as many bits as the pattern has chunks (128 bytes: 3, chunk ^ (row % 8))."""
+    bits = {128: 3, 64: 2, 32: 1, 0: 0}[swizzle]
+    offset = row * max(swizzle, 16) + 16 * chunk
+    return ((offset ^ ((offset >> 3) & (((1 << bits) - 1) << 4))) % max(swizzle, 16)) // 16
+
+
+def swizzle_figure(swizzle: int = 128, rows: int = 8):
+    """Which 16-byte chunk of each row lands where in shared memory with the 128-byte swizzle."""
+    import matplotlib.pyplot as plt
+    chunks = max(swizzle, 16) // 16
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    cmap = plt.get_cmap("tab10")
+    for ax, swizzled in zip(axes, (False, True)):
+        for r in range(rows):
+            for c in range(chunks):
+                at = swizzle_chunk(r, c, swizzle) if swizzled else c
+                ax.add_patch(plt.Rectangle((at, rows - 1 - r), 1, 1, facecolor=cmap(c), alpha=0.55,
+                                           edgecolor="white"))
+                ax.text(at + 0.5, rows - 0.5 - r, f"k{8 * c}", ha="center", va="center", fontsize=8)
+        ax.set(xlim=(0, chunks), ylim=(0, rows), xticks=np.arange(chunks) + 0.5,
+               xticklabels=[f"{16 * c}" for c in range(chunks)], yticks=np.arange(rows) + 0.5,
+               yticklabels=[f"row {r}" for r in range(rows)][::-1], xlabel="byte offset in the 128-byte row (bank group)")
+        ax.set_title("as in global memory (no swizzle)" if not swizzled else
+                     f"in shared memory, {swizzle}-byte swizzle: chunk c of row r at c ^ (r % 8)", fontsize=9)
+    fig.suptitle("Where does each 16-byte chunk (8 halves: k = 8c .. 8c + 7) of a tile row land?",
+                 x=0.01, ha="left", fontweight="bold")
+    fig.text(0.01, -0.02, "Colour: which chunk (k range) of the row. Reading one k range down 8 rows hits 8 different "
+             "16-byte bank groups after the swizzle, 1 before. Computed by views.swizzle_chunk, the same "
+             "function of the address as kernels/common/hopper.h's CPU emulation.", fontsize=8, ha="left")
+    fig.tight_layout()
+    return fig
+
+
+def ring_schedule(slices: int, stages: int) -> pd.DataFrame:
+    """Slice t of the k loop: its slot (t % stages), the parity of the ``full`` phase the consumer
+    waits for ((t / stages) % 2), and the parity of the ``empty`` phase the producer waits for
+    before refilling the slot (the other one: a fresh barrier counts the phase before its first as
+    done, so round 0 does not wait)."""
+    t = np.arange(slices)
+    return pd.DataFrame({"slice": t, "slot": t % stages, "round": t // stages, "full parity": (t // stages) % 2,
+                         "empty parity": ((t // stages) % 2) ^ 1})
+
+
+def ring_figure(slices: int = 10, stages: int = 4):
+    """The ring of a warp-specialized step: each slot's full/empty phases, round by round."""
+    import matplotlib.pyplot as plt
+    s = ring_schedule(slices, stages)
+    fig, ax = plt.subplots(figsize=(11, 0.55 * stages + 2.2))
+    for _, r in s.iterrows():
+        y = stages - 1 - r["slot"]
+        x = r["round"] * 3
+        ax.add_patch(plt.Rectangle((x, y + 0.1), 1.4, 0.8, facecolor="#DD8452", alpha=0.6))
+        ax.text(x + 0.7, y + 0.5, f"producer: wait empty\nparity {r['empty parity']}, load t={r['slice']}",
+                ha="center", va="center", fontsize=7)
+        ax.add_patch(plt.Rectangle((x + 1.5, y + 0.1), 1.4, 0.8, facecolor="#4C72B0", alpha=0.6))
+        ax.text(x + 2.2, y + 0.5, f"consumers: wait full\nparity {r['full parity']}, wgmma t={r['slice']}",
+                ha="center", va="center", fontsize=7, color="white")
+    rounds = int(s["round"].max()) + 1
+    ax.set(xlim=(0, 3 * rounds), ylim=(0, stages), yticks=np.arange(stages) + 0.5,
+           yticklabels=[f"slot {k}" for k in range(stages)][::-1], xticks=np.arange(rounds) * 3 + 1.5,
+           xticklabels=[f"round {k} (parity {k % 2})" for k in range(rounds)])
+    fig.suptitle(f"Which phase does each wait name? A ring of {stages} slots, {slices} slices of k",
+                 x=0.01, ha="left", fontweight="bold")
+    fig.text(0.01, -0.02, "A slot's full barrier completes one phase per round (its bytes landed), its empty barrier "
+             "one phase per round (every consumer warp arrived). mbar_wait(bar, p) returns once the phase of "
+             "parity p has completed; a fresh barrier's phase 'before the first' (parity 1) counts as done, so the "
+             "producer's round 0 does not wait.", fontsize=8, ha="left", wrap=True)
+    fig.tight_layout()
+    return fig
+
+
+def warpgroups_figure():
+    """Step 4's block: one producer warpgroup, two consumer warpgroups, the ring between them."""
+    import matplotlib.pyplot as plt
+    from .steps import STEPS as _steps
+    step = next(s for s in _steps if s.number == "04")
+    fig, ax = plt.subplots(figsize=(10, 3.4))
+    boxes = [(0.2, 1.2, "#DD8452", "producer warpgroup (warps 0-3)\nsetmaxnreg.dec 40\none thread: "
+                                   "wait empty, expect_tx,\n2 TMA loads per slice"),
+             (6.6, 2.1, "#4C72B0", "consumer warpgroup 1 (warps 4-7)\nsetmaxnreg.inc 232\nwait full, "
+                                   f"wgmma 64 x {step.bn} x 16,\narrive empty; rows 0-63 of C"),
+             (6.6, 0.2, "#4C72B0", "consumer warpgroup 2 (warps 8-11)\nsetmaxnreg.inc 232\nwait full, "
+                                   f"wgmma 64 x {step.bn} x 16,\narrive empty; rows 64-127 of C")]
+    for x, y, color, text in boxes:
+        ax.add_patch(plt.Rectangle((x, y), 3.0, 1.6, facecolor=color, alpha=0.6))
+        ax.text(x + 1.5, y + 0.8, text, ha="center", va="center", fontsize=7.5)
+    for k in range(step.stages):
+        ax.add_patch(plt.Rectangle((3.6 + 0.7 * k, 1.5), 0.6, 1.0, facecolor="#CCCCCC", edgecolor="black"))
+        ax.text(3.9 + 0.7 * k, 2.0, f"slot\n{k}", ha="center", va="center", fontsize=7)
+    ax.annotate("", xy=(3.6, 2.0), xytext=(3.2, 2.0), arrowprops=dict(arrowstyle="->"))
+    ax.text(4.95, 2.85, "full: bytes landed (TMA) -> consumers", ha="center", fontsize=7.5)
+    ax.text(4.95, 1.1, "empty: 8 consumer warps arrived -> producer", ha="center", fontsize=7.5)
+    ax.annotate("", xy=(6.6, 2.9), xytext=(6.4, 2.2), arrowprops=dict(arrowstyle="->"))
+    ax.annotate("", xy=(6.6, 1.0), xytext=(6.4, 1.8), arrowprops=dict(arrowstyle="->"))
+    ax.set(xlim=(0, 9.8), ylim=(0, 4.0))
+    ax.axis("off")
+    fig.suptitle(f"Step 4's block: {step.threads} threads, a ring of {step.stages} slices of "
+                 f"{step.bm} + {step.bn} rows x 64 k", x=0.01, ha="left", fontweight="bold")
+    fig.tight_layout()
+    return fig
