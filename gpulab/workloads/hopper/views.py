@@ -18,6 +18,10 @@ from .record import benchmark_all, gemm_bytes, gemm_flops
 from .steps import MAIN_SIZE, PREDICTED, STEPS, needs_hopper
 
 CHAPTER = "hopper"
+#: Hopper's SM: 4 tensor cores, each 512 dense fp16 multiply-adds (1,024 FLOP) per clock
+#: (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
+TENSOR_CORES_PER_SM = 4
+FP16_FLOP_PER_CLOCK = 1024
 EXPERIMENT = "hopper_gemm"
 VENDOR = "vendor"
 
@@ -135,6 +139,13 @@ def roofline_figure(run, size: int = MAIN_SIZE):
                                   f"bandwidth: {c['gbs_source']}")
 
 
+def side_table(run, name: str) -> tuple[pd.DataFrame, object]:
+    """A side table of the run (``profile``, ``resources``, ``checks``) and the run it comes from: a
+    live run has none, so the run recorded on an H100 (the GPU the kernels were profiled on)."""
+    source = run if name in run.tables else runs.load_run(CHAPTER, "H100")
+    return source.tables[name], source
+
+
 # ---------------------------------------------------------------------------------- the profile
 PROFILE_METRICS = ("SM Busy", "Issue Slots Busy", "DRAM Throughput", "L2 Cache Throughput")
 
@@ -143,8 +154,7 @@ def profile(run) -> pd.DataFrame:
     """The ncu profile of one launch of each kernel at MAIN_SIZE^3, one row per kernel (ladder
     order, cuBLAS's kernel last), the columns the prose reads. A live run has no profile: the
     recorded run's of the same GPU name is read instead (its caption says so)."""
-    source = run if "profile" in run.tables else runs.load_run(CHAPTER, run.gpu if not run.live else "H100")
-    p = source.tables["profile"]
+    p, source = side_table(run, "profile")
     wide = p.pivot_table(index=["kernel", "grid"], columns="metric", values="value", aggfunc="first").reset_index()
     steps = dict(zip(source.tables["resources"]["kernel"], source.tables["resources"]["step"].astype(str)))
     wide["step"] = wide["kernel"].map(lambda k: steps.get(k, VENDOR)).map(lambda s: s.zfill(2) if s.isdigit() else s)
@@ -187,9 +197,9 @@ def prediction_styled(run, size: int = MAIN_SIZE):
 def blocks_per_sm(run, number: str) -> int:
     """How many blocks of a step fit on one SM (its registers, threads and shared memory, from the
     run's resources table), by the architecture's limits (gpulab.datasheet)."""
-    r = run.tables["resources"]
+    r, source = side_table(run, "resources")
     r = r[r["step"].astype(str).str.zfill(2) == number].iloc[0]
-    arch = datasheet.architecture(run.meta["compute_capability"])
+    arch = datasheet.architecture(source.meta["compute_capability"])
     fit = arch.blocks_per_sm(int(r["threads"]), int(r["registers"]),
                              int(r["static_shared_bytes"] + r["dynamic_shared_bytes"]))
     return int(fit["blocks"])
@@ -212,19 +222,28 @@ def numbers(run, size: int = MAIN_SIZE) -> dict:
     top = lad.loc[lad["median_ms"].idxmin()]
     out.update(best_step=top["step"], best_ms=float(top["median_ms"]), best_tflops=float(top["tflops"]),
                best_cublas=float(top["tflops"] / best["tflops"]), best_peak=float(top["tflops"] / peak),
-               speedup_ladder=float(lad["median_ms"].iloc[0] / top["median_ms"]))
+               speedup_ladder=float(lad["median_ms"].iloc[0] / top["median_ms"]),
+               standing="short of" if top["tflops"] < best["tflops"] else "past")
     c = ceilings(run)
     out.update(ceiling_tflops=c["tflops"], ceiling_peak=c["tflops"] / peak, ridge=c["tflops"] * 1e3 / c["gbs"],
                intensity=gemm_flops(size, size, size) / gemm_bytes(size, size, size),
                floor_ms=gemm_flops(size, size, size) / (peak * 1e12) * 1e3,
                gflop=gemm_flops(size, size, size) / 1e9, mbytes=gemm_bytes(size, size, size) / 1e6)
-    if "resources" in run.tables:
-        out.update(blocks02=blocks_per_sm(run, "02"), blocks03=blocks_per_sm(run, "03"))
+    out.update(blocks02=blocks_per_sm(run, "02"), blocks03=blocks_per_sm(run, "03"))
+    # The clock the datasheet's rate assumes: every SM's 4 tensor cores each do 1,024 dense fp16
+    # FLOP (512 multiply-adds) per clock on Hopper; the clocks the card ran at come from the run.
+    out["peak_clock_mhz"] = peak * 1e12 / (int(run.meta["sms"]) * TENSOR_CORES_PER_SM * FP16_FLOP_PER_CLOCK) / 1e6
+    state = run.meta.get("gpu_state", {})
+    if state.get("sm_clock_mhz_median"):
+        out["run_clock_mhz"] = float(state["sm_clock_mhz_median"])
+        out["clock_samples"] = int(state.get("samples", 0))
+        out["clock_peak_tflops"] = peak * out["run_clock_mhz"] / out["peak_clock_mhz"]
     p = profile(run).set_index("step")
     for n in p.index:
         key = "cublas" if n == VENDOR else n
         out[f"smbusy_{key}"] = float(p.loc[n, "SM Busy"])
         out[f"issue_{key}"] = float(p.loc[n, "Issue Slots Busy"])
+    out["smbusy_best"] = out.get(f"smbusy_{top['step']}", np.nan)
     if VENDOR in p.index:
         out["cublas_kernel"] = p.loc[VENDOR, "kernel"]
         out["cublas_cluster"] = cluster_of(p.loc[VENDOR, "kernel"]) or "none"
