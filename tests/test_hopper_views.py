@@ -1,0 +1,71 @@
+"""The hopper notebook's views: the numbers it quotes agree with the recorded run's own columns,
+and its diagrams compute the swizzle and the ring's parities the kernels use."""
+import numpy as np
+import pytest
+
+from gpulab import exercises, paths
+from gpulab.runs import load_run
+from gpulab.workloads import hopper
+from gpulab.workloads.hopper import views
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_numbers_agree_with_the_runs_own_ratios(gpu):
+    run = load_run("hopper", gpu)
+    n = views.numbers(run)
+    t = views.rows(run)
+    assert n["peak_tflops"] == pytest.approx(989.4)     # H100 SXM5 and H200: dense fp16, float accumulation
+    for _, r in t[t["step"] != views.VENDOR].iterrows():
+        # record.py computed vs_best_cublas on the GPU; the views recompute it from the times
+        assert n[f"cublas{r['step']}"] == pytest.approx(r["vs_best_cublas"], rel=1e-4)
+    assert n["best_ms"] == t[t["step"] != views.VENDOR]["median_ms"].min()
+    assert n["standing"] == ("past" if n["best_cublas"] > 1 else "short of")
+    assert n["cublas_cluster"] in ("2x1", "1x2", "1x1", "none")
+    assert [s for s in views.prediction_table(run)["step"]] == [s.number for s in hopper.STEPS]
+
+
+def test_the_cpu_backend_runs_the_steps():
+    assert hopper.needs_hopper("cpu") is None
+
+
+def test_swizzle_chunk_by_hand():
+    assert views.swizzle_chunk(0, 5) == 5
+    assert views.swizzle_chunk(3, 5) == 6                    # 5 ^ 3
+    assert views.swizzle_chunk(9, 2) == 3                    # row 9: the pattern repeats every 8 rows
+    assert views.swizzle_chunk(2, 1, swizzle=64) == 0        # offset 144: bit 7 set, so chunk 1 ^ 1
+    assert views.swizzle_chunk(1, 1, swizzle=64) == 1        # offset 80: bits 7-8 clear
+    for s in (32, 64, 128):
+        for r in range(16):
+            assert sorted(views.swizzle_chunk(r, c, s) for c in range(s // 16)) == list(range(s // 16))
+
+
+def _solution(exercise_id):
+    e = exercises.get(exercise_id)
+    return exercises.define(e, exercises.notebook_cell(paths.REPO / e.file, e.cell))
+
+
+def test_the_figure_and_the_exercise_solution_swizzle_alike():
+    swizzled = _solution("hopper.1")
+    for s in (32, 64, 128):
+        rows = 1024 // s
+        got = swizzled(np.arange(0, 1024, 16), s)
+        want = [r * s + 16 * views.swizzle_chunk(r, c, s) for r in range(rows) for c in range(s // 16)]
+        assert list(got) == want
+
+
+def test_the_rings_parities_never_block_a_wait_that_should_pass():
+    """Drive one slot's full barrier (1 arrival + bytes) and empty barrier (consumer warps) through
+    the ring's schedule with the exercise's mbarrier model: the producer's wait for round r's empty
+    parity returns once round r - 1 was consumed (at once for round 0), the consumer's wait for the
+    full parity only after the bytes landed."""
+    waits = _solution("hopper.2")
+    stages, slices = 3, 12
+    schedule = views.ring_schedule(slices, stages)
+    full, empty = {s: [] for s in range(stages)}, {s: [] for s in range(stages)}
+    for _, r in schedule.iterrows():
+        s = r["slot"]
+        assert waits(2, empty[s] + [["wait", int(r["empty parity"])]])[-1]       # producer may refill
+        full[s] += [["wait", int(r["full parity"])], ["arrive_expect_tx", 64], ["complete_tx", 64]]
+        before, after = waits(1, full[s] + [["wait", int(r["full parity"])]])[-2:]
+        assert not before and after                 # blocks until the bytes land, then returns
+        empty[s] += [["arrive", 1], ["arrive", 1]]
