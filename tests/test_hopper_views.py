@@ -69,3 +69,15 @@ def test_the_rings_parities_never_block_a_wait_that_should_pass():
         before, after = waits(1, full[s] + [["wait", int(r["full parity"])]])[-2:]
         assert not before and after                 # blocks until the bytes land, then returns
         empty[s] += [["arrive", 1], ["arrive", 1]]
+
+
+def test_every_number_the_prose_reads_is_glued():
+    """Each {glue:text}`name` of the notebook's markdown is among the values the notebook glues
+    (tests/fixtures/glued/hopper.json, which tests/test_glued.py holds to the executed notebook)."""
+    import json
+    import re
+    nb = json.loads((paths.REPO / "book" / "hopper" / "hopper.ipynb").read_text())
+    prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    used = set(re.findall(r"\{glue:text\}`(\w+)", prose))
+    glued = json.loads((paths.REPO / "tests" / "fixtures" / "glued" / "hopper.json").read_text())
+    assert used and not used - glued.keys(), sorted(used - glued.keys())
