@@ -66,7 +66,7 @@ def test_a_winograd_output_transform_one_filter_short_is_caught():
 
 def test_winograd_applies_to_layers_3_to_5_and_the_others_run_their_fastest_fp32_step():
     assert [wino.applies(layer) for layer in alexnet.LAYERS] == [False, False, True, True, True]
-    table = wino.kernels_per_layer()
+    table = alexnet.kernels_per_layer()
     assert len(table) == len(wino.TILE) * len(alexnet.LAYERS)
     # FALLBACK is the fastest fp32 step on its layer at N = 128 in the book's recorded run.
     ladder = gpulab.load_run(alexnet.CHAPTER).experiment("ladder")
@@ -77,6 +77,8 @@ def test_winograd_applies_to_layers_3_to_5_and_the_others_run_their_fastest_fp32
         at = ours[ours["layer"] == index]
         assert at.loc[at["median_ms"].idxmin(), "step"] == number, index
     step, layer = alexnet.STEP["24"], alexnet.LAYERS[0]
+    with pytest.raises(ValueError, match="3 x 3 filter with stride 1"):     # the ladder hands it over, not wino
+        wino.launch_config(step, layer, 128)
     assert alexnet.launch_config(step, layer, 128) == alexnet.launch_config(alexnet.STEP["22"], layer, 128)
     assert alexnet.scratch_bytes(step, layer, 128) == alexnet.scratch_bytes(alexnet.STEP["22"], layer, 128)
 
@@ -88,7 +90,7 @@ def test_multiply_counts_and_launch_shapes():
     for number, fewer in (("23", 2.25), ("24", 4.0)):
         direct = square.flops(1) // 2
         assert direct / wino.multiplies(number, square, 1) == pytest.approx(fewer)
-    table = wino.multiply_table(128)
+    table = alexnet.multiply_table(128)
     assert list(table.index) == ["conv3", "conv4", "conv5"]
     assert table.loc["conv4", "F(2x2,3x3) fewer"] == pytest.approx(36 * 169 / (16 * 196))
     assert table.loc["conv4", "F(4x4,3x3) fewer"] == pytest.approx(144 * 169 / (36 * 256))

@@ -366,7 +366,8 @@ def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
     if step.kind == "mma":
         return alexnet_tc.scratch_bytes(step, layer, N)
     if step.kind == "winograd":
-        return alexnet_winograd.scratch_bytes(step, layer, N)
+        ran = fallback_step(step, layer)
+        return alexnet_winograd.scratch_bytes(step, layer, N) if ran is step else scratch_bytes(ran, layer, N)
     if step.kind == "gemm_tuned":
         Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
         padded = 4 * N * layer.C * Hp * Wp if layer.P else 0
@@ -444,7 +445,8 @@ def launch_config(step: Step, layer: Layer, N: int) -> dict:
         cfg = alexnet_tc.launch_config(step.number, layer, N, step.itemsize)
         return {key: cfg[key] for key in ("grid", "block", "shared_bytes")}
     elif step.kind == "winograd":
-        return alexnet_winograd.launch_config(step, layer, N)
+        ran = fallback_step(step, layer)
+        return alexnet_winograd.launch_config(step, layer, N) if ran is step else launch_config(ran, layer, N)
     elif step.kind == "gemm_tuned":
         return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE),
                          gemm_splits(layer, N)), "block": (GEMM_THREADS,), "shared_bytes": 0}
@@ -464,6 +466,9 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
     if step.kind == "mma":
         return alexnet_tc.make_launch(step, layer, N, x, w, y, be)
     if step.kind == "winograd":
+        ran = fallback_step(step, layer)
+        if ran is not step:
+            return make_launch(ran, layer, N, x, w, y, be)
         return alexnet_winograd.make_launch(step, layer, N, x, w, y, be)
     module = load_module(step.file, be)
     main = module.get_function(step.kernels[0])
@@ -561,12 +566,31 @@ def _tuned_gemm_launch(module, main, cfg, layer: Layer, N: int, x, w, y, be: Bac
     return launch
 
 
+def fallback_step(step: Step, layer: Layer) -> Step:
+    """The step that runs ``layer`` for Winograd step ``step``: itself where F(m x m, 3 x 3)
+    applies, else the step :data:`gpulab.workloads.alexnet_winograd.FALLBACK` names."""
+    return step if alexnet_winograd.applies(layer) else STEP[alexnet_winograd.FALLBACK[layer.index]]
+
+
+def kernels_per_layer(steps=None, layers=None) -> pd.DataFrame:
+    """Which step and kernel file run each layer for the Winograd steps."""
+    out = []
+    for number in steps or alexnet_winograd.TILE:
+        step = STEP[number]
+        for layer in layers or LAYERS:
+            ran = fallback_step(step, layer)
+            how = (f"Winograd F({alexnet_winograd.TILE[number]}x{alexnet_winograd.TILE[number]},3x3)" if ran is step
+                   else f"step {ran.number} ({ran.title})")
+            out.append({"step": number, "layer": layer.name, "runs": how, "file": ran.file})
+    return pd.DataFrame(out)
+
+
 def main_kernel(step: Step, layer: Layer) -> str:
     """The name of the kernel that does ``step``'s arithmetic on ``layer``: the tile a step
     from 18 on picks for it, or for a Winograd step on a layer it does not apply to, the
     fallback step's kernel (:data:`gpulab.workloads.alexnet_winograd.FALLBACK`)."""
     if step.kind == "winograd":
-        ran = alexnet_winograd.fallback_step(step, layer)
+        ran = fallback_step(step, layer)
         return step.kernels[0] if ran is step else main_kernel(ran, layer)
     if step.kind == "mma":
         return alexnet_tc.kernel_for(step.number, layer)
@@ -595,13 +619,54 @@ def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N
     def check_one(step, be):
         for layer in layers or CHECK_LAYERS:
             x, w = make_inputs(layer, N, seed)
-            ran = alexnet_winograd.fallback_step(step, layer) if step.kind == "winograd" else step
+            ran = fallback_step(step, layer) if step.kind == "winograd" else step
             note = "" if ran is step else f"step {ran.number}'s kernel: Winograd needs 3 x 3, stride 1"
             yield ({"kernel": main_kernel(step, layer), "layer": layer.name, "N": N, "precision": step.precision,
                     "seed": seed, "note": note},
                    compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
                            name=f"{step.kernels[0]} {layer.name}"))
     return ladder.check_steps(steps or STEPS, check_one, backend)
+
+
+def accuracy_table(backend=None, steps=("17", "23", "24"), layers=None, N: int = 1,
+                   seed: int = 0) -> pd.DataFrame:
+    """Each step's error against the float64 reference on the 3 x 3 layers (by default the
+    full-size layers 3-5, one image: a few seconds on the CPU backend), measured now on
+    ``backend``, on the same seeded inputs for every step: the relative error norm (what the
+    checks compare with the tolerance) and the largest error of one output over the largest
+    output (max |y - ref| / max |ref|)."""
+    be = get_backend(backend)
+    rows = []
+    for layer in layers or [layer for layer in LAYERS if alexnet_winograd.applies(layer)]:
+        x, w = make_inputs(layer, N, seed)
+        ref = reference(x, w, layer)
+        for number in steps:
+            step = STEP[number]
+            y = run(step, layer, x, w, be)
+            result = compare(y, ref, step.precision, name=f"step {number} {layer.name}")
+            rows.append({"step": number, "variant": step.label, "layer": layer.name,
+                         "rel_error": result.rel_error,
+                         "max_error_over_max_output": result.max_abs_error / float(np.abs(ref).max()),
+                         "passed": result.passed})
+    return pd.DataFrame(rows)
+
+
+def multiply_table(N: int, layers=None) -> pd.DataFrame:
+    """Per 3 x 3 layer: direct convolution's multiplies against F(2x2,3x3)'s and
+    F(4x4,3x3)'s at batch size N, the tiles past the output's edge included."""
+    rows = []
+    for layer in layers or LAYERS:
+        if not alexnet_winograd.applies(layer):
+            continue
+        direct = N * layer.M * layer.E * layer.F * layer.K
+        row = {"layer": layer.name, "output E x F": f"{layer.E} x {layer.F}", "direct (G mul)": direct / 1e9}
+        for number, m in alexnet_winograd.TILE.items():
+            g = alexnet_winograd.geometry(number, layer, N)
+            row[f"F({m}x{m},3x3) tiles"] = f"{g.TH} x {g.TW}"
+            row[f"F({m}x{m},3x3) (G mul)"] = alexnet_winograd.multiplies(number, layer, N) / 1e9
+            row[f"F({m}x{m},3x3) fewer"] = direct / alexnet_winograd.multiplies(number, layer, N)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("layer")
 
 
 def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:

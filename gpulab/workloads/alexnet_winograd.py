@@ -2,10 +2,13 @@
 matrices, the scratch they need, and their launches.
 
 Kept apart from :mod:`gpulab.workloads.alexnet` (which declares the steps in its ladder and
-calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet_tc` is for steps 18-22.
+calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet_tc` is for steps 18-22; this
+module reads only the layers' shapes, so it does not import the ladder.
 Winograd's minimal filtering applies to the 3 x 3, stride-1 layers (3, 4 and 5); on the
 others a Winograd step runs the chapter's fastest fp32 kernel for that layer
-(:data:`FALLBACK`), and :func:`kernels_per_layer` says which ran where.
+(:data:`FALLBACK`): the ladder hands those layers to that step
+(:func:`gpulab.workloads.alexnet.fallback_step`), and
+:func:`gpulab.workloads.alexnet.kernels_per_layer` says which ran where.
 """
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from ..kernels import get_backend, load_module
+from ..timing import benchmark
 
 #: Output tile side m of F(m x m, 3 x 3) for each Winograd step.
 TILE = {"23": 2, "24": 4}
@@ -52,6 +58,13 @@ def applies(layer) -> bool:
     return layer.R == 3 and layer.S == 3 and layer.U == 1
 
 
+def _require(layer) -> None:
+    if not applies(layer):
+        raise ValueError(f"Winograd F(m x m, 3 x 3) needs a 3 x 3 filter with stride 1; {layer.name} has "
+                         f"{layer.R} x {layer.S}, stride {layer.U} (the ladder runs step "
+                         f"{FALLBACK.get(layer.index, '?')} there: gpulab.workloads.alexnet.fallback_step)")
+
+
 @dataclass(frozen=True)
 class Geometry:
     """The transform domain of one layer at batch size N for tiles of m x m outputs."""
@@ -79,28 +92,17 @@ def geometry(step_number: str, layer, N: int) -> Geometry:
                     Kp=up(layer.C, GEMM_BK))
 
 
-def fallback_step(step, layer):
-    """The step that runs ``layer`` for Winograd step ``step``: itself where it applies, else
-    :data:`FALLBACK`'s."""
-    from .alexnet import STEP
-    return step if applies(layer) else STEP[FALLBACK[layer.index]]
-
-
 def scratch_bytes(step, layer, N: int) -> int:
-    """U, V and Mt in the transform domain (or the fallback step's scratch)."""
-    if not applies(layer):
-        from .alexnet import scratch_bytes as other
-        return other(fallback_step(step, layer), layer, N)
+    """U, V and Mt in the transform domain."""
+    _require(layer)
     g = geometry(step.number, layer, N)
     return 4 * g.points * (g.Kp * g.Mp + g.Kp * g.Pp + g.Mp * g.Pp)
 
 
 def launch_config(step, layer, N: int) -> dict:
     """The batched GEMM's grid, block and dynamic shared memory (none: its 16 KB of tiles
-    are static), or the fallback step's main kernel's."""
-    if not applies(layer):
-        from .alexnet import launch_config as other
-        return other(fallback_step(step, layer), layer, N)
+    are static)."""
+    _require(layer)
     g = geometry(step.number, layer, N)
     return {"grid": (g.Pp // GEMM_TILE, g.Mp // GEMM_TILE, g.points), "block": (GEMM_THREADS,), "shared_bytes": 0}
 
@@ -112,43 +114,6 @@ def multiplies(step_number: str, layer, N: int) -> int:
     return g.points * g.P * layer.M * layer.C
 
 
-def multiply_table(N: int, layers=None) -> "pd.DataFrame":
-    """Per 3 x 3 layer: direct convolution's multiplies against F(2x2,3x3)'s and
-    F(4x4,3x3)'s at batch size N, the tiles past the output's edge included."""
-    import pandas as pd
-
-    from .alexnet import LAYERS
-    rows = []
-    for layer in layers or LAYERS:
-        if not applies(layer):
-            continue
-        direct = N * layer.M * layer.E * layer.F * layer.K
-        row = {"layer": layer.name, "output E x F": f"{layer.E} x {layer.F}", "direct (G mul)": direct / 1e9}
-        for number, m in TILE.items():
-            g = geometry(number, layer, N)
-            row[f"F({m}x{m},3x3) tiles"] = f"{g.TH} x {g.TW}"
-            row[f"F({m}x{m},3x3) (G mul)"] = multiplies(number, layer, N) / 1e9
-            row[f"F({m}x{m},3x3) fewer"] = direct / multiplies(number, layer, N)
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("layer")
-
-
-def kernels_per_layer(steps=None, layers=None) -> "pd.DataFrame":
-    """Which step and kernel file run each layer for the Winograd steps."""
-    import pandas as pd
-
-    from .alexnet import LAYERS, STEP
-    out = []
-    for number in steps or TILE:
-        step = STEP[number]
-        for layer in layers or LAYERS:
-            ran = fallback_step(step, layer)
-            how = (f"Winograd F({TILE[number]}x{TILE[number]},3x3)" if ran is step
-                   else f"step {ran.number} ({ran.title})")
-            out.append({"step": number, "layer": layer.name, "runs": how, "file": ran.file})
-    return pd.DataFrame(out)
-
-
 def _suffix(step) -> str:
     m = TILE[step.number]
     return f"{m}x{m}"
@@ -157,7 +122,6 @@ def _suffix(step) -> str:
 def filter_transform(step, layer, w, be) -> tuple[Callable[[], None], object]:
     """(launch, U): the filter transform G g G^T of ``layer``'s filters ``w`` (a device
     array) into a new U, bound but not yet run -- to run once per model, and to time."""
-    from ..kernels import load_module
     g = geometry(step.number, layer, 1)
     module = load_module(step.file, be)
     U = be.xp.empty((g.points, g.Kp, g.Mp), dtype=np.float32)
@@ -169,12 +133,8 @@ def filter_transform(step, layer, w, be) -> tuple[Callable[[], None], object]:
 def make_launch(step, layer, N: int, x, w, y, be) -> Callable[[], None]:
     """A Winograd step on NCHW float32 device arrays x, w -> y. Binding transforms the filters
     once (a constant of the model); each call then transforms the input, runs the batched
-    GEMM and transforms the products back into y. On layers where Winograd does not apply,
-    the fallback step's launch."""
-    if not applies(layer):
-        from .alexnet import make_launch as other
-        return other(fallback_step(step, layer), layer, N, x, w, y, be)
-    from ..kernels import load_module
+    GEMM and transforms the products back into y."""
+    _require(layer)
     g = geometry(step.number, layer, N)
     module = load_module(step.file, be)
     set_up, U = filter_transform(step, layer, w, be)
@@ -204,39 +164,9 @@ def time_filter_transform(step, layer, w, repeats: int = 100, budget_ms: float =
     """One tidy row (experiment ``winograd_setup``): the GPU time of ``layer``'s filter
     transform, which the step's launches do once, when bound, and so leave out of its
     timed calls."""
-    from ..kernels import get_backend
-    from ..timing import benchmark
     set_up, U = filter_transform(step, layer, w, get_backend("gpu"))
     g = geometry(step.number, layer, 1)
     timing = benchmark(set_up, repeats=repeats, budget_ms=budget_ms)
     return timing.row("winograd_setup", step.label, 0, "filter transform",
                       bytes=4 * (layer.M * layer.K + U.size), layer=layer.index, step=step.number,
                       precision=step.precision, kernel=f"winograd_filter_{_suffix(step)}", points=g.points)
-
-
-def accuracy_table(backend=None, steps=("17", "23", "24"), layers=None, N: int = 1,
-                   seed: int = 0) -> "pd.DataFrame":
-    """Each step's error against the float64 reference on the 3 x 3 layers (by default the
-    full-size layers 3-5, one image: a few seconds on the CPU backend), measured now on
-    ``backend``, on the same seeded inputs for every step: the relative error norm (what the
-    checks compare with the tolerance) and the largest error of one output over the largest
-    output (max |y - ref| / max |ref|)."""
-    import pandas as pd
-
-    from ..check import compare
-    from ..kernels import get_backend
-    from .alexnet import LAYERS, STEP, make_inputs, reference, run
-    be = get_backend(backend)
-    rows = []
-    for layer in layers or [layer for layer in LAYERS if applies(layer)]:
-        x, w = make_inputs(layer, N, seed)
-        ref = reference(x, w, layer)
-        for number in steps:
-            step = STEP[number]
-            y = run(step, layer, x, w, be)
-            result = compare(y, ref, step.precision, name=f"step {number} {layer.name}")
-            rows.append({"step": number, "variant": step.label, "layer": layer.name,
-                         "rel_error": result.rel_error,
-                         "max_error_over_max_output": result.max_abs_error / float(np.abs(ref).max()),
-                         "passed": result.passed})
-    return pd.DataFrame(rows)
