@@ -4,6 +4,7 @@ import pytest
 
 import gpulab
 from gpulab.workloads import alexnet
+from gpulab.workloads.alexnet import tc
 
 
 # The exercise: test_exercises.py; the Winograd steps (on shapes of their own): test_alexnet_winograd.py.
@@ -22,19 +23,18 @@ def test_every_step_matches_the_reference(backend, step):
 @pytest.mark.parametrize("step", alexnet.MMA_STEPS, ids=lambda s: s.number)
 def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
     # Every tile a step may pick for any layer (steps 20 on pick per layer), on every layer.
-    from gpulab.workloads import alexnet_tc
     be = gpulab.get_backend(backend)
-    names = sorted(set(alexnet_tc.LAYER_KERNELS[step.number].values()))
+    names = sorted(set(tc.LAYER_KERNELS[step.number].values()))
     if step.number >= "20":
-        prefix = "_".join(alexnet_tc.kernel_for(step.number, alexnet.LAYERS[1]).split("_")[:2]) + "_"
-        names = [n for n in alexnet_tc.TILES if n.startswith(prefix) and n not in
+        prefix = "_".join(tc.kernel_for(step.number, alexnet.LAYERS[1]).split("_")[:2]) + "_"
+        names = [n for n in tc.TILES if n.startswith(prefix) and n not in
                  ("conv_mma_ldmatrix", "conv_mma_cp_async")]
     for layer in alexnet.CHECK_LAYERS:
         x, w = alexnet.make_inputs(layer, 2, seed=None)
         ref = alexnet.reference(x, w, layer)
         for name in names:
             y = be.poisoned(layer.y_shape(2), step.dtype)
-            alexnet_tc.make_launch(step, layer, 2, be.to_device(x.astype(step.dtype)),
+            tc.make_launch(step, layer, 2, be.to_device(x.astype(step.dtype)),
                                    be.to_device(w.astype(step.dtype)), y, be, kernel=name)()
             be.synchronize()
             result = gpulab.compare(be.to_host(y), ref, step.precision, name=f"{name} {layer.name}")
@@ -42,10 +42,9 @@ def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
 
 
 def test_the_channels_last_copy_has_its_border_and_aligned_runs():
-    from gpulab.workloads import alexnet_tc
     for layer in alexnet.LAYERS + alexnet.CHECK_LAYERS:
         for itemsize in (2, 4):
-            g = alexnet_tc.geometry(layer, itemsize)
+            g = tc.geometry(layer, itemsize)
             assert g.Cp >= layer.C and (g.Cp * itemsize) % 8 == 0 and g.L % g.chunk == 0
             assert g.L >= layer.S * g.Cp
             # the last pixel's run stays inside its padded row, and rows start 16-byte aligned

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import gpulab
-from gpulab.workloads import alexnet, alexnet_winograd as wino
+from gpulab.workloads import alexnet
+from gpulab.workloads.alexnet import winograd as wino
 
 #: Odd planes that the 2 x 2 and 4 x 4 tiles overhang on both sides (H != W), odd channel and
 #: filter counts, and one layer without padding (P = 0: E = H - 2).
@@ -90,7 +91,7 @@ def test_multiply_counts_and_launch_shapes():
     for number, fewer in (("23", 2.25), ("24", 4.0)):
         direct = square.flops(1) // 2
         assert direct / wino.multiplies(number, square, 1) == pytest.approx(fewer)
-    table = alexnet.multiply_table(128)
+    table = wino.multiply_table(128)
     assert list(table.index) == ["conv3", "conv4", "conv5"]
     assert table.loc["conv4", "F(2x2,3x3) fewer"] == pytest.approx(36 * 169 / (16 * 196))
     assert table.loc["conv4", "F(4x4,3x3) fewer"] == pytest.approx(144 * 169 / (36 * 256))

@@ -2,7 +2,7 @@
 
     python tools/tune_fast.py [--out DIR] [--only alexnet|fcnet] [--profile]
 
-AlexNet (N = 128, each layer): steps 16-21 with every tile of alexnet_tc.TILES that fits the
+AlexNet (N = 128, each layer): steps 16-21 with every tile of alexnet.tc.TILES that fits the
 step's precision, the layout kernels on their own, and cuDNN through PyTorch (NCHW and
 channels-last, fp16 / tf32 / fp32) for reference. fcnet: the new steps beside steps 14 and 15,
 large and small, eager and in a CUDA graph. Every variant is checked against the float64
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpulab.check import compare                                  # noqa: E402
 from gpulab.kernels import get_backend, load_module, resource_table   # noqa: E402
 from gpulab.timing import benchmark, graph_benchmark               # noqa: E402
-from gpulab.workloads import alexnet as A, alexnet_tc as TC, fcnet as FC   # noqa: E402
+from gpulab.workloads import alexnet as A, fcnet as FC   # noqa: E402
+from gpulab.workloads.alexnet import tc as TC   # noqa: E402
 
 T0 = time.time()
 A_STEPS = A.STEPS + [s for s in getattr(A, "MMA_STEPS", []) if s not in A.STEPS]

@@ -1,8 +1,8 @@
 """The AlexNet chapter's tensor-core steps beyond wmma (18 on): mma.sync with ldmatrix,
 cp.async pipelines, swizzled shared memory, their tf32 form; and the layout they read.
 
-Kept apart from :mod:`gpulab.workloads.alexnet` (which declares these steps in its ladder and
-calls :func:`make_launch` here) so that module stays readable: this one holds the geometry of
+Kept apart from :mod:`gpulab.workloads.alexnet.steps` (which declares these steps in its ladder
+and calls :func:`make_launch` here) so that module stays readable: this one holds the geometry of
 the channels-last copy with its border written out (``kernels/alexnet/nhwc_runs.h``), the
 tile shapes of each kernel, the per-layer choice of tile, and the launches.
 """
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from ...kernels import DEFAULT_SHARED_LIMIT, load_module
 
 LAYOUT_BLOCK = 256       # to_padded_nhwc's threads per block (one block per padded row)
 FILTER_BLOCK = 256
@@ -171,8 +173,6 @@ def make_launch(step, layer, N: int, x, w, y, be, kernel: str | None = None) -> 
     filters out as runs once (they are the network's constants); each call then copies x to
     the padded channels-last layout and runs the GEMM. ``kernel`` overrides the layer's tile
     (for tuning)."""
-    from ..kernels import DEFAULT_SHARED_LIMIT, load_module
-
     dtype, suffix, blocks = copy_layout(step)
     itemsize = np.dtype(dtype).itemsize
     g = geometry(layer, itemsize, blocks)

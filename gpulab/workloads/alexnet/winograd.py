@@ -1,14 +1,14 @@
 """The AlexNet chapter's Winograd steps (23: F(2x2,3x3), 24: F(4x4,3x3)): the transforms'
 matrices, the scratch they need, and their launches.
 
-Kept apart from :mod:`gpulab.workloads.alexnet` (which declares the steps in its ladder and
-calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet_tc` is for steps 18-22; this
-module reads only the layers' shapes, so it does not import the ladder.
+Kept apart from :mod:`gpulab.workloads.alexnet.steps` (which declares the steps in its ladder and
+calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet.tc` is for steps 18-22; this
+module reads only the layers' shapes (:mod:`.shapes`), so it does not import the ladder.
 Winograd's minimal filtering applies to the 3 x 3, stride-1 layers (3, 4 and 5); on the
 others a Winograd step runs the chapter's fastest fp32 kernel for that layer
 (:data:`FALLBACK`): the ladder hands those layers to that step
-(:func:`gpulab.workloads.alexnet.fallback_step`), and
-:func:`gpulab.workloads.alexnet.kernels_per_layer` says which ran where.
+(:func:`gpulab.workloads.alexnet.steps.fallback_step`), and
+:func:`gpulab.workloads.alexnet.steps.kernels_per_layer` says which ran where.
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
-from ..kernels import get_backend, load_module
-from ..timing import benchmark
+from ...kernels import get_backend, load_module
+from ...timing import benchmark
+from .shapes import LAYERS
 
 #: Output tile side m of F(m x m, 3 x 3) for each Winograd step.
 TILE = {"23": 2, "24": 4}
@@ -62,7 +64,7 @@ def _require(layer) -> None:
     if not applies(layer):
         raise ValueError(f"Winograd F(m x m, 3 x 3) needs a 3 x 3 filter with stride 1; {layer.name} has "
                          f"{layer.R} x {layer.S}, stride {layer.U} (the ladder runs step "
-                         f"{FALLBACK.get(layer.index, '?')} there: gpulab.workloads.alexnet.fallback_step)")
+                         f"{FALLBACK.get(layer.index, '?')} there: gpulab.workloads.alexnet.steps.fallback_step)")
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,24 @@ def multiplies(step_number: str, layer, N: int) -> int:
     direct convolution's N*M*E*F*C*R*S."""
     g = geometry(step_number, layer, N)
     return g.points * g.P * layer.M * layer.C
+
+
+def multiply_table(N: int, layers=None) -> pd.DataFrame:
+    """Per 3 x 3 layer: direct convolution's multiplies against F(2x2,3x3)'s and
+    F(4x4,3x3)'s at batch size N, the tiles past the output's edge included."""
+    rows = []
+    for layer in layers or LAYERS:
+        if not applies(layer):
+            continue
+        direct = N * layer.M * layer.E * layer.F * layer.K
+        row = {"layer": layer.name, "output E x F": f"{layer.E} x {layer.F}", "direct (G mul)": direct / 1e9}
+        for number, m in TILE.items():
+            g = geometry(number, layer, N)
+            row[f"F({m}x{m},3x3) tiles"] = f"{g.TH} x {g.TW}"
+            row[f"F({m}x{m},3x3) (G mul)"] = multiplies(number, layer, N) / 1e9
+            row[f"F({m}x{m},3x3) fewer"] = direct / multiplies(number, layer, N)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("layer")
 
 
 def _suffix(step) -> str:

@@ -1,0 +1,215 @@
+"""What the AlexNet notebook shows of a recorded run: the five layers added up per step, the
+targets, cuDNN's paths beside the ladder, the profile, the predictions judged, and why a cell
+is empty."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import baselines, plots, predictions, runs
+from .profile import PROFILE_N
+from .shapes import CHAPTER, LAYERS, MAIN_N
+from .steps import PREDICTED, PREDICTION_CASES, STEPS
+
+
+def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:
+    """The five layers added up per variant and batch size (and phase, memory where present),
+    keeping only variants measured on all five. ``median_ms`` is the sum of the per-layer
+    medians; ``q1_ms``/``q3_ms`` add the quartiles, an approximation of the sum's spread."""
+    keys = [c for c in ("experiment", "variant", "size", "phase", "memory", "step", "precision")
+            if c in rows.columns and rows[c].notna().any()]
+    totals = (rows.groupby(keys, sort=False, dropna=False)
+              .agg(median_ms=("median_ms", "sum"), q1_ms=("q1_ms", "sum"), q3_ms=("q3_ms", "sum"),
+                   flops=("flops", "sum"), bytes=("bytes", "sum"), layers=("layer", "nunique"))
+              .reset_index())
+    return totals[totals["layers"] == len(LAYERS)].drop(columns="layers").reset_index(drop=True)
+
+
+def totals_at(totals: pd.DataFrame, N: int, steps=None) -> pd.DataFrame:
+    """The rows of :func:`layer_totals` at batch size ``N`` (for the given steps only)."""
+    rows = totals[totals["size"] == N]
+    return rows if steps is None else rows[rows["step"].isin(list(steps))]
+
+
+def step_ms(totals: pd.DataFrame, step: str, N: int = MAIN_N) -> float:
+    """One step's time for all five layers at batch size ``N``."""
+    return float(totals_at(totals, N, [step])["median_ms"].iloc[0])
+
+
+def fastest(totals: pd.DataFrame, N: int, steps, precision: str) -> pd.Series:
+    """The fastest of ``steps`` in ``precision`` at batch size ``N``."""
+    rows = totals_at(totals, N, steps)
+    return rows[rows["precision"] == precision].sort_values("median_ms").iloc[0]
+
+
+#: The chapter's targets for the five layers at N = 128, in ms (issue #14): fp32 computed as
+#: fp32 (no tf32 rounding of the inputs), tf32, fp16. A target is met only by a step that is
+#: also faster than cuDNN's fastest path of the same precision class in the same run.
+TARGETS_MS = {"fp32": 3.25, "tf32": 1.46, "fp16": 1.18}
+
+
+def targets_table(totals: pd.DataFrame, floor_ms: float, fp16_floor_ms: float | None = None,
+                  tf32_floor_ms: float | None = None) -> pd.DataFrame:
+    """The best step per precision against :data:`TARGETS_MS`, beside the fastest cuDNN
+    path of matching precision (fp32 without tf32; tf32; fp16 or bf16) and the precision's own
+    floor: ``floor_ms`` (the FLOPs at the measured FP32 rate) for fp32, ``tf32_floor_ms`` for
+    tf32 and ``fp16_floor_ms`` (at the measured fp16 tensor-core rate) for fp16 (NaN when not
+    given). A target is met when the step is within the target time and faster than that
+    cuDNN path. The rows read whatever steps the run recorded: a step the run predates
+    simply is not a candidate."""
+    ours = [s.number for s in STEPS]
+    floors = {"fp32": floor_ms, "tf32": tf32_floor_ms, "fp16": fp16_floor_ms}
+    rows = []
+    for precision, target in TARGETS_MS.items():
+        mine = totals_at(totals, MAIN_N, ours)
+        if not (mine["precision"] == precision).any():
+            continue
+        best = fastest(totals, MAIN_N, ours, precision)
+        cudnn = vendor_best(totals, MAIN_N, precision)
+        cudnn_ms = cudnn["median_ms"] if cudnn is not None else np.nan
+        floor = floors[precision] if floors[precision] else np.nan
+        rows.append({"precision": precision, "best step": best["variant"], "ms": best["median_ms"],
+                     "target ms": target, "fastest cuDNN path": cudnn["variant"] if cudnn is not None else "none",
+                     "cuDNN ms": cudnn_ms, "vs cuDNN": cudnn_ms / best["median_ms"],
+                     "met": bool(best["median_ms"] <= target and best["median_ms"] < cudnn_ms),
+                     "TFLOP/s": best["flops"] / best["median_ms"] / 1e9,
+                     "floor ms": floor, "x floor": best["median_ms"] / floor})
+    return pd.DataFrame(rows)
+
+
+def unrecorded_steps(ladder: pd.DataFrame, steps=None) -> list[str]:
+    """The ladder's steps (numbers) with no row in a run's ``ladder`` rows: steps added after
+    the run was recorded, which every view shows as "not recorded yet"."""
+    have = set(step_labels(ladder)["step"]) if not ladder.empty else set()
+    return [s.number for s in (steps or STEPS) if s.number not in have]
+
+
+def recorded_beside(run, N: int, steps=None) -> dict:
+    """For a live run: each recorded run's totals at ``N`` for ``steps``, {GPU: rows}, to
+    mark beside the live bars (:func:`gpulab.plots.speedup_ladder`'s ``others``); empty
+    for a recorded run."""
+    return {gpu: totals_at(layer_totals(other.experiment("ladder")), N, steps) for gpu, other in runs.recorded_beside(run).items()}
+
+
+def gpu_comparison(root=None):
+    """Per step (five layers at N = 128, and cuDNN's fastest paths), the H200's recorded
+    time over the H100's against the roofline's prediction; None until both runs exist."""
+    def select(run):
+        totals = layer_totals(run.experiment("ladder"))
+        ours = totals_at(totals, MAIN_N, [s.number for s in STEPS])
+        return pd.concat([ours, vendor_lines(totals, MAIN_N)])[["variant", "median_ms", "flops", "bytes",
+                                                                 "precision"]]
+    return runs.gpu_comparison(CHAPTER, select, root=root,
+                        title=f"Does each step gain what the roofline predicts on the H200? (N = {MAIN_N})")
+
+
+def beats_cudnn(totals_or_ladder: pd.DataFrame, N: int = MAIN_N) -> pd.DataFrame:
+    """Per layer at batch size ``N``: the lab's fastest step and cuDNN's fastest path of
+    each precision class, and where the lab's is faster."""
+    rows = totals_or_ladder[totals_or_ladder["size"] == N]
+    out = []
+    for layer in LAYERS:
+        at = rows[rows["layer"] == layer.index]
+        for precision in ("fp32", "fp16"):
+            members = ("fp16", "bf16") if precision == "fp16" else ("fp32",)
+            ours = at[at["step"].isin([s.number for s in STEPS]) & (at["precision"] == precision)]
+            cudnn = at[(at["step"] == "cuDNN") & at["precision"].isin(members)]
+            if ours.empty or cudnn.empty:
+                continue
+            o, c = ours.loc[ours["median_ms"].idxmin()], cudnn.loc[cudnn["median_ms"].idxmin()]
+            out.append({"layer": layer.name, "precision": precision, "lab's fastest": o["variant"],
+                        "lab ms": o["median_ms"], "cuDNN's fastest": c["variant"], "cuDNN ms": c["median_ms"],
+                        "lab faster": bool(o["median_ms"] < c["median_ms"])})
+    return pd.DataFrame(out)
+
+
+#: The profiler columns the chapter shows.
+PROFILED_COLUMNS = ["step", "kernel", "duration_ns", "instructions_per_mac", "issue_slots_busy_pct",
+                    "fma_pipe_pct", "stall_global_memory", "l2_bytes"]
+
+
+def profiled(profile: pd.DataFrame, steps, caption: str, layer: int = 2, columns=PROFILED_COLUMNS):
+    """The recorded profile of ``steps`` on one layer, with warp instructions per
+    multiply-add (x 32 threads over the layer's MACs: the cost of one multiply-add)."""
+    macs = LAYERS[layer - 1].flops(PROFILE_N) / 2
+    rows = profile[(profile["layer"] == layer) & profile["step"].isin(list(steps))]
+    rows = rows.assign(instructions_per_mac=rows["warp_instructions"] * 32 / macs)
+    return rows[[c for c in columns if c in rows.columns]].style.format(precision=3, thousands=",").hide(
+        axis="index").set_caption(f"layer {layer}, N = {PROFILE_N}; " + caption)
+
+
+def step_labels(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its ``step`` column as the ladder writes it ("01", "cuDNN"): a side
+    table whose steps are all numbers reads back from CSV as integers (1, 2, ...)."""
+    def label(value):
+        text = str(value)
+        return f"{int(float(text)):02d}" if text.replace(".", "", 1).isdigit() else text
+    return table.assign(step=table["step"].map(label))
+
+
+def gap_reason(run, N: int, steps=None) -> str:
+    """Why a per-layer table at batch ``N`` has empty cells: the reasons the run's ``skipped``
+    table gives for ``steps`` (numbers; None: all) at ``N`` (on a GPU with less memory a large
+    layer of a step is skipped, not crashed), or a plain "not timed in this run" when it has none."""
+    table = run.tables.get("skipped")
+    if table is not None and len(table):
+        rows = step_labels(table)
+        rows = rows[(pd.to_numeric(rows["size"], errors="coerce") == N)
+                    & (rows["step"].isin(steps) | (rows["step"] == "all") if steps is not None else True)]
+        parts = [f"step {r.step}, conv{int(r.layer)}: {r.reason}" if str(r.step)[:1].isdigit()
+                 else f"{r.step}, conv{int(r.layer)}: {r.reason}" for r in rows.itertuples()]
+        if parts:
+            return "skipped in this run: " + "; ".join(dict.fromkeys(parts))
+    return "not timed in this run"
+
+
+def vendor_best(totals: pd.DataFrame, N: int, precision: str, mode: str | None = None) -> pd.Series | None:
+    """The fastest cuDNN path of matching precision (fp32 without tf32; tf32; fp16 or
+    bf16) for all five layers at batch size ``N``: the baseline the chapter quotes.
+    ``mode``: "eager", "graph" or None (either)."""
+    rows = totals_at(totals, N, ["cuDNN"])
+    rows = rows.assign(mode=np.where(rows["variant"].str.endswith("CUDA graph"), "graph", "eager"))
+    return baselines.fastest(rows, precision, mode=mode)
+
+
+def vendor_lines(totals: pd.DataFrame, N: int) -> pd.DataFrame:
+    """The fastest cuDNN path per precision class at ``N``: the dashed lines of the
+    ladder figures (every path: :func:`vendor_figure`)."""
+    picks = [vendor_best(totals, N, p) for p in ("fp32", "tf32", "fp16")]
+    return pd.DataFrame([p for p in picks if p is not None]).reset_index(drop=True)
+
+
+def vendor_figure(totals: pd.DataFrame, N: int, caption: str):
+    """Every cuDNN path for all five layers at ``N``, fastest of each precision class starred."""
+    rows = totals_at(totals, N, ["cuDNN"])
+    rows = rows.assign(mode=np.where(rows["variant"].str.endswith("CUDA graph"), "graph", "eager"))
+    return plots.vendor_paths(rows, title=f"Which cuDNN path is fastest? (all five layers, N = {N})",
+                              caption=caption)
+
+
+def cudnn_algorithms(run_or_table) -> pd.DataFrame:
+    """Which algorithm cuDNN chose per layer and path at N = 128, read from the names of
+    the kernels it launched (PyTorch profiler), as recorded in the run."""
+    table = run_or_table.tables.get("cudnn_algorithms") if hasattr(run_or_table, "tables") else run_or_table
+    if table is None:
+        raise KeyError("this run has no cudnn_algorithms table: re-record it with `python -m gpulab record alexnet`")
+    # Read the family again from the kernel names, so a better reading applies to older runs too.
+    return table.assign(algorithm=[baselines.algorithm_family(str(k).split(" | ")) for k in table["kernels"]])
+
+
+def prediction_table(run):
+    """Each step's prediction (from its kernel file) against ``run``: the five layers at
+    :data:`MAIN_N`, claims about some layers (or one image) judged on those."""
+    lad = run.experiment("ladder")
+    lad = lad[~baselines.is_vendor(lad)]
+    out = []
+    for case, N, layers in PREDICTION_CASES:
+        per = lad[lad["size"] == N].pivot_table(index="step", columns="layer", values="median_ms", aggfunc="first")
+        per.index = [step_labels(pd.DataFrame({"step": [s]}))["step"].iloc[0] for s in per.index]
+        if not set(layers) <= set(per.columns):
+            continue
+        sums = per[list(layers)].sum(axis=1, min_count=len(layers)).dropna()
+        out.append(pd.DataFrame({"step": sums.index, "case": case, "median_ms": sums.to_numpy()}))
+    measured = pd.concat(out, ignore_index=True)
+    steps = [(s.number, s.title, s.file) for s in STEPS]
+    return predictions.table(steps, measured, PREDICTED, main_case="all")
