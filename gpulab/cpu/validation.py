@@ -47,6 +47,7 @@ def launches(backend: str = "cpu", fcnet_steps=None, alexnet_runs=None):
     only the fcnet steps and AlexNet (layer, step) runs given."""
     from ..kernels import get_backend
     from ..workloads import alexnet, fcnet
+    from ..workloads.fcnet.steps import _resolve
     be = get_backend(backend)
     out = []
     weights = fcnet.make_weights()
@@ -60,7 +61,7 @@ def launches(backend: str = "cpu", fcnet_steps=None, alexnet_runs=None):
         fns = fcnet.step_kernels(step, be)
         calls = []
         for launch in step.launches:
-            args = tuple(fcnet._resolve(t, bufs) for t in launch.args)
+            args = tuple(_resolve(t, bufs) for t in launch.args)
             calls.append(fns[launch.kernel].bind(launch.grid(FCNET_N, None), launch.block, args, launch.shared_mem))
         out.append(("fcnet", int(step.number), None, _sequence(calls)))
     by_number = {s.number: s for s in alexnet.STEPS}

@@ -1,0 +1,195 @@
+"""What ``python -m gpulab record fcnet`` measures on a GPU: every step and vendor path on both
+cases (eager, in CUDA graphs, and cold on the small case), the copies when X starts on the host,
+the device's ceilings, and the side tables (resources, skipped, the vendor paths' kernels, the
+profile). Every kernel is checked at full size before it is timed."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from ... import baselines, roofline, transfers
+from ...check import check, compare
+from ...kernels import get_backend, occupancy, resource_table
+from ...timing import benchmark, graph_benchmark
+from .profile import profile_steps
+from .shapes import HID, OUT, RELU, SIZES, make_inputs, make_weights, plan_sizes, reference, work
+from .steps import STEPS, Step, bind, buffers, runnable_steps, step_kernels
+from .views import ladder
+
+
+def _case(n: int) -> str:
+    return next((name for name, size in SIZES.items() if size == n), "check")
+
+
+def _row_labels(step_: Step, n: int) -> dict:
+    return {"step": step_.ordinal, "case": _case(n), "precision": step_.precision,
+            "kernel": ", ".join(step_.kernels)}
+
+
+#: Time one vendor path may take to time (the stop rule usually ends it sooner).
+VENDOR_BUDGET_MS = 600.0
+#: Time one variant may take to time: slow kernels get fewer repeats (at least 10).
+TIMING_BUDGET_MS = 1500.0
+
+
+def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True):
+    """Every experiment of this chapter on the GPU: returns (rows, tables).
+
+    Each kernel is checked against the float64 reference at full size before
+    it is timed (a failure raises), every variant reads the same inputs, and
+    every vendor path (:func:`gpulab.baselines.matmul_chain_paths`: cuBLAS
+    through CuPy, PyTorch with and without cuBLASLt ReLU epilogues, both
+    layouts, fp32 / tf32 / fp16 / bf16, eager and in CUDA graphs) runs in the
+    same process, side by side. The small case is also timed cold (L2 flushed
+    between repeats: experiments ``ladder_cold`` and ``graph_cold``). Steps this
+    GPU cannot run (too much shared memory per block) are skipped and listed
+    with the reason in the ``skipped`` table. ``quick`` runs a tenth of the
+    large case (a smoke test, not for committing)."""
+    import cupy
+
+    weights = make_weights()
+    matrices = [weights["W1"], weights["W2"], weights["W3"]]
+    rows: list[dict] = []
+    sizes = dict(SIZES)
+    if quick:
+        sizes["large"] = SIZES["large"] // 10
+    here, skipped = runnable_steps()
+    sizes, too_large = plan_sizes(sizes)
+    skipped += too_large
+    for entry in skipped:
+        print(f"skipping {entry['variant']}: {entry['reason']}", file=sys.stderr)
+    fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in here}
+    vendor_kernels = []
+
+    for case, n in sizes.items():
+        bufs = buffers(get_backend("gpu"), make_inputs(n), weights, scratch=True)
+        x32 = bufs["x"]
+        ref = reference(x32, weights, cupy.float64, xp=cupy)
+        ref32 = reference(x32, weights, cupy.float32, xp=cupy).get()
+        for step_ in here:
+            fns = fns_by_step[step_.label]
+            bufs["y"].fill(cupy.nan)
+            inference = bind(step_, fns, bufs)
+            inference()
+            result = check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}")
+            labels = {**_row_labels(step_, n), "rel_error": result.rel_error, "intended": case in step_.sizes,
+                      "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
+            timing = benchmark(inference, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
+            rows.append(timing.row("ladder", step_.label, n, **work(n), **labels))
+            if case == "small":
+                rows.append(graph_benchmark(inference, launches=20, repeats=repeats)
+                            .row("graph", step_.label, n, **work(n), **labels))
+                rows.extend(_cold_rows(inference, step_.label, n, labels, repeats))
+            print(f"{case:5s} {step_.label:45s} {rows[-1]['median_ms']:.4f} ms", flush=True)
+
+        # Every vendor path, checked against the same reference, eager and in CUDA graphs.
+        eager = baselines.matmul_chain_paths(x32, matrices, RELU)
+        paths = eager + baselines.graph_paths(eager, launches=10)
+        labels = {"step": np.nan, "case": case, "intended": True}
+        w = work(n)
+        half_bytes = lambda path: w["bytes"] / (2 if path.precision in ("fp16", "bf16") else 1)   # noqa: E731
+        result = baselines.measure(paths, reference=ref, experiment="ladder", graph_experiment="graph", size=n,
+                                   flops=w["flops"], bytes=half_bytes, repeats=repeats,
+                                   budget_ms=VENDOR_BUDGET_MS, labels=labels, on_failure="skip")
+        rows += result.rows
+        skipped += [{"step": "vendor", **entry} for entry in result.skipped]
+        if case == "small":          # cold: L2 flushed before every call, eager and in one-call graphs
+            capturable = [p for p in eager if p.capture != "none"]
+            for experiment, chosen, flush in (("ladder_cold", eager, True),
+                                              ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], False),
+                                              ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], True)):
+                rows += baselines.measure(chosen, reference=ref, experiment=experiment, size=n, flops=w["flops"],
+                                          bytes=half_bytes, repeats=repeats, budget_ms=500, flush_l2=flush,
+                                          labels=labels, on_failure="skip", log=lambda text: None).rows
+        vendor_kernels += _vendor_kernel_names(eager, case)
+        del bufs, x32, ref, ref32
+        cupy.get_default_memory_pool().free_all_blocks()
+
+    # Where the time goes when X starts on the host: on each case, the kernel of
+    # steps 13, 14, 15 and 17 that the ladder (just measured) shows, pinned memory.
+    measured = pd.DataFrame(rows)
+    for case, n in sizes.items():
+        shown = set(ladder(measured, case)["variant"]) if n == SIZES[case] else set()
+        x_host = make_inputs(n)
+        for step_ in [s for s in here if s.number in ("13", "14", "15", "17")]:
+            if step_.label in shown or (not shown and case in step_.sizes):
+                rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
+    rows.extend(roofline.measure_ceilings(repeats=20))
+
+    tables = {"resources": resources(fns_by_step),
+              "skipped": pd.DataFrame(skipped, columns=["step", "variant", "library", "precision", "size",
+                                                        "reason"]),
+              "vendor_kernels": pd.DataFrame(vendor_kernels, columns=["case", "variant", "kernels"])}
+    if profile:
+        try:
+            tables["profile"] = profile_steps(quick=quick)
+        except Exception as exc:   # no ncu here: the run still has its timings; say why
+            print(f"profiling skipped: {exc}", file=sys.stderr)
+    return rows, tables
+
+
+def _cold_rows(inference, label: str, n: int, labels: dict, repeats: int) -> list[dict]:
+    """The small case cold: L2 flushed before every call, eager (``ladder_cold``)
+    and in a one-call graph, with its unflushed twin (``graph_cold``)."""
+    w = work(n)
+    out = [benchmark(inference, repeats=repeats, budget_ms=500, flush_l2=True)
+           .row("ladder_cold", label, n, **w, **labels)]
+    for flush in (False, True):
+        out.append(graph_benchmark(inference, launches=1, repeats=repeats, flush_l2=flush)
+                   .row("graph_cold", label, n, **w, **labels))
+    return out
+
+
+def _vendor_kernel_names(paths, case: str) -> list[dict]:
+    """The GPU kernels each eager PyTorch fp32/fp16 path launches, from the PyTorch
+    profiler: whether cuBLASLt's fused ReLU epilogue really runs at this size."""
+    out = []
+    for path in paths:
+        if "PyTorch" not in path.library or path.precision not in ("fp32", "fp16"):
+            continue
+        names = baselines.path_kernels(path)
+        out.append({"case": case, "variant": path.label, "kernels": " | ".join(names)})
+    return out
+
+
+def _transfer_rows(step_: Step, fns, x_host, weights, n, repeats) -> list[dict]:
+
+    be = get_backend("gpu")
+    base = buffers(be, x_host[:, :1], weights)
+    bound = {}
+
+    def launch(inputs, output):
+        key = (inputs[0].data.ptr, output.data.ptr)
+        if key not in bound:   # bind once per buffer pair: no host work inside the timed region
+            bound[key] = bind(step_, fns, {**base, "n": n, "hid_n": HID * n, "x": inputs[0], "y": output})
+        bound[key]()
+
+    memories = ("pinned",) if n > 1_000_000 else ("pageable", "pinned")
+    out = []
+    for memory in memories:
+        for row in transfers.transfer_breakdown(launch, [x_host], (OUT, n), np.float32, memory=memory,
+                                                repeats=max(5, repeats // 10), size=n):
+            out.append({**row, **_row_labels(step_, n), "variant": step_.label})
+    return out
+
+
+def resources(fns_by_step: dict) -> pd.DataFrame:
+    """Registers, shared memory, local (spilled) bytes and occupancy of every
+    ladder kernel as compiled for this GPU, at the launch shape the ladder uses."""
+    rows = []
+    for step_ in [s for s in STEPS if s.label in fns_by_step]:
+        fns = fns_by_step[step_.label]
+        for launch in step_.launches:
+            fn = fns[launch.kernel]
+            res = resource_table(fn.module).loc[launch.kernel]
+            threads = int(np.prod(launch.block))
+            occ = occupancy(fn, threads, launch.shared_mem)
+            rows.append({"step": step_.ordinal, "variant": step_.label, "kernel": launch.kernel,
+                         "threads_per_block": threads, "registers": int(res["registers"]),
+                         "static_shared_bytes": int(res["static_shared_bytes"]),
+                         "dynamic_shared_bytes": launch.shared_mem, "local_bytes": int(res["local_bytes"]),
+                         "blocks_per_sm": occ["blocks_per_sm"], "warps_per_sm": occ["warps_per_sm"],
+                         "occupancy": occ["occupancy"]})
+    return pd.DataFrame(rows).drop_duplicates(["variant", "kernel"])
