@@ -56,6 +56,7 @@ def execute(chapter: str, timeout: int = 900):
 #: launch bounds, the occupancy they allow and the spill at three blocks move between NVRTC releases
 #: (124 registers here against 117 from the recording GPU's), so they too are held to their magnitude.
 LIVE = {("multigpu", "worst_replica"): 0.2, ("multigpu", "param_worst"): 0.2,
+        ("alexnet", "wino_err_17"): 0.2,     # step 17's error, its split sums added in any order
         ("lenet", "lb_regs_1"): 0.25, ("lenet", "lb_occ_1"): 0.25, ("lenet", "lb_spill_3"): 0.5}
 
 
