@@ -207,6 +207,9 @@ GPULAB_UNCOUNTED static inline void tma_store_2d(const CUtensorMap* map, const v
     if (!global)
         gpulab::trap("tma_store_2d on the CPU backend: the map's array must also be a non-const pointer argument "
                      "of the kernel (the launch copies arguments back, not what a tensor map reaches)", file, line);
+    if (x < 0 || y < 0)       // the H100 stopped on an illegal instruction for (-8, -3) (2026-11-26)
+        gpulab::trap("tma_store_2d: a bulk tensor store at negative coordinates faults on the GPU (an illegal "
+                     "instruction on the H100); a store is clipped only past the array's end", file, line);
     const unsigned es = t.elem_bytes, row_bytes = t.box_cols * es;
     for (unsigned r = 0; r < t.box_rows; ++r) {
         const long gy = (long)y + r;
