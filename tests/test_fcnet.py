@@ -221,3 +221,61 @@ def test_the_live_run_plans_its_cases_to_the_devices_memory_and_says_why_it_skip
     assert "needs 8.3 GB of device memory" in skipped[0]["reason"] and "7.7 GB" in skipped[0]["reason"]
     assert fcnet.plan_sizes(fcnet.SIZES, PROFILES["T4"]) == (dict(fcnet.SIZES), [])   # 16 GB: both
     assert fcnet.plan_sizes(fcnet.SIZES, None) == (dict(fcnet.SIZES), [])             # CPU: no limits
+
+
+def test_as_measured_on_cuts_the_large_case_and_says_why():
+    from gpulab.device import PROFILES
+    run = gpulab.load_run(fcnet.CHAPTER, "H100")
+    small = fcnet.record.as_measured_on(run, PROFILES["8GB"])
+    sized = small.timings[small.timings["experiment"].isin(fcnet.record.SIZED_EXPERIMENTS)]
+    assert set(sized["size"]) == {fcnet.SIZES["small"]}
+    assert len(small.timings.query("experiment == 'ceilings'")) == len(run.timings.query("experiment == 'ceilings'"))
+    assert "profile" not in small.tables and set(small.tables["vendor_kernels"]["case"]) == {"small"}
+    why = fcnet.not_measured(small, "large")
+    assert why.startswith("large case not measured on this GPU: needs 8.3 GB") and "7.7 GB" in why
+    assert fcnet.not_measured(small, "small") is None and fcnet.not_measured(run, "large") is None
+    assert fcnet.ladder(small.timings, "large").empty and fcnet.step_row(small, "large", 14).isna().all()
+    large = fcnet.ladder(run.timings, "large")
+    assert fcnet.step_row(run, "large", 14)["variant"] == large.query("step == 14")["variant"].iloc[0]
+    assert fcnet.record.as_measured_on(run, PROFILES["T4"]).timings.equals(run.timings)   # 16 GB: both cases fit
+
+
+@pytest.mark.slow
+def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_measured(monkeypatch):
+    # On an 8 GB GPU (the lead's live check: an H100 share of 7.7 GB) the record skips the large
+    # case (5,120,000 vectors need 8.3 GB). Build that run from the recorded one through the
+    # record's own plan_sizes (record.as_measured_on), execute every cell against it under the
+    # simulated device, and read the outputs: no error, no stderr, no "nan", the reason shown, and
+    # the numbers of the large case glued as "not measured on this GPU".
+    import json
+    import os
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(root / "book/fcnet/fcnet.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        "import gpulab\n"
+        "from gpulab.device import PROFILES\n"
+        "from gpulab.workloads.fcnet import record as _record\n"
+        "_small = _record.as_measured_on(gpulab.load_run('fcnet', 'H100'), PROFILES['8GB'])\n"
+        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _small\n"))
+    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "8GB")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(root / "book/fcnet")}}
+                   ).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
+    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
+             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    for key in ("step5_gain", "large_vs_11", "s14_ms", "s14_registers", "vendor32_label", "s15_ms", "s17_ms",
+                "s18_ms", "rtx_worst_step", "rtx_step7_gbs"):
+        assert glued[key] == "not measured on this GPU", key
+    assert float(glued["s17_small_us"]) > 0          # the small case's numbers are still the run's
+    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
+                       + o.get("text", "") for o in outputs])
+    assert ">nan<" not in text and " nan " not in text and "nan ms" not in text
+    assert "large case not measured on this GPU: needs 8.3 GB of device memory" in text

@@ -24,8 +24,9 @@ from .steps import (CPU_PERSISTENT_BLOCKS, EXERCISE, MMA_STEPS, PREDICTED, STEPS
                     tf32x3_shared_bytes, unfit_reason)
 from .views import (COLD_GAP, FP32_GAP, REPORT_3080TI_LARGE_MS, TARGETS, VENDOR, best_vendor,
                     eager_vs_graph_figure, floor_ms, gpu_comparison, ladder, ladder_figure, measured_rates,
-                    prediction_table, profile_of, profile_run, profile_table, report_gpu_table, roofline_figure,
-                    step_times, targets, tiles_per_block, vendor, vendor_figure, vendor_lines, warm_cold)
+                    not_measured, prediction_table, profile_of, profile_run, profile_table, report_gpu_table,
+                    roofline_figure, step_row, step_times, targets, tiles_per_block, vendor, vendor_figure,
+                    vendor_lines, warm_cold)
 
 TITLE = "A fully-connected network's inference, from five kernel launches to one kernel at the hardware limit"
 
@@ -39,6 +40,6 @@ __all__ = ["CHAPTER", "TITLE", "profile", "record", "shapes", "views", "PROFILE_
            "resident_blocks", "run", "runnable_steps", "step_kernels", "steps", "tf32x3_shared_bytes",
            "unfit_reason", "COLD_GAP", "FP32_GAP", "REPORT_3080TI_LARGE_MS", "TARGETS", "VENDOR", "best_vendor",
            "eager_vs_graph_figure", "floor_ms", "gpu_comparison", "ladder", "ladder_figure", "measured_rates",
-           "prediction_table", "profile_of", "profile_run", "profile_table", "report_gpu_table",
-           "roofline_figure", "step_times", "targets", "tiles_per_block", "vendor", "vendor_figure",
+           "not_measured", "prediction_table", "profile_of", "profile_run", "profile_table", "report_gpu_table",
+           "roofline_figure", "step_row", "step_times", "targets", "tiles_per_block", "vendor", "vendor_figure",
            "vendor_lines", "warm_cold"]

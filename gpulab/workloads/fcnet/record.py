@@ -58,8 +58,8 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
     here, skipped = runnable_steps()
     sizes, too_large = plan_sizes(sizes)
     skipped += too_large
-    for entry in skipped:
-        print(f"skipping {entry['variant']}: {entry['reason']}", file=sys.stderr)
+    for entry in skipped:   # not an error: the notebook shows the skipped table with the reasons
+        print(f"skipping {entry['variant']}: {entry['reason']}")
     fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in here}
     vendor_kernels = []
 
@@ -122,7 +122,9 @@ def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True)
               "skipped": pd.DataFrame(skipped, columns=["step", "variant", "library", "precision", "size",
                                                         "reason"]),
               "vendor_kernels": pd.DataFrame(vendor_kernels, columns=["case", "variant", "kernels"])}
-    if profile:
+    if profile and "large" not in sizes:   # the profile is of the large case, which does not fit here
+        print("profiling skipped: the large case does not fit this GPU (the chapter shows the recorded profile)")
+    elif profile:
         try:
             tables["profile"] = profile_steps(quick=quick)
         except Exception as exc:   # no ncu here: the run still has its timings; say why
@@ -193,3 +195,30 @@ def resources(fns_by_step: dict) -> pd.DataFrame:
                          "blocks_per_sm": occ["blocks_per_sm"], "warps_per_sm": occ["warps_per_sm"],
                          "occupancy": occ["occupancy"]})
     return pd.DataFrame(rows).drop_duplicates(["variant", "kernel"])
+
+
+#: The experiments whose rows belong to one case (a case :func:`plan_sizes` skips has none).
+SIZED_EXPERIMENTS = ("ladder", "graph", "ladder_cold", "graph_cold", "transfers")
+
+
+def as_measured_on(run, here):
+    """TEST HOOK, not a measurement: the recorded ``run`` cut down to what :func:`benchmark_all`
+    would have measured on a device with limits ``here`` (e.g. 8 GB: ``gpulab.device.PROFILES
+    ["8GB"]``), through the same :func:`plan_sizes`: the rows of the cases that do not fit removed
+    and listed in ``skipped`` with the reason, their PyTorch kernel lists removed, and no profile
+    when the large case (the one profiled) does not fit. The times left are still the recorded
+    GPU's. What tests/test_fcnet.py executes the notebook against."""
+    import dataclasses
+    sizes, skipped = plan_sizes(dict(SIZES), here)
+    if not sizes:
+        raise ValueError(f"no case of the run fits {here.name}")
+    timings = run.timings
+    gone = timings["experiment"].isin(SIZED_EXPERIMENTS) & ~timings["size"].isin(list(sizes.values()))
+    tables = dict(run.tables)
+    tables["skipped"] = pd.concat([tables.get("skipped", pd.DataFrame()), pd.DataFrame(skipped)], ignore_index=True)
+    if "vendor_kernels" in tables:
+        tables["vendor_kernels"] = tables["vendor_kernels"][tables["vendor_kernels"]["case"].isin(list(sizes))]
+    if "large" not in sizes:
+        tables.pop("profile", None)
+    return dataclasses.replace(run, timings=timings[~gone].reset_index(drop=True), tables=tables,
+                               meta={**run.meta, "gpu": here.name})

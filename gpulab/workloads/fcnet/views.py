@@ -9,6 +9,7 @@ import pandas as pd
 
 from ... import plots, predictions, roofline
 from ...baselines import fastest, is_vendor
+from ...prose import NOT_MEASURED
 from ...roofline import ceilings_table, rates
 from ...roofline import floors_ms as roofline_floors
 from ...runs import gpu_comparison as compare_gpus
@@ -53,9 +54,39 @@ def ladder(timings: pd.DataFrame, case: str, experiment: str = "ladder") -> pd.D
         if measured:
             order.append(min(measured, key=lambda label: times[label]))
     table = rows.set_index("variant").loc[order].reset_index()
+    if table.empty:         # a case this run skipped (it did not fit the GPU): no rows, same columns
+        return table.assign(vs_step_1=pd.Series(dtype=float), vs_previous=pd.Series(dtype=float))
     table["vs_step_1"] = table["median_ms"].iloc[0] / table["median_ms"]
     table["vs_previous"] = table["median_ms"].shift(1) / table["median_ms"]
     return table
+
+
+def not_measured(run, case: str) -> str | None:
+    """Why ``run`` has no times of ``case`` ("not measured on this GPU: " and the reason from
+    its ``skipped`` table: the case did not fit this GPU's memory), or None when it has them."""
+    n = SIZES[case]
+    if ((run.timings["experiment"] == "ladder") & (run.timings["size"] == n)).any():
+        return None
+    skipped = run.tables.get("skipped")
+    why = skipped[skipped["size"] == n]["reason"] if skipped is not None and "size" in skipped else []
+    return f"{case} case {NOT_MEASURED}" + (f": {why.iloc[0]}" if len(why) else "")
+
+
+def step_row(run, case: str, number: int, experiment: str = "ladder") -> pd.Series:
+    """Step ``number``'s row of :func:`ladder` on ``case``; a row of NaN (same columns) when the
+    run did not measure that case, so the numbers computed from it are NaN, which
+    :func:`gpulab.prose.known` glues as "not measured on this GPU"."""
+    table = ladder(run.timings, case, experiment)
+    rows = table[table["step"] == number]
+    return rows.iloc[0] if len(rows) else pd.Series(np.nan, index=table.columns, dtype=object)
+
+
+def _unmeasured_figure(title: str, why: str, caption: str):
+    """The figure of a case the run did not measure: its title, and why, in place of the plot."""
+    fig, ax = plt.subplots(figsize=(8, 1.8))
+    ax.axis("off")
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=10)
+    return plots._finish(fig, ax, title, caption)
 
 
 def vendor(timings: pd.DataFrame, case: str, experiment: str = "ladder") -> pd.DataFrame:
@@ -87,8 +118,14 @@ def step_times(run, number: int):
     case), with the speedups over step 1 and over the previous step."""
     out = []
     several = len(steps(number)) > 1
+    notes = []
     for case, n in SIZES.items():
         table = ladder(run.timings, case)
+        why = not_measured(run, case)
+        if why:              # a case this GPU could not hold: one row saying so, the reason in the caption
+            out.append({"case": case, "kernel": NOT_MEASURED})
+            notes.append(why)
+            continue
         first, previous = table["median_ms"].iloc[0], table["median_ms"].shift(1)[table["step"] == number]
         measured = run.timings[(run.timings["size"] == n) & (run.timings["step"] == number)]
         for step_ in steps(number):
@@ -107,7 +144,7 @@ def step_times(run, number: int):
     table = pd.DataFrame(out)
     text = ("case", "kernel", "on the ladder")
     return (table.style.format({c: "{:.4g}" for c in table.columns if c not in text}, na_rep="")
-            .hide(axis="index").set_caption(run.caption))
+            .hide(axis="index").set_caption("; ".join(notes + [run.caption])))
 
 
 def tiles_per_block(run, step_: Step, case: str) -> float:
@@ -146,7 +183,9 @@ def profile_of(run, numbers):
                "shared_store_bank_conflicts",
                "sectors_per_request", "achieved_occupancy_pct", "registers_per_thread"]
     shown = table[table["step"].isin(list(numbers))][[c for c in columns if c in table.columns]]
-    note = "" if source is run else "this run has no profiler figures (is ncu installed?), so these are the recorded ones: "
+    why = not_measured(run, "large")
+    note = ("" if source is run else f"this run has no profiler figures ({why}), so these are the recorded ones: "
+            if why else "this run has no profiler figures (is ncu installed?), so these are the recorded ones: ")
     return (shown.style.format(precision=3, thousands=",").hide(axis="index")
             .set_caption(f"Nsight Compute, large case; {note}{source.caption}"))
 
@@ -156,6 +195,9 @@ def ladder_figure(run, case: str, experiment: str = "ladder", *, title: str, ax=
     class as dashed lines (every path: :func:`vendor_figure`). When ``run`` is
     live, the recorded runs of the same steps (H100, H200) are marked beside
     each bar, so a step that is slower on the reader's GPU shows at once."""
+    why = not_measured(run, case)
+    if why:
+        return _unmeasured_figure(title, why, run.caption if caption else None)
     others = {gpu: ladder(other.timings, case, experiment) for gpu, other in recorded_beside(run).items()}
     return plots.speedup_ladder(ladder(run.timings, case, experiment),
                                 vendor=vendor_lines(run.timings, case, experiment), others=others,
@@ -201,8 +243,11 @@ def vendor_figure(run, case: str, *, title: str | None = None):
     """Every vendor path measured on one case (eager and in CUDA graphs), by
     precision class, with the fastest of each class marked."""
     rows = pd.concat([vendor(run.timings, case, "ladder"), vendor(run.timings, case, "graph")])
-    return plots.vendor_paths(rows, title=title or f"Which vendor path is fastest? ({case} case, "
-                              f"{SIZES[case]:,} vectors)", caption=run.caption)
+    title = title or f"Which vendor path is fastest? ({case} case, {SIZES[case]:,} vectors)"
+    why = not_measured(run, case)
+    if why:
+        return _unmeasured_figure(title, why, run.caption)
+    return plots.vendor_paths(rows, title=title, caption=run.caption)
 
 
 def floor_ms(run, case: str, precision: str) -> dict:
@@ -227,10 +272,13 @@ def roofline_figure(run, case: str = "large"):
     ceilings = roofline.ceilings_table(run.timings, run.gpu)
     fp32, gbs = ceilings.loc["FP32 rate (GFLOP/s)", "measured"], ceilings.loc["memory bandwidth (GB/s)", "measured"]
     sheet = roofline.datasheet(run.gpu) or {}
-    points = roofline.rates(ladder(run.timings, case))
+    why = not_measured(run, case)
+    shown = next((c for c in [case, *SIZES] if not not_measured(run, c)), case) if why else case
+    points = roofline.rates(ladder(run.timings, shown))
     fig = plots.roofline(points, peak_gflops=fp32, peak_gbs=gbs, datasheet_gflops=sheet.get("fp32_tflops", 0) * 1e3,
-                         datasheet_gbs=sheet.get("memory_gbs"), caption=run.caption,
-                         title=f"How close is each step to the hardware's limits? ({case} case)")
+                         datasheet_gbs=sheet.get("memory_gbs"),
+                         caption=f"{why}; the {shown} case instead; {run.caption}" if why else run.caption,
+                         title=f"How close is each step to the hardware's limits? ({shown} case)")
     ax = fig.axes[0]
     hgemm = roofline.rates(run.timings[(run.timings["experiment"] == "ceilings")
                                        & (run.timings["variant"] == "cuBLAS HGEMM (fp16)")])["gflops"]
@@ -291,13 +339,15 @@ def report_gpu_table(run) -> pd.DataFrame:
     """The steps the report's RTX 3080 Ti ran faster than this run's GPU (large case):
     both times, and this run's registers, warps per SM and occupancy for the step."""
     table = ladder(run.timings, "large").set_index("step")
+    table = table.reindex(sorted(set(table.index) | set(REPORT_3080TI_LARGE_MS)))   # NaN: large case not measured
     resources = run.tables.get("resources", pd.DataFrame()).set_index("variant") if "resources" in run.tables \
         else pd.DataFrame()
     rows = []
     for number, report_ms in REPORT_3080TI_LARGE_MS.items():
         ours = table.loc[number]
         res = resources.loc[ours["variant"]] if ours["variant"] in resources.index else {}
-        rows.append({"step": number, "kernel": ours["variant"], "RTX 3080 Ti, report (ms)": report_ms,
+        kernel = ours["variant"] if isinstance(ours["variant"], str) else NOT_MEASURED
+        rows.append({"step": number, "kernel": kernel, "RTX 3080 Ti, report (ms)": report_ms,
                      f"{run.gpu} (ms)": ours["median_ms"], "ratio": ours["median_ms"] / report_ms,
                      "registers": res.get("registers", np.nan), "warps per SM": res.get("warps_per_sm", np.nan),
                      "occupancy": res.get("occupancy", np.nan)})
@@ -325,6 +375,10 @@ def targets(run) -> pd.DataFrame:
     rows = []
     for what, case, precision, experiment, mode, max_ms in TARGETS:
         table = ladder(run.timings, case, experiment)
+        why = not_measured(run, case)
+        if why:
+            rows.append({"target": what, "best kernel": why, "target (ms)": max_ms, "met": NOT_MEASURED})
+            continue
         ours = table[table["precision"] == precision].sort_values("median_ms").iloc[0]
         best = best_vendor(run.timings, case, precision, mode)
         blas_ms = best["median_ms"] if best is not None else np.nan
@@ -335,7 +389,8 @@ def targets(run) -> pd.DataFrame:
                      "vendor (ms)": blas_ms, "speedup": speedup, "floor (ms)": floor["floor_ms"],
                      "x floor": ours["median_ms"] / floor["floor_ms"],
                      "met": bool(ours["median_ms"] <= max_ms and speedup > 1.0)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["target", "best kernel", "time (ms)", "target (ms)", "fastest vendor path",
+                                       "vendor (ms)", "speedup", "floor (ms)", "x floor", "met"])
 
 
 def prediction_table(run, case: str = "large"):
