@@ -195,3 +195,18 @@ def test_the_gpu_comparison_table_names_both_recorded_runs():
     caption = comparison[0].attrs["caption"]
     assert "H100" in caption and "H200" in caption and caption.startswith("recorded")
     assert caption.count("recorded 20") == 2      # each run's date
+
+
+def test_every_recorded_run_matches_the_kernel_sources_it_names():
+    # A run that records its sources' sha256 (kernel_sources_sha256 in its meta) must have been
+    # recorded from the files on disk: editing a kernel, or a header it includes, means recording again.
+    import hashlib
+    from gpulab.paths import REPO
+    checked = 0
+    for meta_file in sorted((REPO / "labdata" / "runs").glob("*/*.meta.json")):
+        recorded = json.loads(meta_file.read_text()).get("kernel_sources_sha256", {})
+        stale = [f for f, digest in recorded.items()
+                 if not (REPO / f).is_file() or hashlib.sha256((REPO / f).read_bytes()).hexdigest() != digest]
+        assert not stale, f"{meta_file.relative_to(REPO)} was recorded from other versions of {stale}"
+        checked += len(recorded)
+    assert checked > 0, "no recorded run names its kernel sources"

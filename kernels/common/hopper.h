@@ -22,8 +22,7 @@
 //                                wgmma_wait<n>() until at most n committed groups still run
 //   tma_store_2d(&map, src, x, y), bulk_commit(), bulk_wait_read<n>(), bulk_wait<n>()
 //                                the copy engine writes a box from shared memory to global memory
-//                                (clipped past the array's end; negative coordinates fault:
-//                                an illegal instruction on the H100), asynchronously, in committed groups
+//                                (clipped to the array), asynchronously, in committed groups
 //   named_barrier_sync(id, threads)
 //                                bar.sync on barrier id (1-15) for `threads` threads of the block
 //   setmaxnreg_inc<R>(), setmaxnreg_dec<R>()
