@@ -23,6 +23,9 @@ _C_TO_NUMPY = {
     "half": (np.float16, 1),
     "__half2": (np.float16, 2),
     "half2": (np.float16, 2),
+    # bfloat16 (cuda_bf16.h): NumPy and CuPy have no such type; arrays hold its bit patterns.
+    "__nv_bfloat16": (np.uint16, 1),
+    "nv_bfloat16": (np.uint16, 1),
     "int": (np.int32, 1),
     "signed int": (np.int32, 1),
     "unsigned": (np.uint32, 1),

@@ -33,6 +33,9 @@ TENSOR_MAP_BYTES = 128
 SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
 #: Element types -> CUtensorMapDataType (cuda.h).
 _DATA_TYPES = {np.dtype(np.float16): 6, np.dtype(np.float32): 7}
+#: CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: NumPy and CuPy have no bfloat16, so a bfloat16 array is held
+#: as uint16 bit patterns and named with ``element="bf16"``.
+_BFLOAT16 = 9
 #: The CPU backend's layout: magic, address, rows, columns, row pitch (bytes), box columns,
 #: box rows, element bytes, swizzle bytes (gpulab_hopper_cpu.h reads the same fields).
 CPU_MAGIC = 0x70616D54534C5047   # "GPLSTmap"
@@ -59,7 +62,7 @@ class TensorMap:
         return self.box[0] * self.box[1] * self.array.dtype.itemsize
 
 
-def encode_2d(array, box: tuple[int, int], swizzle: int = 128) -> TensorMap:
+def encode_2d(array, box: tuple[int, int], swizzle: int = 128, *, element: str | None = None) -> TensorMap:
     """A tensor map of the row-major 2-D ``array`` (rows x columns; NumPy on the CPU
     backend, CuPy on a GPU) whose copies move ``box = (box_columns, box_rows)`` elements,
     laid out in shared memory with ``swizzle`` (0, 32, 64 or 128 bytes).
@@ -67,13 +70,20 @@ def encode_2d(array, box: tuple[int, int], swizzle: int = 128) -> TensorMap:
     The rules are the hardware's (cuTensorMapEncodeTiled): rows start 16-byte aligned
     (the row pitch is a multiple of 16 bytes), a box side is 1 to 256 elements, and with a
     swizzle a box row is at most the swizzle's width. Coordinates outside the array read
-    as zeros.
+    as zeros. ``element="bf16"``: the array holds bfloat16 bit patterns as uint16.
     """
     if getattr(array, "ndim", None) != 2:
         raise KernelArgumentError(f"encode_2d needs a 2-D array (rows x columns), got "
                                   f"{type(array).__name__} of shape {getattr(array, 'shape', '?')}")
     dtype = np.dtype(array.dtype)
-    if dtype not in _DATA_TYPES:
+    data_type = _DATA_TYPES.get(dtype)
+    if element == "bf16":
+        if dtype != np.uint16:
+            raise KernelArgumentError(f"encode_2d(element='bf16') takes bfloat16 bit patterns as uint16, got {dtype}")
+        data_type = _BFLOAT16
+    elif element is not None:
+        raise KernelArgumentError(f"encode_2d: element must be None or 'bf16', got {element!r}")
+    if data_type is None:
         raise KernelArgumentError(f"encode_2d: element type {dtype} is not supported (float16 or float32)")
     if not array.flags.c_contiguous:
         raise KernelArgumentError("encode_2d needs a C-contiguous array (pass xp.ascontiguousarray(a))")
@@ -99,7 +109,7 @@ def encode_2d(array, box: tuple[int, int], swizzle: int = 128) -> TensorMap:
     address = int(array.data.ptr)
     if address % 16:
         raise KernelArgumentError("encode_2d: a tensor map's array must start 16-byte aligned")
-    return TensorMap(_encode_driver(address, dtype, rows, cols, pitch, bc, br, swizzle), array, (bc, br),
+    return TensorMap(_encode_driver(address, data_type, rows, cols, pitch, bc, br, swizzle), array, (bc, br),
                      swizzle, "gpu")
 
 
@@ -111,13 +121,13 @@ def _driver():
     return fn
 
 
-def _encode_driver(address, dtype, rows, cols, pitch, bc, br, swizzle) -> bytes:
+def _encode_driver(address, data_type, rows, cols, pitch, bc, br, swizzle) -> bytes:
     buffer = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 128)
     start = (-ctypes.addressof(buffer)) % 128      # the driver wants the map 64- (CUDA 13: 128-) byte aligned
     out = ctypes.addressof(buffer) + start
     u64x2, u32x2 = ctypes.c_uint64 * 2, ctypes.c_uint32 * 2
     result = _driver()(
-        ctypes.c_void_p(out), ctypes.c_int(_DATA_TYPES[dtype]), ctypes.c_uint32(2), ctypes.c_void_p(address),
+        ctypes.c_void_p(out), ctypes.c_int(data_type), ctypes.c_uint32(2), ctypes.c_void_p(address),
         u64x2(cols, rows), u64x2(pitch, 0), u32x2(bc, br), u32x2(1, 1),
         ctypes.c_int(0),                   # no interleave
         ctypes.c_int(SWIZZLES[swizzle]),
@@ -125,5 +135,5 @@ def _encode_driver(address, dtype, rows, cols, pitch, bc, br, swizzle) -> bytes:
         ctypes.c_int(0))                   # out-of-bounds elements read as zeros
     if result != 0:
         raise KernelArgumentError(f"cuTensorMapEncodeTiled failed with CUresult {result} (array {rows} x {cols} "
-                                  f"{dtype}, box {bc} x {br}, swizzle {swizzle})")
+                                  f"of data type {data_type}, box {bc} x {br}, swizzle {swizzle})")
     return ctypes.string_at(out, TENSOR_MAP_BYTES)

@@ -21,7 +21,7 @@ def test_numbers_agree_with_the_runs_own_ratios(gpu):
     assert n["best_ms"] == t[t["step"] != views.VENDOR]["median_ms"].min()
     assert n["standing"] == ("past" if n["best_cublas"] > 1 else "short of")
     assert n["cublas_cluster"] in ("2x1", "1x2", "1x1", "none")
-    assert [s for s in views.prediction_table(run)["step"]] == [s.number for s in hopper.STEPS]
+    assert [s for s in views.prediction_table(run)["step"]] == [s.number for s in hopper.STEPS] + ["07 bf16", "07 tf32"]
 
 
 def test_the_cpu_backend_runs_the_steps():
@@ -81,3 +81,57 @@ def test_every_number_the_prose_reads_is_glued():
     used = set(re.findall(r"\{glue:text\}`(\w+)", prose))
     glued = json.loads((paths.REPO / "tests" / "fixtures" / "glued" / "hopper.json").read_text())
     assert used and not used - glued.keys(), sorted(used - glued.keys())
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_bf16_tf32_and_shape_numbers_agree_with_the_runs_own_ratios(gpu):
+    """Step 7's standing in each type and at each shape, as the prose quotes it, is the ratio the
+    GPU run itself wrote (record.benchmark_all's vs_best_cublas), and every check there passed."""
+    run = load_run("hopper", gpu)
+    n = views.type_numbers(run)
+    t = run.timings
+    assert t[t["experiment"].str.startswith("hopper")]["passed"].astype(bool).all()
+    for precision in ("bf16", "tf32"):
+        rows = t[(t["experiment"] == f"hopper_gemm_{precision}") & (t["step"].astype(str) != views.VENDOR)]
+        for _, r in rows.iterrows():
+            assert n[f"ratio_{precision}_{int(r['size'])}"] == pytest.approx(r["vs_best_cublas"], rel=1e-4)
+            assert r["precision"] == precision and r["variant"].endswith(precision)
+    shapes = t[(t["experiment"] == "hopper_shapes") & (t["step"].astype(str) != views.VENDOR)]
+    assert len(shapes) == len(hopper.record.SHAPES) * 3
+    for _, r in shapes.iterrows():
+        key = f"{r['shape'].replace(' ', '_')}_{r['precision']}"
+        assert n[f"shape_ratio_{key}"] == pytest.approx(r["vs_best_cublas"], rel=1e-4)
+    # tf32: the step's error is that of operands with their low 13 bits dropped, cuBLAS's that of
+    # operands rounded to nearest (the prose says so from these numbers)
+    assert n["error_tf32_4096"] == pytest.approx(n["tf32_truncated_error"], rel=0.05)
+    assert n["vendor_error_tf32_4096"] == pytest.approx(n["tf32_rounded_error"], rel=0.05)
+    steps = list(views.prediction_table(run)["step"])
+    assert steps[-2:] == ["07 bf16", "07 tf32"]
+
+
+def test_the_shapes_are_the_book_chapters_gemms():
+    """record.SHAPES against the chapters' own shape declarations, and the rules a tensor map sets
+    (rows of A, B and C multiples of 16 bytes in every type)."""
+    from gpulab.workloads import training
+    from gpulab.workloads.alexnet import shapes as alexnet
+    from gpulab.workloads.convpool import shapes as convpool
+    shapes = {name: (M, N, K) for name, M, N, K, _ in hopper.record.SHAPES}
+    L = convpool.LAYER
+    assert shapes["convpool b32"] == (32 * L.E * L.F, L.M, L.C * 5 * 5)
+    for layer in alexnet.LAYERS:
+        M, N, K = shapes[f"alexnet conv{layer.index}"]
+        assert (M, N) == (alexnet.MAIN_N * layer.E * layer.F, layer.M)
+        assert K == -(-layer.K // 8) * 8                      # 363 -> 368 for conv1, others exact
+    assert shapes["training layer 1"] == (1024, training.HIDDEN, -(-training.VOCAB // 8) * 8)
+    for M, N, K in shapes.values():
+        assert K % 8 == 0 and N % 8 == 0                        # 16-byte rows of halves (and floats)
+
+
+def test_tiles_and_columns_used_by_hand():
+    run = load_run("hopper", "H100")
+    s = views.shapes_table(run).drop_duplicates("shape").set_index("shape")
+    assert s.loc["alexnet conv1", "tiles"] == 387200 // 128 * 1 and s.loc["alexnet conv1", "N used of the tile"] == 96 / 256
+    assert s.loc["alexnet conv3", "tiles"] == 21632 // 128 * 2 and s.loc["alexnet conv3", "N used of the tile"] == 0.75
+    assert s.loc["training layer 1", "tiles"] == 8
+    e = views.tf32_operand_errors(m=64, k=1024)
+    assert 2 < e["tf32_truncated_error"] / e["tf32_rounded_error"] < 3.5

@@ -2,6 +2,12 @@
 // tiles in grouped order; warpgroup 0 copies slices with TMA round a ring of STAGES slots, warpgroups
 // 1 and 2 multiply them with wgmma (64 rows each) and write C. Each step's file says what it is
 // and launches it.
+//
+// The element type (template parameter T, half unless named) is that of A, B and C: __half
+// (wgmma .f16), __nv_bfloat16 (.bf16, where the including file has <cuda_bf16.h>) or float (read
+// as tf32, k8 per wgmma). A slice is one 128-byte swizzled row deep whatever the type: BK = 64
+// halves or bfloat16s, 32 floats (slice_k<T>), so the ring, the descriptors' byte offsets and the
+// copies' byte counts are the same for all three.
 #include <cuda_fp16.h>
 #include <common/hopper.h>
 #include "wgmma_store.cuh"
@@ -32,17 +38,48 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 // consumer releases a slot one slice later, keeping a group of products queued (step 6).
 // TMA_STORE: the epilogue stages C in shared memory and the copy engine writes it (map_c, boxes
 // of STORE_BOX x STORE_BOX, 128-byte swizzle) while the consumer goes on to its next tile (step 7).
-template <bool IN_FLIGHT, bool TMA_STORE = false>
+// k per slice: one 128-byte row of T.
+template <typename T>
+__host__ __device__ constexpr int slice_k() { return 128 / (int)sizeof(T); }
+
+// One slice's k16 (k8 for tf32) products: 4 wgmma, each 32 bytes further along the rows.
+__device__ __forceinline__ void slice_products(float* acc, const __half* As, const __half* Bs)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        wgmma_m64n256k16(acc, smem_desc(As + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                         smem_desc(Bs + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
+}
+__device__ __forceinline__ void slice_products(float* acc, const float* As, const float* Bs)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        wgmma_m64n256k8_tf32(acc, smem_desc(As + 8 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                             smem_desc(Bs + 8 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
+}
+#ifdef __CUDA_BF16_TYPES_EXIST__
+__device__ __forceinline__ void slice_products(float* acc, const __nv_bfloat16* As, const __nv_bfloat16* Bs)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        wgmma_m64n256k16_bf16(acc, smem_desc(As + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                              smem_desc(Bs + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
+}
+#endif
+
+template <bool IN_FLIGHT, bool TMA_STORE = false, typename T = __half>
 __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                                const CUtensorMap* map_c, __half* C,
+                                                const CUtensorMap* map_c, T* C,
                                                 int M, int N, int K, unsigned char* smem_raw)
 {
-    __half* ring = (__half*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    constexpr int SK = slice_k<T>();                // BK for halves and bfloat16s, 32 for floats
+    static_assert((BM + BN) * SK * sizeof(T) == SLICE_BYTES, "a slice is one 128-byte row of each tile row");
+    T* ring = (T*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
     __shared__ __align__(8) unsigned long long full[STAGES];
     __shared__ __align__(8) unsigned long long empty[STAGES];
     const int tid = threadIdx.x, wg = tid / 128;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
-    const int KT = (K + BK - 1) / BK;
+    const int KT = (K + SK - 1) / SK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
@@ -62,10 +99,10 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                 for (int t = 0; t < KT; ++t, ++it) {
                     const int slot = it % STAGES;
                     mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);   // as in step 4, counted by it
-                    __half* As = ring + (size_t)slot * (BM + BN) * BK;
+                    T* As = ring + (size_t)slot * (BM + BN) * SK;
                     mbar_arrive_expect_tx(&full[slot], SLICE_BYTES);
-                    tma_load_2d(As, &map_a, t * BK, tm * BM, &full[slot]);
-                    tma_load_2d(As + BM * BK, &map_b, t * BK, tn * BN, &full[slot]);
+                    tma_load_2d(As, &map_a, t * SK, tm * BM, &full[slot]);
+                    tma_load_2d(As + BM * SK, &map_b, t * SK, tn * BN, &full[slot]);
                 }
             }
         }
@@ -82,13 +119,10 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             for (int t = 0; t < KT; ++t, ++it) {
                 const int slot = it % STAGES;
                 mbar_wait(&full[slot], (it / STAGES) % 2);
-                const __half* As = ring + (size_t)slot * (BM + BN) * BK + 64 * c * BK;
-                const __half* Bs = ring + (size_t)slot * (BM + BN) * BK + BM * BK;
+                const T* As = ring + (size_t)slot * (BM + BN) * SK + 64 * c * SK;
+                const T* Bs = ring + (size_t)slot * (BM + BN) * SK + BM * SK;
                 wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk)
-                    wgmma_m64n256k16(acc, smem_desc(As + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
-                                     smem_desc(Bs + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
+                slice_products(acc, As, Bs);
                 wgmma_commit();
                 if (IN_FLIGHT) {
                     wgmma_wait<1>();                // slice it - 1's products are done
@@ -104,10 +138,12 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             }
 
             if (TMA_STORE) {
-                __half* stage = ring + (size_t)STAGES * (BM + BN) * BK + (size_t)c * STORE_BOXES * STORE_BOX * STORE_BOX;
+                // STORE_BOXES boxes of 64 rows x 128 bytes (64 halves or 32 floats wide) each
+                constexpr int BOX_COLS = 128 / (int)sizeof(T);
+                T* stage = (T*)((char*)ring + (size_t)STAGES * SLICE_BYTES + (size_t)c * STORE_BOXES * STORE_BOX * 128);
                 const bool issuer = tid % 128 == 0;
 #pragma unroll
-                for (int part = 0; part < BN / (STORE_BOXES * STORE_BOX); ++part) {
+                for (int part = 0; part < BN / (STORE_BOXES * BOX_COLS); ++part) {
                     if (issuer) bulk_wait_read<0>();        // the last store has read the staging
                     named_barrier_sync(1 + c, 128);         // ... before anyone overwrites it
                     stage_accumulators<STORE_BOXES>(stage, acc, part);
@@ -115,8 +151,8 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                     named_barrier_sync(1 + c, 128);
                     if (issuer) {
                         for (int b = 0; b < STORE_BOXES; ++b)
-                            tma_store_2d(map_c, stage + b * STORE_BOX * STORE_BOX,
-                                         tn * BN + (part * STORE_BOXES + b) * STORE_BOX, tm * BM + 64 * c);
+                            tma_store_2d(map_c, (char*)stage + b * STORE_BOX * 128,
+                                         tn * BN + (part * STORE_BOXES + b) * BOX_COLS, tm * BM + 64 * c);
                         bulk_commit();
                     }
                 }

@@ -320,5 +320,77 @@ static inline void wgmma_m64n256k16(float d[128], unsigned long long desc_a, uns
                                     int scale_d, GPULAB_HOPPER_SITE) {
     gpulab::hopper_detail::wgmma<256>(d, desc_a, desc_b, scale_d, file, line);
 }
+// ---- hopper2: bf16 and tf32 operands (kernels/common/hopper.h's wgmma_m64n256k16_bf16 and
+// wgmma_m64n256k8_tf32). The descriptor is decoded as for halves, with the element size in the
+// address arithmetic: element k of a row is k * bytes into it (no swizzle: 16 / bytes elements
+// per core-matrix row). bfloat16 products are exact in float (8-bit mantissas); tf32 keeps the
+// upper 19 bits of each 4-byte float (sign, exponent, 10 mantissa bits) -- here the low 13 bits
+// are dropped -- and its products (11-bit mantissas) are exact in float too. Sums are in float,
+// in k order: the GPU's order inside one instruction is its own, so results agree to rounding.
+namespace gpulab {
+namespace hopper_detail {
+GPULAB_UNCOUNTED static inline const char* operand_element_sized(unsigned long long desc, int row, int k, unsigned bytes,
+                                                                  const char* file, int line) {
+    const uintptr_t start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4,
+                    sbo = ((desc >> 32) & 0x3FFF) << 4;
+    const unsigned mode = (unsigned)(desc >> 62);
+    if ((desc >> 49) & 7) trap("wgmma on the CPU backend: a descriptor's base offset is not emulated", file, line);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(shared_base());
+    const unsigned per_core = 16 / bytes;
+    uintptr_t a;
+    if (mode == 0) {
+        a = base + start + (row / 8) * sbo + (row % 8) * 16 + (k / per_core) * lbo + (k % per_core) * bytes;
+    } else {
+        const unsigned width = mode == 1 ? 128 : mode == 2 ? 64 : 32;
+        a = swizzled(base + start + (row / 8) * sbo + (row % 8) * width + k * bytes, width);
+    }
+    return reinterpret_cast<const char*>(a);
+}
+static inline float bf16_operand(const char* p) {
+    unsigned short b;
+    memcpy(&b, p, 2);
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static inline float tf32_operand(const char* p) {
+    uint32_t x;
+    memcpy(&x, p, 4);
+    x &= 0xFFFFE000u;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+// As wgmma<N> above, for operands of `bytes` bytes read by `value`, KS of k per instruction.
+template <int N, int KS>
+GPULAB_UNCOUNTED static inline void wgmma_typed(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d,
+                                                unsigned bytes, float (*value)(const char*), const char* file, int line) {
+    const unsigned t = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128;
+    const int warp = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int i = 0; i < N / 2; ++i) {
+        const int j = i / 4, e = i % 4;
+        const int row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * q + e % 2;
+        float sum = 0.0f;
+        for (int k = 0; k < KS; ++k)
+            sum += value(operand_element_sized(desc_a, row, k, bytes, file, line)) *
+                   value(operand_element_sized(desc_b, col, k, bytes, file, line));
+        d[i] = (scale_d ? d[i] : 0.0f) + sum;
+    }
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+static inline void wgmma_m64n256k16_bf16(float d[128], unsigned long long desc_a, unsigned long long desc_b,
+                                         int scale_d, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma_typed<256, 16>(d, desc_a, desc_b, scale_d, 2, gpulab::hopper_detail::bf16_operand,
+                                                file, line);
+}
+static inline void wgmma_m64n256k8_tf32(float d[128], unsigned long long desc_a, unsigned long long desc_b,
+                                        int scale_d, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma_typed<256, 8>(d, desc_a, desc_b, scale_d, 4, gpulab::hopper_detail::tf32_operand,
+                                               file, line);
+}
+// ---- end hopper2 ----
 #undef GPULAB_HOPPER_SITE
 #endif  // GPULAB_HOPPER_CPU_H

@@ -3,6 +3,11 @@
 Every step computes the same GEMM, C (M x N, half) = A (M x K, half) times B^T with B stored
 N x K (both operands K-major, the layout wgmma reads without a transpose), accumulated in float.
 Steps 1 on take tensor maps of A and B (gpulab.tensormap) instead of their addresses.
+
+Step 7, the best, also comes in bfloat16 and in tf32 (kernels/hopper/07_tma_store_bf16.cu and
+_tf32.cu, the same persistent_gemm.cuh): ``in_precision(step, "bf16")`` is that step in that type.
+A, B and C are then bfloat16 (held as uint16 bit patterns: NumPy and CuPy have no bfloat16) or
+float32.
 """
 from __future__ import annotations
 
@@ -28,6 +33,32 @@ GPU_OPTIONS = ("-arch=sm_90a",)
 STORE_BOX = 64
 #: Sizes the CPU backend checks every step at: none a multiple of its tile, so the edges are tested.
 CHECK_SHAPES = ((200, 136, 712), (72, 264, 200))
+#: Bytes of an element of A, B and C in each precision. A slice is one 128-byte row whatever the
+#: type: BK = 64 halves or bfloat16s, 32 floats.
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4}
+
+
+def to_bf16_bits(x, xp=np):
+    """float32 values -> bfloat16 bit patterns (uint16), rounded to nearest, ties to even, as the
+    GPU's cvt.rn.bf16.f32 and the CPU backend's cuda_bf16.h do; NaN -> 0x7FFF."""
+    u = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
+    rounded = ((u + xp.uint32(0x7FFF) + ((u >> 16) & xp.uint32(1))) >> 16).astype(xp.uint16)
+    return xp.where((u & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000), xp.uint16(0x7FFF), rounded)
+
+
+def from_bf16_bits(bits, xp=np):
+    """bfloat16 bit patterns (uint16) -> float32, exactly."""
+    return (xp.asarray(bits).astype(xp.uint32) << 16).view(xp.float32)
+
+
+def storage_dtype(precision: str):
+    """The array type of A, B and C in ``precision``."""
+    return {"fp16": np.float16, "bf16": np.uint16, "tf32": np.float32}[precision]
+
+
+def as_float(x, precision: str, xp=np):
+    """Values of an array held in ``precision``'s storage type, as float32 (bfloat16 decoded)."""
+    return from_bf16_bits(x, xp) if precision == "bf16" else xp.asarray(x).astype(xp.float32)
 
 
 @dataclass(frozen=True)
@@ -51,6 +82,21 @@ class Step(ladder.Step):
     tma_store: bool = False
     store_stage_bytes: int = 0
     precision: str = "fp16"
+    #: Other element types: precision -> (kernel file, kernel) of the same step in that type.
+    variants: tuple = ()
+
+    @property
+    def precisions(self) -> tuple:
+        return ("fp16",) + tuple(p for p, _, _ in self.variants)
+
+    @property
+    def element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.precision]
+
+    @property
+    def slice_k(self) -> int:
+        """k per slice: one 128-byte row (BK for 2-byte types, 32 for tf32's floats)."""
+        return 128 // self.element_bytes
 
     @property
     def shared_bytes(self) -> int:
@@ -85,8 +131,21 @@ STEPS = [
          kernel="gemm_persistent_in_flight", bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True),
     Step("07", "hopper/07_tma_store.cu", "epilogue through shared memory and a TMA store", kernel="gemm_tma_store",
          bm=128, bn=256, threads=384, stages=4, tma=True, persistent=True, tma_store=True,
-         store_stage_bytes=2 * 2 * STORE_BOX * STORE_BOX * 2),
+         store_stage_bytes=2 * 2 * STORE_BOX * STORE_BOX * 2,
+         variants=(("bf16", "hopper/07_tma_store_bf16.cu", "gemm_tma_store_bf16"),
+                   ("tf32", "hopper/07_tma_store_tf32.cu", "gemm_tma_store_tf32"))),
 ]
+
+
+def in_precision(step: Step, precision: str) -> Step:
+    """``step`` built for ``precision`` (fp16, bf16 or tf32), where its file takes that type."""
+    if precision == step.precision:
+        return step
+    for name, file, kernel in step.variants:
+        if name == precision:
+            return dataclasses.replace(step, precision=precision, file=file, kernel=kernel, variants=())
+    raise KernelArgumentError(f"step {step.number} comes in {list(step.precisions)}, not {precision!r} "
+                              "(step 07 has bf16 and tf32 files)")
 
 
 #: The size the ladder is judged at (n^3: M = N = K = n), as the kernel files' predictions are.
@@ -131,7 +190,28 @@ PREDICTED = {
                                       "products, while through shared memory and the copy engine its part "
                                       "is a few stores and a barrier (the profile's SM busy rose to "
                                       "cuBLAS's)"),
+    # Step 7 in the other element types, against step 7 in fp16 (the prediction table's rows
+    # "07 bf16" and "07 tf32", from the run's hopper_gemm_bf16 and _tf32 experiments).
+    "07 bf16": expect.same(than="07", claim="about step 7's fp16 time"),
+    "07 tf32": expect.about(0.5, than="07", claim="twice step 7's fp16 time (half the tensor cores' rate)"),
 }
+
+
+def variant_key(step: Step) -> str:
+    """How the prediction table and PREDICTED name a step in another element type: "07 bf16"."""
+    return step.number if step.precision == "fp16" else f"{step.number} {step.precision}"
+
+
+#: The element types step 7 comes in besides fp16 (its own files), in the order the chapter shows them.
+OTHER_PRECISIONS = ("bf16", "tf32")
+
+
+def prediction_steps() -> list:
+    """(key, what changed, kernel file) of every row of the prediction table: the ladder, then
+    step 7 in each other element type (key "07 bf16", ...)."""
+    variants = [in_precision(STEPS[-1], p) for p in OTHER_PRECISIONS]
+    return [(s.number, s.title, s.file) for s in STEPS] + \
+        [(variant_key(v), f"step 7 with A, B and C in {v.precision}", v.file) for v in variants]
 
 
 def needs_hopper(backend) -> str | None:
@@ -148,28 +228,33 @@ def needs_hopper(backend) -> str | None:
             f"only in sm_90a); this GPU is {cc[:-1]}.{cc[-1]}")
 
 
-def check_shape(M: int, N: int, K: int) -> None:
-    """The shapes every step accepts: positive sizes, K a multiple of 8 (16-byte rows)."""
+def check_shape(M: int, N: int, K: int, element_bytes: int = 2) -> None:
+    """The shapes every step accepts: positive sizes, K a multiple of 8 halves (4 floats): rows
+    of 16 bytes."""
     for name, v in (("M", M), ("N", N), ("K", K)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise KernelArgumentError(f"{name} must be a positive int, got {v!r}")
-    if K % 8:
-        raise KernelArgumentError(f"K = {K}: the chapter's GEMMs need K a multiple of 8, so that every row of A "
-                                  "and B starts 16-byte aligned (what cp.async's 16-byte copies and a tensor map "
-                                  "require)")
+    if (K * element_bytes) % 16:
+        raise KernelArgumentError(f"K = {K}: the chapter's GEMMs need K a multiple of {16 // element_bytes} "
+                                  f"({element_bytes}-byte elements), so that every row of A and B starts 16-byte "
+                                  "aligned (what cp.async's 16-byte copies and a tensor map require)")
 
 
-def make_inputs(M: int, N: int, K: int, seed: int = 0):
-    """A (M x K) and B (N x K), half, uniform in [-1, 1) (host arrays)."""
+def make_inputs(M: int, N: int, K: int, seed: int = 0, precision: str = "fp16"):
+    """A (M x K) and B (N x K), uniform in [-1, 1), in ``precision``'s storage type (host
+    arrays; bf16 as bit patterns)."""
     rng = np.random.default_rng(seed)
-    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    B = rng.uniform(-1, 1, (N, K)).astype(np.float16)
-    return A, B
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    B = rng.uniform(-1, 1, (N, K)).astype(np.float32)
+    if precision == "bf16":
+        return to_bf16_bits(A), to_bf16_bits(B)
+    return A.astype(storage_dtype(precision)), B.astype(storage_dtype(precision))
 
 
-def reference(A, B) -> np.ndarray:
-    """C = A B^T in float64 (host)."""
-    return np.asarray(A, np.float64) @ np.asarray(B, np.float64).T
+def reference(A, B, precision: str = "fp16") -> np.ndarray:
+    """C = A B^T in float64 (host), of the inputs' values (tf32: of the full floats, so the
+    error includes the operands' rounding to tf32, as cuBLAS's tf32 GEMM's is measured)."""
+    return as_float(A, precision).astype(np.float64) @ as_float(B, precision).astype(np.float64).T
 
 
 def persistent_blocks(backend) -> int:
@@ -188,20 +273,26 @@ def make_launch(step: Step, A, B, C, backend=None, blocks: int | None = None):
     be = get_backend(backend)
     M, K = (int(n) for n in A.shape)
     N = int(B.shape[0])
-    check_shape(M, N, K)
+    check_shape(M, N, K, step.element_bytes)
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        if np.dtype(x.dtype) != np.dtype(storage_dtype(step.precision)):
+            raise KernelArgumentError(f"step {step.number} in {step.precision} takes {name} as "
+                                      f"{np.dtype(storage_dtype(step.precision))}, got {x.dtype}")
     if B.shape != (N, K) or C.shape != (M, N):
         raise KernelArgumentError(f"expected A (M, K), B (N, K), C (M, N); got A {A.shape}, B {B.shape}, "
                                   f"C {C.shape}")
     module = load_module(step.file, be, options=GPU_OPTIONS if be.name == "gpu" else ())
     kernel = module.get_function(step.kernel)
     kernel.allow_shared_memory(step.shared_bytes)
-    if step.tma_store and N % 8:
+    if step.tma_store and (N * step.element_bytes) % 16:
         raise KernelArgumentError(f"N = {N}: step {step.number} writes C through a tensor map, whose rows must "
-                                  "start 16-byte aligned: N must be a multiple of 8")
+                                  f"start 16-byte aligned: N must be a multiple of {16 // step.element_bytes}")
     if step.tma:
-        inputs = (tensormap.encode_2d(A, (BK, step.bm)), tensormap.encode_2d(B, (BK, step.bn)))
-        if step.tma_store:
-            inputs += (tensormap.encode_2d(C, (STORE_BOX, STORE_BOX)),)
+        element = "bf16" if step.precision == "bf16" else None
+        inputs = (tensormap.encode_2d(A, (step.slice_k, step.bm), element=element),
+                  tensormap.encode_2d(B, (step.slice_k, step.bn), element=element))
+        if step.tma_store:      # boxes of 64 rows x 128 bytes
+            inputs += (tensormap.encode_2d(C, (128 // step.element_bytes, STORE_BOX), element=element),)
     else:
         inputs = (A, B)
     blocks = persistent_blocks(be) if blocks is None else blocks
@@ -209,10 +300,17 @@ def make_launch(step: Step, A, B, C, backend=None, blocks: int | None = None):
                        shared_mem=step.shared_bytes)
 
 
+def poisoned(xp, shape, precision: str):
+    """An output of ``precision``'s storage type filled with NaN (bfloat16's 0xFFFF)."""
+    if precision == "bf16":
+        return xp.full(shape, 0xFFFF, dtype=np.uint16)
+    return xp.full(shape, np.nan, dtype=storage_dtype(precision))
+
+
 def run(step: Step, A, B, backend=None):
     """C = A B^T by ``step`` (arrays of the backend); the output is poisoned with NaN first."""
     be = get_backend(backend)
-    C = be.xp.full((A.shape[0], B.shape[0]), np.nan, dtype=np.float16)
+    C = poisoned(be.xp, (A.shape[0], B.shape[0]), step.precision)
     make_launch(step, A, B, C, be)()
     be.synchronize()
     return C
@@ -221,17 +319,20 @@ def run(step: Step, A, B, backend=None):
 def check(step: Step, M: int, N: int, K: int, backend=None, seed: int = 0) -> CheckResult:
     """Run ``step`` on fresh random inputs of M x N x K and compare with the float64 reference."""
     be = get_backend(backend)
-    A, B = make_inputs(M, N, K, seed)
+    A, B = make_inputs(M, N, K, seed, step.precision)
     C = run(step, be.to_device(A), be.to_device(B), be)
-    return compare(C, reference(A, B), precision="fp16", name=f"step {step.number} C ({M}x{N}x{K})")
+    name = f"step {step.number}{'' if step.precision == 'fp16' else ' ' + step.precision} C ({M}x{N}x{K})"
+    return compare(as_float(C, step.precision, be.xp), reference(A, B, step.precision), precision=step.precision,
+                   name=name)
 
 
 def check_steps(backend=None, steps=None, shapes=CHECK_SHAPES, seed=None) -> CheckTable:
     """Every step (or ``steps``) against the float64 reference at each of ``shapes`` (M, N, K),
     in the ladder's one check table."""
     def check_one(step, be):
+        typed = {} if step.precision == "fp16" else {"precision": step.precision}
         for M, N, K in shapes:
-            yield {"M": M, "N": N, "K": K}, check(step, M, N, K, be, seed=seed)
+            yield {**typed, "M": M, "N": N, "K": K}, check(step, M, N, K, be, seed=seed)
     be = get_backend(backend)
     why = needs_hopper(be)
     return ladder.check_steps(STEPS if steps is None else steps, check_one, be, skip=lambda step: why)

@@ -15,7 +15,8 @@ from ... import datasheet, plots, predictions, roofline, runs
 from ...errors import RecordedRunError
 from ...kernels import get_backend
 from .record import benchmark_all, gemm_bytes, gemm_flops
-from .steps import BK, MAIN_SIZE, PREDICTED, STEPS, needs_hopper
+from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, in_precision, needs_hopper, prediction_steps, \
+    variant_key
 
 CHAPTER = "hopper"
 #: Hopper's SM: 4 tensor cores, each 512 dense fp16 multiply-adds (1,024 FLOP) per clock
@@ -187,8 +188,18 @@ def cluster_of(kernel: str) -> str | None:
 
 # ---------------------------------------------------------------------------------- predictions
 def prediction_table(run, size: int = MAIN_SIZE) -> pd.DataFrame:
-    lad = ladder(run, size)
-    return predictions.table([(s.number, s.title, s.file) for s in STEPS], lad[["step", "median_ms"]], PREDICTED)
+    """The ladder's predictions, then step 7's in bf16 and tf32 (rows "07 bf16", "07 tf32", judged
+    against step 7 in fp16; not measured where the run timed only the fp16 ladder, as a live run does)."""
+    lad = ladder(run, size)[["step", "median_ms"]]
+    variants = [in_precision(STEPS[-1], p) for p in OTHER_PRECISIONS]
+    measured = [lad]
+    for v in variants:
+        experiment = TYPE_EXPERIMENT.format(v.precision)
+        if experiment in set(run.timings["experiment"]):
+            t = _timed(run, experiment)
+            t = t[(t["size"] == size) & (t["step"] != VENDOR)]
+            measured.append(pd.DataFrame({"step": variant_key(v), "median_ms": t["median_ms"].to_numpy()}))
+    return predictions.table(prediction_steps(), pd.concat(measured, ignore_index=True), PREDICTED)
 
 
 def prediction_styled(run, size: int = MAIN_SIZE):
@@ -369,3 +380,193 @@ def warpgroups_figure():
                  f"{step.bm} + {step.bn} rows x {BK} k", x=0.01, ha="left", fontweight="bold")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------- bf16, tf32 and the book's shapes
+#: The experiments of step 7 in other element types at n^3, and at the book's GEMM shapes.
+TYPE_EXPERIMENT = "hopper_gemm_{}"
+SHAPES_EXPERIMENT = "hopper_shapes"
+
+
+def _with_experiment(run, experiment: str):
+    """``run`` if it timed ``experiment``; else the run recorded on the same GPU (a live run times
+    the fp16 ladder only), whose caption the views then show."""
+    t = run.experiment(experiment) if experiment in set(run.timings["experiment"]) else None
+    if t is not None and t["median_ms"].notna().any():
+        return run
+    recorded = runs.load_run(CHAPTER, run.gpu)
+    if experiment not in set(recorded.timings["experiment"]):
+        raise RecordedRunError(f"neither this run nor the one recorded on {run.gpu} timed {experiment}")
+    return recorded
+
+
+def _timed(run, experiment: str) -> pd.DataFrame:
+    t = run.experiment(experiment)
+    t = t[t["median_ms"].notna()].copy()
+    t["step"] = t["step"].astype(str).map(lambda s: s.zfill(2) if s.isdigit() else s)
+    t["tflops"] = t["flops"] / (t["median_ms"] * 1e-3) / 1e12
+    return t
+
+
+def _standing(t: pd.DataFrame) -> dict:
+    """Step 7's row of one GEMM against the faster cuBLAS path of the same GEMM."""
+    ours = t[t["step"] != VENDOR].iloc[0]
+    vendors = t[t["step"] == VENDOR]
+    best = vendors.loc[vendors["median_ms"].idxmin()]
+    return {"ms": float(ours["median_ms"]), "tflops": float(ours["tflops"]), "error": float(ours["rel_error"]),
+            "vendor": best["variant"], "vendor_ms": float(best["median_ms"]), "vendor_tflops": float(best["tflops"]),
+            "vendor_error": float(best["rel_error"]), "ratio": float(best["median_ms"] / ours["median_ms"])}
+
+
+def precision_table(run, sizes=(MAIN_SIZE, LARGE_SIZE)) -> pd.DataFrame:
+    """Step 7 against the faster cuBLAS path in fp16, bf16 and tf32 at each n^3: times, TFLOP/s,
+    the ratio, and both errors against float64."""
+    out, captions = [], {}
+    for precision in ("fp16", *OTHER_PRECISIONS):
+        experiment = EXPERIMENT if precision == "fp16" else TYPE_EXPERIMENT.format(precision)
+        source = run if precision == "fp16" else _with_experiment(run, experiment)
+        captions.setdefault(source.caption, []).append(precision)
+        t = _timed(source, experiment)
+        for n in sizes:
+            here = t[t["size"] == n]
+            if precision == "fp16":
+                here = here[(here["step"] == STEPS[-1].number) | (here["step"] == VENDOR)]
+            s = _standing(here)
+            out.append({"precision": precision, "size": f"{n}^3", "step 7 (ms)": s["ms"], "step 7 TFLOP/s": s["tflops"],
+                        "fastest cuBLAS path": s["vendor"], "cuBLAS TFLOP/s": s["vendor_tflops"],
+                        "step 7 / cuBLAS": s["ratio"], "step 7 error": s["error"], "cuBLAS error": s["vendor_error"]})
+    table = pd.DataFrame(out)
+    where = "; ".join(caption if len(captions) == 1 else f"{', '.join(p)}: {caption}"
+                      for caption, p in captions.items())
+    table.attrs["caption"] = (f"C = A B^T, A, B and C in each type, float accumulation; error: ||C - C64|| / ||C64|| "
+                              f"against float64 products of the same inputs; {where}")
+    return table
+
+
+def precision_styled(run):
+    t = precision_table(run)
+    return (t.style.format({"step 7 (ms)": "{:.4f}", "step 7 TFLOP/s": "{:.0f}", "cuBLAS TFLOP/s": "{:.0f}",
+                            "step 7 / cuBLAS": "{:.3f}", "step 7 error": "{:.1e}", "cuBLAS error": "{:.1e}"})
+            .hide(axis="index").set_caption(t.attrs["caption"]))
+
+
+def shape_notes() -> dict:
+    """Where each of record.SHAPES comes from (name -> note)."""
+    from .record import SHAPES
+    return {name: note for name, *_, note in SHAPES}
+
+
+def shapes_table(run) -> pd.DataFrame:
+    """Step 7 against the faster cuBLAS path at each of the book's GEMM shapes, per element type,
+    with what the tile makes of the shape: tiles of 128 x 256, waves of them over the SMs, and the
+    share of the tiles' columns that fall inside N."""
+    source = _with_experiment(run, SHAPES_EXPERIMENT)
+    t = _timed(source, SHAPES_EXPERIMENT)
+    sms = int(source.meta["sms"])
+    step = STEPS[-1]
+    out = []
+    for (shape, precision), here in t.groupby(["shape", "precision"], sort=False):
+        M, N, K = (int(here[c].iloc[0]) for c in ("M", "N", "K"))
+        s = _standing(here)
+        tiles = -(-M // step.bm) * -(-N // step.bn)
+        out.append({"shape": shape, "M": M, "N": N, "K": K, "precision": precision, "GFLOP": 2.0 * M * N * K / 1e9,
+                    "tiles": tiles, "waves": tiles / sms, "N used of the tile": N / (-(-N // step.bn) * step.bn),
+                    "step 7 TFLOP/s": s["tflops"], "cuBLAS TFLOP/s": s["vendor_tflops"],
+                    "fastest cuBLAS path": s["vendor"], "step 7 / cuBLAS": s["ratio"], "step 7 error": s["error"]})
+    table = pd.DataFrame(out)
+    table.attrs["caption"] = (f"step 7 ({step.bm} x {step.bn} tiles, one block per SM) and cuBLAS on the GEMMs of the "
+                              f"book's chapters; {source.caption}")
+    return table
+
+
+def shapes_styled(run, precision: str = "fp16"):
+    t = shapes_table(run)
+    t = t[t["precision"] == precision].drop(columns=["precision", "fastest cuBLAS path"])
+    return (t.style.format({"GFLOP": "{:.1f}", "waves": "{:.2f}", "N used of the tile": "{:.0%}",
+                            "step 7 TFLOP/s": "{:.0f}", "cuBLAS TFLOP/s": "{:.0f}", "step 7 / cuBLAS": "{:.3f}",
+                            "step 7 error": "{:.1e}", "M": "{:,}", "N": "{:,}", "K": "{:,}"})
+            .hide(axis="index").set_caption(f"{precision}; " + shapes_table(run).attrs["caption"]))
+
+
+def shapes_figure(run):
+    """Step 7's time over the faster cuBLAS path's, per shape and element type."""
+    import matplotlib.pyplot as plt
+    t = shapes_table(run)
+    shapes = list(dict.fromkeys(t["shape"]))
+    precisions = list(dict.fromkeys(t["precision"]))
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    width = 0.8 / len(precisions)
+    for i, p in enumerate(precisions):
+        rows = t[t["precision"] == p].set_index("shape").reindex(shapes)
+        ax.bar(np.arange(len(shapes)) + (i - (len(precisions) - 1) / 2) * width, rows["step 7 / cuBLAS"], width,
+               label=p, color=plots.PRECISION_COLORS.get(p))
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(np.arange(len(shapes)), shapes, rotation=15, fontsize=8)
+    ax.set_ylabel("cuBLAS time / step 7 time")
+    ax.legend(title="A, B, C in", fontsize=8)
+    fig.suptitle("Does step 7 keep up with cuBLAS on the book's GEMMs? (above 1: faster)", x=0.01, ha="left",
+                 fontweight="bold")
+    fig.text(0.01, -0.02, t.attrs["caption"], fontsize=8, ha="left", wrap=True)
+    fig.tight_layout()
+    return fig
+
+
+def type_numbers(run) -> dict:
+    """The numbers the prose of the bf16/tf32 and shapes sections quotes."""
+    out = {}
+    p = precision_table(run)
+    for _, r in p.iterrows():
+        key = f"{r['precision']}_{r['size'].split('^')[0]}"
+        out[f"ratio_{key}"] = float(r["step 7 / cuBLAS"])
+        out[f"tflops_{key}"] = float(r["step 7 TFLOP/s"])
+        out[f"vendor_tflops_{key}"] = float(r["cuBLAS TFLOP/s"])
+        out[f"error_{key}"] = float(r["step 7 error"])
+        out[f"vendor_error_{key}"] = float(r["cuBLAS error"])
+    out["tf32_error_ratio"] = out[f"error_tf32_{MAIN_SIZE}"] / out[f"vendor_error_tf32_{MAIN_SIZE}"]
+    out["bf16_over_fp16"] = out[f"tflops_bf16_{MAIN_SIZE}"] / out[f"tflops_fp16_{MAIN_SIZE}"]
+    out["vendor_bf16_over_fp16"] = out[f"vendor_tflops_bf16_{MAIN_SIZE}"] / out[f"vendor_tflops_fp16_{MAIN_SIZE}"]
+    s = shapes_table(run)
+    for _, r in s.iterrows():
+        key = f"{r['shape'].replace(' ', '_')}_{r['precision']}"
+        out[f"shape_ratio_{key}"] = float(r["step 7 / cuBLAS"])
+        out[f"shape_tflops_{key}"] = float(r["step 7 TFLOP/s"])
+        out[f"shape_tiles_{r['shape'].replace(' ', '_')}"] = int(r["tiles"])
+        out[f"shape_waves_{r['shape'].replace(' ', '_')}"] = float(r["waves"])
+        out[f"shape_nused_{r['shape'].replace(' ', '_')}"] = float(r["N used of the tile"])
+    fp16 = s[s["precision"] == "fp16"]
+    out["shapes_at_or_past"] = int((fp16["step 7 / cuBLAS"] >= 1.0).sum())
+    out["shapes_count"] = int(len(fp16))
+    worst = fp16.loc[fp16["step 7 / cuBLAS"].idxmin()]
+    out.update(worst_shape=worst["shape"], worst_ratio=float(worst["step 7 / cuBLAS"]))
+    conv = s[(s["shape"] == "convpool b32") & (s["precision"] == "fp16")].iloc[0]
+    conv_bytes = gemm_bytes(int(conv["M"]), int(conv["N"]), int(conv["K"]))
+    c = ceilings(run)
+    out.update(convpool_intensity=float(conv["GFLOP"] * 1e9 / conv_bytes), convpool_gbytes=conv_bytes / 1e9,
+               convpool_ms=float(conv["GFLOP"] / conv["step 7 TFLOP/s"]),
+               convpool_memory_ms=conv_bytes / (c["gbs"] * 1e9) * 1e3,
+               convpool_compute_ms=float(conv["GFLOP"] / c["tflops"]))
+    out.update(tf32_operand_errors())
+    return out
+
+
+def tf32_operand_errors(m: int = 256, k: int = 4096, seed: int = 0) -> dict:
+    """The error against float64 of A B^T (uniform [-1, 1) floats, m x k and m x k) when each
+    operand is cut to tf32 by dropping its low 13 mantissa bits (``tf32_truncated_error``) or
+    rounded to the nearest tf32 (``tf32_rounded_error``), the products and sums then exact:
+    what each way of reading floats as tf32 costs, to set beside the run's errors."""
+    rng = np.random.default_rng(seed)
+    A = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    B = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64).T
+
+    def truncated(x):
+        return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+    def rounded(x):           # to nearest, ties to even, on the 13 dropped bits
+        u = x.view(np.uint32).astype(np.uint64)
+        return ((u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+    def error(cut):
+        C = cut(A).astype(np.float64) @ cut(B).astype(np.float64).T
+        return float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
+    return {"tf32_truncated_error": error(truncated), "tf32_rounded_error": error(rounded)}
