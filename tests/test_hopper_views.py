@@ -135,3 +135,20 @@ def test_tiles_and_columns_used_by_hand():
     assert s.loc["training layer 1", "tiles"] == 8
     e = views.tf32_operand_errors(m=64, k=1024)
     assert 2 < e["tf32_truncated_error"] / e["tf32_rounded_error"] < 3.5
+
+
+def test_a_live_run_of_the_fp16_ladder_reads_bf16_tf32_and_shapes_from_a_recorded_run():
+    """A live run (benchmark_all's default: the fp16 ladder) on a Hopper GPU the lab has no run of:
+    the type and shape views read the H100's recorded run and say so; the prediction table leaves
+    the variant rows unmeasured rather than judging live fp16 times against recorded bf16 ones."""
+    import dataclasses
+    recorded = load_run("hopper", "H100")
+    t = recorded.timings
+    live = dataclasses.replace(recorded, timings=t[t["experiment"] == views.EXPERIMENT].copy(), live=True,
+                               meta={**recorded.meta, "gpu": "NVIDIA H100 PCIe"}, tables={})
+    table = views.precision_table(live)
+    assert set(table["precision"]) == {"fp16", "bf16", "tf32"}
+    assert recorded.caption in table.attrs["caption"]
+    assert len(views.shapes_table(live)) == len(hopper.record.SHAPES) * 3
+    p = views.prediction_table(live).set_index("step")
+    assert p.loc["07 bf16", "outcome"] == "not measured" and p.loc["07 tf32", "outcome"] == "not measured"
