@@ -506,7 +506,7 @@ def shapes_figure(run):
                label=p, color=plots.PRECISION_COLORS.get(p))
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(shapes)), shapes, rotation=15, fontsize=8)
-    ax.set_ylabel("cuBLAS time / step 7 time")
+    ax.set_ylabel("fastest cuBLAS path's time / step 7's")
     ax.legend(title="A, B, C in", fontsize=8)
     fig.suptitle("Does step 7 keep up with cuBLAS on the book's GEMMs? (above 1: faster)", x=0.01, ha="left",
                  fontweight="bold")
