@@ -48,7 +48,7 @@ class TensorMap:
 
     raw: bytes
     array: object
-    box: tuple[int, int]
+    box: tuple[int, ...]
     swizzle: int
     backend: str
 
@@ -59,7 +59,10 @@ class TensorMap:
     @property
     def box_bytes(self) -> int:
         """Bytes one copy of a whole box moves (what it counts on its mbarrier)."""
-        return self.box[0] * self.box[1] * self.array.dtype.itemsize
+        n = self.array.dtype.itemsize
+        for side in self.box:
+            n *= side
+        return n
 
 
 def encode_2d(array, box: tuple[int, int], swizzle: int = 128, *, element: str | None = None) -> TensorMap:
@@ -137,3 +140,69 @@ def _encode_driver(address, data_type, rows, cols, pitch, bc, br, swizzle) -> by
         raise KernelArgumentError(f"cuTensorMapEncodeTiled failed with CUresult {result} (array {rows} x {cols} "
                                   f"of data type {data_type}, box {bc} x {br}, swizzle {swizzle})")
     return ctypes.string_at(out, TENSOR_MAP_BYTES)
+
+
+# ------------------------------------------------------------------ 4-D maps (issue 26: conv steps)
+#: The CPU backend's layout of a 4-D map: magic, address, the four sizes (innermost first), the
+#: byte strides of dimensions 1-3, the four box sides, element bytes, swizzle bytes
+#: (gpulab_hopper_cpu.h's CpuTensorMap4 reads the same fields).
+CPU_MAGIC_4D = 0x3470614D54534C47   # "GLSTMap4"
+_CPU_LAYOUT_4D = struct.Struct("<QQ4Q3Q4III")
+
+
+def encode_4d(array, box: tuple[int, int, int, int], swizzle: int = 128) -> TensorMap:
+    """A tensor map of the C-contiguous 4-D ``array`` (e.g. an NHWC image batch, shape
+    (N, H, W, C)) whose copies move a box of ``box = (b0, b1, b2, b3)`` elements, innermost
+    dimension first (for NHWC: channels, w, h, images), laid out in shared memory as the box's
+    rows of b0 elements one after another, with ``swizzle`` (0, 32, 64 or 128 bytes).
+
+    The conv steps read one 128-pixel tile of one tap (r, s) as a box {64 channels, w, h, 1}:
+    128 rows of 128 bytes, the K-major, 128-byte-swizzled tile wgmma reads. The rules are
+    cuTensorMapEncodeTiled's, as for :func:`encode_2d`: each stride (bytes from one index of
+    dimensions 1-3 to the next) a multiple of 16, box sides 1 to 256, a box row a multiple of
+    16 bytes and with a swizzle at most its width. Coordinates outside the array (negative
+    ones too) read as zeros: a convolution's zero border comes free.
+    """
+    if getattr(array, "ndim", None) != 4:
+        raise KernelArgumentError(f"encode_4d needs a 4-D array, got {type(array).__name__} of shape "
+                                  f"{getattr(array, 'shape', '?')}")
+    dtype = np.dtype(array.dtype)
+    if dtype not in _DATA_TYPES:
+        raise KernelArgumentError(f"encode_4d: element type {dtype} is not supported (float16 or float32)")
+    if not array.flags.c_contiguous:
+        raise KernelArgumentError("encode_4d needs a C-contiguous array (pass xp.ascontiguousarray(a))")
+    if swizzle not in SWIZZLES:
+        raise KernelArgumentError(f"swizzle must be one of {sorted(SWIZZLES)} bytes, got {swizzle!r}")
+    dims = tuple(int(n) for n in reversed(array.shape))          # innermost first, as the driver wants
+    strides = tuple(int(s) for s in reversed(array.strides))[1:]  # bytes, dimensions 1-3
+    if strides[0] % 16:
+        raise KernelArgumentError(
+            f"encode_4d: the innermost dimension is {dims[0]} x {dtype} = {strides[0]} bytes; a tensor map needs "
+            f"a multiple of 16 bytes ({16 // dtype.itemsize} elements), so that every row starts 16-byte aligned")
+    b = tuple(int(n) for n in box)
+    if len(b) != 4 or not all(1 <= n <= 256 for n in b):
+        raise KernelArgumentError(f"box must be 4 sides of 1 to 256 elements, got {box}")
+    if (b[0] * dtype.itemsize) % 16:
+        raise KernelArgumentError(f"a box row must be a multiple of 16 bytes, got {b[0]} x {dtype}")
+    if swizzle and b[0] * dtype.itemsize > swizzle:
+        raise KernelArgumentError(f"with a {swizzle}-byte swizzle a box row holds at most {swizzle} bytes; "
+                                  f"got {b[0]} x {dtype.itemsize}")
+    if isinstance(array, np.ndarray):
+        raw = _CPU_LAYOUT_4D.pack(CPU_MAGIC_4D, array.ctypes.data, *dims, *strides, *b, dtype.itemsize, swizzle)
+        return TensorMap(raw.ljust(TENSOR_MAP_BYTES, b"\0"), array, b, swizzle, "cpu")
+    address = int(array.data.ptr)
+    if address % 16:
+        raise KernelArgumentError("encode_4d: a tensor map's array must start 16-byte aligned")
+    buffer = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 128)
+    out = ctypes.addressof(buffer) + (-ctypes.addressof(buffer)) % 128
+    u64x4, u64x3, u32x4 = ctypes.c_uint64 * 4, ctypes.c_uint64 * 3, ctypes.c_uint32 * 4
+    result = _driver()(
+        ctypes.c_void_p(out), ctypes.c_int(_DATA_TYPES[dtype]), ctypes.c_uint32(4), ctypes.c_void_p(address),
+        u64x4(*dims), u64x3(*strides), u32x4(*b), u32x4(1, 1, 1, 1),
+        ctypes.c_int(0), ctypes.c_int(SWIZZLES[swizzle]),
+        ctypes.c_int(2),                   # L2 promotion of 128 bytes
+        ctypes.c_int(0))                   # out-of-bounds elements read as zeros
+    if result != 0:
+        raise KernelArgumentError(f"cuTensorMapEncodeTiled failed with CUresult {result} (array {array.shape} "
+                                  f"{dtype}, box {b}, swizzle {swizzle})")
+    return TensorMap(ctypes.string_at(out, TENSOR_MAP_BYTES), array, b, swizzle, "gpu")

@@ -19,7 +19,7 @@
 // not there. A kernel that reads a slot the copy engine may still be writing is not caught.
 //
 // Not emulated (each traps with the reason): transposed (MN-major) wgmma operands, a
-// descriptor's base offset, tensor maps of more than 2 dimensions.
+// descriptor's base offset, tensor maps of 3 or 5 dimensions (4-D loads: see the end of the file).
 #ifndef GPULAB_HOPPER_CPU_H
 #define GPULAB_HOPPER_CPU_H
 #include <stdint.h>
@@ -392,5 +392,55 @@ static inline void wgmma_m64n256k8_tf32(float d[128], unsigned long long desc_a,
                                                file, line);
 }
 // ---- end hopper2 ----
+// ---------------------------------------------------------------- 4-D bulk tensor loads (issue 26)
+// The conv steps (kernels/common/hopper_conv.cuh) read a tile of an NHWC image as one box of a
+// 4-D tensor map (gpulab.tensormap.encode_4d): the box's elements land as rows of box[0]
+// elements, dimension 1 next, then 2, then 3, each address swizzled as for a 2-D box (the
+// swizzle is a function of the shared-memory address on the GPU too); coordinates outside the
+// array, negative ones included, read as zeros.
+namespace gpulab {
+namespace hopper_detail {
+struct CpuTensorMap4 {
+    uint64_t magic, address, dims[4], strides[3];
+    uint32_t box[4], elem_bytes, swizzle;
+};
+static const uint64_t kTensorMap4Magic = 0x3470614D54534C47ull;
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+GPULAB_UNCOUNTED static inline void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                                unsigned long long* bar, GPULAB_HOPPER_SITE) {
+    using namespace gpulab::hopper_detail;
+    CpuTensorMap4 t;
+    memcpy(&t, map, sizeof t);
+    if (t.magic != kTensorMap4Magic)
+        gpulab::trap("tma_load_4d: the tensor map was not made by gpulab.tensormap.encode_4d for the CPU backend",
+                     file, line);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
+    const unsigned align = t.swizzle ? 8 * t.swizzle : 128;
+    if (start % align)
+        gpulab::trap("tma_load_4d: the destination must be aligned as for a 2-D load (1024 bytes for the "
+                     "128-byte swizzle)", file, line);
+    const unsigned es = t.elem_bytes;
+    const long at[4] = {c0, c1, c2, c3};
+    const char* global = reinterpret_cast<const char*>(t.address);
+    uintptr_t offset = 0;
+    for (unsigned i3 = 0; i3 < t.box[3]; ++i3)
+        for (unsigned i2 = 0; i2 < t.box[2]; ++i2)
+            for (unsigned i1 = 0; i1 < t.box[1]; ++i1)
+                for (unsigned i0 = 0; i0 < t.box[0]; ++i0, offset += es) {
+                    const long g[4] = {at[0] + i0, at[1] + i1, at[2] + i2, at[3] + i3};
+                    bool inside = true;
+                    for (int d = 0; d < 4; ++d) inside = inside && g[d] >= 0 && g[d] < (long)t.dims[d];
+                    char* to = reinterpret_cast<char*>(swizzled(start + offset, t.swizzle));
+                    if (inside)
+                        memcpy(to, global + g[0] * es + g[1] * t.strides[0] + g[2] * t.strides[1] +
+                                   g[3] * t.strides[2], es);
+                    else
+                        memset(to, 0, es);   // outside the array: zeros
+                }
+    complete_tx(bar, (int)offset, file, line);
+}
+// ------------------------------------------------------------ end of 4-D bulk tensor loads
 #undef GPULAB_HOPPER_SITE
 #endif  // GPULAB_HOPPER_CPU_H

@@ -1,0 +1,153 @@
+// The hopper chapter's GEMM machinery turned into a convolution (issue 26): an implicit GEMM on
+// wgmma, fed by the copy engine straight from the channels-last input, for the conv chapters'
+// last steps (convpool step 9, alexnet step 25).
+//
+// The GEMM: rows are output pixels (n, e, f), columns are filters m, and k runs over the taps
+// (r, s) and the channels c. A block tile is TH x TW = 128 pixels of one image times BN = 256
+// filters. For one tap and 64 channels, its A slice is ONE box of a 4-D tensor map of the NHWC
+// input, {64 channels, TW columns, TH rows, 1 image} at (c0, f0 + s - pad, e0 + r - pad, n):
+// 128 box rows of 64 halves = 128 bytes, which is exactly the K-major tile, 128-byte swizzled,
+// that a wgmma descriptor reads (the same layout as the hopper chapter's A slices), pixel p =
+// TW * (row in the tile) + (column in the tile). Coordinates outside the input read as zeros,
+// so the zero border of a padded convolution costs nothing, and channels past C too. Its B
+// slice is a box {64, 256} of the filters laid out once as M x (taps x Cp) halves, k in
+// (r, s, c) order with the channels padded to Cp, a multiple of 64, by zeros.
+//
+// The block: as kernels/hopper/persistent_gemm.cuh (steps 5-7 of the hopper chapter), one per
+// SM walking over tiles; warpgroup 0 is the producer (one thread issues the two copies of each
+// slice round a ring of STAGES slots, counted on full[] and released on empty[]), warpgroups 1
+// and 2 the consumers, 64 pixels each (TH / 2 rows of the tile), each keeping one group of
+// wgmma products in flight. Only the producer's addressing and the epilogue differ: the epilogue
+// is the step's own (Epilogue::store, given the consumer's accumulators and where they belong).
+#ifndef GPULAB_COMMON_HOPPER_CONV_CUH
+#define GPULAB_COMMON_HOPPER_CONV_CUH
+#include <cuda_fp16.h>
+#include <common/hopper.h>
+
+#ifndef GPULAB_CPU_BACKEND
+// The bulk tensor copy of one box of a 4-D tensor map (gpulab.tensormap.encode_4d); coordinates
+// innermost first. The CPU backend's version is at the end of gpulab_hopper_cpu.h.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            unsigned long long* bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+                 : "memory");
+}
+#endif
+
+#define CONV_BM 128               // pixels per tile (TH x TW)
+#define CONV_BN 256               // filters per tile
+#define CONV_BK 64                // channels per slice: one 128-byte row of halves
+#define CONV_STAGES 4
+#define CONV_THREADS 384
+#define CONV_CONSUMER_WARPS 8
+#define CONV_SLICE_BYTES ((CONV_BM + CONV_BN) * CONV_BK * 2)
+
+// What the kernels need of the layer. Input N x Hin x Win x C (NHWC halves, as stored: the
+// convpool input already carries its zero border, so pad = 0 there), R x S filters, stride 1,
+// output E x F per filter; Cp = C rounded up to 64 (the filters' padded rows).
+struct ConvShape {
+    int N, C, Cp, M, E, F, R, S, pad;
+};
+
+// Tile number -> (image, first output row, first output column, first filter). Filters vary
+// fastest, then columns, rows and images: the SMs work together on neighbouring tiles, whose
+// input rows overlap (a tap's box is the next one's shifted by a pixel) and stay in L2.
+template <int TW>
+__device__ __forceinline__ void conv_tile(const ConvShape& s, int tile, int& n, int& e0, int& f0, int& m0)
+{
+    constexpr int TH = CONV_BM / TW;
+    const int tiles_m = (s.M + CONV_BN - 1) / CONV_BN, tiles_f = (s.F + TW - 1) / TW,
+              tiles_e = (s.E + TH - 1) / TH;
+    m0 = (tile % tiles_m) * CONV_BN;
+    tile /= tiles_m;
+    f0 = (tile % tiles_f) * TW;
+    tile /= tiles_f;
+    e0 = (tile % tiles_e) * TH;
+    n = tile / tiles_e;
+}
+
+template <int TW>
+__device__ __forceinline__ int conv_tiles(const ConvShape& s)
+{
+    constexpr int TH = CONV_BM / TW;
+    return s.N * ((s.E + TH - 1) / TH) * ((s.F + TW - 1) / TW) * ((s.M + CONV_BN - 1) / CONV_BN);
+}
+
+// The persistent warp-specialized convolution. Epilogue::store(acc, consumer, n, e0, f0, m0) is
+// called by each consumer warpgroup with its 64 x 256 accumulators (pixels 64 c .. 64 c + 63 of
+// the tile, in the layout of hopper.h's wgmma_m64n256k16) once the tile's products are done.
+template <int TW, class Epilogue>
+__device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
+                                           const Epilogue& epilogue, unsigned char* smem_raw)
+{
+    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    __half* ring = (__half*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    __shared__ __align__(8) unsigned long long full[CONV_STAGES];
+    __shared__ __align__(8) unsigned long long empty[CONV_STAGES];
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int tiles = conv_tiles<TW>(s);
+    const int chunks = s.Cp / CONV_BK, KT = s.R * s.S * chunks;
+    if (tid == 0) {
+        for (int i = 0; i < CONV_STAGES; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], CONV_CONSUMER_WARPS);   // one arrival per consumer warp
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {                                  // the producer
+        setmaxnreg_dec<40>();
+        if (tid == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int n, e0, f0, m0;
+                conv_tile<TW>(s, tile, n, e0, f0, m0);
+                for (int t = 0; t < KT; ++t, ++it) {
+                    const int slot = it % CONV_STAGES, tap = t / chunks, c0 = (t % chunks) * CONV_BK;
+                    const int r = tap / s.S, sc = tap % s.S;
+                    mbar_wait(&empty[slot], ((it / CONV_STAGES) % 2) ^ 1);
+                    __half* As = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK;
+                    mbar_arrive_expect_tx(&full[slot], CONV_SLICE_BYTES);
+                    tma_load_4d(As, &map_x, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
+                    tma_load_2d(As + CONV_BM * CONV_BK, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+                }
+            }
+        }
+    } else {                                        // the consumers
+        setmaxnreg_inc<232>();
+        const int c = wg - 1;
+        int it = 0;
+        float acc[128];
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int n, e0, f0, m0;
+            conv_tile<TW>(s, tile, n, e0, f0, m0);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int t = 0; t < KT; ++t, ++it) {
+                const int slot = it % CONV_STAGES;
+                mbar_wait(&full[slot], (it / CONV_STAGES) % 2);
+                const __half* As = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK + 64 * c * CONV_BK;
+                const __half* Bs = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK + CONV_BM * CONV_BK;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < CONV_BK / 16; ++kk)
+                    wgmma_m64n256k16(acc, smem_desc(As + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                     smem_desc(Bs + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
+                wgmma_commit();
+                wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
+                if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % CONV_STAGES]);
+            }
+            wgmma_wait<0>();
+            if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % CONV_STAGES]);
+            epilogue.store(acc, c, n, e0, f0, m0);
+        }
+    }
+}
+
+// Dynamic shared memory of conv_wgmma: the ring, plus 1 KiB to align it to the swizzle's period.
+#define CONV_SHARED_BYTES (CONV_STAGES * CONV_SLICE_BYTES + 1024)
+#endif  // GPULAB_COMMON_HOPPER_CONV_CUH

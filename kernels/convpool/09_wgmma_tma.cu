@@ -1,0 +1,69 @@
+// Step 9 -- Hopper's tools: wgmma fed by the copy engine (TMA), warp-specialized and persistent.
+//
+// What changed from step 8: the whole main loop, now the hopper chapter's best GEMM
+// (kernels/common/hopper_conv.cuh; the hopper chapter's steps 1-7 teach each piece). Step 8's
+// warps each copied their share of a slice with cp.async, loaded fragments with ldmatrix and
+// issued one mma.sync of 16 x 8 x 16 at a time. Here, per block of 384 threads: one producer
+// thread has the copy engine bring each slice -- a box of the channels-last input {64 channels,
+// 8 columns, 16 rows, 1 image} at the slice's tap (r, s), and 64 k of 256 filters -- round a
+// ring of 4 slots of 48 KiB, and two consumer warpgroups each multiply their 64 pixels by the 256
+// filters with wgmma straight from shared memory (m64n256k16: 256 multiply-adds per thread per
+// instruction, no fragment loads at all), one group of products kept in flight. A block stays on
+// its SM and walks over tiles (one block per SM). The input is read as stored: no im2col and no
+// copy of it; the k loop walks 25 taps x 4 chunks of 64 channels.
+//
+// The epilogue: a tile is 16 rows x 8 columns of one image, so each warp's 16 accumulator rows
+// are two neighbouring image rows of 8 pixels (row 16 w + g + 8 (e / 2) of the accumulators is
+// pixel (2 w + e / 2, g)): the 2 x 2 window's two rows are in the same thread, its two columns in
+// lanes 4 apart (one shuffle). Bias, ReLU and the max-pool are done in registers, and y (float,
+// N x M x 112 x 112) is written pooled.
+//
+// Why faster: the hopper chapter's GEMM ran at 682 TFLOP/s (4096^3, H100) where step 8 runs at
+// 260; this layer is that GEMM with M = 1.6 M pixels, N = 256, K = 6400, and its A slices come
+// from L2 (each input pixel is read by 25 taps of neighbouring tiles) as the GEMM's did.
+//
+// Accuracy: as step 8 (fp16 products summed in float): ~3e-4.
+//
+// Launch: one block of 384 threads per SM (fewer for fewer tiles), 197,632 bytes of dynamic
+// shared memory, a 4-D tensor map of the input (box {64, 8, 16, 1}, 128-byte swizzle) and a
+// 2-D one of the filters as M x 25 Cp halves (box {64, 256}). Needs C a multiple of 8 (16-byte
+// pixel rows) and sm_90a.
+//
+// Prediction: at batch 32 about 600 TFLOP/s (8.8 ms; the GEMM's 682 less its tail of 95.03 tile
+// waves and the epilogue), 2.3x step 8 and 10% under cuDNN's fp16 channels-last 9.8 ms.
+#include <common/hopper_conv.cuh>
+
+// Bias, ReLU and the 2 x 2 max-pool of a consumer's 64 pixels x 256 filters, written pooled.
+struct PoolEpilogue {
+    const float* b;
+    float* y;
+    int M, PE, PF;
+
+    __device__ __forceinline__ void store(const float* acc, int c, int n, int e0, int f0, int m0) const
+    {
+        const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
+        const int pe = (e0 + 8 * c + 2 * w) / 2, pf = (f0 + g) / 2;   // this window's pooled pixel
+        const bool inside = pe < PE && pf < PF;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            // rows 2 w and 2 w + 1 of the window: accumulators e and e + 2 of the same thread
+            float v0 = fmaxf(acc[4 * j], acc[4 * j + 2]), v1 = fmaxf(acc[4 * j + 1], acc[4 * j + 3]);
+            // columns g and g ^ 1: lanes 4 apart (every lane takes part: no divergence before)
+            v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, 4));
+            v1 = fmaxf(v1, __shfl_xor_sync(0xffffffffu, v1, 4));
+            // both lanes of the pair now hold both filters' maxima: each writes one
+            const int m = m0 + 8 * j + 2 * q + (g & 1);
+            if (inside && m < M)
+                y[(((size_t)n * M + m) * PE + pe) * PF + pf] = fmaxf((g & 1 ? v1 : v0) + b[m], 0.0f);
+        }
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(CONV_THREADS, 1)
+conv_wgmma_pool(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                const float* __restrict__ b, float* __restrict__ y, int N, int C, int Cp, int M, int E, int F)
+{
+    extern __shared__ unsigned char smem_raw[];
+    const ConvShape s{N, C, Cp, M, E, F, 5, 5, 0};
+    conv_wgmma<8>(map_x, map_w, s, PoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
+}

@@ -1,0 +1,125 @@
+"""Convpool's step 9 and its pieces (issue 26): the 4-D tensor map and bulk tensor copy that feed
+it (gpulab.tensormap.encode_4d, tma_load_4d in kernels/common/hopper_conv.cuh and its CPU
+emulation) against hand-computed layouts, and the step itself at shapes that leave every tile
+partial. On a Hopper GPU the same tests run there."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab import tensormap
+from gpulab.errors import KernelArgumentError
+from gpulab.kernels import get_backend, load_module
+from gpulab.workloads import convpool, hopper
+from gpulab.workloads.convpool import steps as st
+
+from test_hopper import _hopper_backend, hand_swizzled_chunk
+
+UNITS = "tests/kernels/hopper_conv_units.cu"
+STEP9 = convpool.STEP["09"]
+
+
+def _units(be):
+    return load_module(UNITS, be, options=hopper.GPU_OPTIONS if be.name == "gpu" else ())
+
+
+def hand_box4(a, box, at):
+    """The bytes a 4-D box {b0, b1, b2, b3} of the NHWC array ``a`` at ``at`` = (c0, w0, h0, n0)
+    lands as with the 128-byte swizzle: box row p = ((i3 b2 + i2) b1 + i1) holds a[n, h, w,
+    c0 .. c0 + b0) (zeros outside the array), and its 16-byte chunk c goes to chunk c ^ (p % 8)."""
+    b0, b1, b2, b3 = box
+    c0, w0, h0, n0 = at
+    N, H, W, C = a.shape
+    rows = []
+    for i3 in range(b3):
+        for i2 in range(b2):
+            for i1 in range(b1):
+                n, h, w = n0 + i3, h0 + i2, w0 + i1
+                line = np.zeros(b0, np.float16)
+                if 0 <= n < N and 0 <= h < H and 0 <= w < W:
+                    inside = [c for c in range(c0, c0 + b0) if 0 <= c < C]
+                    line[[c - c0 for c in inside]] = a[n, h, w, inside]
+                rows.append(line.view(np.uint8))
+    out = np.zeros(len(rows) * 128, np.uint8)
+    for p, line in enumerate(rows):
+        for c in range(8):
+            at_ = p * 128 + 16 * hand_swizzled_chunk(p, c, 128)
+            out[at_:at_ + 16] = line[16 * c:16 * c + 16]
+    return out
+
+
+@pytest.mark.parametrize("at", [(8, 3, 2, 1),        # inside
+                                (32, -2, 12, 0),     # channels past C, columns before 0, rows past H
+                                (0, 20, -3, 1)])     # columns past W, rows before 0
+def test_a_4d_box_lands_as_the_swizzle_by_hand(backend, at):
+    be = _hopper_backend(backend)
+    a = (np.arange(2 * 20 * 24 * 72) % 2039 + 1).astype(np.float16).reshape(2, 20, 24, 72)  # distinct, exact, nonzero
+    box = (64, 8, 16, 1)
+    m = tensormap.encode_4d(be.to_device(a), box, 128)
+    assert m.box_bytes == 64 * 8 * 16 * 2
+    out = be.xp.full(m.box_bytes, 0xAB, dtype=np.uint8)
+    _units(be).get_function("tma_box4_bytes").bind(1, 128, (m, out, *(np.int32(v) for v in at),
+                                                          np.int32(m.box_bytes)), shared_mem=m.box_bytes + 1024)()
+    be.synchronize()
+    np.testing.assert_array_equal(be.to_host(out), hand_box4(a, box, at))
+
+
+def test_encode_4d_refuses_what_the_copy_engine_cannot_read():
+    ok = np.zeros((1, 4, 4, 64), np.float16)
+    with pytest.raises(KernelArgumentError, match="4-D array"):
+        tensormap.encode_4d(np.zeros((4, 4, 64), np.float16), (64, 4, 4, 1))
+    with pytest.raises(KernelArgumentError, match="multiple of 16 bytes"):
+        tensormap.encode_4d(np.zeros((1, 4, 4, 4), np.float16), (4, 4, 4, 1))      # 8-byte pixels
+    with pytest.raises(KernelArgumentError, match="at most 128 bytes"):
+        tensormap.encode_4d(np.zeros((1, 4, 4, 128), np.float16), (128, 4, 4, 1), 128)
+    with pytest.raises(KernelArgumentError, match="1 to 256"):
+        tensormap.encode_4d(ok, (64, 4, 257, 1))
+    with pytest.raises(KernelArgumentError, match="1 to 256"):
+        tensormap.encode_4d(ok, (64, 4, 4))
+    with pytest.raises(KernelArgumentError, match="C-contiguous"):
+        tensormap.encode_4d(np.zeros((1, 4, 64, 4), np.float16).transpose(0, 1, 3, 2), (64, 4, 4, 1))
+
+
+def test_step9_with_two_channel_chunks_two_filter_tiles_and_any_grid(backend):
+    # C = 72: a whole chunk of 64 channels and one of 8 (the rest read as zeros); M = 260: a whole
+    # tile of 256 filters and one of 4; 4 x 10 pixels: one partial 16 x 8 tile row, two columns.
+    be = _hopper_backend(backend)
+    shape = convpool.Shape(N=1, C=72, H=4, W=10, M=260)
+    assert st.wgmma_tiles(shape) == 1 * 1 * 2 * 2 and st.padded_channels(shape) == 128
+    x, w, b = convpool.make_inputs(shape, seed=int(np.random.SeedSequence().entropy % 2**31))
+    ref = convpool.reference(x, w, b)
+    for blocks in (1, 3, 8):         # 8 blocks for 4 tiles: the grid is cut to the tiles
+        y = st.run(STEP9, shape, x, w, b, be, blocks=blocks)
+        result = gpulab.compare(y, ref, "fp16", name=f"step 9, {blocks} blocks")
+        assert result.passed and result.unwritten == 0, result
+
+
+def test_step9_launch_shape():
+    layer = convpool.LAYER.batch(32)
+    assert st.wgmma_tiles(layer) == 32 * 14 * 28          # 16 x 8 tiles of a 224 x 224 image, 256 filters
+    cfg = st.launch_config(STEP9, layer, blocks=132)
+    assert cfg == {"grid": (132,), "block": (384,), "shared": 4 * (128 + 256) * 64 * 2 + 1024}
+    assert cfg["shared"] <= 227 * 1024
+    assert st.launch_config(STEP9, convpool.CHECK, blocks=132)["grid"] == (st.wgmma_tiles(convpool.CHECK),)
+
+
+def test_step9_is_refused_off_hopper_with_the_reason():
+    from gpulab import device
+    with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
+        why = st.unfit_reason(STEP9, convpool.CHECK)
+        assert "sm_90a" in why and l4.name in why
+        status = gpulab.assert_ok(convpool.check_steps("cpu", steps=[STEP9])).set_index("step")["status"]
+        assert status["09"].startswith("skipped: ")
+
+
+@pytest.mark.slow
+def test_race_checking_sees_no_race_in_step9():
+    # The ring (full/empty mbarriers), the copy engine's writes and wgmma's reads are ordered by
+    # mbarrier phases, which the race checker does not model: it must report nothing. The
+    # epilogue's shuffle and the pooled stores are the checker's to see. One tile of 25 slices
+    # (the ring wraps six times): about a minute of CPU under the checker.
+    from gpulab import cpu
+    shape = convpool.Shape(N=1, C=8, H=4, W=8, M=4)
+    x, w, b = convpool.make_inputs(shape, seed=11)
+    with cpu.checking(races=True, time_limit_s=600):
+        y = st.run(STEP9, shape, x, w, b, "cpu")
+    assert gpulab.compare(y, convpool.reference(x, w, b), "fp16").passed
