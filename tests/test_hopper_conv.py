@@ -123,3 +123,35 @@ def test_race_checking_sees_no_race_in_step9():
     with cpu.checking(races=True, time_limit_s=600):
         y = st.run(STEP9, shape, x, w, b, "cpu")
     assert gpulab.compare(y, convpool.reference(x, w, b), "fp16").passed
+
+
+# ------------------------------------------------- AlexNet's stride-1 layers on the same GEMM
+@pytest.mark.parametrize("index", [2, 3, 4, 5])
+def test_alexnet_wgmma_matches_the_reference_on_the_check_layers(backend, index):
+    # The check layers' channels (10, 17, 20, 19) and filters (17, 20, 19, 13) fill no slice or
+    # tile, their 15 x 15 and 7 x 7 images no 16 x 8 box, and the zero border (P = 2, 1) is read
+    # at negative coordinates of the channels-last copy, which has none written out.
+    from gpulab.workloads.alexnet import shapes, wgmma
+    be = _hopper_backend(backend)
+    layer = shapes.CHECK_LAYERS[index - 1]
+    x, w = shapes.make_inputs(layer, shapes.CHECK_N, seed=int(np.random.SeedSequence().entropy % 2**31))
+    ref = shapes.reference(x, w, layer)
+    tiles = [wgmma.DEFAULT_TILES[index]] + ([(8, 128)] if index == 2 else [])
+    for tile in tiles:
+        y = wgmma.run(layer, x, w, be, tile=tile, blocks=2)
+        result = gpulab.compare(y, ref, "fp16", name=f"{layer.name} tile {tile}")
+        assert result.passed and result.unwritten == 0, result
+
+
+def test_alexnet_wgmma_refuses_the_strided_layer_and_unknown_tiles():
+    from gpulab.workloads.alexnet import shapes, wgmma
+    layer1, layer2 = shapes.CHECK_LAYERS[0], shapes.CHECK_LAYERS[1]
+    x, w = shapes.make_inputs(layer1, 1, seed=1)
+    with pytest.raises(KernelArgumentError, match="stride 4"):
+        wgmma.run(layer1, x, w, "cpu")
+    x, w = shapes.make_inputs(layer2, 1, seed=1)
+    with pytest.raises(KernelArgumentError, match="not compiled"):
+        wgmma.run(layer2, x, w, "cpu", tile=(64, 128))
+    # the row use the sweep's tiles trade: 13 x 13 in 16 x 8 boxes, 384 filters in 3 x 128
+    assert wgmma.row_use(shapes.LAYERS[2], (16, 128)) == pytest.approx(169 / 256)
+    assert wgmma.row_use(shapes.LAYERS[2], (16, 256)) == pytest.approx(169 / 256 * 384 / 512)

@@ -4,13 +4,14 @@
 //
 // The GEMM: rows are output pixels (n, e, f), columns are filters m, and k runs over the taps
 // (r, s) and the channels c. A block tile is TH x TW = 128 pixels of one image times BN = 256
-// filters. For one tap and 64 channels, its A slice is ONE box of a 4-D tensor map of the NHWC
+// or 128 filters (a template parameter: AlexNet's 384-filter layers fit 3 x 128, not 2 x 256).
+// For one tap and 64 channels, its A slice is ONE box of a 4-D tensor map of the NHWC
 // input, {64 channels, TW columns, TH rows, 1 image} at (c0, f0 + s - pad, e0 + r - pad, n):
 // 128 box rows of 64 halves = 128 bytes, which is exactly the K-major tile, 128-byte swizzled,
 // that a wgmma descriptor reads (the same layout as the hopper chapter's A slices), pixel p =
 // TW * (row in the tile) + (column in the tile). Coordinates outside the input read as zeros,
 // so the zero border of a padded convolution costs nothing, and channels past C too. Its B
-// slice is a box {64, 256} of the filters laid out once as M x (taps x Cp) halves, k in
+// slice is a box {64, BN} of the filters laid out once as M x (taps x Cp) halves, k in
 // (r, s, c) order with the channels padded to Cp, a multiple of 64, by zeros.
 //
 // The block: as kernels/hopper/persistent_gemm.cuh (steps 5-7 of the hopper chapter), one per
@@ -38,12 +39,12 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
 #endif
 
 #define CONV_BM 128               // pixels per tile (TH x TW)
-#define CONV_BN 256               // filters per tile
 #define CONV_BK 64                // channels per slice: one 128-byte row of halves
 #define CONV_STAGES 4
 #define CONV_THREADS 384
 #define CONV_CONSUMER_WARPS 8
-#define CONV_SLICE_BYTES ((CONV_BM + CONV_BN) * CONV_BK * 2)
+// Bytes of one slice (A and B) for BN filters per tile.
+#define CONV_SLICE_BYTES(BN) ((CONV_BM + (BN)) * CONV_BK * 2)
 
 // What the kernels need of the layer. Input N x Hin x Win x C (NHWC halves, as stored: the
 // convpool input already carries its zero border, so pad = 0 there), R x S filters, stride 1,
@@ -55,13 +56,13 @@ struct ConvShape {
 // Tile number -> (image, first output row, first output column, first filter). Filters vary
 // fastest, then columns, rows and images: the SMs work together on neighbouring tiles, whose
 // input rows overlap (a tap's box is the next one's shifted by a pixel) and stay in L2.
-template <int TW>
+template <int TW, int BN>
 __device__ __forceinline__ void conv_tile(const ConvShape& s, int tile, int& n, int& e0, int& f0, int& m0)
 {
     constexpr int TH = CONV_BM / TW;
-    const int tiles_m = (s.M + CONV_BN - 1) / CONV_BN, tiles_f = (s.F + TW - 1) / TW,
+    const int tiles_m = (s.M + BN - 1) / BN, tiles_f = (s.F + TW - 1) / TW,
               tiles_e = (s.E + TH - 1) / TH;
-    m0 = (tile % tiles_m) * CONV_BN;
+    m0 = (tile % tiles_m) * BN;
     tile /= tiles_m;
     f0 = (tile % tiles_f) * TW;
     tile /= tiles_f;
@@ -69,17 +70,26 @@ __device__ __forceinline__ void conv_tile(const ConvShape& s, int tile, int& n, 
     n = tile / tiles_e;
 }
 
-template <int TW>
+template <int TW, int BN>
 __device__ __forceinline__ int conv_tiles(const ConvShape& s)
 {
     constexpr int TH = CONV_BM / TW;
-    return s.N * ((s.E + TH - 1) / TH) * ((s.F + TW - 1) / TW) * ((s.M + CONV_BN - 1) / CONV_BN);
+    return s.N * ((s.E + TH - 1) / TH) * ((s.F + TW - 1) / TW) * ((s.M + BN - 1) / BN);
+}
+
+// One k16 step of a consumer's products: m64nBNk16 (hopper.h has BN = 256 and 128).
+template <int BN>
+__device__ __forceinline__ void conv_mma(float* acc, unsigned long long desc_a, unsigned long long desc_b)
+{
+    static_assert(BN == 256 || BN == 128, "BN is 256 or 128 filters");
+    if constexpr (BN == 256) wgmma_m64n256k16(acc, desc_a, desc_b, 1);
+    else wgmma_m64n128k16(acc, desc_a, desc_b, 1);
 }
 
 // The persistent warp-specialized convolution. Epilogue::store(acc, consumer, n, e0, f0, m0) is
-// called by each consumer warpgroup with its 64 x 256 accumulators (pixels 64 c .. 64 c + 63 of
-// the tile, in the layout of hopper.h's wgmma_m64n256k16) once the tile's products are done.
-template <int TW, class Epilogue>
+// called by each consumer warpgroup with its 64 x BN accumulators (pixels 64 c .. 64 c + 63 of
+// the tile, in the layout of hopper.h's wgmma_m64nBNk16) once the tile's products are done.
+template <int TW, int BN, class Epilogue>
 __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
                                            const Epilogue& epilogue, unsigned char* smem_raw)
 {
@@ -88,7 +98,7 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
     __shared__ __align__(8) unsigned long long full[CONV_STAGES];
     __shared__ __align__(8) unsigned long long empty[CONV_STAGES];
     const int tid = threadIdx.x, wg = tid / 128;
-    const int tiles = conv_tiles<TW>(s);
+    const int tiles = conv_tiles<TW, BN>(s);
     const int chunks = s.Cp / CONV_BK, KT = s.R * s.S * chunks;
     if (tid == 0) {
         for (int i = 0; i < CONV_STAGES; ++i) {
@@ -105,13 +115,13 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
             int it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
                 int n, e0, f0, m0;
-                conv_tile<TW>(s, tile, n, e0, f0, m0);
+                conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
                 for (int t = 0; t < KT; ++t, ++it) {
                     const int slot = it % CONV_STAGES, tap = t / chunks, c0 = (t % chunks) * CONV_BK;
                     const int r = tap / s.S, sc = tap % s.S;
                     mbar_wait(&empty[slot], ((it / CONV_STAGES) % 2) ^ 1);
-                    __half* As = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK;
-                    mbar_arrive_expect_tx(&full[slot], CONV_SLICE_BYTES);
+                    __half* As = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK;
+                    mbar_arrive_expect_tx(&full[slot], CONV_SLICE_BYTES(BN));
                     tma_load_4d(As, &map_x, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
                     tma_load_2d(As + CONV_BM * CONV_BK, &map_w, tap * s.Cp + c0, m0, &full[slot]);
                 }
@@ -121,22 +131,22 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
         setmaxnreg_inc<232>();
         const int c = wg - 1;
         int it = 0;
-        float acc[128];
+        float acc[BN / 2];
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             int n, e0, f0, m0;
-            conv_tile<TW>(s, tile, n, e0, f0, m0);
+            conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
 #pragma unroll
-            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             for (int t = 0; t < KT; ++t, ++it) {
                 const int slot = it % CONV_STAGES;
                 mbar_wait(&full[slot], (it / CONV_STAGES) % 2);
-                const __half* As = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK + 64 * c * CONV_BK;
-                const __half* Bs = ring + (size_t)slot * (CONV_BM + CONV_BN) * CONV_BK + CONV_BM * CONV_BK;
+                const __half* As = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK + 64 * c * CONV_BK;
+                const __half* Bs = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK + CONV_BM * CONV_BK;
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < CONV_BK / 16; ++kk)
-                    wgmma_m64n256k16(acc, smem_desc(As + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B),
-                                     smem_desc(Bs + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
+                    conv_mma<BN>(acc, smem_desc(As + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                 smem_desc(Bs + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B));
                 wgmma_commit();
                 wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
                 if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % CONV_STAGES]);
@@ -149,5 +159,5 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 }
 
 // Dynamic shared memory of conv_wgmma: the ring, plus 1 KiB to align it to the swizzle's period.
-#define CONV_SHARED_BYTES (CONV_STAGES * CONV_SLICE_BYTES + 1024)
+#define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN) + 1024)
 #endif  // GPULAB_COMMON_HOPPER_CONV_CUH

@@ -65,5 +65,5 @@ conv_wgmma_pool(const __grid_constant__ CUtensorMap map_x, const __grid_constant
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, 5, 5, 0};
-    conv_wgmma<8>(map_x, map_w, s, PoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
+    conv_wgmma<8, 256>(map_x, map_w, s, PoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
 }

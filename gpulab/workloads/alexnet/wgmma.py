@@ -1,0 +1,121 @@
+"""AlexNet's stride-1 layers on Hopper's wgmma fed by TMA (kernels/alexnet/25_wgmma_tma.cu, the
+GEMM of kernels/common/hopper_conv.cuh), issue 26: the launch, its tile shapes and the sweep
+that chooses one per layer.
+
+Not yet a step of the chapter's ladder: a step joins the ladder with a recorded run of the whole
+chapter that times it (``python -m gpulab record alexnet``), which this module's kernel does not
+have yet. Layer 1 (stride 4, 3 channels) is not run here: step 20's kernel stays the fastest the
+ladder has for it.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ... import tensormap
+from ...errors import KernelArgumentError
+from ...kernels import get_backend, load_module
+
+FILE = "alexnet/25_wgmma_tma.cu"
+GPU_OPTIONS = ("-arch=sm_90a",)
+BM, BK, STAGES, THREADS = 128, 64, 4, 384
+LAYOUT_BLOCK = 256
+#: The tile shapes the kernel file instantiates: (TW, BN) -- TW output columns (TH = 128 / TW
+#: rows) of one image times BN filters.
+CANDIDATES = tuple((tw, bn) for tw in (8, 16, 32) for bn in (128, 256))
+#: The shape each stride-1 layer runs with: the fewest wasted tile rows and filter columns (27 x 27
+#: in 4 x 32 tiles: 729 of 896 rows; 13 x 13 in 8 x 16: 169 of 256; 384 filters in 3 x 128, 256
+#: in 1 x 256). Timing all of CANDIDATES on each layer at N = 128 on an H100 (a development run of
+#: issue 26, not yet a recorded sweep of the chapter) chose the same four, the 8 x 16 and 16 x 8
+#: tiles of layer 3 within 0.2% of each other.
+DEFAULT_TILES = {2: (32, 256), 3: (16, 128), 4: (16, 128), 5: (16, 256)}
+
+
+def applies(layer) -> bool:
+    """Stride 1 (layers 2-5): a tap's input pixels are then a box of the image."""
+    return layer.U == 1
+
+
+def shared_bytes(bn: int) -> int:
+    """The ring of STAGES slices of (128 + BN) x 64 halves, plus 1 KiB for the swizzle's alignment."""
+    return STAGES * (BM + bn) * BK * 2 + 1024
+
+
+def tiles(layer, N: int, tile) -> int:
+    tw, bn = tile
+    th = BM // tw
+    return N * -(-layer.E // th) * -(-layer.F // tw) * -(-layer.M // bn)
+
+
+def row_use(layer, tile) -> float:
+    """The share of a tile's pixel rows and filter columns that are real outputs."""
+    tw, bn = tile
+    th = BM // tw
+    return (layer.E * layer.F * layer.M) / (-(-layer.E // th) * th * -(-layer.F // tw) * tw * -(-layer.M // bn) * bn)
+
+
+def padded_channels(layer) -> tuple[int, int]:
+    """(channels of the channels-last copy: C rounded up to 8, so that a pixel is whole 16-byte
+    chunks; channels of the filter rows: C rounded up to a 64-channel slice)."""
+    return -(-layer.C // 8) * 8, -(-layer.C // BK) * BK
+
+
+def filter_rows(w, layer, xp):
+    """The filters as M x (R S Cp) halves, k in (r, s, c) order, zero past C: made once per layer."""
+    _, cp = padded_channels(layer)
+    wp = xp.zeros((layer.M, layer.R * layer.S, cp), dtype=xp.float16)
+    wp[:, :, :layer.C] = xp.asarray(w).astype(xp.float16).transpose(0, 2, 3, 1).reshape(
+        layer.M, layer.R * layer.S, layer.C)
+    return wp.reshape(layer.M, layer.R * layer.S * cp)
+
+
+def blocks_here(backend) -> int:
+    """One block per SM on a GPU; 1 on the CPU backend (its few tiles then still loop)."""
+    if backend.name == "gpu":
+        import cupy
+        return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return 1
+
+
+def make_launch(layer, N: int, x, w, y, backend=None, tile=None, blocks: int | None = None) -> Callable[[], None]:
+    """y (N x M x E x F, half) = conv(x, w) for a stride-1 ``layer`` on device arrays (x, w half,
+    NCHW / MCRS). Binding lays the filters out and makes both tensor maps; each call copies x to
+    channels-last and runs the GEMM. ``tile``: (TW, BN), default :data:`DEFAULT_TILES`."""
+    be = get_backend(backend)
+    if not applies(layer):
+        raise KernelArgumentError(f"{layer.name} has stride {layer.U}: the wgmma step runs stride-1 layers only "
+                                  "(a tap's pixels are then one box of the input)")
+    tw, bn = tile or DEFAULT_TILES[layer.index]
+    if (tw, bn) not in CANDIDATES:
+        raise KernelArgumentError(f"tile {(tw, bn)} is not compiled; the kernel file has {CANDIDATES}")
+    module = load_module(FILE, be, options=GPU_OPTIONS if be.name == "gpu" else ())
+    cin, cp = padded_channels(layer)
+    xt = be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float16)
+    wp = filter_rows(w, layer, be.xp)
+    map_x = tensormap.encode_4d(xt, (BK, tw, BM // tw, 1))
+    map_w = tensormap.encode_2d(wp, (BK, bn))
+    gemm = module.get_function(f"conv_wgmma_{tw}x{bn}")
+    gemm.allow_shared_memory(shared_bytes(bn))
+    to_nhwc = module.get_function("to_nhwc_half").bind(
+        (layer.H, N), LAYOUT_BLOCK, (x, xt, layer.C, layer.H, layer.W, cin), layer.C * layer.W * 2)
+    grid = (max(1, min(blocks or blocks_here(be), tiles(layer, N, (tw, bn)))),)
+    run = gemm.bind(grid, (THREADS,), (map_x, map_w, y, *(np.int32(v) for v in (
+        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(bn))
+
+    def launch():
+        to_nhwc()
+        run()
+    launch.keep = (xt, wp, map_x, map_w)
+    launch.parts = {"layout": (to_nhwc,), "gemm": run}
+    return launch
+
+
+def run(layer, x, w, backend=None, tile=None, blocks=None) -> np.ndarray:
+    """conv(x, w) on host float inputs (converted to half) with a NaN-poisoned output; y on the host."""
+    be = get_backend(backend)
+    y = be.poisoned(layer.y_shape(x.shape[0]), np.float16)
+    make_launch(layer, x.shape[0], be.to_device(x.astype(np.float16)), be.to_device(w.astype(np.float16)), y, be,
+                tile, blocks)()
+    be.synchronize()
+    return be.to_host(y)
