@@ -136,7 +136,7 @@ def test_alexnet_wgmma_matches_the_reference_on_the_check_layers(backend, index)
     layer = shapes.CHECK_LAYERS[index - 1]
     x, w = shapes.make_inputs(layer, shapes.CHECK_N, seed=int(np.random.SeedSequence().entropy % 2**31))
     ref = shapes.reference(x, w, layer)
-    tiles = [wgmma.DEFAULT_TILES[index]] + ([(8, 128)] if index == 2 else [])
+    tiles = [wgmma.DEFAULT_TILES[index]] + ([(8, 128), (32, 256, 32)] if index == 2 else [])
     for tile in tiles:
         y = wgmma.run(layer, x, w, be, tile=tile, blocks=2)
         result = gpulab.compare(y, ref, "fp16", name=f"{layer.name} tile {tile}")
@@ -152,6 +152,8 @@ def test_alexnet_wgmma_refuses_the_strided_layer_and_unknown_tiles():
     x, w = shapes.make_inputs(layer2, 1, seed=1)
     with pytest.raises(KernelArgumentError, match="not compiled"):
         wgmma.run(layer2, x, w, "cpu", tile=(64, 128))
+    with pytest.raises(KernelArgumentError, match="not compiled"):
+        wgmma.run(layer2, x, w, "cpu", tile=(8, 128, 32))
     # the row use the sweep's tiles trade: 13 x 13 in 16 x 8 boxes, 384 filters in 3 x 128
     assert wgmma.row_use(shapes.LAYERS[2], (16, 128)) == pytest.approx(169 / 256)
     assert wgmma.row_use(shapes.LAYERS[2], (16, 256)) == pytest.approx(169 / 256 * 384 / 512)

@@ -9,19 +9,21 @@
 // outside the image read as zeros (so the copy needs no border written out), and 64 k of BN
 // filters -- round a ring of 4 slots, and two consumer warpgroups multiply their 64 pixels by BN
 // filters with wgmma from shared memory. One block per SM walks over the tiles. Each call still
-// starts by copying x to channels-last (nhwc_runs.h, no border), as step 20's does.
+// starts by copying x to channels-last (no border), as step 20's does.
 //
 // A tile is TH x TW = 128 output pixels of one image times BN filters; the layers' images are
 // small (27 x 27, 13 x 13), so the tile shape decides how many of its 128 rows are real pixels:
 // 13 x 13 in 8 x 16 tiles fills 169 of 256 rows. TW and BN (128 or 256: layers 3 and 4 have 384
-// filters, 3 x 128) are chosen per layer by a sweep (alexnet.WGMMA_TILES). Layer 1 (stride 4,
-// 3 channels: a 64-channel slice would be 95% zeros) keeps step 20's kernel, the fastest the
-// ladder has for it.
+// filters, 3 x 128) are chosen per layer by timing every instantiation
+// (gpulab.workloads.alexnet.wgmma.DEFAULT_TILES). Layer 2's 96 channels would fill 64-channel
+// slices only 3/4 (each tap's second slice half zeros): its kernels can take slices of 32
+// channels instead, 64-byte rows in the 64-byte swizzle, 3 per tap, in a ring of 8 slots of half
+// the size. Layer 1 (stride 4, 3 channels: a 64-channel slice would be 95% zeros) keeps step 20's
+// kernel, the fastest the ladder has for it.
 //
 // Epilogue: y (N x M x E x F, half) straight from the accumulators, guarded at the edges.
 //
-// Launch (per layer): to_nhwc_half, grid (H, N), 256 threads, C x W halves of dynamic shared
-// memory; then conv_wgmma_<TW>x<BN>, one block of 384 threads per SM (fewer for fewer tiles),
+// Launch (per layer): to_nhwc_half, grid (ceil(H W / 32), ceil(Cp / 32), N), block (32, 8); then conv_wgmma_<TW>x<BN>, one block of 384 threads per SM (fewer for fewer tiles),
 // CONV_SHARED_BYTES(BN) of dynamic shared memory, a 4-D tensor map of the copy (box {64, TW,
 // 128 / TW, 1}, 128-byte swizzle) and a 2-D one of the filters as M x R S Cp halves (box
 // {64, BN}), made once per layer. Needs sm_90a.
@@ -30,13 +32,26 @@
 // tile wastes on these small images), about 0.6 ms together against step 20's 0.96; with layer 1
 // at step 20's 0.31 ms the five layers take about 0.9 ms at N = 128, under 0.95x cuDNN's 1.07.
 #include <common/hopper_conv.cuh>
-#include "nhwc_runs.h"
 
-// x (N x C x H x W) -> xt (N x H x W x Cp), no border (the tensor map reads zeros outside).
-extern "C" __global__ void to_nhwc_half(const __half* x, __half* xt, int C, int H, int W, int Cp)
+// x (N x C x H x W) -> xt (N x H x W x Cp), no border (the tensor map reads zeros outside), zeros
+// for C <= c < Cp: each image's C x HW matrix transposed through shared memory in tiles of 32
+// channels x 32 pixels, so that both the loads (along pixels) and the stores (along channels)
+// are coalesced. Grid (ceil(HW / 32), ceil(Cp / 32), N), block (32, 8).
+extern "C" __global__ void to_nhwc_half(const __half* __restrict__ x, __half* __restrict__ xt, int C, int HW, int Cp)
 {
-    extern __shared__ __align__(16) __half row[];
-    to_padded_nhwc<__half>(x, xt, C, H, W, Cp, H, W, 0, row);
+    __shared__ __half tile[32][33];                  // one column of padding: no bank conflicts on the way out
+    const int n = blockIdx.z, p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = c0 + threadIdx.y + 8 * i, p = p0 + threadIdx.x;
+        tile[threadIdx.y + 8 * i][threadIdx.x] = c < C && p < HW ? x[((size_t)n * C + c) * HW + p] : __float2half(0.0f);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int p = p0 + threadIdx.y + 8 * i, c = c0 + threadIdx.x;
+        if (p < HW && c < Cp) xt[((size_t)n * HW + p) * Cp + c] = tile[threadIdx.x][threadIdx.y + 8 * i];
+    }
 }
 
 // y[n][m][e][f] for a consumer's 64 pixels x BN filters: accumulator row 16 w + g + 8 (i / 2) is
@@ -67,13 +82,13 @@ struct StoreEpilogue {
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
 // its source, so no macro makes them).
-template <int TW, int BN>
+template <int TW, int BN, int BK = CONV_BK>
 __device__ __forceinline__ void conv_store(const CUtensorMap& map_x, const CUtensorMap& map_w, __half* y, int N,
                                            int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
-    conv_wgmma<TW, BN>(map_x, map_w, s, StoreEpilogue<TW, BN>{y, M, E, F}, smem_raw);
+    conv_wgmma<TW, BN, StoreEpilogue<TW, BN>, BK>(map_x, map_w, s, StoreEpilogue<TW, BN>{y, M, E, F}, smem_raw);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -116,4 +131,20 @@ conv_wgmma_32x256(const __grid_constant__ CUtensorMap map_x, const __grid_consta
                   __half* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     conv_store<32, 256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+// Slices of 32 channels (64-byte swizzle): layer 2's 96 channels in 3 slices per tap, not 2 of 64.
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_16x256_k32(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      __half* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_store<16, 256, 32>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+// Slices of 32 channels (64-byte swizzle): layer 2's 96 channels in 3 slices per tap, not 2 of 64.
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_32x256_k32(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      __half* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_store<32, 256, 32>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
 }

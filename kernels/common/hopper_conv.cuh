@@ -39,12 +39,15 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
 #endif
 
 #define CONV_BM 128               // pixels per tile (TH x TW)
-#define CONV_BK 64                // channels per slice: one 128-byte row of halves
-#define CONV_STAGES 4
+#define CONV_BK 64                // channels per slice: one 128-byte row of halves ...
+#define CONV_STAGES 4             // ... in a ring of 4 slots (8 slots of half the bytes for BK = 32)
 #define CONV_THREADS 384
 #define CONV_CONSUMER_WARPS 8
-// Bytes of one slice (A and B) for BN filters per tile.
-#define CONV_SLICE_BYTES(BN) ((CONV_BM + (BN)) * CONV_BK * 2)
+// Bytes of one slice (A and B) for BN filters per tile and BK channels per slice, and the slots
+// of the ring: BK = 32 (64-byte rows, the 64-byte swizzle: a layer of 96 channels then takes 3
+// slices per tap instead of 2 with 32 zero channels) keeps as many bytes in flight in 8 slots.
+#define CONV_SLICE_BYTES(BN, BK) ((CONV_BM + (BN)) * (BK) * 2)
+#define CONV_SLOTS(BK) (CONV_STAGES * CONV_BK / (BK))
 
 // What the kernels need of the layer. Input N x Hin x Win x C (NHWC halves, as stored: the
 // convpool input already carries its zero border, so pad = 0 there), R x S filters, stride 1,
@@ -89,19 +92,23 @@ __device__ __forceinline__ void conv_mma(float* acc, unsigned long long desc_a, 
 // The persistent warp-specialized convolution. Epilogue::store(acc, consumer, n, e0, f0, m0) is
 // called by each consumer warpgroup with its 64 x BN accumulators (pixels 64 c .. 64 c + 63 of
 // the tile, in the layout of hopper.h's wgmma_m64nBNk16) once the tile's products are done.
-template <int TW, int BN, class Epilogue>
+template <int TW, int BN, class Epilogue, int BK = CONV_BK>
 __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
                                            const Epilogue& epilogue, unsigned char* smem_raw)
 {
     static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    static_assert(BK == 64 || BK == 32, "slices of 64 (128-byte swizzle) or 32 channels (64-byte swizzle)");
+    constexpr int SLOTS = CONV_SLOTS(BK);
+    constexpr int SWIZZLE = BK == 64 ? SMEM_SWIZZLE_128B : SMEM_SWIZZLE_64B;
+    constexpr unsigned ATOM = 8 * BK * 2;            // 8 rows of the swizzle's width: the descriptor's stride
     __half* ring = (__half*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    __shared__ __align__(8) unsigned long long full[CONV_STAGES];
-    __shared__ __align__(8) unsigned long long empty[CONV_STAGES];
+    __shared__ __align__(8) unsigned long long full[SLOTS];
+    __shared__ __align__(8) unsigned long long empty[SLOTS];
     const int tid = threadIdx.x, wg = tid / 128;
     const int tiles = conv_tiles<TW, BN>(s);
-    const int chunks = s.Cp / CONV_BK, KT = s.R * s.S * chunks;
+    const int chunks = s.Cp / BK, KT = s.R * s.S * chunks;
     if (tid == 0) {
-        for (int i = 0; i < CONV_STAGES; ++i) {
+        for (int i = 0; i < SLOTS; ++i) {
             mbar_init(&full[i], 1);
             mbar_init(&empty[i], CONV_CONSUMER_WARPS);   // one arrival per consumer warp
         }
@@ -117,13 +124,13 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
                 int n, e0, f0, m0;
                 conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
                 for (int t = 0; t < KT; ++t, ++it) {
-                    const int slot = it % CONV_STAGES, tap = t / chunks, c0 = (t % chunks) * CONV_BK;
+                    const int slot = it % SLOTS, tap = t / chunks, c0 = (t % chunks) * BK;
                     const int r = tap / s.S, sc = tap % s.S;
-                    mbar_wait(&empty[slot], ((it / CONV_STAGES) % 2) ^ 1);
-                    __half* As = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK;
-                    mbar_arrive_expect_tx(&full[slot], CONV_SLICE_BYTES(BN));
+                    mbar_wait(&empty[slot], ((it / SLOTS) % 2) ^ 1);
+                    __half* As = ring + (size_t)slot * (CONV_BM + BN) * BK;
+                    mbar_arrive_expect_tx(&full[slot], CONV_SLICE_BYTES(BN, BK));
                     tma_load_4d(As, &map_x, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
-                    tma_load_2d(As + CONV_BM * CONV_BK, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+                    tma_load_2d(As + CONV_BM * BK, &map_w, tap * s.Cp + c0, m0, &full[slot]);
                 }
             }
         }
@@ -138,26 +145,25 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             for (int t = 0; t < KT; ++t, ++it) {
-                const int slot = it % CONV_STAGES;
-                mbar_wait(&full[slot], (it / CONV_STAGES) % 2);
-                const __half* As = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK + 64 * c * CONV_BK;
-                const __half* Bs = ring + (size_t)slot * (CONV_BM + BN) * CONV_BK + CONV_BM * CONV_BK;
+                const int slot = it % SLOTS;
+                mbar_wait(&full[slot], (it / SLOTS) % 2);
+                const __half* As = ring + (size_t)slot * (CONV_BM + BN) * BK + 64 * c * BK;
+                const __half* Bs = ring + (size_t)slot * (CONV_BM + BN) * BK + CONV_BM * BK;
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < CONV_BK / 16; ++kk)
-                    conv_mma<BN>(acc, smem_desc(As + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B),
-                                 smem_desc(Bs + 16 * kk, 1, 1024, SMEM_SWIZZLE_128B));
+                for (int kk = 0; kk < BK / 16; ++kk)
+                    conv_mma<BN>(acc, smem_desc(As + 16 * kk, 1, ATOM, SWIZZLE), smem_desc(Bs + 16 * kk, 1, ATOM, SWIZZLE));
                 wgmma_commit();
                 wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
-                if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % CONV_STAGES]);
+                if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % SLOTS]);
             }
             wgmma_wait<0>();
-            if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % CONV_STAGES]);
+            if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % SLOTS]);
             epilogue.store(acc, c, n, e0, f0, m0);
         }
     }
 }
 
 // Dynamic shared memory of conv_wgmma: the ring, plus 1 KiB to align it to the swizzle's period.
-#define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN) + 1024)
+#define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN, CONV_BK) + 1024)
 #endif  // GPULAB_COMMON_HOPPER_CONV_CUH

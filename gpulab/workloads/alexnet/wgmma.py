@@ -20,16 +20,17 @@ from ...kernels import get_backend, load_module
 FILE = "alexnet/25_wgmma_tma.cu"
 GPU_OPTIONS = ("-arch=sm_90a",)
 BM, BK, STAGES, THREADS = 128, 64, 4, 384
-LAYOUT_BLOCK = 256
-#: The tile shapes the kernel file instantiates: (TW, BN) -- TW output columns (TH = 128 / TW
-#: rows) of one image times BN filters.
-CANDIDATES = tuple((tw, bn) for tw in (8, 16, 32) for bn in (128, 256))
-#: The shape each stride-1 layer runs with: the fewest wasted tile rows and filter columns (27 x 27
-#: in 4 x 32 tiles: 729 of 896 rows; 13 x 13 in 8 x 16: 169 of 256; 384 filters in 3 x 128, 256
-#: in 1 x 256). Timing all of CANDIDATES on each layer at N = 128 on an H100 (a development run of
-#: issue 26, not yet a recorded sweep of the chapter) chose the same four, the 8 x 16 and 16 x 8
-#: tiles of layer 3 within 0.2% of each other.
-DEFAULT_TILES = {2: (32, 256), 3: (16, 128), 4: (16, 128), 5: (16, 256)}
+#: The tile shapes the kernel file instantiates: (TW, BN, BK) -- TW output columns (TH = 128 / TW
+#: rows) of one image times BN filters, slices of BK channels (64: the 128-byte swizzle; 32: the
+#: 64-byte swizzle, for 96-channel layer 2, whose 64-channel slices would be a quarter zeros).
+CANDIDATES = tuple((tw, bn, 64) for tw in (8, 16, 32) for bn in (128, 256)) + ((16, 256, 32), (32, 256, 32))
+#: The shape each stride-1 layer runs with: the fastest of CANDIDATES on each layer at N = 128 when
+#: all were timed on an H100 (a development run of issue 26, not yet a recorded sweep of the
+#: chapter). They are also the ones that waste the fewest tile rows, filter columns and zero
+#: channels: layer 2's 27 x 27 in 4 x 32 tiles (729 of 896 rows) and 96 channels in 3 slices of
+#: 32; 13 x 13 in 16 x 8 or 8 x 16 (169 of 256, within a few percent of each other); 384 filters
+#: in 3 x 128, 256 in 1 x 256.
+DEFAULT_TILES = {2: (32, 256, 32), 3: (16, 128, 64), 4: (16, 128, 64), 5: (8, 256, 64)}
 
 
 def applies(layer) -> bool:
@@ -42,28 +43,33 @@ def shared_bytes(bn: int) -> int:
     return STAGES * (BM + bn) * BK * 2 + 1024
 
 
+def _tile(tile) -> tuple[int, int, int]:
+    """(TW, BN, BK) of a tile given as (TW, BN) (64-channel slices) or (TW, BN, BK)."""
+    return tuple(tile) + (64,) if len(tile) == 2 else tuple(tile)
+
+
 def tiles(layer, N: int, tile) -> int:
-    tw, bn = tile
+    tw, bn, _ = _tile(tile)
     th = BM // tw
     return N * -(-layer.E // th) * -(-layer.F // tw) * -(-layer.M // bn)
 
 
 def row_use(layer, tile) -> float:
     """The share of a tile's pixel rows and filter columns that are real outputs."""
-    tw, bn = tile
+    tw, bn, _ = _tile(tile)
     th = BM // tw
     return (layer.E * layer.F * layer.M) / (-(-layer.E // th) * th * -(-layer.F // tw) * tw * -(-layer.M // bn) * bn)
 
 
-def padded_channels(layer) -> tuple[int, int]:
+def padded_channels(layer, bk: int = BK) -> tuple[int, int]:
     """(channels of the channels-last copy: C rounded up to 8, so that a pixel is whole 16-byte
-    chunks; channels of the filter rows: C rounded up to a 64-channel slice)."""
-    return -(-layer.C // 8) * 8, -(-layer.C // BK) * BK
+    chunks; channels of the filter rows: C rounded up to a slice of ``bk``)."""
+    return -(-layer.C // 8) * 8, -(-layer.C // bk) * bk
 
 
-def filter_rows(w, layer, xp):
+def filter_rows(w, layer, xp, bk: int = BK):
     """The filters as M x (R S Cp) halves, k in (r, s, c) order, zero past C: made once per layer."""
-    _, cp = padded_channels(layer)
+    _, cp = padded_channels(layer, bk)
     wp = xp.zeros((layer.M, layer.R * layer.S, cp), dtype=xp.float16)
     wp[:, :, :layer.C] = xp.asarray(w).astype(xp.float16).transpose(0, 2, 3, 1).reshape(
         layer.M, layer.R * layer.S, layer.C)
@@ -86,19 +92,20 @@ def make_launch(layer, N: int, x, w, y, backend=None, tile=None, blocks: int | N
     if not applies(layer):
         raise KernelArgumentError(f"{layer.name} has stride {layer.U}: the wgmma step runs stride-1 layers only "
                                   "(a tap's pixels are then one box of the input)")
-    tw, bn = tile or DEFAULT_TILES[layer.index]
-    if (tw, bn) not in CANDIDATES:
-        raise KernelArgumentError(f"tile {(tw, bn)} is not compiled; the kernel file has {CANDIDATES}")
+    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    if (tw, bn, bk) not in CANDIDATES:
+        raise KernelArgumentError(f"tile {(tw, bn, bk)} is not compiled; the kernel file has {CANDIDATES}")
     module = load_module(FILE, be, options=GPU_OPTIONS if be.name == "gpu" else ())
-    cin, cp = padded_channels(layer)
+    cin, cp = padded_channels(layer, bk)
     xt = be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float16)
-    wp = filter_rows(w, layer, be.xp)
-    map_x = tensormap.encode_4d(xt, (BK, tw, BM // tw, 1))
-    map_w = tensormap.encode_2d(wp, (BK, bn))
-    gemm = module.get_function(f"conv_wgmma_{tw}x{bn}")
+    wp = filter_rows(w, layer, be.xp, bk)
+    map_x = tensormap.encode_4d(xt, (bk, tw, BM // tw, 1), swizzle=2 * bk)
+    map_w = tensormap.encode_2d(wp, (bk, bn), swizzle=2 * bk)
+    gemm = module.get_function(f"conv_wgmma_{tw}x{bn}" + ("_k32" if bk == 32 else ""))
     gemm.allow_shared_memory(shared_bytes(bn))
+    hw = layer.H * layer.W
     to_nhwc = module.get_function("to_nhwc_half").bind(
-        (layer.H, N), LAYOUT_BLOCK, (x, xt, layer.C, layer.H, layer.W, cin), layer.C * layer.W * 2)
+        (-(-hw // 32), -(-cin // 32), N), (32, 8), (x, xt, np.int32(layer.C), np.int32(hw), np.int32(cin)))
     grid = (max(1, min(blocks or blocks_here(be), tiles(layer, N, (tw, bn)))),)
     run = gemm.bind(grid, (THREADS,), (map_x, map_w, y, *(np.int32(v) for v in (
         N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(bn))
