@@ -1,8 +1,8 @@
-"""Command line: ``python -m gpulab info | runs | record [CHAPTER ...] | student DEST | grade SUBMISSIONS``."""
+"""Command line: ``python -m gpulab info | runs | record [CHAPTER ...] | profile-driver CHAPTER | student DEST |
+grade SUBMISSIONS``."""
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 
@@ -17,9 +17,13 @@ def main(argv=None) -> int:
     record.add_argument("--repeats", type=int, default=100, help="timed repeats per region")
     record.add_argument("--quick", action="store_true", help="fewer sizes (a smoke test; not for committing)")
     record.add_argument("--out", default=None, help="write under this folder instead of labdata/runs")
-    record.add_argument("--deadline-s", type=float, default=None,
-                        help="for chapters with optional parts (alexnet's scaling study): start none after "
-                             "this many seconds")
+    record.add_argument("--budget-s", type=float, default=None,
+                        help="seconds for each chapter's run: an optional experiment not started by then is "
+                             "skipped, and the run lists it (default: the chapter's own budget, if any)")
+    driver = sub.add_parser("profile-driver", help="launch a chapter's profiled kernels once: the child process "
+                                                   "Nsight Compute watches (gpulab.profiler.driver names it)")
+    driver.add_argument("chapter", help="a chapter with a workload that defines profile_driver")
+    driver.add_argument("options", nargs="*", help="passed to the chapter's profile_driver (fcnet: the case)")
     student = sub.add_parser("student", help="copy the lab to a new folder with every solution stripped")
     student.add_argument("dest", help="a new, empty folder")
     grade = sub.add_parser("grade", help="grade a folder of student submissions (one sub-folder per student)")
@@ -68,13 +72,19 @@ def main(argv=None) -> int:
         print(table().to_string(index=False))
         return 0
 
-    from . import device, runs
+    from . import device, recorder, runs
     from .chapters import names
     from .workloads import workload
 
     if args.command == "info":
         for key, value in device.describe().items():
             print(f"{key:>18}: {value}")
+        return 0
+    if args.command == "profile-driver":
+        module = workload(args.chapter)
+        if not hasattr(module, "profile_driver"):
+            raise KeyError(f"chapter '{args.chapter}' has no profile_driver: nothing of it is profiled")
+        module.profile_driver(*args.options)
         return 0
     if args.command == "runs":
         print(runs.available_runs().to_string(index=False))
@@ -100,18 +110,18 @@ def main(argv=None) -> int:
             print(f"{chapter}: left out (needs {needed} GPUs, found {device.gpu_count()})")
             del modules[chapter]
     device.require_gpu("python -m gpulab record")
+    failed = 0
     for chapter, module in modules.items():
         start = time.perf_counter()
-        # The GPU's clocks, temperature and throttle reasons before, during and after the run.
-        with device.GpuMonitor() as monitor:
-            options = {"deadline_s": args.deadline_s} if (
-                args.deadline_s is not None and "deadline_s" in inspect.signature(module.benchmark_all).parameters) else {}
-            result = module.benchmark_all(repeats=args.repeats, quick=args.quick, **options)
-        rows, tables = result if isinstance(result, tuple) else (result, {})
-        meta = dict(device.describe(), gpu_state=monitor.summary())
-        path = runs.save_run(chapter, rows, meta, root=Path(args.out) if args.out else None, tables=tables)
-        print(f"{chapter}: {len(rows)} rows in {time.perf_counter() - start:.0f} s -> {path}")
-    return 0
+        path, rows, failures = recorder.record(chapter, recorder.benchmark_all_of(module), repeats=args.repeats,
+                                         quick=args.quick, budget_s=args.budget_s,
+                                         root=Path(args.out) if args.out else None)
+        print(f"{chapter}: {rows} rows in {time.perf_counter() - start:.0f} s -> {path}")
+        if failures:
+            print(f"{chapter}: {failures} check(s) FAILED: those steps are not timed (see {path.stem}.skipped.csv)",
+                  file=sys.stderr)
+        failed += failures
+    return 1 if failed else 0
 
 
 def run(argv=None) -> int:

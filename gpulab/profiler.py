@@ -9,8 +9,7 @@ the kernels of interest, and :func:`parse_csv` turns its ``--csv`` output into
 one row per (kernel launch, metric). Everything but :func:`profile` itself
 works without a GPU, so recorded profiles can be read anywhere.
 
-    rows = profile([sys.executable, "-m", "gpulab.workloads.fcnet", "--profile-driver"],
-                   metrics=STANDARD_METRICS, kernel_regex="^(matmul|relu)$")
+    rows = profile(driver("fcnet", "large"), metrics=STANDARD_METRICS, kernel_regex="^(matmul|relu)$")
     table = per_launch(rows)
 """
 from __future__ import annotations
@@ -20,6 +19,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from typing import Sequence
 
@@ -62,6 +62,13 @@ def ncu_path() -> str | None:
     return None
 
 
+def driver(chapter: str, *options: str, python: str = sys.executable) -> list[str]:
+    """The child process Nsight Compute watches for ``chapter``, the same entry point for every
+    chapter: ``python -m gpulab profile-driver CHAPTER [OPTION ...]``, which calls the chapter's
+    ``profile_driver(*options)`` (it launches each profiled kernel once)."""
+    return [python, "-m", "gpulab", "profile-driver", chapter, *options]
+
+
 def command(driver: Sequence[str], metrics: Sequence[str], *, kernel_regex: str | None = None,
             log_file: str | None = None, ncu: str = "ncu") -> list[str]:
     """The ncu command line :func:`profile` runs (shown so a reader can run it by hand).
@@ -81,7 +88,7 @@ def command(driver: Sequence[str], metrics: Sequence[str], *, kernel_regex: str 
 
 def profile(driver: Sequence[str], metrics: Sequence[str] = tuple(STANDARD_METRICS), *,
             kernel_regex: str | None = None, timeout: float = 600, env: dict | None = None) -> pd.DataFrame:
-    """Run ``driver`` (a command, e.g. ``[python, "-m", "...", "--profile-driver"]``)
+    """Run ``driver`` (a command, e.g. :func:`driver`'s ``[python, "-m", "gpulab", "profile-driver", chapter]``)
     under ncu, collecting ``metrics`` for every kernel whose name matches
     ``kernel_regex``; return :func:`parse_csv`'s table."""
     ncu = ncu_path()

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .. import ladder, roofline, transfers
+from .. import ladder, recorder, roofline, transfers
 from ..check import CheckTable, compare
 from ..kernels import Backend, Kernel, get_backend, load_module
 from ..timing import Timing, benchmark, graph_benchmark, host_timer
@@ -114,83 +114,130 @@ def check_steps(backend: str | Backend | None = None, steps=None, sizes=CHECK_SI
 
 
 # ------------------------------------------------------------------ the recorded run
-def benchmark_all(repeats: int = 100, quick: bool = False) -> list[dict]:
-    """Every experiment of chapter 1 on the GPU, as tidy rows. Each kernel is
-    checked at full size before it is timed; a failed check raises."""
+def _setup(rec) -> dict:
+    """The run's context: every step compiled for this GPU."""
+    return {"fns": {step.kernel: kernel(step, "gpu") for step in STEPS}}
+
+
+def time_ladder(rec, ctx):
+    """The ladder over sizes, with cuBLAS's SAXPY (in place: y += a*x) as the vendor line."""
+    for n in (SIZES[:3] if rec.quick else SIZES):
+        _ladder_at(rec, ctx["fns"], n)
+
+
+def _ladder_at(rec, fns, n: int):
+    """Every step and cuBLAS at size ``n``, each checked at full size before it is timed: warm,
+    in a CUDA graph and (where the arrays fit in L2) cold. (A function, so that its arrays are
+    freed before the next size's.)"""
     import cupy
     import cupy.cublas
 
     from ..check import check
 
-    sizes = SIZES[:3] if quick else SIZES
-    rows: list[dict] = []
-    fns = {step.kernel: kernel(step, "gpu") for step in STEPS}
-
-    # The ladder over sizes, with cuBLAS's SAXPY (in place: y += a*x) as the vendor line.
-    for n in sizes:
-        x_host, y_host = make_inputs(n)
-        x, y = cupy.asarray(x_host), cupy.asarray(y_host)
-        z = cupy.full(n, cupy.nan, dtype=cupy.float32)
-        for step in STEPS:
-            launch = fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z))
-            z.fill(cupy.nan)
-            launch()
-            check(z, reference(A, x_host, y_host), name=f"{step.kernel} n={n}")
-            rows.append(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
-            rows.append(graph_benchmark(launch, repeats=max(10, repeats // 2))
-                        .row("graph", step.title, n, **work(n)))
-            if fits_in_l2(n):
-                rows.extend(cold_rows(launch, step.title, n, repeats))
-        y_blas = y.copy()
-        cupy.cublas.axpy(A, x, y_blas)
-        check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}")
-        axpy = lambda: cupy.cublas.axpy(A, x, y_blas)      # noqa: E731
-        rows.append(benchmark(axpy, repeats=repeats).row("ladder", "cuBLAS saxpy (in place)", n, **work(n)))
-        if fits_in_l2(n):
-            rows.append(benchmark(axpy, repeats=repeats, flush_l2=True)
-                        .row("ladder_cold", "cuBLAS saxpy (in place)", n, **work(n)))
-        del x, y, z, y_blas
-
-    # Host timer vs events, on one size.
-    n = MAIN_SIZE
+    repeats = rec.repeats
     x_host, y_host = make_inputs(n)
     x, y = cupy.asarray(x_host), cupy.asarray(y_host)
-    z = cupy.empty(n, dtype=cupy.float32)
-    launch = fns["saxpy"].bind(STEPS[0].grid(n), BLOCK, (n, A, x, y, z))
-    for t in (host_timer(launch, synchronize=False, repeats=repeats),
-              host_timer(launch, synchronize=True, repeats=repeats),
-              benchmark(launch, repeats=repeats)):
-        rows.append(t.row("timers", t.method, n, **work(n)))
+    z = cupy.full(n, cupy.nan, dtype=cupy.float32)
+    for step in STEPS:
+        launch = fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z))
+        z.fill(cupy.nan)
+        launch()
+        if not rec.checked(lambda: check(z, reference(A, x_host, y_host), name=f"{step.kernel} n={n}"),
+                           variant=step.title, size=n):
+            continue
+        rec.add(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
+        rec.add(graph_benchmark(launch, repeats=max(10, repeats // 2)).row("graph", step.title, n, **work(n)))
+        if fits_in_l2(n):
+            rec.add(cold_rows(launch, step.title, n, repeats))
+    y_blas = y.copy()
+    cupy.cublas.axpy(A, x, y_blas)
+    if rec.checked(lambda: check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}"),
+                   variant="cuBLAS saxpy (in place)", size=n):
+        axpy = lambda: cupy.cublas.axpy(A, x, y_blas)      # noqa: E731
+        rec.add(benchmark(axpy, repeats=repeats).row("ladder", "cuBLAS saxpy (in place)", n, **work(n)))
+        if fits_in_l2(n):
+            rec.add(benchmark(axpy, repeats=repeats, flush_l2=True)
+                    .row("ladder_cold", "cuBLAS saxpy (in place)", n, **work(n)))
 
-    # The first launch: compiling (a fresh source, so no cache helps), loading, launching.
-    rows.extend(first_launch_rows(n, x, y, z))
 
-    # The first kernel after the GPU sat idle, with and without busy work queued before it.
-    rows.extend(idle_rows(launch, n))
+class _MainSize:
+    """SAXPY's arrays at :data:`MAIN_SIZE` and step 1 bound to them, for the single-size
+    experiments (made once, after the ladder)."""
 
-    # Where the time goes when the data starts on the host.
-    launch_host = launcher(STEPS[0], fns["saxpy"])
+    def __init__(self, fns):
+        import cupy
+        self.n = MAIN_SIZE
+        self.x_host, self.y_host = make_inputs(self.n)
+        self.x, self.y = cupy.asarray(self.x_host), cupy.asarray(self.y_host)
+        self.z = cupy.empty(self.n, dtype=cupy.float32)
+        self.launch = fns["saxpy"].bind(STEPS[0].grid(self.n), BLOCK, (self.n, A, self.x, self.y, self.z))
+        self.launch_host = launcher(STEPS[0], fns["saxpy"])
+
+
+def _main_size(ctx: dict) -> _MainSize:
+    if "main" not in ctx:
+        ctx["main"] = _MainSize(ctx["fns"])
+    return ctx["main"]
+
+
+def time_timers(rec, ctx):
+    """The host timer (without and with a synchronize) against events, at one size."""
+    m = _main_size(ctx)
+    for t in (host_timer(m.launch, synchronize=False, repeats=rec.repeats),
+              host_timer(m.launch, synchronize=True, repeats=rec.repeats),
+              benchmark(m.launch, repeats=rec.repeats)):
+        rec.add(t.row("timers", t.method, m.n, **work(m.n)))
+
+
+def time_first_launch(rec, ctx):
+    """The first launch: compiling (a fresh source, so no cache helps), loading, launching."""
+    m = _main_size(ctx)
+    rec.add(first_launch_rows(m.n, m.x, m.y, m.z))
+
+
+def time_idle(rec, ctx):
+    """The first kernel after the GPU sat idle, with and without busy work queued before it."""
+    m = _main_size(ctx)
+    rec.add(idle_rows(m.launch, m.n))
+
+
+def time_transfers(rec, ctx):
+    """Where the time goes when the data starts on the host: every kind of host memory; the same
+    without warming the GPU before the kernel phase (what the kernel phase reads right after a
+    copy that left the SMs idle); and the copies overlapped with the kernel on streams."""
+    m = _main_size(ctx)
+    repeats = max(5, rec.repeats // 5)
     for memory in transfers.MEMORY_KINDS:
         try:
-            rows.extend(transfers.transfer_breakdown(
-                launch_host, [x_host, y_host], (n,), np.float32, memory=memory,
-                repeats=max(5, repeats // 5), size=n))
-        except RuntimeError as exc:  # e.g. no prefetch on this platform: say so, skip the row
-            print(f"skipping {memory}: {exc}")
-    # The same breakdown without warming the GPU before the kernel phase: what the kernel
-    # phase reads right after a copy that left the SMs idle.
+            rec.add(transfers.transfer_breakdown(m.launch_host, [m.x_host, m.y_host], (m.n,), np.float32,
+                                                 memory=memory, repeats=repeats, size=m.n))
+        except RuntimeError as exc:  # e.g. no prefetch on this platform: say so, no row
+            rec.progress(f"skipping {memory}: {exc}")
     for memory in ("pageable", "pinned"):
-        rows.extend(transfers.transfer_breakdown(
-            launch_host, [x_host, y_host], (n,), np.float32, memory=memory, repeats=max(5, repeats // 5),
-            size=n, warm=False, experiment="transfers_unwarmed"))
+        rec.add(transfers.transfer_breakdown(m.launch_host, [m.x_host, m.y_host], (m.n,), np.float32,
+                                             memory=memory, repeats=repeats, size=m.n, warm=False,
+                                             experiment="transfers_unwarmed"))
     for chunks in (1, 2, 4, 8, 16):
-        rows.append(transfers.overlap_with_streams(
-            launch_host, [x_host, y_host], (n,), np.float32, chunks=chunks,
-            repeats=max(5, repeats // 5), size=n))
-    del x, y, z
+        rec.add(transfers.overlap_with_streams(m.launch_host, [m.x_host, m.y_host], (m.n,), np.float32,
+                                               chunks=chunks, repeats=repeats, size=m.n))
+    del ctx["main"]                  # SAXPY's arrays go before the ceilings allocate their own
 
-    rows.extend(roofline.measure_ceilings(repeats=20))
-    return rows
+
+def time_ceilings(rec, ctx):
+    """The device's measured memory bandwidth and FP32 rate."""
+    rec.add(roofline.measure_ceilings(repeats=20))
+
+
+#: Every experiment of chapter 1 on the GPU, in order: what ``python -m gpulab record measuring``
+#: and the notebook's live run measure. Each kernel is checked at full size before it is timed.
+benchmark_all = recorder.Recording(CHAPTER, [
+    recorder.Experiment("ladder", time_ladder),
+    recorder.Experiment("timers", time_timers),
+    recorder.Experiment("first_launch", time_first_launch),
+    recorder.Experiment("idle", time_idle),
+    recorder.Experiment("transfers", time_transfers),
+    recorder.Experiment("ceilings", time_ceilings),
+], setup=_setup)
 
 
 def l2_bytes(gpu: str | None = None) -> float | None:

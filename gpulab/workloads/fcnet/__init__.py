@@ -4,7 +4,7 @@
   float64 reference;
 * :mod:`.steps`: the ladder, each step a list of kernel launches; binding, running and checking
   a step; each kernel file's prediction;
-* :mod:`.profile`: the Nsight Compute view (``python -m gpulab.workloads.fcnet --profile-driver``);
+* :mod:`.profile`: the Nsight Compute view (``python -m gpulab profile-driver fcnet``);
 * :mod:`.views`: what the notebook shows of a recorded run;
 * :mod:`.record`: the benchmark that ``python -m gpulab record fcnet`` turns into the recorded run.
 
@@ -13,7 +13,7 @@ Each module imports only those listed before it, except that :mod:`.record` read
 training chapter; the module is ``gpulab.workloads.fcnet.steps``.)
 """
 from . import profile, record, shapes, views
-from .profile import PROFILE_METRICS, kernel_names, main, profile_driver, profile_steps
+from .profile import PROFILE_METRICS, kernel_names, profile_driver, profile_steps
 from .record import TIMING_BUDGET_MS, VENDOR_BUDGET_MS, benchmark_all, resources
 from .shapes import (BYTES_PER_VECTOR, CHAPTER, CHECK_SIZES, FLOPS_PER_VECTOR, HID, IN, INPUT_SEED,
                      MACS_PER_VECTOR, MEMORY_FRACTION, OUT, REFERENCE_CHUNK, RELU, SIZES, TC_K1, TC_M3,
@@ -30,7 +30,7 @@ from .views import (COLD_GAP, FP32_GAP, REPORT_3080TI_LARGE_MS, TARGETS, VENDOR,
 
 TITLE = "A fully-connected network's inference, from five kernel launches to one kernel at the hardware limit"
 
-__all__ = ["CHAPTER", "TITLE", "profile", "record", "shapes", "views", "PROFILE_METRICS", "kernel_names", "main",
+__all__ = ["CHAPTER", "TITLE", "profile", "record", "shapes", "views", "PROFILE_METRICS", "kernel_names",
            "profile_driver", "profile_steps", "TIMING_BUDGET_MS", "VENDOR_BUDGET_MS", "benchmark_all",
            "resources", "BYTES_PER_VECTOR", "CHECK_SIZES", "FLOPS_PER_VECTOR", "HID", "IN", "INPUT_SEED",
            "MACS_PER_VECTOR", "MEMORY_FRACTION", "OUT", "REFERENCE_CHUNK", "RELU", "SIZES", "TC_K1", "TC_M3",

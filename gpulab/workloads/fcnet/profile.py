@@ -1,9 +1,6 @@
 """The Nsight Compute view of the fcnet ladder: the counters the chapter reads, and the child
-process ncu watches (``python -m gpulab.workloads.fcnet --profile-driver``)."""
+process ncu watches (``python -m gpulab profile-driver fcnet [CASE]``)."""
 from __future__ import annotations
-
-import argparse
-import sys
 
 import pandas as pd
 
@@ -29,7 +26,7 @@ PROFILE_METRICS = [
 
 def profile_driver(case: str = "large") -> None:
     """Launch every kernel of the ladder once on one case, for Nsight Compute
-    to watch (``python -m gpulab.workloads.fcnet --profile-driver``); steps 13
+    to watch (``python -m gpulab profile-driver fcnet [CASE]``); steps 13
     and 14 launch both their kernels, since either may be the case's fastest."""
     import cupy
     weights = make_weights()
@@ -48,8 +45,8 @@ def kernel_names() -> list[str]:
 def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
     """The profiler's figures for every step on one case: one row per kernel
     launch, labelled with its step."""
-    driver = [sys.executable, "-m", "gpulab.workloads.fcnet", "--profile-driver", "--case", case]
-    raw = profiler.profile(driver, PROFILE_METRICS, kernel_regex="^(" + "|".join(kernel_names()) + ")$")
+    raw = profiler.profile(profiler.driver("fcnet", case), PROFILE_METRICS,
+                           kernel_regex="^(" + "|".join(kernel_names()) + ")$")
     table = profiler.per_launch(raw)
     launches = [(s, launch.kernel) for s in runnable_steps()[0] for launch in s.launches]
     if len(launches) != len(table):
@@ -59,16 +56,3 @@ def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
     table.insert(1, "variant", [s.label for s, _ in launches])
     table["case"] = case
     return table
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpulab.workloads.fcnet")
-    parser.add_argument("--profile-driver", action="store_true",
-                        help="launch every step once (for Nsight Compute)")
-    parser.add_argument("--case", default="large", choices=list(SIZES))
-    args = parser.parse_args(argv)
-    if args.profile_driver:
-        profile_driver(args.case)
-        return 0
-    parser.print_help()
-    return 0

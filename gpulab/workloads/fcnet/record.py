@@ -4,17 +4,15 @@ the device's ceilings, and the side tables (resources, skipped, the vendor paths
 profile). Every kernel is checked at full size before it is timed."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pandas as pd
 
-from ... import baselines, roofline, transfers
+from ... import baselines, recorder, roofline, transfers
 from ...check import check, compare
 from ...kernels import get_backend, occupancy, resource_table
 from ...timing import benchmark, graph_benchmark
 from .profile import profile_steps
-from .shapes import HID, OUT, RELU, SIZES, make_inputs, make_weights, plan_sizes, reference, work
+from .shapes import CHAPTER, HID, OUT, RELU, SIZES, make_inputs, make_weights, plan_sizes, reference, work
 from .steps import STEPS, Step, bind, buffers, runnable_steps, step_kernels
 from .views import ladder
 
@@ -34,102 +32,129 @@ VENDOR_BUDGET_MS = 600.0
 TIMING_BUDGET_MS = 1500.0
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True):
-    """Every experiment of this chapter on the GPU: returns (rows, tables).
+class _Run:
+    """What every experiment of the run reads: the weights, the cases that fit this GPU, the steps
+    it can run, each compiled once, and the vendor paths' kernel names gathered on the way."""
 
-    Each kernel is checked against the float64 reference at full size before
-    it is timed (a failure raises), every variant reads the same inputs, and
-    every vendor path (:func:`gpulab.baselines.matmul_chain_paths`: cuBLAS
-    through CuPy, PyTorch with and without cuBLASLt ReLU epilogues, both
-    layouts, fp32 / tf32 / fp16 / bf16, eager and in CUDA graphs) runs in the
-    same process, side by side. The small case is also timed cold (L2 flushed
-    between repeats: experiments ``ladder_cold`` and ``graph_cold``). Steps this
-    GPU cannot run (too much shared memory per block) are skipped and listed
-    with the reason in the ``skipped`` table. ``quick`` runs a tenth of the
-    large case (a smoke test, not for committing)."""
+    def __init__(self, rec):
+        self.weights = make_weights()
+        self.matrices = [self.weights["W1"], self.weights["W2"], self.weights["W3"]]
+        sizes = dict(SIZES)
+        if rec.quick:
+            sizes["large"] = SIZES["large"] // 10
+        self.here, skipped = runnable_steps()
+        self.sizes, too_large = plan_sizes(sizes)
+        for entry in skipped + too_large:   # not an error: the notebook shows the skipped table with the reasons
+            rec.progress(f"skipping {entry['variant']}: {entry['reason']}")
+            rec.skip(**entry)
+        self.fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in self.here}
+        self.vendor_kernels = []
+
+
+def time_ladder(rec, run: _Run):
+    """Every step and vendor path on each case, eager and in CUDA graphs, and the small case cold
+    (L2 flushed between repeats: ``ladder_cold`` and ``graph_cold``). Each kernel is checked
+    against the float64 reference at full size before it is timed; every variant reads the same
+    inputs; every vendor path (:func:`gpulab.baselines.matmul_chain_paths`) runs in the same process."""
+    import cupy
+    for case, n in run.sizes.items():
+        _ladder_case(rec, run, case, n)
+        cupy.get_default_memory_pool().free_all_blocks()      # the case's buffers went with the call
+
+
+def _ladder_case(rec, run: _Run, case: str, n: int):
     import cupy
 
-    weights = make_weights()
-    matrices = [weights["W1"], weights["W2"], weights["W3"]]
-    rows: list[dict] = []
-    sizes = dict(SIZES)
-    if quick:
-        sizes["large"] = SIZES["large"] // 10
-    here, skipped = runnable_steps()
-    sizes, too_large = plan_sizes(sizes)
-    skipped += too_large
-    for entry in skipped:   # not an error: the notebook shows the skipped table with the reasons
-        print(f"skipping {entry['variant']}: {entry['reason']}")
-    fns_by_step = {step_.label: step_kernels(step_, "gpu") for step_ in here}
-    vendor_kernels = []
+    repeats = rec.repeats
+    bufs = buffers(get_backend("gpu"), make_inputs(n), run.weights, scratch=True)
+    x32 = bufs["x"]
+    ref = reference(x32, run.weights, cupy.float64, xp=cupy)
+    ref32 = reference(x32, run.weights, cupy.float32, xp=cupy).get()
+    for step_ in run.here:
+        fns = run.fns_by_step[step_.label]
+        bufs["y"].fill(cupy.nan)
+        inference = bind(step_, fns, bufs)
+        inference()
+        checked = rec.checked(lambda: check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}"),
+                              step=step_.ordinal, variant=step_.label, precision=step_.precision, size=n)
+        if not checked:
+            continue
+        labels = {**_row_labels(step_, n), "rel_error": checked.value.rel_error, "intended": case in step_.sizes,
+                  "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
+        timing = benchmark(inference, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
+        rec.add(timing.row("ladder", step_.label, n, **work(n), **labels))
+        if case == "small":
+            rec.add(graph_benchmark(inference, launches=20, repeats=repeats)
+                    .row("graph", step_.label, n, **work(n), **labels))
+            rec.add(_cold_rows(inference, step_.label, n, labels, repeats))
+        rec.progress(f"{case:5s} {step_.label:45s} {rec.rows[-1]['median_ms']:.4f} ms")
 
-    for case, n in sizes.items():
-        bufs = buffers(get_backend("gpu"), make_inputs(n), weights, scratch=True)
-        x32 = bufs["x"]
-        ref = reference(x32, weights, cupy.float64, xp=cupy)
-        ref32 = reference(x32, weights, cupy.float32, xp=cupy).get()
-        for step_ in here:
-            fns = fns_by_step[step_.label]
-            bufs["y"].fill(cupy.nan)
-            inference = bind(step_, fns, bufs)
-            inference()
-            result = check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}")
-            labels = {**_row_labels(step_, n), "rel_error": result.rel_error, "intended": case in step_.sizes,
-                      "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
-            timing = benchmark(inference, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
-            rows.append(timing.row("ladder", step_.label, n, **work(n), **labels))
-            if case == "small":
-                rows.append(graph_benchmark(inference, launches=20, repeats=repeats)
-                            .row("graph", step_.label, n, **work(n), **labels))
-                rows.extend(_cold_rows(inference, step_.label, n, labels, repeats))
-            print(f"{case:5s} {step_.label:45s} {rows[-1]['median_ms']:.4f} ms", flush=True)
+    # Every vendor path, checked against the same reference, eager and in CUDA graphs.
+    eager = baselines.matmul_chain_paths(x32, run.matrices, RELU)
+    paths = eager + baselines.graph_paths(eager, launches=10)
+    labels = {"step": np.nan, "case": case, "intended": True}
+    w = work(n)
+    half_bytes = lambda path: w["bytes"] / (2 if path.precision in ("fp16", "bf16") else 1)   # noqa: E731
+    result = baselines.measure(paths, reference=ref, experiment="ladder", graph_experiment="graph", size=n,
+                               flops=w["flops"], bytes=half_bytes, repeats=repeats,
+                               budget_ms=VENDOR_BUDGET_MS, labels=labels, on_failure="skip")
+    rec.add(result.rows)
+    for entry in result.skipped:
+        rec.skip(**{"step": "vendor", **entry})
+    if case == "small":          # cold: L2 flushed before every call, eager and in one-call graphs
+        capturable = [p for p in eager if p.capture != "none"]
+        for experiment, chosen, flush in (("ladder_cold", eager, True),
+                                          ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], False),
+                                          ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], True)):
+            rec.add(baselines.measure(chosen, reference=ref, experiment=experiment, size=n, flops=w["flops"],
+                                      bytes=half_bytes, repeats=repeats, budget_ms=500, flush_l2=flush,
+                                      labels=labels, on_failure="skip", log=lambda text: None).rows)
+    run.vendor_kernels += _vendor_kernel_names(eager, case)
 
-        # Every vendor path, checked against the same reference, eager and in CUDA graphs.
-        eager = baselines.matmul_chain_paths(x32, matrices, RELU)
-        paths = eager + baselines.graph_paths(eager, launches=10)
-        labels = {"step": np.nan, "case": case, "intended": True}
-        w = work(n)
-        half_bytes = lambda path: w["bytes"] / (2 if path.precision in ("fp16", "bf16") else 1)   # noqa: E731
-        result = baselines.measure(paths, reference=ref, experiment="ladder", graph_experiment="graph", size=n,
-                                   flops=w["flops"], bytes=half_bytes, repeats=repeats,
-                                   budget_ms=VENDOR_BUDGET_MS, labels=labels, on_failure="skip")
-        rows += result.rows
-        skipped += [{"step": "vendor", **entry} for entry in result.skipped]
-        if case == "small":          # cold: L2 flushed before every call, eager and in one-call graphs
-            capturable = [p for p in eager if p.capture != "none"]
-            for experiment, chosen, flush in (("ladder_cold", eager, True),
-                                              ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], False),
-                                              ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], True)):
-                rows += baselines.measure(chosen, reference=ref, experiment=experiment, size=n, flops=w["flops"],
-                                          bytes=half_bytes, repeats=repeats, budget_ms=500, flush_l2=flush,
-                                          labels=labels, on_failure="skip", log=lambda text: None).rows
-        vendor_kernels += _vendor_kernel_names(eager, case)
-        del bufs, x32, ref, ref32
-        cupy.get_default_memory_pool().free_all_blocks()
 
-    # Where the time goes when X starts on the host: on each case, the kernel of
-    # steps 13, 14, 15 and 17 that the ladder (just measured) shows, pinned memory.
-    measured = pd.DataFrame(rows)
-    for case, n in sizes.items():
+def time_transfers(rec, run: _Run):
+    """Where the time goes when X starts on the host: on each case, the kernel of steps 13, 14,
+    15 and 17 that the ladder (just measured) shows, pinned memory."""
+    measured = pd.DataFrame(rec.rows)
+    for case, n in run.sizes.items():
         shown = set(ladder(measured, case)["variant"]) if n == SIZES[case] else set()
         x_host = make_inputs(n)
-        for step_ in [s for s in here if s.number in ("13", "14", "15", "17")]:
+        for step_ in [s for s in run.here if s.number in ("13", "14", "15", "17")]:
             if step_.label in shown or (not shown and case in step_.sizes):
-                rows.extend(_transfer_rows(step_, fns_by_step[step_.label], x_host, weights, n, repeats))
-    rows.extend(roofline.measure_ceilings(repeats=20))
+                rec.add(_transfer_rows(step_, run.fns_by_step[step_.label], x_host, run.weights, n, rec.repeats))
 
-    tables = {"resources": resources(fns_by_step),
-              "skipped": pd.DataFrame(skipped, columns=["step", "variant", "library", "precision", "size",
-                                                        "reason"]),
-              "vendor_kernels": pd.DataFrame(vendor_kernels, columns=["case", "variant", "kernels"])}
-    if profile and "large" not in sizes:   # the profile is of the large case, which does not fit here
-        print("profiling skipped: the large case does not fit this GPU (the chapter shows the recorded profile)")
-    elif profile:
-        try:
-            tables["profile"] = profile_steps(quick=quick)
-        except Exception as exc:   # no ncu here: the run still has its timings; say why
-            print(f"profiling skipped: {exc}", file=sys.stderr)
-    return rows, tables
+
+def time_ceilings(rec, run: _Run):
+    rec.add(roofline.measure_ceilings(repeats=20))
+
+
+def side_tables(rec, run: _Run):
+    """Every kernel's resources as compiled for this GPU, and the kernels each PyTorch path launched."""
+    rec.table("resources", resources(run.fns_by_step))
+    rec.table("vendor_kernels", pd.DataFrame(run.vendor_kernels, columns=["case", "variant", "kernels"]))
+
+
+def profile_counters(rec, run: _Run):
+    """Nsight Compute's counters for every step on the large case, where it fits and ncu runs."""
+    if "large" not in run.sizes:
+        rec.progress("profiling skipped: the large case does not fit this GPU (the chapter shows the recorded profile)")
+        return
+    try:
+        rec.table("profile", profile_steps(quick=rec.quick))
+    except Exception as exc:   # no ncu here: the run still has its timings; say why
+        rec.progress(f"profiling skipped: {exc}")
+
+
+#: Every experiment of the chapter on the GPU, in order (``quick``: a tenth of the large case, a
+#: smoke test, not for committing). Steps this GPU cannot run, and cases over its memory budget,
+#: are listed with the reason in the ``skipped`` table.
+benchmark_all = recorder.Recording(CHAPTER, [
+    recorder.Experiment("ladder", time_ladder),
+    recorder.Experiment("transfers", time_transfers),
+    recorder.Experiment("ceilings", time_ceilings),
+    recorder.Experiment("side tables", side_tables),
+    recorder.Experiment("profile", profile_counters),
+], setup=_Run, skipped=("step", "variant", "library", "precision", "size", "reason"))
 
 
 def _cold_rows(inference, label: str, n: int, labels: dict, repeats: int) -> list[dict]:

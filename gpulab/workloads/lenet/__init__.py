@@ -6,6 +6,7 @@ trained weights, the float64 reference), :mod:`.steps` (the ladder and how each 
 launched), :mod:`.baselines` (cuDNN and PyTorch in the same run) and :mod:`.record` (the
 benchmark of the recorded run).
 """
+from .record import CHAPTER, benchmark_all, profile_driver
 from .data import CLASSES, IMAGE, TEST_BATCH, DataError, load_digits, test_batch, test_inputs
 from .network import (CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, accuracy, forward, load_weights, pool2,
                       predict)
@@ -13,14 +14,7 @@ from .results import gpu_comparison
 from .steps import (CHECK_SIZES, EXERCISE, STEP, STEPS, Forward, Step, check_forward,
                     check_steps, layer_launch, run_forward, run_layer)
 
-CHAPTER = "lenet"
 TITLE = "A LeNet-style network's two convolution layers, on real handwritten digits"
 #: The report's batch sizes.
 BATCHES = (100, 1_000, 10_000)
 MAIN_N = 10_000
-
-
-def benchmark_all(repeats: int = 100, quick: bool = False):
-    """Every experiment of the chapter on the GPU (see :mod:`.record`)."""
-    from .record import benchmark_all as run
-    return run(repeats=repeats, quick=quick)

@@ -1,4 +1,5 @@
-"""The recorded run: ``python -m gpulab record lenet`` (GPU only).
+"""The recorded run: ``python -m gpulab record lenet`` (GPU only), declared as its experiments
+(:class:`gpulab.recorder.Recording`).
 
 Experiments (tidy rows; see :mod:`gpulab.timing`):
 
@@ -15,27 +16,28 @@ Experiments (tidy rows; see :mod:`gpulab.timing`):
 - ``ceilings``: the device's measured memory bandwidth and FP32 rate.
 
 Every kernel is checked against the float64 reference at the size it is timed at before it
-is timed (a failure raises); every variant reads the same inputs. On a smaller GPU (or a simulated
+is timed (a failure is a ``FAILED`` row of the ``skipped`` table, not a timing); every variant
+reads the same inputs. On a smaller GPU (or a simulated
 one, :func:`gpulab.device.simulate`) the run fits itself to the device: a batch over the memory
 budget is skipped (``skipped`` table, with the reason), and step 11 runs fewer warps per block where
 a block may not have its 81,728 bytes of shared memory (``adaptations`` table).
 """
 from __future__ import annotations
 
-import sys
-import time
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 
 from ... import baselines as vendor
-from ...check import check, compare
+from ... import recorder
+from ...check import check
 from . import baselines as lenet_baselines
 from .data import test_inputs
 from .network import CONV1, CONV2, LAYERS, flops, forward, load_weights
 from .steps import STEP, STEPS, Forward, Step
 
+CHAPTER = "lenet"
 BATCHES = (100, 1_000, 10_000)
 TIMING_BUDGET_MS = 250.0
 PIPELINE_STEPS = ("01", "12", "12h")
@@ -87,127 +89,182 @@ def _layer_work(layer, N: int, step: Step, phase: str) -> dict:
     return {"flops": layer.flops(N), "bytes": layer.bytes(N, itemsize, fused=(phase == "layer"))}
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False):
+class _Run:
+    """What every experiment of the run reads: the batches that fit this GPU (the others skipped,
+    with the reason), step 11's adaptations to it, the weights, the test images on the device and
+    the float64 reference's outputs on them."""
+
+    def __init__(self, rec):
+        import cupy
+
+        from .steps import adaptations
+        self.batches, skipped = runnable_batches(BATCHES[:2] if rec.quick else BATCHES)
+        for entry in skipped:
+            rec.progress(f"N={entry['size']} skipped: {entry['reason']}")
+            rec.skip(**entry)
+        changed = adaptations()
+        for entry in changed:
+            rec.progress(f"step {entry['step']}: {entry['change']} ({entry['reason']})")
+        rec.table("adaptations", pd.DataFrame(changed, columns=["step", "change", "reason"]))
+        self.weights = load_weights()
+        self.x_host, self.labels = test_inputs(max(self.batches))
+        self.ref_pred = self.weights["test_predictions"][:max(self.batches)]
+        self.x_all = cupy.asarray(self.x_host)
+        rec.progress("reference (float64 on the GPU)")
+        self.ref = forward(self.x_all, self.weights, xp=cupy)               # pool1, pool2, logits in float64
+        self.checks: list[dict] = []
+
+
+def _timed(rec, fn, experiment, variant, N, phase, graph=False, **labels_):
+    from ...timing import benchmark, graph_benchmark
+    t = (graph_benchmark(fn, launches=5, repeats=rec.repeats, budget_ms=TIMING_BUDGET_MS) if graph
+         else benchmark(fn, repeats=rec.repeats, budget_ms=TIMING_BUDGET_MS))
+    rec.add(t.row(experiment, variant, N, phase, **labels_))
+    return t.median_ms
+
+
+def _check_forward(rec, run: _Run, fwd: Forward, step: Step, N: int):
+    """Both layers' pooled outputs and the logits against the reference (the checks table's rows);
+    the forward pass's quality, or None when a check failed (the step is then not timed at N)."""
+    import cupy
+    failed = {"variant": step.label, "precision": step.precision, "size": N}
+    for layer, key in ((CONV1, "pool1"), (CONV2, "pool2")):
+        result = rec.checked(lambda: check(fwd.pooled[layer.name], run.ref[key][:N], step.precision,
+                                           name=f"{step.label} {layer.name} N={N}"), **failed)
+        if not result:
+            return None
+        run.checks.append({"step": step.number, "layer": layer.name, "size": N, "rel_error": result.value.rel_error})
+    result = rec.checked(lambda: check(fwd.logits, run.ref["logits"][:N], step.precision,
+                                       name=f"{step.label} logits N={N}"), **failed)
+    if not result:
+        return None
+    pred = cupy.asnumpy(fwd.predictions)
+    quality = {"accuracy": float((pred == run.labels[:N]).mean()),
+               "agree_with_reference": float((pred == run.ref_pred[:N]).mean()),
+               "rel_error": result.value.rel_error}
+    run.checks.append({"step": step.number, "layer": "logits", "size": N, **quality})
+    return quality
+
+
+def time_ladder(rec, run: _Run):
+    """At each batch: every step's two layers (and its convolution alone, where it writes the
+    pre-pool output) and its whole forward pass, each step checked first; then cuDNN's and
+    PyTorch's paths on the same inputs."""
     import cupy
 
-    from ... import roofline
-    from ...timing import benchmark, graph_benchmark
-
-    started = time.perf_counter()
-
-    def progress(text):
-        print(f"lenet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
-
-    from .steps import adaptations
-    batches, skipped = runnable_batches(BATCHES[:2] if quick else BATCHES)
-    for entry in skipped:
-        progress(f"N={entry['size']} skipped: {entry['reason']}")
-    changed = adaptations()
-    for entry in changed:
-        progress(f"step {entry['step']}: {entry['change']} ({entry['reason']})")
-    weights = load_weights()
-    x_host, labels = test_inputs(max(batches))
-    ref_pred = weights["test_predictions"][:max(batches)]
-    x_all = cupy.asarray(x_host)
-    progress("reference (float64 on the GPU)")
-    ref = forward(x_all, weights, xp=cupy)               # pool1, pool2, logits in float64
-    rows, checks = [], []
-
-    def timed(fn, experiment, variant, N, phase, graph=False, **labels_):
-        t = (graph_benchmark(fn, launches=5, repeats=repeats, budget_ms=TIMING_BUDGET_MS) if graph
-             else benchmark(fn, repeats=repeats, budget_ms=TIMING_BUDGET_MS))
-        rows.append(t.row(experiment, variant, N, phase, **labels_))
-        return t.median_ms
-
-    # ------------------------------------------------------------ the ladder and each step's forward pass
     scratch: dict = {}
-    for N in batches:
-        x = x_all[:N]
+    for N in run.batches:
+        x = run.x_all[:N]
         for step in STEPS:
             if step.streams:
                 continue                                  # step 2's kernels are step 1's: see "pipeline"
-            fwd = Forward(step, N, x, weights, "gpu", scratch)
+            fwd = Forward(step, N, x, run.weights, "gpu", scratch)
             fwd.run()
             cupy.cuda.get_current_stream().synchronize()
-            for layer, key in ((CONV1, "pool1"), (CONV2, "pool2")):
-                result = check(fwd.pooled[layer.name], ref[key][:N], step.precision,
-                               name=f"{step.label} {layer.name} N={N}")
-                checks.append({"step": step.number, "layer": layer.name, "size": N, "rel_error": result.rel_error})
-            result = check(fwd.logits, ref["logits"][:N], step.precision, name=f"{step.label} logits N={N}")
-            pred = cupy.asnumpy(fwd.predictions)
-            quality = {"accuracy": float((pred == labels[:N]).mean()),
-                       "agree_with_reference": float((pred == ref_pred[:N]).mean()),
-                       "rel_error": result.rel_error}
-            checks.append({"step": step.number, "layer": "logits", "size": N, **quality})
+            quality = _check_forward(rec, run, fwd, step, N)
+            if quality is None:
+                continue
             common = {"step": step.number, "precision": step.precision}
             if not step.graph:
                 for layer in LAYERS:
-                    timed(fwd.layers[layer.name], "ladder", step.label, N, "layer", layer=layer.name, **common,
-                          **_layer_work(layer, N, step, "layer"))
+                    _timed(rec, fwd.layers[layer.name], "ladder", step.label, N, "layer", layer=layer.name, **common,
+                           **_layer_work(layer, N, step, "layer"))
                     if layer.name in fwd.convs:
-                        timed(fwd.convs[layer.name], "ladder", step.label, N, "conv", layer=layer.name, **common,
-                              **_layer_work(layer, N, step, "conv"))
+                        _timed(rec, fwd.convs[layer.name], "ladder", step.label, N, "conv", layer=layer.name,
+                               **common, **_layer_work(layer, N, step, "conv"))
             total = sum(flops(N).values())
-            timed(fwd.run, "forward", step.label, N, "forward", graph=step.graph, layer="all", flops=total,
-                  mode="graph" if step.graph else "eager", **common, **quality)
-            progress(f"N={N} step {step.number}: layers " + ", ".join(
+            _timed(rec, fwd.run, "forward", step.label, N, "forward", graph=step.graph, layer="all", flops=total,
+                   mode="graph" if step.graph else "eager", **common, **quality)
+            rows = rec.rows
+            rec.progress(f"N={N} step {step.number}: layers " + ", ".join(
                 f"{r['layer']} {r['phase']} {r['median_ms']:.3g}" for r in rows[-5:-1]
                 if r["experiment"] == "ladder" and r["step"] == step.number)
                 + f"; forward {rows[-1]['median_ms']:.3g} ms, accuracy {quality['accuracy']:.4f}")
             del fwd
         scratch.clear()
         cupy.get_default_memory_pool().free_all_blocks()
+        time_vendor(rec, run, N)
 
-        # ------------------------------------------------------------ cuDNN and PyTorch, same inputs
-        for layer, layer_in, w in ((CONV1, x, weights["conv1"]),
-                                   (CONV2, ref["pool1"][:N].astype(cupy.float32), weights["conv2"])):
-            y64 = forward_conv64(layer_in, w)
-            pooled64 = _pool_relu(y64)
-            for pooled, reference, phase in ((False, y64, "conv"), (True, pooled64, "layer")):
-                paths = lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
-                got, miss = vendor.measure(paths, reference=reference, experiment="ladder", size=N,
-                                           flops=layer.flops(N), phase=phase, budget_ms=TIMING_BUDGET_MS,
-                                           labels={"layer": layer.name, "step": "cuDNN"}, on_failure="skip",
-                                           log=progress)
-                rows.extend(got)
-                skipped.extend(miss)
-            del y64, pooled64
-        got, miss = vendor.measure(lenet_baselines.forward_paths(x, weights), reference=ref["logits"][:N],
-                                   experiment="forward", size=N, flops=sum(flops(N).values()), phase="forward",
-                                   budget_ms=TIMING_BUDGET_MS, labels={"layer": "all", "step": "PyTorch"},
-                                   on_failure="skip", log=progress)
-        rows.extend(got)
-        skipped.extend(miss)
-        _torch_empty_cache()
-        cupy.get_default_memory_pool().free_all_blocks()
 
-    # ------------------------------------------------------------ copies and streams
-    progress("pipeline and timeline")
-    N = max(batches)
-    logits64 = cupy.asnumpy(ref["logits"][:N])
+def time_vendor(rec, run: _Run, N: int):
+    """cuDNN's paths (conv alone, and conv + ReLU + pool) and PyTorch's forward passes at batch N."""
+    import cupy
+
+    x, ref, weights = run.x_all[:N], run.ref, run.weights
+    for layer, layer_in, w in ((CONV1, x, weights["conv1"]),
+                               (CONV2, ref["pool1"][:N].astype(cupy.float32), weights["conv2"])):
+        y64 = forward_conv64(layer_in, w)
+        pooled64 = _pool_relu(y64)
+        for pooled, reference, phase in ((False, y64, "conv"), (True, pooled64, "layer")):
+            paths = lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
+            got, miss = vendor.measure(paths, reference=reference, experiment="ladder", size=N,
+                                       flops=layer.flops(N), phase=phase, budget_ms=TIMING_BUDGET_MS,
+                                       labels={"layer": layer.name, "step": "cuDNN"}, on_failure="skip",
+                                       log=rec.progress)
+            rec.add(got)
+            for entry in miss:
+                rec.skip(**entry)
+        del y64, pooled64
+    got, miss = vendor.measure(lenet_baselines.forward_paths(x, weights), reference=ref["logits"][:N],
+                               experiment="forward", size=N, flops=sum(flops(N).values()), phase="forward",
+                               budget_ms=TIMING_BUDGET_MS, labels={"layer": "all", "step": "PyTorch"},
+                               on_failure="skip", log=rec.progress)
+    rec.add(got)
+    for entry in miss:
+        rec.skip(**entry)
+    _torch_empty_cache()
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def time_copies(rec, run: _Run):
+    """The forward pass from pinned host memory on one stream and on 4 (with one run's timeline),
+    and copy in, kernels, copy out from pageable and pinned memory, at the largest batch."""
+    import cupy
+
+    rec.progress("pipeline and timeline")
+    N = max(run.batches)
+    logits64 = cupy.asnumpy(run.ref["logits"][:N])
     timeline_rows = []
     for number in PIPELINE_STEPS:
         step = STEP[number]
         for chunks in PIPELINE_CHUNKS:
-            total, tl = pipeline(step, x_host[:N], weights, chunks, reference=logits64,
+            total, tl = pipeline(step, run.x_host[:N], run.weights, chunks, reference=logits64,
                                  repeats=5 if number == "01" else 20)
-            rows.append({**total, "step": number, "precision": step.precision, "layer": "all"})
+            rec.add({**total, "step": number, "precision": step.precision, "layer": "all"})
             timeline_rows.append(tl.assign(variant=step.label, chunks=chunks, size=N))
-            progress(f"pipeline step {number}, {chunks} stream(s): {total['median_ms']:.3g} ms")
-    rows.extend(transfer_rows(STEP["12"], x_host[:N], weights, repeats))
+            rec.progress(f"pipeline step {number}, {chunks} stream(s): {total['median_ms']:.3g} ms")
+    rec.table("timeline", pd.concat(timeline_rows, ignore_index=True))
+    rec.add(transfer_rows(STEP["12"], run.x_host[:N], run.weights, rec.repeats))
 
-    progress("ceilings")
-    rows.extend(roofline.measure_ceilings(repeats=10))
-    tables = {"checks": pd.DataFrame(checks), "timeline": pd.concat(timeline_rows, ignore_index=True),
-              "skipped": pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"]),
-              "adaptations": pd.DataFrame(changed, columns=["step", "change", "reason"]),
-              "resources": resources_table()}
-    progress("profile")
+
+def time_ceilings(rec, run: _Run):
+    from ... import roofline
+    rec.progress("ceilings")
+    rec.add(roofline.measure_ceilings(repeats=10))
+
+
+def side_tables(rec, run: _Run):
+    """Every check's error (and the forward passes' accuracy), and every kernel's resources."""
+    rec.table("checks", pd.DataFrame(run.checks))
+    rec.table("resources", resources_table())
+
+
+def profile_counters(rec, run: _Run):
+    rec.progress("profile")
     profile = profile_table()
     if profile is not None:
-        tables["profile"] = profile
-    progress("done")
-    return rows, tables
+        rec.table("profile", profile)
+    rec.progress("done")
+
+
+#: Every experiment of the chapter on the GPU, in order (see the module's docstring).
+benchmark_all = recorder.Recording(CHAPTER, [
+    recorder.Experiment("ladder", time_ladder),
+    recorder.Experiment("copies", time_copies),
+    recorder.Experiment("ceilings", time_ceilings),
+    recorder.Experiment("side tables", side_tables),
+    recorder.Experiment("profile", profile_counters),
+], setup=_Run, skipped=("variant", "library", "precision", "size", "reason"))
 
 
 def forward_conv64(x, w):
@@ -341,11 +398,10 @@ def profile_table() -> pd.DataFrame | None:
     if profiler.ncu_path() is None:
         print("lenet: no ncu here, so the run has no profile table")
         return None
-    driver = [sys.executable, "-m", "gpulab.workloads.lenet.record", "profile-target"]
     base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
     for metrics in (base + list(PROFILE_STALL_METRICS), base):
         try:
-            raw = profiler.profile(driver, metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
+            raw = profiler.profile(profiler.driver(CHAPTER), metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
             table = profiler.per_launch(raw).rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
             break
         except Exception as exc:       # a profiler failure must not lose the timings
@@ -373,8 +429,9 @@ def _profile_launches() -> list[tuple[str, str]]:
     return out
 
 
-def profile_target() -> None:
-    """Each of :data:`PROFILE_STEPS` once at N = 1,000, layer by layer (ncu's child process)."""
+def profile_driver() -> None:
+    """Each of :data:`PROFILE_STEPS` once at N = 1,000, layer by layer: the child process ncu
+    watches (``python -m gpulab profile-driver lenet``)."""
     import cupy
     weights = load_weights()
     x, _ = test_inputs(PROFILE_N)
@@ -384,13 +441,6 @@ def profile_target() -> None:
         fwd.layers["conv1"]()
         fwd.layers["conv2"]()
     cupy.cuda.get_current_stream().synchronize()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["profile-target"]:
-        profile_target()
-    else:
-        print("usage: python -m gpulab.workloads.lenet.record profile-target  (the child run ncu profiles)")
 
 
 def as_measured_on(run, here):

@@ -14,17 +14,11 @@ from .data import TOPICS, VOCAB, Corpus
 from .reference import HIDDEN, LEARNING_RATE
 from .steps import EXERCISE, STEPS, BoundStep, Config, Dims, Op, Step, buffers, step, step_kernels, steps
 from .checks import CHECK_DIMS, check_curves, check_step, check_steps, loss_curve, reference_curve
+from .record import CHAPTER, benchmark_all, profile_driver
 
-CHAPTER = "training"
 TITLE = "Training a one-hidden-layer classifier on the GPU, from one kernel per operation to a fused step"
-
-
-def benchmark_all(repeats: int = 100, quick: bool = False):
-    """Every experiment of the chapter on the GPU (see :mod:`.record`)."""
-    from .record import benchmark_all as run
-    return run(repeats=repeats, quick=quick)
-
 
 __all__ = ["CHAPTER", "TITLE", "EXERCISE", "TOPICS", "VOCAB", "HIDDEN", "LEARNING_RATE", "Corpus", "STEPS", "BoundStep",
            "Config", "Dims", "Op", "Step", "buffers", "step", "step_kernels", "steps", "CHECK_DIMS",
-           "check_curves", "check_step", "check_steps", "loss_curve", "reference_curve", "benchmark_all"]
+           "check_curves", "check_step", "check_steps", "loss_curve", "reference_curve", "benchmark_all",
+           "profile_driver"]

@@ -21,13 +21,12 @@ where something did not fit.
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
 import pandas as pd
 
-from ... import roofline
+from ... import recorder, roofline
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend
@@ -35,6 +34,7 @@ from . import baselines, data, fit, reference
 from .checks import curve_deviation, is_broken
 from .steps import BATCHES, MAIN_BATCH, STEPS, BoundStep, Config, Dims, Step, buffers, step, step_kernels
 
+CHAPTER = "training"
 #: The check's learning rate: large, so the update stands above fp32 rounding of W1.
 CHECK_LR = 300.0
 SWEEP_BLOCKS = ((8, 8), (16, 16), (32, 8), (32, 32), (64, 4), (128, 2))
@@ -564,7 +564,7 @@ PROFILE_STALL_METRICS = {
 
 def profile_driver() -> None:
     """Launch one SGD step of each of PROFILE_STEPS at batch 1,024, for Nsight
-    Compute to watch (``python -m gpulab.workloads.training.record --profile-driver``)."""
+    Compute to watch (``python -m gpulab profile-driver training``)."""
     import cupy
     train, _ = data.corpus()
     gd = GpuData(train.rows(0, MAIN_BATCH), dense_docs=MAIN_BATCH)
@@ -581,7 +581,7 @@ def profile_steps() -> pd.DataFrame:
     from ... import profiler
     ops = [(n, op) for n in PROFILE_STEPS for op in step(n).ops(Dims(MAIN_BATCH, data.VOCAB))]
     names = sorted({op.kernel for _, op in ops})
-    driver = [sys.executable, "-m", "gpulab.workloads.training.record", "--profile-driver"]
+    driver = profiler.driver(CHAPTER)
     regex = "^(" + "|".join(names) + ")$"
     try:
         raw = profiler.profile(driver, PROFILE_METRICS + list(PROFILE_STALL_METRICS), kernel_regex=regex, timeout=90)
@@ -597,105 +597,126 @@ def profile_steps() -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------- the whole run
-#: Seconds the whole run may take before the experiments still to come are
-#: skipped (and listed in the run's ``problems`` table): the sweep comes last.
+#: Seconds the whole run may take before the optional experiments still to come are skipped
+#: (and listed in the run's ``problems`` table): the sweep comes last.
 RUN_BUDGET_S = 330.0
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False, log=print, budget_s: float = RUN_BUDGET_S):
-    import cupy
-    deadline = time.perf_counter() + budget_s
-    train, test = data.corpus()
-    params = reference.init_params()
-    batches = BATCHES if not quick else (32, 1024)
-    # What this GPU (or the profile simulated: gpulab.device.simulate) can run, and how many
-    # training documents it can keep dense; what does not fit is skipped and listed.
-    plan = fit.plan(batches=batches, train=train)
-    for note in plan.notes:
-        log(f"fit: {note}")
-    gd = GpuData(train, dense_docs=plan.dense_docs if not quick else min(8192, plan.dense_docs))
-    # The full-size check of every step (B = 1,024, V = 32,754), before any timing.
-    batch = train.rows(0, MAIN_BATCH)
-    p64 = {k: v.astype(np.float64) for k, v in params.items()}
-    acts = reference.forward(batch, p64)
-    grads = reference.backward(batch, batch.labels, p64, acts)
-    batch_ref = {"loss": np.array([reference.loss(acts["P"], batch.labels)]),
-                 "dW1": -CHECK_LR * grads["dW1"], "dW2": -CHECK_LR * grads["dW2"]}
-    problems = []
+class _Run:
+    """What every experiment reads: the corpus, the initial weights, what this GPU can run (or the
+    profile simulated: :func:`gpulab.device.simulate`; what does not fit is skipped and listed),
+    the training set on the device, and the float64 reference for the full-size check."""
 
-    def attempt(name, fn, default):
-        """Run one experiment; a failure is logged and listed, the run goes on."""
-        try:
-            return fn()
-        except CheckFailed:
-            raise
-        except Exception as exc:
-            import traceback
-            traceback.print_exc()
-            problems.append({"experiment": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
-            return default
-    checks, passed, unchecked = [], [], []
-    for s in STEPS:       # a step that fails its check is listed, and not timed
-        why = plan.skip_reason(s.ordinal, MAIN_BATCH)
+    def __init__(self, rec):
+        self.train, self.test = data.corpus()
+        self.params = reference.init_params()
+        self.batches = BATCHES if not rec.quick else (32, 1024)
+        self.plan = fit.plan(batches=self.batches, train=self.train)
+        for note in self.plan.notes:
+            rec.progress(f"fit: {note}")
+        self.gd = GpuData(self.train, dense_docs=self.plan.dense_docs if not rec.quick
+                          else min(8192, self.plan.dense_docs))
+        batch = self.train.rows(0, MAIN_BATCH)
+        p64 = {k: v.astype(np.float64) for k, v in self.params.items()}
+        acts = reference.forward(batch, p64)
+        grads = reference.backward(batch, batch.labels, p64, acts)
+        self.batch_ref = {"loss": np.array([reference.loss(acts["P"], batch.labels)]),
+                          "dW1": -CHECK_LR * grads["dW1"], "dW2": -CHECK_LR * grads["dW2"]}
+        self.passed: list[Step] = []
+
+
+def check_all(rec, run: _Run):
+    """Every step at full size (B = 1,024, V = 32,754) before any timing: a step that fails its
+    check is listed (``checks``: passed, error) and not timed; one this device cannot run at
+    B = 1,024 is neither checked nor timed (``skipped``)."""
+    checks = []
+    for s in STEPS:
+        why = run.plan.skip_reason(s.ordinal, MAIN_BATCH)
         if why:               # not checked at full size on this device, so not timed either
-            log(f"not checked or timed on this device: {s.label}: {why}")
-            unchecked += [{"step": s.ordinal, "batch": b, "reason": f"not checked at batch {MAIN_BATCH:,} here "
-                                                                   f"({why}), so not timed"} for b in batches]
+            rec.progress(f"not checked or timed on this device: {s.label}: {why}")
+            for b in run.batches:
+                rec.skip(f"not checked at batch {MAIN_BATCH:,} here ({why}), so not timed", step=s.ordinal, batch=b)
             continue
-        try:
-            errs, ok, why = _check_full_size(s, gd, params, batch_ref), True, ""
-            passed.append(s)
-        except Exception as exc:
-            errs, ok, why = {}, False, f"{type(exc).__name__}: {exc}"[:500]
-        checks.append({"step": s.ordinal, "variant": s.label, "passed": ok, "error": why,
+        result = rec.checked(lambda: _check_full_size(s, run.gd, run.params, run.batch_ref), step=s.ordinal)
+        if result:
+            run.passed.append(s)
+        errs = result.value if result else {}
+        checks.append({"step": s.ordinal, "variant": s.label, "passed": result.passed,
+                       "error": result.error,
                        **{f"rel_error {k}": v for k, v in errs.items()}})
-        log(f"checked {s.label}: {errs if ok else why}", flush=True)
-    rows = []
-    for s in passed:
-        rows += attempt(f"ladder {s.ordinal}", lambda: time_ladder(gd, params, repeats, batches, log=log,
-                                                                  steps_=[s], plan=plan), [])
-    vrows, skipped = attempt("vendor", lambda: time_vendor(gd, params, repeats, log=log), ([], []))
-    rows += vrows
-    tables = {"checks": pd.DataFrame(checks)}
-    for name, fn in (("curves", lambda: train_curves(gd, test, params, epochs=EPOCHS if not quick else 2,
-                                                     log=log)),
-                     ("breakdown", lambda: breakdown(gd, params, plan=plan)),
-                     ("timeline", lambda: timeline(gd, params, plan=plan)),
-                     ("ceilings", lambda: roofline.measure_ceilings(repeats=20)),
-                     ("sweep", lambda: sweep(gd, test, params, batches=batches if not quick else (64, 1024),
-                                             log=log, deadline=deadline)),
-                     ("profile", profile_steps)):
-        if time.perf_counter() > deadline:
-            problems.append({"experiment": name, "error": f"skipped: the run's time budget of {budget_s:.0f} s "
-                                                          "was spent"})
-            continue
-        result = attempt(name, fn, None)
-        if isinstance(result, list):
-            rows += result
-        elif result is not None:
-            tables[name] = result
+        rec.progress(f"checked {s.label}: {errs if result else result.error}")
+    rec.table("checks", pd.DataFrame(checks))
+
+
+def ladder(rec, run: _Run):
+    """Every step that passed its check, each a part of its own (one failing leaves the others)."""
+    for s in run.passed:
+        rec.add(rec.attempt(f"ladder {s.ordinal}", lambda: time_ladder(
+            run.gd, run.params, rec.repeats, run.batches, log=rec.progress, steps_=[s], plan=run.plan), []))
+
+
+def vendor(rec, run: _Run):
+    rows, skipped = time_vendor(run.gd, run.params, rec.repeats, log=rec.progress)
+    rec.add(rows)
     if skipped:
-        tables["vendor_skipped"] = pd.DataFrame(skipped)
-    tables["fit"] = plan.summary()
-    if plan.notes:
-        tables["fit_notes"] = pd.DataFrame({"note": plan.notes})
-    pairs = {(r["step"], r["batch"]): r for r in unchecked}
-    pairs.update({(r["step"], r["batch"]): r for r in plan.skipped().to_dict("records")})
-    if pairs:
-        tables["skipped"] = pd.DataFrame(list(pairs.values()), columns=["step", "batch", "reason"])
-    if problems:
-        tables["problems"] = pd.DataFrame(problems)
+        rec.table("vendor_skipped", pd.DataFrame(skipped))
+
+
+def curves(rec, run: _Run):
+    rec.table("curves", train_curves(run.gd, run.test, run.params, epochs=EPOCHS if not rec.quick else 2,
+                                     log=rec.progress))
+
+
+def time_breakdown(rec, run: _Run):
+    rec.add(breakdown(run.gd, run.params, plan=run.plan))
+
+
+def time_timeline(rec, run: _Run):
+    rec.table("timeline", timeline(run.gd, run.params, plan=run.plan))
+
+
+def ceilings(rec, run: _Run):
+    rec.add(roofline.measure_ceilings(repeats=20))
+
+
+def time_sweep(rec, run: _Run):
+    rec.table("sweep", sweep(run.gd, run.test, run.params, batches=run.batches if not rec.quick else (64, 1024),
+                             log=rec.progress, deadline=rec.deadline))
+
+
+def profile_counters(rec, run: _Run):
+    rec.table("profile", profile_steps())
+
+
+def side_tables(rec, run: _Run):
+    """The plan (each step against this GPU's limits, and its notes), the pairs it skips, the
+    corpus's Bayes-optimal accuracy; then the training set leaves the device."""
+    import cupy
+    rec.table("fit", run.plan.summary())
+    if run.plan.notes:
+        rec.table("fit_notes", pd.DataFrame({"note": run.plan.notes}))
+    for r in run.plan.skipped().to_dict("records"):
+        rec.skip(r.pop("reason"), **r)
     bayes, err = data.bayes_accuracy()
-    tables["bayes"] = pd.DataFrame([{"bayes_accuracy": bayes, "standard_error": err,
-                                     "bayes_on_test_set": float((data.bayes_predict(test) == test.labels).mean())}])
-    gd = None           # the training set on the device (8 GB) can go
+    rec.table("bayes", pd.DataFrame([{"bayes_accuracy": bayes, "standard_error": err,
+                                      "bayes_on_test_set": float((data.bayes_predict(run.test)
+                                                                  == run.test.labels).mean())}]))
+    run.gd = None           # the training set on the device (8 GB) can go
     cupy.get_default_memory_pool().free_all_blocks()
-    return rows, tables
 
 
-if __name__ == "__main__":       # on a GPU: the profiler's driver, or a quick look (--quick)
-    if "--profile-driver" in sys.argv:
-        profile_driver()
-    else:
-        r, t = benchmark_all(repeats=20, quick="--quick" in sys.argv)
-        print(pd.DataFrame(r).groupby(["experiment", "variant", "size"])["median_ms"].first().to_string())
+#: Every experiment of the chapter on the GPU, in order. A failing experiment is listed in the
+#: ``problems`` table and the run goes on; the optional ones are not started once the run's
+#: budget (:data:`RUN_BUDGET_S`) is spent.
+benchmark_all = recorder.Recording(CHAPTER, [
+    recorder.Experiment("checks", check_all),
+    recorder.Experiment("ladder", ladder),
+    recorder.Experiment("vendor", vendor),
+    recorder.Experiment("curves", curves, optional=True),
+    recorder.Experiment("breakdown", time_breakdown, optional=True),
+    recorder.Experiment("timeline", time_timeline, optional=True),
+    recorder.Experiment("ceilings", ceilings, optional=True),
+    recorder.Experiment("sweep", time_sweep, optional=True),
+    recorder.Experiment("profile", profile_counters, optional=True),
+    recorder.Experiment("side tables", side_tables),
+], setup=_Run, skipped_key=("step", "batch"), budget_s=RUN_BUDGET_S, keep_going=True)

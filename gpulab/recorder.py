@@ -1,0 +1,283 @@
+"""The one recorder: how every chapter's recorded run is measured and written.
+
+A chapter declares its run as data, a :class:`Recording`: its experiments in the order they run,
+each an :class:`Experiment` whose function measures through the :class:`Recorder` it is handed
+(as ``triton.testing.Benchmark`` makes a benchmark data, and SGEMM_CUDA's and llm.c's one runner
+times every kernel the same way). The recorder owns what every run needs, so no chapter writes
+it again:
+
+* **the clock and the budget**: ``budget_s`` seconds for the whole run (``None``: no limit). An
+  optional experiment not started before the budget is spent is skipped, and the run's
+  ``problems`` table says so; a chapter's own long loop asks :meth:`Recorder.budget_spent`;
+* **the progress lines** (``lenet [   12 s] N=1000 step 03: ...``), through one ``log``;
+* **check before time**: :meth:`Recorder.checked` runs a step's check; the step is timed only
+  when it passed. A failed check is a ``FAILED: why`` row of the ``skipped`` table, never a
+  timing, and :attr:`Recorder.failed` lists it;
+* **the skipped-with-reason table** (its columns are the chapter's: ``Recording.skipped``) and
+  the other side tables;
+* **writing the run**: :func:`record` runs a chapter under the GPU monitor and saves it through
+  :func:`gpulab.runs.save_run`.
+
+Every chapter's ``benchmark_all`` is a :class:`Recording` and is called the same way, by the
+notebook (``gpulab.live_or_recorded(CHAPTER, benchmark_all)``) and by ``python -m gpulab record``::
+
+    benchmark_all(repeats=100, quick=False, budget_s=None, log=print) -> (rows, tables)
+
+A chapter's record module, in short (its measuring functions are the chapter's own)::
+
+    def ladder(rec, ctx):
+        for step in STEPS:
+            out = run(step, ctx.x)
+            if rec.checked(lambda: check(out, ctx.ref, step.precision), variant=step.label):
+                rec.add(benchmark(lambda: run(step, ctx.x), repeats=rec.repeats).row("ladder", step.label, N))
+
+    benchmark_all = Recording(CHAPTER, [Experiment("ladder", ladder),
+                                        Experiment("ceilings", ceilings, optional=True)],
+                              setup=inputs, skipped=("variant", "reason"))
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from .device import GpuMonitor, describe
+from .errors import CheckFailed
+from .ladder import FAILED
+from .runs import save_run
+
+#: The side table listing the experiments that failed or were not started, and why.
+PROBLEMS = "problems"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of a recorded run: its ``name`` (what the progress lines and the
+    ``problems`` table call it) and ``measure(rec, ctx)``, which adds rows and tables through
+    the recorder ``rec`` (``ctx``: what the recording's ``setup`` returned). An ``optional``
+    experiment is not started once the run's budget is spent."""
+
+    name: str
+    measure: Callable
+    optional: bool = False
+
+    def __post_init__(self):
+        if not self.name or not callable(self.measure):
+            raise ValueError(f"an experiment has a name and a function measure(rec, ctx); got "
+                             f"{self.name!r}, {self.measure!r}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :meth:`Recorder.checked` found: ``passed``, the check's return value, and the error
+    (``"CheckFailed: ..."``) when it did not pass."""
+
+    passed: bool
+    value: object = None
+    error: str = ""
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+class Recorder:
+    """The state of one recorded run: its clock, budget, timing rows and side tables."""
+
+    def __init__(self, chapter: str, *, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
+                 log: Callable = print, skipped: Sequence[str] | None = None,
+                 skipped_key: Sequence[str] | None = None, keep_going: bool = False):
+        if repeats < 1:
+            raise ValueError(f"repeats is a positive number of timed calls, got {repeats!r}")
+        if budget_s is not None and not budget_s > 0:
+            raise ValueError(f"budget_s is a positive number of seconds (or None: no limit), got {budget_s!r}")
+        self.chapter, self.repeats, self.quick, self.budget_s = chapter, repeats, quick, budget_s
+        self.log = log
+        self.skipped_columns = list(skipped) if skipped is not None else None
+        self.skipped_key = list(skipped_key) if skipped_key else None
+        self.keep_going = keep_going
+        self.started = time.perf_counter()
+        self.rows: list[dict] = []
+        self.tables: dict = {}
+        self._skipped: dict = {}
+        self.problems: list[dict] = []
+        self.failed: list[dict] = []
+
+    # ---------------------------------------------------------------- the clock and the budget
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def deadline(self) -> float:
+        """The ``time.perf_counter()`` value at which the budget is spent (infinite without one)."""
+        return self.started + self.budget_s if self.budget_s is not None else float("inf")
+
+    def budget_spent(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+    def progress(self, text: str, **_print_options) -> None:
+        """One progress line, led by the chapter and the seconds since the run began. (Accepts
+        ``print``'s options, so it can be handed where a ``log`` is expected; it always flushes.)"""
+        self.log(f"{self.chapter} [{self.elapsed_s():5.0f} s] {text}", flush=True)
+
+    # ---------------------------------------------------------------- rows and tables
+    def add(self, rows: dict | Sequence[dict]) -> None:
+        """Timing rows (one dict, or several) for the run's CSV."""
+        self.rows.extend([rows] if isinstance(rows, dict) else rows)
+
+    def table(self, name: str, frame) -> None:
+        """A side table, saved as ``<chapter>.<name>.csv`` beside the timings."""
+        if name in ("skipped", PROBLEMS):
+            raise ValueError(f"the recorder writes the '{name}' table itself: use rec.skip() or an Experiment")
+        self.tables[name] = frame
+
+    def skip(self, reason: str, **columns) -> None:
+        """A row of the ``skipped`` table: what was not measured (``columns``) and why. With a
+        ``skipped_key``, a later row for the same key replaces the earlier one."""
+        if not reason:
+            raise ValueError("a skipped row needs a reason a reader can act on")
+        row = {**columns, "reason": reason}
+        key = tuple(columns.get(k) for k in self.skipped_key) if self.skipped_key else len(self._skipped)
+        self._skipped[key] = row
+
+    @property
+    def skipped(self) -> list[dict]:
+        return list(self._skipped.values())
+
+    # ---------------------------------------------------------------- check before time
+    def checked(self, check: Callable, **columns) -> Checked:
+        """Run ``check()`` (it raises when the output disagrees with the reference): the step is
+        to be timed only when this passed. A failed check (any exception: a kernel that crashes
+        has not passed either) becomes a ``FAILED: why`` row of the ``skipped`` table with
+        ``columns``, a progress line and an entry of :attr:`failed`; it is never timed."""
+        try:
+            return Checked(True, check())
+        except Exception as exc:          # noqa: BLE001 (every failure is reported, none is timed)
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            self.failed.append({**columns, "error": error})
+            self.skip(f"{FAILED}: {error}", **columns)
+            self.progress(f"{FAILED}, not timed: {columns} {error}")
+            return Checked(False, None, error)
+
+    # ---------------------------------------------------------------- experiments
+    def attempt(self, name: str, fn: Callable, default=None):
+        """``fn()``; in a run that keeps going, any failure but a check's is printed and listed in
+        the ``problems`` table, and ``default`` comes back, so what was measured is kept."""
+        if not self.keep_going:
+            return fn()
+        try:
+            return fn()
+        except CheckFailed:
+            raise
+        except Exception as exc:          # noqa: BLE001 (listed in the run, with its message)
+            traceback.print_exc()
+            self.problems.append({"experiment": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            return default
+
+    def run(self, experiment: Experiment, ctx) -> None:
+        if experiment.optional and self.budget_spent():
+            self.problems.append({"experiment": experiment.name,
+                                  "error": f"skipped: the run's time budget of {self.budget_s:.0f} s was spent"})
+            self.progress(f"{experiment.name}: skipped (the time budget of {self.budget_s:.0f} s is spent)")
+            return
+        self.attempt(experiment.name, lambda: experiment.measure(self, ctx))
+
+    def result(self) -> tuple[list[dict], dict]:
+        """The timing rows and side tables, the ``skipped`` and ``problems`` tables included
+        (``skipped`` always when the chapter declared its columns, else only when not empty, with
+        the columns its rows have and ``reason`` last)."""
+        tables = dict(self.tables)
+        if self.skipped_columns is not None or self._skipped:
+            columns = self.skipped_columns or [*dict.fromkeys(k for row in self.skipped for k in row if k != "reason"),
+                                               "reason"]
+            tables["skipped"] = pd.DataFrame(self.skipped, columns=columns)
+        if self.problems:
+            tables[PROBLEMS] = pd.DataFrame(self.problems)
+        return self.rows, tables
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A chapter's recorded run as data, called as its ``benchmark_all``.
+
+    ``experiments`` run in order, each given the recorder and ``setup(rec)``'s value (None
+    without a setup). ``skipped``: the ``skipped`` table's columns (None: the chapter writes that
+    table only when something was skipped); ``skipped_key``: columns under which a later skipped
+    row replaces an earlier one. ``budget_s``: the run's default budget. ``keep_going``: an
+    experiment's failure (other than a check's) is listed in ``problems`` and the run goes on;
+    otherwise it stops the run."""
+
+    chapter: str
+    experiments: Sequence[Experiment]
+    setup: Callable | None = None
+    skipped: Sequence[str] | None = None
+    skipped_key: Sequence[str] | None = None
+    budget_s: float | None = None
+    keep_going: bool = False
+
+    def __post_init__(self):
+        names = [e.name for e in self.experiments]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"a recording lists its experiments once each, got {names}")
+
+    def recorder(self, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
+                 log: Callable = print) -> Recorder:
+        return Recorder(self.chapter, repeats=repeats, quick=quick,
+                        budget_s=self.budget_s if budget_s is None else budget_s, log=log,
+                        skipped=self.skipped, skipped_key=self.skipped_key, keep_going=self.keep_going)
+
+    def __call__(self, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
+                 log: Callable = print) -> tuple[list[dict], dict]:
+        """Every experiment of the chapter on the GPU: (timing rows, {table name: table}).
+        ``quick``: fewer sizes (a smoke test, not for committing); ``budget_s``: seconds for the
+        whole run (default: the chapter's)."""
+        rec = self.recorder(repeats, quick, budget_s, log)
+        ctx = self.setup(rec) if self.setup is not None else None
+        for experiment in self.experiments:
+            rec.run(experiment, ctx)
+        return rec.result()
+
+
+def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: bool = False,
+           budget_s: float | None = None, root: Path | None = None, log: Callable = print) -> tuple[Path, int, int]:
+    """Run one chapter's ``benchmark_all`` under the GPU monitor (clocks, temperature and
+    throttle reasons before, during and after) and write the run; return its CSV path, its
+    number of timing rows and the number of checks that failed (their rows are in the
+    ``skipped`` table, not timed)."""
+    with GpuMonitor() as monitor:
+        rows, tables = _as_pair(benchmark_all(repeats=repeats, quick=quick, budget_s=budget_s, log=log))
+    meta = dict(describe(), gpu_state=monitor.summary())
+    path = save_run(chapter, rows, meta, root=root, tables=tables)
+    skipped = tables.get("skipped")
+    failed = 0 if skipped is None or "reason" not in skipped else int(
+        pd.Series(skipped["reason"]).astype(str).str.startswith(f"{FAILED}:").sum())
+    return path, len(rows), failed
+
+
+def _as_pair(result) -> tuple[list[dict], dict]:
+    """A chapter's result as (rows, tables): a bare list of rows has no side tables."""
+    return result if isinstance(result, tuple) else (result, {})
+
+
+# ------------------------------------------------------------------------------------------------
+# ADAPTER, temporary: alexnet, convpool, hopper and multigpu do not yet declare their run as a
+# Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
+# them before: repeats and quick, and the budget under their old name, deadline_s, where they take
+# one. Remove a chapter from the set when it converts; remove the adapter when none is left.
+_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "convpool": "deadline_s", "multigpu": "deadline_s", "hopper": None}
+
+
+def benchmark_all_of(module) -> Callable:
+    """``module.benchmark_all`` with the one signature (see the adapter above)."""
+    fn = module.benchmark_all
+    budget_name = _NOT_YET_RECORDINGS.get(module.CHAPTER, "")
+    if isinstance(fn, Recording) or budget_name == "":
+        return fn
+
+    def adapted(repeats: int = 100, quick: bool = False, budget_s: float | None = None, log: Callable = print):
+        budget = {budget_name: budget_s} if budget_name and budget_s is not None else {}
+        return fn(repeats=repeats, quick=quick, **budget)
+    return adapted

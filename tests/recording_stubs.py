@@ -1,0 +1,278 @@
+"""``python -m gpulab record CHAPTER --quick`` on a machine without a GPU, its measurements stubbed:
+what tests/test_recording.py runs to prove the recording path writes the run it should.
+
+    PYTHONPATH=REPO python tests/recording_stubs.py CHAPTER OUT [--fail STEP]
+
+Real: the command line, the chapter's orchestration (which experiments run, in which order, what
+is checked before it is timed, what is skipped and why, which side tables are written), its
+steps' kernels (on the CPU backend: "gpu" is served by it, and CuPy by NumPy) and their checks,
+and writing the run. Stubbed: the timers (a deterministic Timing per call, in call order), the
+GPU monitor and description, PyTorch and cuDNN paths, Nsight Compute, the device's ceilings and
+the host-device copies, which need a GPU. ``--fail STEP`` makes that step's output wrong. Runs
+in a process of its own: the NumPy "cupy" must not leak into other tests.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# ------------------------------------------------------------------ CuPy, served by NumPy
+cupy = types.ModuleType("cupy")
+cupy.__getattr__ = lambda name: getattr(np, name)     # arrays, dtypes and functions: NumPy's
+cupy.asnumpy = np.asarray
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+cupy.cuda = types.SimpleNamespace(get_current_stream=_Stream, Stream=lambda **options: _Stream(),
+                                  Device=lambda *a: types.SimpleNamespace(synchronize=lambda: None, id=0))
+cupy.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+cupy.cublas = types.ModuleType("cupy.cublas")
+cupy.cublas.axpy = lambda a, x, y: np.add(y, np.float32(a) * x, out=y)
+sys.modules["cupy"], sys.modules["cupy.cublas"] = cupy, cupy.cublas
+
+# ------------------------------------------------------------------ the GPU's parts of gpulab
+from gpulab import device, kernels, roofline, timing, transfers  # noqa: E402
+from gpulab.timing import Timing  # noqa: E402
+
+_backend_init = kernels.Backend.__init__
+kernels.Backend.__init__ = lambda self, name: _backend_init(self, "cpu" if name == "gpu" else name)
+device.require_gpu = lambda purpose="": None
+device.describe = lambda: {"gpu": "Stub GPU", "date": "2026-01-01T00:00:00", "driver": "0", "cuda_runtime": "0",
+                           "cupy": "NumPy"}
+
+
+@contextmanager
+def _monitor():
+    yield types.SimpleNamespace(summary=lambda: {})
+
+
+device.GpuMonitor = _monitor
+_calls = [0]
+
+
+def fake_timing(fn=None, *args, method: str = "cuda events", **options) -> Timing:
+    """A Timing of 1, 2, 3 ... ms in call order; ``fn`` runs once, so what it launches runs."""
+    if callable(fn):
+        fn()
+    _calls[0] += 1
+    return Timing([_calls[0], _calls[0], _calls[0] + 0.5], method=method)
+
+
+def fake_rows(experiment: str, variant: str, size: int = 1, **labels) -> list[dict]:
+    return [fake_timing().row(experiment, variant, size, **labels)]
+
+
+def transfer_breakdown(launch, inputs, shape, dtype, *, memory="pageable", experiment="transfers", variant="",
+                       size=0, **options):
+    if memory == "managed+prefetch":       # as on a platform without prefetch: the record says so, no row
+        raise RuntimeError("no prefetch on this platform")
+    return [fake_timing().row(experiment, variant or memory, size, phase, memory=memory)
+            for phase in ("h2d", "kernel", "d2h")]
+
+
+timing.benchmark = timing.graph_benchmark = fake_timing
+timing.host_timer = lambda fn, synchronize, **options: fake_timing(fn, method=f"host timer, synchronize={synchronize}")
+roofline.measure_ceilings = lambda **options: (fake_rows("ceilings", "device copy", 2**30)
+                                               + fake_rows("ceilings", "cuBLAS SGEMM", 8192))
+transfers.transfer_breakdown = transfer_breakdown
+transfers.overlap_with_streams = lambda launch, inputs, shape, dtype, *, chunks, size=0, **options: \
+    fake_timing().row("streams", f"{chunks} chunks", size, "total", chunks=chunks)
+
+
+def vendor_measure(variant, library, skipped_precision):
+    """gpulab.baselines.measure for one checked path and one path skipped with its reason."""
+    from gpulab import baselines
+
+    def measure(paths, *, experiment="ladder", size=0, labels=None, phase="kernel", **options):
+        return baselines.Measured(
+            fake_rows(experiment, variant, size, phase=phase, library=library, precision="fp32", **(labels or {})),
+            [{"variant": f"{library} {skipped_precision}", "library": library, "precision": skipped_precision,
+              "size": size, "reason": f"this {library} has no {skipped_precision} path"}])
+    baselines.measure = measure
+
+
+def wrong_output(check, fail):
+    """``check`` with the output of step ``fail`` (its label starts "NN ") made wrong first."""
+    def wrong(out, ref, *args, name="", **options):
+        return check(out * 3 + 1 if fail and name.startswith(f"{fail} ") else out, ref, *args, name=name, **options)
+    return wrong
+
+
+# ------------------------------------------------------------------ each chapter's stubs
+def measuring(fail):
+    from gpulab.workloads import measuring as m
+    m.benchmark, m.graph_benchmark, m.host_timer = timing.benchmark, timing.graph_benchmark, timing.host_timer
+    m.fits_in_l2 = lambda n, gpu=None: n <= 2**14
+    m.cold_rows = lambda launch, variant, n, repeats: (fake_rows("ladder_cold", variant, n)
+                                                       + fake_rows("graph_cold", variant, n))
+    m.first_launch_rows = lambda n, x, y, z: fake_rows("first_launch", "compile (NVRTC)", n, phase="compile")
+    m.idle_rows = lambda launch, n: fake_rows("idle", "idle 0 ms", n)
+    real_kernel = m.kernel
+
+    def kernel(step, backend=None):             # step ``fail`` writes 7 everywhere
+        fn = real_kernel(step, backend)
+        if step.number != fail:
+            return fn
+        return types.SimpleNamespace(bind=lambda grid, block, args: lambda: args[-1].fill(7.0))
+    m.kernel = kernel
+
+
+def fcnet(fail):
+    from gpulab import baselines
+    from gpulab.workloads.fcnet import record as r
+    r.benchmark, r.graph_benchmark = timing.benchmark, timing.graph_benchmark
+    r.SIZES = {"small": 1_280, "large": 25_600}         # the CPU backend's pace
+    real_reference, real_runnable = r.reference, r.runnable_steps
+
+    class OnDevice(np.ndarray):
+        def get(self):
+            return np.asarray(self)
+    r.reference = lambda *args, **options: np.asarray(real_reference(*args, **options)).view(OnDevice)
+
+    def runnable_steps():                       # the last step does not fit this "GPU"
+        ok, skipped = real_runnable()
+        last = ok.pop()
+        return ok, skipped + [{"step": last.ordinal, "variant": last.label, "reason": "too much shared memory"}]
+    r.runnable_steps = runnable_steps
+    baselines.matmul_chain_paths = baselines.graph_paths = lambda *args, **options: []
+    vendor_measure("cuBLAS fp32", "cuBLAS", "bf16")
+    r._vendor_kernel_names = lambda paths, case: [{"case": case, "variant": "PyTorch fp32", "kernels": "gemm"}]
+    r._transfer_rows = lambda step_, fns, x_host, weights, n, repeats: [
+        {**row, **r._row_labels(step_, n), "variant": step_.label}
+        for row in fake_rows("transfers", "pinned", n, memory="pinned")]
+    r.resources = lambda fns_by_step: pd.DataFrame({"variant": list(fns_by_step), "registers": 32})
+    r.profile_steps = lambda quick=False, case="large": pd.DataFrame({"step": [1], "variant": ["01"], "case": [case]})
+    r.check = wrong_output(r.check, fail)
+
+
+def lenet(fail):
+    from gpulab.workloads.lenet import baselines as lenet_baselines
+    from gpulab.workloads.lenet import record as r
+    r.BATCHES = (4, 8, 12)                              # the CPU backend's pace
+    real_runnable = r.runnable_batches
+
+    def runnable_batches(batches, limits=None):         # and a batch over this "GPU"'s memory
+        ok, skipped = real_runnable(batches, limits)
+        return ok, skipped + [{"variant": "every step and vendor path", "library": "", "precision": "",
+                               "size": 99_999, "reason": "over the memory budget"}]
+    r.runnable_batches = runnable_batches
+    lenet_baselines.layer_paths = lenet_baselines.forward_paths = lambda *args, **options: []
+    vendor_measure("cuDNN fp32", "cuDNN", "fp16")
+    r.forward_conv64 = r._pool_relu = lambda *args: np.zeros(1)
+    r.pipeline = lambda step, x_host, weights, chunks, reference, repeats=10: (
+        fake_timing().row("pipeline", f"{step.label}, {chunks} stream(s)", len(x_host), "total", chunks=chunks,
+                          memory="pinned"),
+        pd.DataFrame({"lane": ["stream 0"], "kind": ["kernel"], "start_ms": [0.0], "end_ms": [1.0]}))
+    r.transfer_rows = lambda step, x_host, weights, repeats: [
+        {**row, "step": step.number, "precision": step.precision, "layer": "all"}
+        for row in fake_rows("transfers", f"{step.label}, pinned", len(x_host), memory="pinned")]
+    r.resources_table = lambda: pd.DataFrame({"kernel": ["conv"], "registers": [32], "step": ["01"]})
+    r.profile_table = lambda: pd.DataFrame({"step": ["01"], "layer": ["conv1"], "size": [1000]})
+    real_check = r.check
+
+    def check(out, ref, *args, name="", **options):     # the logits only: the pooled outputs pass
+        return (wrong_output(real_check, fail) if "logits" in name else real_check)(out, ref, *args, name=name,
+                                                                                   **options)
+    r.check = check
+
+
+def training(fail):
+    """Everything but the orchestration stubbed (a real check takes minutes on the CPU backend);
+    the clock too, so that the run's budget is spent at a known point."""
+    from gpulab.errors import CheckFailed
+    from gpulab.workloads.training import data, reference
+    from gpulab.workloads.training import record as r
+    clock = types.SimpleNamespace(now=0.0)
+    time.perf_counter = lambda: clock.now
+
+    class Corpus:
+        docs = 4096
+
+        def __init__(self, docs=4096):
+            self.docs, self.labels, self.indptr = docs, np.zeros(docs, np.int64), np.arange(docs + 1) * 3
+
+        def rows(self, first, last):
+            return Corpus(last - first)
+    data.corpus = lambda: (Corpus(), Corpus())
+    data.bayes_accuracy = lambda: (0.92, 0.0003)
+    data.bayes_predict = lambda test: np.zeros(test.docs, np.int64)
+    reference.init_params = lambda: {"W1": np.ones((2, 2), np.float32)}
+    reference.forward = lambda batch, params: {"P": None}
+    reference.backward = lambda batch, labels, params, acts: {"dW1": 1.0, "dW2": 2.0}
+    reference.loss = lambda P, labels: 0.5
+
+    class Plan:                  # step 8 does not fit this "GPU"; step 3 not at batch 32
+        notes = ["fewer training documents kept dense"]
+        dense_docs = 2048
+
+        def skip_reason(self, number, batch):
+            return "too much shared memory" if number == 8 or (number, batch) == (3, 32) else None
+
+        def skipped(self):
+            return pd.DataFrame([{"step": 8, "batch": b, "reason": "too much shared memory"} for b in (32, 1024)]
+                                + [{"step": 3, "batch": 32, "reason": "too much shared memory"}])
+
+        def summary(self):
+            return pd.DataFrame({"step": [1, 2], "device": "Stub GPU"})
+    r.fit.plan = lambda batches, train: Plan()
+    r.GpuData = lambda train, dense_docs: types.SimpleNamespace(train=train, dense=np.zeros((dense_docs, 1)))
+
+    def check_full_size(step_, gd, params, batch_ref):
+        if step_.number == fail:
+            raise CheckFailed(f"{step_.label}: relative error 1.0 (tolerance 1e-05)")
+        return {"loss": 1e-7, "update of W1": 2e-7, "update of W2": 3e-7}
+    r._check_full_size = check_full_size
+
+    def time_ladder(gd, params, repeats, batches, log=print, steps_=(), plan=None):
+        rows = []
+        for s in steps_:
+            if s.ordinal == 5:
+                raise RuntimeError("step 5's timing crashed")
+            rows += [row for b in batches if not plan.skip_reason(s.ordinal, b)
+                     for row in fake_rows("ladder", s.label, b, mode="eager", step=s.ordinal, batch=b)]
+        return rows
+    r.time_ladder = time_ladder
+    r.time_vendor = lambda gd, params, repeats, log=print: (
+        fake_rows("vendor", "PyTorch eager fp32", 1024, library="PyTorch"),
+        [{"variant": "torch.compile", "library": "PyTorch", "precision": "fp32", "size": 1024,
+          "reason": "no C compiler"}])
+    r.train_curves = lambda gd, test, params, epochs=20, log=print: pd.DataFrame({"variant": ["07"], "epoch": [1]})
+
+    def breakdown(gd, params, plan=None):
+        raise RuntimeError("the breakdown crashed")
+    r.breakdown = breakdown
+
+    def timeline(gd, params, plan=None):
+        clock.now += 400.0                             # past the run's 330 s budget: what follows is skipped
+        return pd.DataFrame({"lane": ["stream 0"], "step": [2]})
+    r.timeline = timeline
+    r.sweep = lambda *args, **options: pd.DataFrame({"batch": [64]})
+    r.profile_steps = lambda: pd.DataFrame({"step": [6]})
+
+
+def main(argv) -> int:
+    chapter, out = argv[0], Path(argv[1])
+    fail = argv[argv.index("--fail") + 1] if "--fail" in argv else None
+    globals()[chapter](fail)
+    from gpulab import __main__ as cli
+    return cli.run(["record", chapter, "--quick", "--repeats", "5", "--out", str(out)])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

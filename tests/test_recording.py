@@ -1,0 +1,112 @@
+"""The recording path without a GPU: ``python -m gpulab record CHAPTER --quick`` with the GPU's
+measurements stubbed (tests/recording_stubs.py) writes the files, columns and rows it wrote
+before the chapters' records were declared as experiments (gpulab.recorder): the fixtures in
+tests/fixtures/recording/ were written from main before that change, by the same stubs. A
+check that fails leaves its step untimed, as a FAILED row, and the command exits 1.
+
+After a change to what a chapter records that is meant, rewrite its fixture:
+``PYTHONPATH=. python tests/test_recording.py CHAPTER``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpulab import paths
+
+STUBS = Path(__file__).with_name("recording_stubs.py")
+FIXTURES = Path(__file__).parent / "fixtures" / "recording"
+#: The columns that say which row is which (times, errors and accuracies are left out: the
+#: CPU backend's float sums are not bit-reproducible across runs).
+LABELS = ("experiment", "variant", "size", "phase", "step", "layer", "batch", "case", "mode", "memory", "chunks",
+          "library", "precision", "reason", "error", "passed", "kernel", "change", "note", "epoch", "lane")
+
+
+def record(chapter: str, out: Path, *options: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(paths.REPO)}
+    env.pop("GPULAB_BACKEND", None)
+    return subprocess.run([sys.executable, str(STUBS), chapter, str(out), *options], capture_output=True, text=True,
+                          cwd=paths.REPO, env=env, timeout=1500)
+
+
+def schema(out: Path) -> dict:
+    """Every file the run wrote: its columns, and each row's labels (see :data:`LABELS`)."""
+    folders = [p for p in out.iterdir() if p.is_dir()]
+    assert len(folders) == 1, f"expected one GPU folder under {out}, found {folders}"
+    found = {}
+    for path in sorted(folders[0].iterdir()):
+        if path.suffix == ".json":
+            meta = json.loads(path.read_text())
+            found[path.name] = {"tables": meta["tables"], "string_columns": meta["string_columns"]}
+            continue
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        labels = [c for c in table.columns if c in LABELS]
+        found[path.name] = {"columns": list(table.columns), "rows": table[labels].values.tolist()}
+    return found
+
+
+def run_or_fail(chapter: str, out: Path, *options: str, code: int = 0) -> dict:
+    done = record(chapter, out, *options)
+    assert done.returncode == code, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return schema(out)
+
+
+@pytest.mark.parametrize("chapter", [pytest.param("measuring", marks=pytest.mark.slow),
+                                     pytest.param("fcnet", marks=pytest.mark.slow),
+                                     pytest.param("lenet", marks=pytest.mark.slow),
+                                     "training"])
+def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
+    expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
+    found = run_or_fail(chapter, tmp_path)
+    assert sorted(found) == sorted(expected)
+    for name in expected:
+        assert found[name] == expected[name], name
+
+
+def test_the_training_record_lists_what_failed_or_was_not_started(tmp_path):
+    """The stubs crash step 5's timing and the breakdown, and spend the 330 s budget in the
+    timeline: the run goes on, and its problems table says what is missing and why."""
+    found = run_or_fail("training", tmp_path)
+    assert found["training.problems.csv"]["rows"] == [
+        ["ladder 5", "RuntimeError: step 5's timing crashed"], ["breakdown", "RuntimeError: the breakdown crashed"],
+        ["ceilings", "skipped: the run's time budget of 330 s was spent"],
+        ["sweep", "skipped: the run's time budget of 330 s was spent"],
+        ["profile", "skipped: the run's time budget of 330 s was spent"]]
+
+
+def test_a_failed_check_is_not_timed_training(tmp_path):
+    found = run_or_fail("training", tmp_path, "--fail", "04", code=1)
+    checks = pd.read_csv(next(tmp_path.glob("*/training.checks.csv")))
+    assert checks.loc[checks["step"] == 4, "passed"].tolist() == [False]
+    assert checks.loc[checks["step"] != 4, "passed"].all()
+    timed = {row[1] for row in found["training.csv"]["rows"]}          # variant
+    assert not any(v.startswith("04 ") for v in timed) and any(v.startswith("03 ") for v in timed)
+    failed = [row for row in found["training.skipped.csv"]["rows"] if row[-1].startswith("FAILED: CheckFailed")]
+    assert [row[0] for row in failed] == ["4"]
+
+
+@pytest.mark.slow
+def test_a_failed_check_is_not_timed_measuring(tmp_path):
+    found = run_or_fail("measuring", tmp_path, "--fail", "02", code=1)
+    expected = json.loads((FIXTURES / "measuring.json").read_text())["measuring.csv"]["rows"]
+    float4 = "float4: 16-byte accesses"
+    assert found["measuring.csv"]["rows"] == [row for row in expected if row[1] != float4]
+    skipped = found["measuring.skipped.csv"]
+    assert skipped["columns"] == ["variant", "size", "reason"]
+    assert [row[:2] for row in skipped["rows"]] == [[float4, "4096"], [float4, "16384"], [float4, "65536"]]
+    assert all(row[2].startswith("FAILED: CheckFailed: saxpy_float4 n=") for row in skipped["rows"])
+
+
+if __name__ == "__main__":          # rewrite a chapter's fixture from this checkout's record
+    import tempfile
+    for chapter in sys.argv[1:]:
+        with tempfile.TemporaryDirectory() as tmp:
+            FIXTURES.mkdir(parents=True, exist_ok=True)
+            (FIXTURES / f"{chapter}.json").write_text(json.dumps(run_or_fail(chapter, Path(tmp)), indent=1) + "\n")
+        print(f"wrote {FIXTURES / chapter}.json")
