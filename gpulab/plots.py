@@ -88,14 +88,16 @@ def fastest_vendor_lines(vendor: pd.DataFrame, label: str = "variant", most: int
 
 def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None,
                    vendor: pd.DataFrame | None = None, label: str = "variant", ax=None,
-                   others: dict | None = None):
+                   others: dict | None = None, builds_on: dict | None = None):
     """Time per ladder step (rows in ladder order), with the speedup over the
     first step and over the previous one written right of the plot, beside each
     bar. ``vendor`` rows are drawn as reference lines with a legend entry each
     (at most four: :func:`fastest_vendor_lines` keeps the fastest per precision
     and mode), so no label overlaps another or a bar. ``others`` ({GPU name:
     rows}): recorded runs of the same steps, marked on each bar (a live run
-    beside the recorded H100 and H200 runs)."""
+    beside the recorded H100 and H200 runs). ``builds_on`` ({row label: label of the row it
+    changes}) for a branching ladder: the last column compares each step with the step it
+    builds on, named in the cell, instead of with the row above it."""
     from matplotlib.transforms import blended_transform_factory
     fig, ax = _figure(ax, (9.5, 0.42 * len(rows) + 2.4))
     rows = rows.reset_index(drop=True)
@@ -123,6 +125,16 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
     columns = [(48, "time (ms)", [f"{t:.3g}" for t in med]),
                (98, "vs first", [f"x{med[0] / t:.2f}" for t in med]),
                (150, "vs previous", [""] + [f"x{med[i - 1] / t:.2f}" for i, t in enumerate(med) if i])]
+    if builds_on is not None:
+        position = {v: i for i, v in enumerate(rows[label])}
+        unknown = sorted(str(b) for b in builds_on.values() if b not in position)
+        if unknown:
+            raise ValueError(f"builds_on names rows {unknown} that are not in the ladder {list(position)}")
+
+        def against(i, t):
+            base = builds_on.get(rows[label].iloc[i])
+            return "" if base is None else f"x{med[position[base]] / t:.2f} vs {str(base).split()[0].lstrip('0')}"
+        columns[2] = (172, "vs its base step", [against(i, t) for i, t in enumerate(med)])
     for offset, header, cells in columns:
         at = offset_copy(right, fig=fig, x=offset, units="points")
         # Headers under the columns, level with the tick labels: above them, the legend may reach.

@@ -223,6 +223,17 @@ def prediction_text(path: Path) -> str | None:
     return None
 
 
+_BUILDS_ON = re.compile(r"What changed from step (\d+)", re.IGNORECASE)
+
+
+def builds_on(path: Path) -> int | None:
+    """The step a kernel file says it changes ("What changed from step 6: ..."), or None when
+    it names none. A branching ladder (lenet's steps 3, 4 and 6 each change step 1) is compared
+    with that step, not with the row above it."""
+    m = _BUILDS_ON.search(" ".join(header(path)))
+    return int(m.group(1)) if m else None
+
+
 def kernel_path(file: str | Path) -> Path:
     """A step's kernel file, given as "chapter/NN_name.cu" (relative to ``kernels/``) or a path."""
     path = Path(file)
@@ -302,6 +313,11 @@ def table(steps, measured: pd.DataFrame, expected: dict, *, main_case: str | Non
         t = main.get(key, np.nan)
         pos = shown.index(key) if key in shown else None
         prev = main[shown[pos - 1]] if pos else np.nan
+        # The step this one changes, as its file says; else (or when that step is not in the
+        # table) the row above.
+        named = builds_on(kernel_path(file)) if pos else None
+        base = next((k for k in shown[:pos] if _number(k) == named), None) if named is not None else None
+        base = base if base is not None else (shown[pos - 1] if pos else None)
         first = main[shown[0]] if shown else np.nan
         judged = [_judge(e, key, keys, measured, main_case) for e in claims]
         if not claims:
@@ -316,6 +332,8 @@ def table(steps, measured: pd.DataFrame, expected: dict, *, main_case: str | Non
         out.append({"step": key, "what changed": what, "prediction (kernel file)": text,
                     "claim checked": "; ".join(e.claim for e in claims),
                     "time (ms)": t, "vs previous": prev / t if pos else np.nan,
+                    "builds on": _step_name(base) if base is not None else "",
+                    "vs the step it builds on": main[base] / t if base is not None else np.nan,
                     "vs first": first / t if pos is not None else np.nan,
                     "ratio judged": ratio, "outcome": outcome, "verdict": line})
     return pd.DataFrame(out)
@@ -359,15 +377,15 @@ OUTCOME_COLORS = {"held": "#DFF0D8", "did not hold": "#F8D7DA", "not judged": "#
 def styled(frame: pd.DataFrame, caption: str = ""):
     """The table as the notebook shows it: prediction, time, ratios, verdict; rows coloured by
     outcome; the rules and the run's caption under it."""
-    shown = frame[["step", "what changed", "prediction (kernel file)", "time (ms)", "vs previous",
-                   "verdict"]]
+    shown = frame[["step", "what changed", "prediction (kernel file)", "time (ms)", "builds on",
+                   "vs the step it builds on", "verdict"]]
     colors = frame["outcome"].map(OUTCOME_COLORS).fillna("")
 
     def color_rows(_):
         return pd.DataFrame({c: "background-color: " + colors if c == "verdict" else "" for c in shown.columns},
                             index=shown.index)
 
-    return (shown.style.format({"time (ms)": "{:.4g}", "vs previous": "x{:.2f}"}, na_rep="")
+    return (shown.style.format({"time (ms)": "{:.4g}", "vs the step it builds on": "x{:.2f}"}, na_rep="")
             .apply(color_rows, axis=None).hide(axis="index")
             .set_properties(subset=["prediction (kernel file)", "verdict"],
                             **{"text-align": "left", "white-space": "normal", "min-width": "16em"})

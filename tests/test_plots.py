@@ -6,6 +6,7 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from gpulab import plots  # noqa: E402
 
@@ -62,3 +63,17 @@ def test_ladder_labels_do_not_overlap_and_stay_in_the_figure():
     lo, hi = ax.get_xlim()
     data = np.r_[_ladder()["median_ms"], lines[0].get_xdata()[0]]
     assert lo > data.min() / 3 and hi < data.max() * 3
+
+
+def test_a_branching_ladder_compares_each_step_with_the_step_it_builds_on():
+    rows = _ladder(4).assign(median_ms=[4.0, 3.0, 5.0, 0.7])
+    rows = rows.assign(q1_ms=rows["median_ms"] * 0.98, q3_ms=rows["median_ms"] * 1.02)
+    labels = list(rows["variant"])
+    fig = plots.speedup_ladder(rows, title="t", builds_on={labels[2]: labels[0], labels[3]: labels[2]})
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    t = rows["median_ms"].to_numpy()
+    assert f"x{t[0] / t[2]:.2f} vs 1" in texts and f"x{t[2] / t[3]:.2f} vs 3" in texts
+    assert f"x{t[1] / t[2]:.2f} vs 2" not in texts and f"x{t[1] / t[2]:.2f}" not in texts   # not the row above
+    assert "vs its base step" in texts and "vs previous" not in texts
+    with pytest.raises(ValueError, match="not in the ladder"):
+        plots.speedup_ladder(rows, title="t", builds_on={labels[1]: "99 no such step"})

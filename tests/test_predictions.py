@@ -249,3 +249,20 @@ def test_insertion_script_reinserts_removed_cells_once(tmp_path, monkeypatch):
     assert module.apply("convpool") is True
     assert module.apply("convpool") is False
     assert json.loads(target.read_text()) == committed
+
+
+def test_a_step_is_compared_with_the_step_its_file_says_it_changes(tmp_path):
+    files = {}
+    for n, changed in ((1, None), (2, 1), (3, 1), (4, None)):
+        f = tmp_path / f"{n:02d}.cu"
+        f.write_text(f"// Step {n}.\n" + (f"// What changed from step {changed}: something.\n" if changed else "")
+                     + "// Prediction: faster.\n__global__ void k() {}\n")
+        files[n] = f
+    assert p.builds_on(files[3]) == 1 and p.builds_on(files[1]) is None
+    steps = [(n, f"step {n}", str(f)) for n, f in files.items()]
+    measured = pd.DataFrame({"step": [1, 2, 3, 4], "median_ms": [1.0, 0.5, 0.8, 0.4]})
+    table = p.table(steps, measured, {}).set_index("step")
+    assert table.loc["3", "builds on"] == "1" and table.loc["3", "vs the step it builds on"] == pytest.approx(1 / 0.8)
+    assert table.loc["3", "vs previous"] == pytest.approx(0.5 / 0.8)
+    assert table.loc["4", "builds on"] == "3"                        # no file says: the row above
+    assert table.loc["1", "builds on"] == ""

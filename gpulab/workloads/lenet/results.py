@@ -66,6 +66,22 @@ def both_layers(ladder: pd.DataFrame, phase: str = "layer") -> pd.DataFrame:
     return totals[totals["layers"] == 2].drop(columns="layers").reset_index(drop=True)
 
 
+def builds_on(rows: pd.DataFrame) -> dict:
+    """{variant: variant of the step it changes} for the steps in ``rows`` (columns ``step`` and
+    ``variant``), from each kernel file's "What changed from step N" (steps 3, 4 and 6 each change
+    step 1, not the step before them): the comparison :func:`gpulab.plots.speedup_ladder` draws
+    for a branching ladder. A step whose base is not in ``rows`` is left out."""
+    from ... import predictions
+    from .steps import STEP
+    variant = dict(zip(rows["step"], rows["variant"]))
+    out = {}
+    for key, label in variant.items():
+        base = predictions.builds_on(predictions.kernel_path(STEP[key].file)) if key in STEP else None
+        if base is not None and f"{base:02d}" in variant:
+            out[label] = variant[f"{base:02d}"]
+    return out
+
+
 def ours(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[~baselines.is_vendor(rows)]
 
