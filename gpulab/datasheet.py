@@ -90,6 +90,10 @@ class Architecture:
             limits["shared memory"] = 0
         blocks = min(limits.values())
         return {"blocks": blocks, "warps": blocks * warps, "occupancy": blocks * warps / self.max_warps_per_sm,
+                # the steps of the arithmetic, for a row worked by hand
+                "warps_per_block": warps, "registers_per_warp": per_warp,
+                "warps_per_quarter": self.registers_per_sm // SUB_PARTITIONS // per_warp,
+                "shared_per_block": shared_per_block if shared_bytes else 0,
                 "limited_by": [k for k, v in limits.items() if v == blocks], **{f"by_{k.replace(' ', '_')}": v
                                                                                  for k, v in limits.items()}}
 

@@ -36,12 +36,14 @@ def _as_map(name: str, array) -> np.ndarray:
 
 
 def ownership(ax, owner, *, title: str, group=None, highlight: dict | None = None, marks=(),
-              xlabel: str = "column", ylabel: str = "row", labels: dict | None = None, aspect="equal"):
+              xlabel: str = "column", ylabel: str = "row", labels: dict | None = None, aspect="equal",
+              label_size: float = 8, label_color: str = "black"):
     """Draw ``owner`` (2-D ints, -1: nobody) on ``ax``: each owner's cells in a light colour,
     thin white lines between owners, thick dark lines between groups (``group``, same shape,
     e.g. the block of each cell), and the owners in ``highlight`` ({id: colour}) painted
     strongly; ``marks`` ((mask, colour) pairs) paints any cells the same way, e.g. one owner
-    of one group only. ``labels`` ({(row, column): text}) writes small text into cells; ``aspect="auto"``
+    of one group only. ``labels`` ({(row, column): text}) writes text into cells (``label_size``
+    points, ``label_color``: white reads on the strong colours); ``aspect="auto"``
     stretches cells to fill the panel (for long, thin arrays). Returns ``ax``."""
     owner = _as_map("owner", owner)
     rgba = np.array([to_rgba(c) for c in PALETTE])
@@ -64,7 +66,8 @@ def ownership(ax, owner, *, title: str, group=None, highlight: dict | None = Non
             raise ValueError(f"group must have owner's shape {owner.shape}, got {group.shape}")
         _boundaries(ax, group, color="#333333", lw=1.6)
     for (r, c), text in (labels or {}).items():
-        ax.text(c, r, text, ha="center", va="center", fontsize=8)
+        ax.text(c, r, text, ha="center", va="center", fontsize=label_size, color=label_color,
+                fontweight="bold" if label_color == "white" else "normal")
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xlabel(xlabel)

@@ -100,8 +100,51 @@ def test_convpool_step3_reads_are_one_broadcast_and_one_coalesced_request():
 
 
 def test_the_figures_draw():
-    for make in (le_mapping.figure, cp_mapping.step3_figure, cp_mapping.step6_figure):
+    for make in (le_mapping.figure, cp_mapping.step3_figure, cp_mapping.step6_figure, cp_mapping.pipeline_figure):
         fig = make("caption")
         assert fig.axes and fig.texts
         import matplotlib.pyplot as plt
         plt.close(fig)
+
+
+def test_convpool_ring_follows_the_main_loop():
+    """Steps 7-8's ring as the header's loop runs it: in iteration t slot t % STAGES holds slice t
+    (the tensor cores read it), the slot read in iteration t - 1 is refilled with slice
+    t + STAGES - 1, and no slice is in two slots."""
+    c = cp_mapping.tc_constants()
+    S = c["STAGES"]
+    m = cp_mapping.pipeline_maps(iterations=2 * S + 1)
+    held = m["slice"]
+    assert held.shape == (S, 2 * S + 2) and list(held[:S - 1, 0]) == list(range(S - 1)) and held[S - 1, 0] == -1
+    for t in range(2 * S + 1):
+        col = held[:, t + 1]
+        assert held[m["computed"][:, t + 1], t + 1].tolist() == [t] and col[t % S] == t
+        assert held[m["issued"][:, t + 1], t + 1].tolist() == [t + S - 1]
+        assert (t == 0 and col[(t + S - 1) % S] == S - 1) or m["computed"][(t - 1) % S, t]   # refills the slot just read
+        assert len(set(col[col >= 0])) == (col >= 0).sum()
+    copier = m["copier"]
+    assert (np.bincount(copier.ravel()) == c["TC_BM"] * c["TC_CHUNKS"] // 8).all()        # 8 warps copy alike
+    assert m["reader"].sum() == c["TC_WM"] * c["TC_CHUNKS"]
+    assert (m["reader"] & (copier == 0)).sum() * 8 == m["reader"].sum()                   # warp 0 copied 1/8 of its rows
+
+
+def test_convpool_ring_counts_cover_the_layer_and_move_every_byte_once():
+    c, counts = cp_mapping.tc_constants(), cp_mapping.tc_counts()
+    for name, n in counts.items():
+        size = cp_mapping.TC_TYPES[name]["bytes"]
+        assert n["copies per thread"] * c["TC_THREADS"] * 16 == (c["TC_BM"] + c["TC_BN"]) * n["k per slice"] * size
+        K = cp_mapping.RS ** 2 * convpool.LAYER.C
+        assert (n["slices"] - 1) * n["k per slice"] < K <= n["slices"] * n["k per slice"]
+    assert counts["07 tf32"]["slices"] == 2 * counts["08 fp16"]["slices"]
+
+
+def test_convpool_ring_constants_are_read_from_the_header(tmp_path, monkeypatch):
+    assert cp_mapping.tc_constants()["STAGES"] >= 2
+    header = tmp_path / "tc.cuh"
+    header.write_text("#define STAGES 4\n#define TC_BN 256\n#define TC_BM 128\n#define TC_THREADS 256\n"
+                      "#define TC_WM 64\n#define TC_CHUNKS 4\n")
+    monkeypatch.setattr(cp_mapping, "TC_HEADER", str(header))
+    assert cp_mapping.tc_constants()["TC_WN"] == 64 and cp_mapping.pipeline_maps(3)["slice"].shape == (4, 4)
+    header.write_text("#define STAGES 4\n")
+    with pytest.raises(ValueError, match="expected '#define TC_BN"):
+        cp_mapping.tc_constants()

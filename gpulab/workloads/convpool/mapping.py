@@ -124,3 +124,114 @@ def step6_figure(caption: str | None = None):
     diagrams.legend(fig, {"thread 0: its 8 x 8 sums (4 pieces) and the two windows they pool": diagrams.HIGHLIGHT})
     fig.tight_layout(rect=(0, 0.12, 1, 0.95))
     return fig
+
+
+# ----------------------------------------------------------------- steps 7-8: the cp.async ring
+#: Steps 7 and 8's kernel, written once for both element types; its #defines are read, not retyped.
+TC_HEADER = "convpool/implicit_gemm_tc.cuh"
+#: Per element type: bytes of an element (a cp.async moves 16 bytes: 16 / size elements of k) and
+#: the k of one wmma product (16 x 16 x 8 in tf32, 16 x 16 x 16 in fp16: CUDA's wmma shapes).
+#: The colour of one warp's copies (the ring's two colours mean other things).
+COPIED = "#55A868"
+IN_FLIGHT = "#8C8C8C"
+TC_TYPES = {"07 tf32": {"bytes": 4, "FK": 8}, "08 fp16": {"bytes": 2, "FK": 16}}
+
+
+def tc_constants() -> dict:
+    """The integer ``#define`` lines of steps 7-8's header (STAGES, TC_BN, TC_BM, TC_THREADS, TC_WM,
+    TC_CHUNKS: the ring and tile as compiled by default), and TC_WN = TC_BN / 4 as it defines it."""
+    import re
+    from ... import predictions
+    path = predictions.kernel_path(TC_HEADER)
+    found = {m.group(1): int(m.group(2))
+             for m in re.finditer(r"^#define\s+(\w+)\s+(\d+)\b", path.read_text(), re.M)}
+    missing = [k for k in ("STAGES", "TC_BN", "TC_BM", "TC_THREADS", "TC_WM", "TC_CHUNKS") if k not in found]
+    if missing:
+        raise ValueError(f"{path}: expected '#define {missing[0]} <number>' (the ring and tile the figure draws)")
+    return {**found, "TC_WN": found["TC_BN"] // 4}
+
+
+def tc_counts(K: int | None = None) -> dict:
+    """Per element type: k per slice, slices to cover K (default: the chapter's layer, 25 C), and per
+    warp and slice the fragment loads from shared memory and the ``mma_sync`` products, with each
+    thread's 16-byte ``cp.async`` copies -- from the header's constants and its loops."""
+    from .shapes import LAYER
+    c = tc_constants()
+    K = K or RS * RS * LAYER.C
+    out = {}
+    for name, t in TC_TYPES.items():
+        bk = c["TC_CHUNKS"] * 16 // t["bytes"]           # k per slice: 4 chunks of 16 bytes a row
+        steps = bk // t["FK"]                             # wmma products along k per slice
+        frags_a, frags_b = c["TC_WM"] // 16, c["TC_WN"] // 16
+        out[name] = {"k per slice": bk, "slices": -(-K // bk),
+                     "copies per thread": (c["TC_BM"] + c["TC_BN"]) * c["TC_CHUNKS"] // c["TC_THREADS"],
+                     "fragment loads per warp": (frags_a + frags_b) * steps,
+                     "mma_sync per warp": frags_a * frags_b * steps}
+    return out
+
+
+def pipeline_maps(iterations: int = 6) -> dict:
+    """The ring over the first ``iterations`` of the main loop: ``slice`` (ring slot x time: the slice
+    a slot holds, -1: empty; column 0 is the prologue, column t + 1 iteration t), ``computed`` (the slot
+    the tensor cores read), ``issued`` (the slot cp.async starts filling). ``copier`` (A's slice,
+    rows x 16-byte chunks: the warp that copies each chunk, thread = 4 row + chunk for rows mod 64)
+    and ``reader`` (the rows warp 0 reads: filters 0 .. TC_WM - 1)."""
+    c = tc_constants()
+    S = c["STAGES"]
+    held = np.full((S, iterations + 1), -1)
+    computed, issued = np.zeros_like(held, dtype=bool), np.zeros_like(held, dtype=bool)
+    for s in range(S - 1):                       # prologue: slices 0 .. S - 2 into slots 0 .. S - 2
+        held[s, 0], issued[s, 0] = s, True
+    for t in range(iterations):
+        col = held[:, t].copy()
+        computed[t % S, t + 1] = True            # wait + barrier: slice t has landed in slot t % S
+        col[(t + S - 1) % S] = t + S - 1         # the slot read in iteration t - 1 gets slice t + S - 1
+        issued[(t + S - 1) % S, t + 1] = True
+        held[:, t + 1] = col
+    rows = np.arange(c["TC_BM"])[:, None]
+    chunk = np.arange(c["TC_CHUNKS"])[None, :]
+    thread = (rows % (c["TC_THREADS"] // c["TC_CHUNKS"])) * c["TC_CHUNKS"] + chunk
+    reader = np.broadcast_to(rows < c["TC_WM"], thread.shape)
+    return {"slice": held, "computed": computed, "issued": issued, "copier": thread // 32, "reader": reader,
+            "stages": S}
+
+
+def pipeline_figure(caption: str | None = None):
+    """Steps 7-8's ``cp.async`` ring: which slice each slot holds over the first iterations (read by
+    the tensor cores, being filled, in flight), and which warps copy the filter rows warp 0 reads;
+    the caption counts the copies, fragment loads and products per slice, and the slices each type
+    needs (the count behind step 8's prediction)."""
+    from ... import diagrams
+    c, m, n = tc_constants(), pipeline_maps(), tc_counts()
+    tf, fp = n["07 tf32"], n["08 fp16"]
+    text = (f"Per slice each thread issues {fp['copies per thread']} 16-byte cp.async copies, and each warp "
+            f"{fp['fragment loads per warp']} fragment loads from shared memory for {fp['mma_sync per warp']} "
+            f"mma_sync, in tf32 and in fp16 alike. A slice is {tf['k per slice']} k in tf32 and "
+            f"{fp['k per slice']} in fp16: K = {RS * RS} C needs {tf['slices']} slices against {fp['slices']}, so "
+            f"step 8 does half of step 7's copying, waiting and fragment loading for the same product -- "
+            f"the count behind its prediction of 1.5-2x. Drawn from {TC_HEADER}'s #defines (STAGES {c['STAGES']}, "
+            f"tile {c['TC_BM']} x {c['TC_BN']}, {c['TC_THREADS']} threads)." + (f" {caption}" if caption else ""))
+    fig, axes = diagrams.panels(2, size=(9, 5.8), width_ratios=(2.2, 1.0), title=(
+        f"Steps 7-8: what is each of the {m['stages']} ring slots doing while the tensor cores work, and "
+        "who fills it?"), caption=text)
+    held = m["slice"]
+    labels = {(r, t): str(held[r, t]) for r in range(held.shape[0]) for t in range(held.shape[1]) if held[r, t] >= 0}
+    diagrams.ownership(axes[0], held, labels=labels, label_size=12, label_color="white",
+                       marks=[(held >= 0, IN_FLIGHT), (m["issued"], diagrams.SECOND),
+                              (m["computed"], diagrams.HIGHLIGHT)],
+                       title="the ring over time (numbers: the slice a slot holds)",
+                       xlabel="prologue, then loop iteration t = 0, 1, ... (time)", ylabel="ring slot", aspect="auto")
+    axes[0].set_xticks(range(held.shape[1]), ["pro."] + [str(t) for t in range(held.shape[1] - 1)])
+    diagrams.ownership(axes[1], m["copier"], group=m["copier"],
+                       marks=[(m["copier"] == 0, COPIED)],
+                       title=f"one slot's A rows ({c['TC_BM']} filters x {c['TC_CHUNKS']} chunks): the warp that "
+                             "copies each chunk", xlabel="16-byte chunk", ylabel="filter row", aspect="auto")
+    diagrams.outline(axes[1], m["reader"], color="black", lw=2.5)
+    diagrams.legend(fig, {"read by the tensor cores in this iteration (slice t)": diagrams.HIGHLIGHT,
+                          f"cp.async issued in this iteration (slice t + {m['stages'] - 1})": diagrams.SECOND,
+                          "issued in an earlier iteration: in flight, or landed and waiting": IN_FLIGHT,
+                          "right: the chunks warp 0 copies": COPIED,
+                          f"right, black outline: the rows warp 0 reads (filters 0-{c['TC_WM'] - 1}), mostly copied "
+                          "by other warps -- hence the barrier after each wait": "white"})
+    fig.tight_layout(rect=(0, 0.22, 1, 0.95))
+    return fig
