@@ -229,6 +229,11 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
         assert fig.axes
     for n in (1, 10):
         assert len(views.step_times(run, n).data) == len(set(run.experiment("ladder")["size"]))
+    # Before step 10 a step's table is its eager time only; step 10's, its captured time only.
+    assert [c for c in views.step_times(run, 1).data.columns if "step," in c] == ["step, eager (ms)"]
+    assert [c for c in views.step_times(run, 10).data.columns if "step," in c] == ["step, CUDA graph (ms)"]
+    assert views.graph_gain_figure(run).axes and views.graph_gain_numbers(None)["graph_first_us"] == "-"
+    for n in (1, 10):
         assert len(views.breakdown(run, n).data) == len(training.step(n).ops(Dims(1024, data.VOCAB)))
     assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
     assert list(views.overlap(run)["step"]) == [2, 3]
@@ -573,3 +578,22 @@ def test_the_profile_table_keeps_the_kernels_and_counters_the_prose_reads():
     # the kernels the prose quotes are all there
     assert {"Z1 = X W1", "dW1 = X^T dZ1", "X^T"} <= set(shown[shown["step"] == 6]["op"])
     assert (shown["step"] == 9).sum() == 2
+
+
+def test_graph_gain_is_eager_minus_captured_for_the_steps_timed_both_ways():
+    from gpulab.runs import load_run
+    from gpulab.workloads.training import views
+    run = load_run("training", "H100")
+    gain = views.graph_gain(run)
+    rows = run.experiment("ladder")
+    rows = rows[rows["size"] == views.MAIN_BATCH]
+    both = rows.pivot_table(index="variant", columns="mode", values="median_ms").dropna()
+    assert list(gain["variant"]) == [s.label for s in training.STEPS if s.label in both.index]
+    for _, g in gain.iterrows():
+        eager, graph = both.loc[g["variant"], "eager"], both.loc[g["variant"], "graph"]
+        assert g["saved (µs)"] == pytest.approx(1e3 * (eager - graph))
+        assert g["saved, share of the step"] == pytest.approx((eager - graph) / eager)
+    numbers = views.graph_gain_numbers(run)
+    untimed = [s.ordinal for s in training.STEPS if not s.graph and s.label not in both.index]
+    assert numbers["graph_not_timed"] == " and ".join(", ".join(map(str, untimed)).rsplit(", ", 1))
+    assert numbers["graph_last_step"] == gain["step"].iloc[-1]
