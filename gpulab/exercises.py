@@ -1,8 +1,12 @@
-"""Every exercise of the lab, declared once.
+"""The lab's exercises: how they are declared, checked in the book, and graded.
 
-The book's check cells (``exercises.check("fcnet.2", globals())``), the student
-export (``python -m gpulab student``), the grader (``python -m gpulab grade``) and
-the tests all read :data:`EXERCISES`. An exercise is one of two kinds:
+Each chapter declares its own exercises beside its notebook, in ``book/<chapter>/exercises.py``
+(a list ``EXERCISES`` of :class:`Exercise`), and their hidden checks in
+``book/<chapter>/hidden_checks.py``; :func:`all_exercises` (also :data:`EXERCISES`) finds them
+through the chapter registry (:mod:`gpulab.chapters`, the toc), in reading order. The book's check
+cells (``exercises.check("fcnet.2", globals())``), the student export (``python -m gpulab
+student``), the grader (``python -m gpulab grade``) and the tests all read them. An exercise is one
+of two kinds:
 
 ``kernel``
     The student edits a ``.cu`` file (``file``, relative to the repository root).
@@ -21,9 +25,11 @@ the tests all read :data:`EXERCISES`. An exercise is one of two kinds:
     public cases), numbers within ``tolerance`` (relative).
 
 Public cases (``public``) are what the student's check cell runs. Hidden cases
-(held-out sizes, seeds, shapes and perturbed runs) live in
-``gpulab/hidden_checks.py``, which the student export leaves out; the grader
-runs both and never shows a hidden case's inputs.
+(held-out sizes, seeds, shapes and perturbed runs: ``HIDDEN``, exercise id -> cases of
+the public cases' form; ``"perturb": seed`` asks a function exercise's ``inputs`` for a
+copy of the recorded run whose times are scaled by seeded random factors) live in
+``book/<chapter>/hidden_checks.py``, which the student export leaves out and the grader's
+sandbox never sees; the grader runs both and never shows a hidden case's inputs.
 
 Adding an exercise
 ------------------
@@ -32,22 +38,26 @@ Adding an exercise
    solution sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` and defines a
    function. Below it, a check cell: ``exercises.check("<id>", globals())``
    (kernels: ``exercises.check("<id>", backend=backend)``).
-2. Add an :class:`Exercise` to :data:`EXERCISES` (for a function exercise, an
-   ``inputs`` builder: case -> keyword arguments).
-3. Add its hidden cases to ``gpulab/hidden_checks.py`` and two or more known-wrong
+2. Add an :class:`Exercise` to ``EXERCISES`` in ``book/<chapter>/exercises.py`` (for a
+   function exercise, an ``inputs`` builder: case -> keyword arguments).
+3. Add its hidden cases to ``book/<chapter>/hidden_checks.py`` and two or more known-wrong
    answers under ``tests/fixtures/grading/wrong/<id>/`` (a ``.cu`` file, or a ``.py``
    file holding the cell's source), each opening with a comment saying what is wrong.
    ``tests/test_grading.py`` then proves the checks accept the solution and reject
-   every wrong answer.
+   every wrong answer. ``python tools/make_sample_submissions.py <chapter>`` writes the
+   chapter's part of the sample submissions and their expected grades.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import importlib.util
 import inspect
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -56,13 +66,18 @@ import numpy as np
 import pandas as pd
 
 from . import paths
+from .chapters import names as chapter_names
 from .errors import GpulabError
-from .ladder import failures, find
+from .ladder import failures
+from .roofline import ceilings_table
+from .runs import load_run
 
 #: The text the student export puts in place of a solution.
 PLACEHOLDER = "TODO: your code here"
 #: Where the student export stores the public answers of function exercises.
 EXPECTED_FILE = Path("labdata") / "exercises" / "expected.json"
+#: A chapter's declarations and hidden checks, in its folder ``book/<chapter>/``.
+DECLARATIONS, HIDDEN_CHECKS = "exercises.py", "hidden_checks.py"
 
 
 class ExerciseNotSolved(GpulabError):
@@ -118,11 +133,10 @@ class Exercise:
         return f"the cell defining `{self.signature or self.function}` in {self.file}"
 
 
-# ----------------------------------------------------------------- inputs of function exercises
-def _run(chapter: str, case: dict):
+# ----------------------------------------------------------------- helpers of the chapters' input builders
+def recorded_run(chapter: str, case: dict):
     """The chapter's recorded run; with ``case["perturb"]``, a copy whose times are scaled
     by seeded random factors (a held-out run: hard-coded numbers fail on it)."""
-    from .runs import load_run
     run = load_run(chapter)
     seed = case.get("perturb")
     if seed is None:
@@ -136,335 +150,78 @@ def _run(chapter: str, case: dict):
     return dataclasses.replace(run, timings=timings)
 
 
-def _ceilings(run) -> pd.DataFrame:
-    from .roofline import ceilings_table
+def measured_ceilings(run) -> pd.DataFrame:
+    """The run's measured ceilings (FP32 rate, copy bandwidth, ...), as the roofline reads them."""
     return ceilings_table(run.timings, run.gpu)
 
 
-def _measuring_2(case: dict) -> dict:
-    run = _run("measuring", case)
-    return {"ladder": run.experiment("ladder"), "ceilings": _ceilings(run)}
+# ----------------------------------------------------------------- the chapters' declarations
+def _chapter_module(chapter: str, filename: str):
+    """The module ``book/<chapter>/<filename>``, loaded once (None when the file is not there)."""
+    path = paths.REPO / "book" / chapter / filename
+    name = f"gpulab._book.{chapter}.{Path(filename).stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
-def _fcnet_2(case: dict) -> dict:
-    if "random" in case:
-        rng = np.random.default_rng(case["random"])
-        return {"vectors": rng.integers(0, 32, 32), "features": rng.integers(0, 72, 32),
-                "row_halves": case.get("row_halves", 72)}
-    return {"vectors": np.asarray(case["vectors"]), "features": np.asarray(case["features"]),
-            "row_halves": case.get("row_halves", 72)}
+def _declared(chapter: str) -> list[Exercise]:
+    """The exercises ``book/<chapter>/exercises.py`` declares, checked to be that chapter's."""
+    module = _chapter_module(chapter, DECLARATIONS)
+    if module is None:
+        return []
+    declared = getattr(module, "EXERCISES", None)
+    where = f"book/{chapter}/{DECLARATIONS}"
+    if not isinstance(declared, list) or not all(isinstance(e, Exercise) for e in declared):
+        raise GpulabError(f"{where} must define EXERCISES, a list of gpulab.exercises.Exercise")
+    for exercise in declared:
+        if exercise.chapter != chapter or not exercise.id.startswith(f"{chapter}."):
+            raise GpulabError(f"{where} declares {exercise.id} of chapter '{exercise.chapter}': a chapter "
+                              f"declares its own exercises only, with ids '{chapter}.<number>'")
+    return declared
 
 
-def _fcnet_3(case: dict) -> dict:
-    from .workloads import fcnet
-    run = _run("fcnet", case)
-    return {"large": fcnet.ladder(run.timings, "large"), "ceilings": _ceilings(run)}
+@functools.lru_cache(maxsize=None)
+def all_exercises() -> tuple[Exercise, ...]:
+    """Every exercise of the book, in reading order: each chapter of the toc
+    (:func:`gpulab.chapters.chapters`) in turn, its ``book/<chapter>/exercises.py`` in order."""
+    every = tuple(e for chapter in chapter_names() for e in _declared(chapter))
+    ids = [e.id for e in every]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise GpulabError(f"exercise ids declared twice: {', '.join(twice)}")
+    return every
 
 
-def _alexnet_totals(case: dict) -> dict:
-    from .workloads import alexnet
-    return {"totals": alexnet.layer_totals(_run("alexnet", case).experiment("ladder"))}
-
-
-def _alexnet_2(case: dict) -> dict:
-    from .workloads import alexnet
-    return {"step": find([*alexnet.STEPS, alexnet.EXERCISE], case["step"]),
-            "capacity": case["capacity"]}
-
-
-def _alexnet_3(case: dict) -> dict:
-    from .workloads import alexnet
-    run = _run("alexnet", case)
-    ladder = run.experiment("ladder")
-    return {"main": ladder[ladder["size"] == alexnet.MAIN_N],
-            "fp32_rate": _ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
-
-
-def _lenet_2(case: dict) -> dict:
-    return {"threads": case["threads"], "blocks": case["blocks"]}
-
-
-def _lenet_3(case: dict) -> dict:
-    """One-stream copy-in, forward-pass and copy-out times: a step's, from the recorded
-    timeline (``"step"``), or seeded random ones (``"random"``), and the number of streams."""
-    if "random" in case:
-        rng = np.random.default_rng(case["random"])
-        h2d, kernel, d2h = rng.uniform(0.01, 10.0, 3)
-        return {"h2d_ms": float(h2d), "kernel_ms": float(kernel), "d2h_ms": float(d2h),
-                "streams": int(case.get("streams", rng.integers(2, 9)))}
-    from .workloads.lenet import results
-    lanes = results.step_labels(_run("lenet", case).tables["timeline"])
-    return {**results.one_stream_ms(lanes, case["step"]), "streams": case["streams"]}
-
-
-def _alexnet_check_layers():
-    from .workloads.alexnet import CHECK_LAYERS, Layer
-    return [Layer(1, C=3, H=35, W=35, M=10, R=11, S=11, U=4, P=0), *CHECK_LAYERS[1:]]
-
-
-def _convpool_shape(**sizes):
-    from .workloads.convpool import Shape
-    return Shape(**sizes)
-
-
-def _training_dims(B: int, V: int, *HC: int):
-    from .workloads.training import Dims
-    return Dims(B, V, *HC)
-
-
-def _training_2(case: dict) -> dict:
-    from .workloads.training import data
-    c = data.sample(case["docs"], vocab=case.get("vocab", data.VOCAB), stream=case["stream"])
-    return {"indptr": c.indptr, "indices": c.indices, "batch": case["batch"]}
-
-
-def _training_3(case: dict) -> dict:
-    rng = np.random.default_rng(case["seed"])
-    n = case["n"]
-    values = rng.lognormal(np.log(case["typical"]), 2.0, n) * rng.choice([-1.0, 1.0], n)
-    values[rng.random(n) < 0.1] = 0.0          # some exact zeros, which do not count
-    return {"values": values}
-
-
-def _multigpu_1(case: dict) -> dict:
-    # Whole numbers in float32: every order of summation gives the same sums exactly.
-    rng = np.random.default_rng(case["seed"])
-    return {"buffers": [rng.integers(-100, 100, case["n"]).astype(np.float32) for _ in range(case["p"])]}
-
-
-def _multigpu_2(case: dict) -> dict:
-    return dict(case)
-
-
-def _convpool_1(case: dict) -> dict:
-    return {"registers": case["registers"], "threads": case["threads"], "shared_bytes": case.get("shared_bytes", 0)}
-
-
-def _convpool_3(case: dict) -> dict:
-    run = _run("convpool", case)
-    return {"ladder": run.experiment("ladder"), "cudnn_conv": run.experiment("cudnn_conv"),
-            "copy_gbs": _ceilings(run).loc["memory bandwidth (GB/s)", "measured"]}
-
-
-def _hopper_1(case: dict) -> dict:
-    """Byte offsets into a swizzled tile: a whole 1024-byte tile, 16-byte chunk starts, or random
-    offsets (any byte, several tiles on)."""
-    if "random" in case:
-        rng = np.random.default_rng(case["random"])
-        return {"offsets": rng.integers(0, case.get("span", 8192), 64), "swizzle": case["swizzle"]}
-    return {"offsets": np.arange(0, case.get("span", 1024), case.get("stride", 16)), "swizzle": case["swizzle"]}
-
-
-def _hopper_2(case: dict) -> dict:
-    """A valid sequence of mbarrier events over ``phases`` phases of a barrier of ``count``
-    arrivals (one arrival announcing ``tx`` bytes in each phase when ``tx``, landing in pieces),
-    with waits of random parity anywhere."""
-    rng = np.random.default_rng(case["seed"])
-    count, events = case["count"], []
-    for _ in range(case["phases"]):
-        phase = [["arrive", 1]] * (count - 1)
-        if case.get("tx"):
-            cuts = np.sort(rng.choice(np.arange(1, case["tx"]), 2, replace=False))
-            pieces = np.diff([0, *cuts, case["tx"]])
-            first = [["arrive_expect_tx", int(case["tx"])]]
-            rest = [*phase, *[["complete_tx", int(b)] for b in pieces]]
-            rng.shuffle(rest)
-            phase = first + list(rest)
-        else:
-            phase = phase + [["arrive", 1]]
-        for event in phase:
-            if rng.random() < 0.4:
-                events.append(["wait", int(rng.integers(0, 2))])
-            events.append(list(event))
-        events.append(["wait", int(rng.integers(0, 2))])
-    return {"count": count, "events": events}
-
-
-_LANES = list(range(32))
-#: The ids of the lenet notebook's exercise cells.
-LENET_CELLS = {"ex2": "e9cb45ac", "ex3": "e3cce15b"}
-
-#: Every exercise of the book, in reading order.
-EXERCISES: list[Exercise] = [
-    Exercise("basics.1", "basics", "a map with a guard", 2, "kernel", "kernels/basics/exercise_01_relu.cu",
-             step="GUARDED_MAP", module="gpulab.puzzles",
-             public=({"sizes": [1, 255, 1000, 4099], "seed": 0},),
-             hint="The global index is blockIdx.x * blockDim.x + threadIdx.x; the threads of the last "
-                  "block with an index at or past n must neither read x nor write y."),
-    Exercise("basics.2", "basics", "two dimensions", 2, "kernel", "kernels/basics/exercise_02_broadcast_add.cu",
-             step="TWO_D", module="gpulab.puzzles",
-             public=({"sizes": [(1, 1), (5, 70), (33, 17)], "seed": 0},),
-             hint="Column c = blockIdx.x * blockDim.x + threadIdx.x, row r from the y parts; guard r < H "
-                  "and c < W; rows are W floats apart."),
-    Exercise("basics.3", "basics", "a histogram with atomics", 2, "kernel",
-             "kernels/basics/exercise_03_histogram.cu", step="HISTOGRAM", module="gpulab.puzzles",
-             public=({"sizes": [(1000, 16), (257, 3)], "seed": 0},),
-             hint="One atomicAdd(&counts[values[i]], 1u) per element i < n; a plain counts[v] += 1 loses "
-                  "updates when two threads add to one bin at once."),
-    Exercise("measuring.1", "measuring", "a grid-stride loop", 4, "kernel",
-             "kernels/measuring/03_saxpy_grid_stride.cu", public=({"seed": 0},),
-             hint="With 8 blocks of 256 threads, every element past 2047 needs the loop; "
-                  "the loop's bound must be n itself (i < n)."),
-    Exercise("measuring.2", "measuring", "the bandwidth each variant reaches", 2, "function",
-             "book/measuring/measuring.ipynb", cell="31037b4e", function="bandwidth_fractions",
-             signature="bandwidth_fractions(ladder, ceilings)", public=({},), inputs=_measuring_2,
-             uses_run=True,
-             hint="Use the largest size only; bytes / (median_ms / 1e3) is bytes per second; divide "
-                  "by the measured device-copy bandwidth, which is in GB/s."),
-    Exercise("fcnet.1", "fcnet", "fuse the ReLU into step 1's matrix product", 4, "kernel",
-             "kernels/fcnet/16_exercise_matmul_relu.cu", public=({"seed": 0},),
-             hint="Guard both row < M and col < N, sum over all K, and apply max(C, 0) only when "
-                  "apply_relu is non-zero (the last layer has no ReLU)."),
-    Exercise("fcnet.2", "fcnet", "count the bank conflicts of a fill", 2, "function",
-             "book/fcnet/fcnet.ipynb", cell="619b1bd5", function="ways",
-             signature="ways(vectors, features, row_halves=72)",
-             public=({"vectors": _LANES, "features": [5] * 32},
-                     {"vectors": [i % 8 for i in _LANES], "features": [4 + i // 8 for i in _LANES]}),
-             inputs=_fcnet_2, tolerance=0.0, reveal=False,
-             hint="Two halves share one 4-byte word: count distinct words per bank (word % 32), "
-                  "not lanes, and take the largest count."),
-    Exercise("fcnet.3", "fcnet", "how far from each floor?", 2, "function",
-             "book/fcnet/fcnet.ipynb", cell="de400ff3", function="floor_multiples",
-             signature="floor_multiples(large, ceilings)", public=({},), inputs=_fcnet_3, uses_run=True,
-             hint="Take the fastest row of each precision in the large case; the floors are "
-                  "fcnet.floors_ms(n, tflops=..., gbs=...) with the measured FP32 rate (in TFLOP/s) "
-                  "and bandwidth (GB/s)."),
-    Exercise("alexnet.1a", "alexnet", "four filters per block (the kernel)", 4, "kernel",
-             "kernels/alexnet/exercise_01_four_filters.cu",
-             # Race-checked: the chapter's five reduced layers, the first one smaller (7 x 7 outputs,
-             # not 33 x 33: 11 x 11 filters at stride 4 all the same), at a few seconds of CPU.
-             public=({"layers": _alexnet_check_layers(), "seed": 0},),
-             hint="Every filter index m0 + k at or past M must be skipped when reading w, and "
-                  "rows and columns outside the input (the padding) contribute nothing."),
-    Exercise("alexnet.1b", "alexnet", "four filters per block (the speedup)", 1, "function",
-             "book/alexnet/alexnet.ipynb", cell="20e407f9", function="speedup_over_step_2",
-             signature="speedup_over_step_2(totals)", public=({},), inputs=_alexnet_totals, uses_run=True,
-             hint="Step 2's five-layer time at N = 128 divided by step E1's "
-                  "(alexnet.step_ms(totals, ...)); above 1 means E1 is faster."),
-    Exercise("alexnet.2", "alexnet", "how large a batch fits?", 2, "function",
-             "book/alexnet/alexnet.ipynb", cell="4adb18aa", function="largest_batch",
-             signature="largest_batch(step, capacity=80e9)",
-             public=({"step": "07", "capacity": 80e9}, {"step": "13", "capacity": 80e9}),
-             inputs=_alexnet_2, tolerance=0.0, reveal=False,
-             hint="Double N while every layer's alexnet.footprint_bytes(step, layer, N) fits; "
-                  "return the last N that fitted (a power of two)."),
-    Exercise("alexnet.3", "alexnet", "which layer holds step 14 back?", 2, "function",
-             "book/alexnet/alexnet.ipynb", cell="2d08d205", function="step14_fractions",
-             signature="step14_fractions(main, fp32_rate)", public=({},), inputs=_alexnet_3, uses_run=True,
-             hint="Per layer: flops / median_ms is FLOP per ms; the FP32 rate is in GFLOP/s. "
-                  "Key the dict by the layer number (an int)."),
-    Exercise("lenet.1", "lenet", "ReLU and pool in step 7's epilogue", 4, "kernel",
-             "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},),
-             hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
-                  "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
-    Exercise("lenet.2", "lenet", "how many registers does __launch_bounds__ leave?", 2, "function",
-             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex2"], function="launch_bounds_registers",
-             signature="launch_bounds_registers(threads, blocks)",
-             public=({"threads": 289, "blocks": 2}, {"threads": 1024, "blocks": 1}, {"threads": 32, "blocks": 1}),
-             inputs=_lenet_2, tolerance=0.0, reveal=False,
-             hint="Warps per block round up (289 threads are 10 warps); the SM's blocks x warps spread over its "
-                  "four quarters (round up); a quarter's 16,384 registers over its warps, rounded down to whole "
-                  "units of 256, over 32 threads; at most 255; 0 past 64 warps or 32 blocks."),
-    Exercise("lenet.3", "lenet", "what will four streams buy?", 2, "function",
-             "book/lenet/lenet.ipynb", cell=LENET_CELLS["ex3"], function="pipelined_ms",
-             signature="pipelined_ms(h2d_ms, kernel_ms, d2h_ms, streams)",
-             public=({"step": "01", "streams": 4}, {"step": "12", "streams": 4}), inputs=_lenet_3,
-             uses_run=True,
-             hint="With c equal chunks, each stage of a chunk takes 1/c of its one-stream time; the first chunk "
-                  "goes through all three stages, and every later chunk adds one chunk of the slowest stage."),
-    Exercise("training.1", "training", "the SGD update with 16-byte accesses", 4, "kernel",
-             "kernels/training/exercise_01_sgd_update_float4.cu",
-             # Race-checked (one block at a time): sizes that cover every fault the hidden checks
-             # look for -- many blocks, n % 4 of 0, 2 and 3 -- at a few seconds of CPU.
-             public=({"dims": (_training_dims(37, 1001),), "seed": 0},
-                     {"dims": (_training_dims(37, 1001, 30, 3),), "seed": 0}),
-             hint="Thread i updates elements 4i..4i+3 when 4i+3 < n; the last n % 4 elements (b2 has 3 "
-                  "in the second case, W1 30,030) are updated one float each, after the last whole float4."),
-    Exercise("training.2", "training", "how much of W1 does one batch touch?", 2, "function",
-             "book/training/training.ipynb", cell="tr-ex2-sol", function="rows_touched",
-             signature="rows_touched(indptr, indices, batch)",
-             public=({"docs": 2048, "batch": 32, "stream": 300}, {"docs": 4096, "batch": 1024, "stream": 301}),
-             inputs=_training_2,
-             hint="Count distinct word ids per batch (np.unique over the batch's slice of indices, which "
-                  "runs from indptr[first] to indptr[first + batch]); average over whole batches only."),
-    Exercise("training.3", "training", "what fp16 does to dZ1", 2, "function",
-             "book/training/training.ipynb", cell="tr-ex3-sol", function="flushed_to_zero",
-             signature="flushed_to_zero(values)",
-             public=({"seed": 1, "n": 20000, "typical": 1e-6}, {"seed": 2, "n": 20000, "typical": 1e-3}),
-             inputs=_training_3,
-             hint="Round with values.astype(np.float16) and count the results equal to 0, among the "
-                  "entries that were not 0 to begin with; subnormal fp16 numbers are not zero."),
-    Exercise("multigpu.1", "multigpu", "a ring all-reduce in NumPy", 2, "function",
-             "book/multigpu/multigpu.ipynb", cell="a1f0c017", function="ring_allreduce",
-             signature="ring_allreduce(buffers)",
-             public=({"p": 2, "n": 10, "seed": 0}, {"p": 3, "n": 11, "seed": 1}), inputs=_multigpu_1,
-             tolerance=0.0,
-             hint="Take copies of every message of a step before adding any; in the reduce-scatter GPU r "
-                  "sends chunk (r - s) % p, in the all-gather chunk (r + 1 - s) % p; count the bytes of "
-                  "each message sent (chunks differ in size when p does not divide n)."),
-    Exercise("multigpu.2", "multigpu", "from which batch do two GPUs pay?", 2, "function",
-             "book/multigpu/multigpu.ipynb", cell="a1f0c020", function="smallest_scaling_batch",
-             signature="smallest_scaling_batch(fixed_ms, ms_per_doc, grad_bytes, bw_gbs, alpha_us, target=0.55)",
-             public=({"fixed_ms": 0.02, "ms_per_doc": 5e-5, "grad_bytes": 16.8e6, "bw_gbs": 300.0,
-                      "alpha_us": 6.0},
-                     {"fixed_ms": 0.5, "ms_per_doc": 1e-6, "grad_bytes": 16.8e6, "bw_gbs": 300.0,
-                      "alpha_us": 6.0}),
-             inputs=_multigpu_2, tolerance=0.0, reveal=False,
-             hint="Two GPUs: fixed_ms + B / 2 x ms_per_doc + the all-reduce (p = 2); one GPU: fixed_ms + "
-                  "B x ms_per_doc; try B = 1,024, 2,048, ... 1,048,576 in order; return 0 when none qualifies."),
-    Exercise("convpool.1", "convpool", "the occupancy calculator", 2, "function",
-             "book/convpool/convpool.ipynb", cell="c0a1d048", function="occupancy",
-             signature="occupancy(registers, threads, shared_bytes=0)",
-             public=({"registers": 72, "threads": 256, "shared_bytes": 3840},
-                     {"registers": 32, "threads": 256, "shared_bytes": 61440},
-                     {"registers": 72, "threads": 1024, "shared_bytes": 0},
-                     {"registers": 40, "threads": 64, "shared_bytes": 0}),
-             inputs=_convpool_1, tolerance=0.0,
-             hint="Resident blocks are the smallest of four limits: registers (per warp, rounded up to "
-                  "256; whole warps in each of the four quarters of 16,384; whole blocks), shared memory "
-                  "(each block's plus 1 KB, out of 228 KB), 64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
-    Exercise("convpool.2", "convpool", "fuse the pool into step 2", 4, "kernel",
-             "kernels/convpool/exercise_pooled_registers.cu",
-             # Race-checked: the chapter's check shape with fewer channels and filters (every fault
-             # of the exercise is in rows, taps and windows, which keep their sizes).
-             public=({"shape": _convpool_shape(N=2, C=6, H=14, W=20, M=9), "seed": 0},),
-             hint="Input row i feeds output row 0 with tap i (i < 5) and output row 1 with tap i - 1 "
-                  "(i > 0); a window is the max of both rows' sums 2q and 2q + 1, plus b[m], clipped at "
-                  "zero; skip windows at or past PF."),
-    Exercise("convpool.3", "convpool", "what cuDNN's separate ReLU and pool cost", 2, "function",
-             "book/convpool/convpool.ipynb", cell="c0a1d055", function="epilogue_costs",
-             signature="epilogue_costs(ladder, cudnn_conv, copy_gbs)", public=({},), inputs=_convpool_3,
-             uses_run=True,
-             hint="Per N in (1, 8, 32): the eager fp16 NHWC layer's median minus the fp16 convolution's; "
-                  "the round trip is the fp16 pre-pool tensor written and read once "
-                  "(convpool.LAYER.batch(N).prepool_bytes(2)) over the bandwidth in GB/s, in ms."),
-    Exercise("hopper.1", "hopper", "the swizzle as a function of the address", 2, "function",
-             "book/hopper/hopper.ipynb", cell="hop-ex1-sol", function="swizzled_offsets",
-             signature="swizzled_offsets(offsets, swizzle=128)",
-             public=({"swizzle": 128}, {"swizzle": 64, "random": 3}), inputs=_hopper_1, tolerance=0.0,
-             hint="XOR, not add; the chunk bits are 4 .. 4 + b - 1 and the bits XORed in start at bit 7 "
-                  "for every swizzle (b = 3, 2, 1 for 128, 64, 32 bytes; 0 leaves the offset as it is)."),
-    Exercise("hopper.2", "hopper", "an mbarrier's phases", 2, "function",
-             "book/hopper/hopper.ipynb", cell="hop-ex2-sol", function="mbarrier_waits",
-             signature="mbarrier_waits(count, events)",
-             public=({"count": 2, "phases": 3, "seed": 1}, {"count": 1, "phases": 4, "tx": 96, "seed": 2}),
-             inputs=_hopper_2, tolerance=0.0,
-             hint="A phase completes only when every arrival has come AND every announced byte has landed; "
-                  "then the count starts again. wait(p) returns when the current phase's parity is not p."),
-]
+def __getattr__(name: str):
+    # ``EXERCISES`` is found on first use, not at import: a chapter's declarations import its
+    # workload, and the grader's sandbox imports this module without any chapter.
+    if name == "EXERCISES":
+        return list(all_exercises())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def solutions_present() -> bool:
     """Whether this copy of the lab has the instructors' solutions (False in a student copy)."""
-    return any("BEGIN SOLUTION" in (paths.REPO / e.file).read_text() for e in EXERCISES if e.kind == "kernel")
+    return any("BEGIN SOLUTION" in (paths.REPO / e.file).read_text() for e in all_exercises() if e.kind == "kernel")
 
 
 def get(exercise_id: str) -> Exercise:
-    for exercise in EXERCISES:
+    for exercise in all_exercises():
         if exercise.id == exercise_id:
             return exercise
     raise KeyError(f"no exercise '{exercise_id}'; the exercises are: "
-                   f"{', '.join(e.id for e in EXERCISES)}")
+                   f"{', '.join(e.id for e in all_exercises())}")
 
 
 def table() -> pd.DataFrame:
@@ -472,17 +229,29 @@ def table() -> pd.DataFrame:
     rows = pd.DataFrame([{"id": e.id, "chapter": e.chapter, "title": e.title, "points": e.points,
                           "kind": e.kind, "the student edits": e.where,
                           "public cases": len(e.public), "hidden cases": len(hidden_cases(e))}
-                         for e in EXERCISES])
+                         for e in all_exercises()])
     return rows if solutions_present() else rows.drop(columns="hidden cases")   # a student copy has none
 
 
 def hidden_cases(exercise: Exercise) -> list[dict]:
-    """The held-out cases (empty in the student copy, which has no hidden_checks module)."""
-    try:
-        hidden = importlib.import_module(".hidden_checks", __package__)
-    except ModuleNotFoundError:
-        return []
-    return list(hidden.HIDDEN.get(exercise.id, ()))
+    """The held-out cases, from ``book/<chapter>/hidden_checks.py`` (empty in the student copy,
+    which leaves those files out)."""
+    return list(hidden_checks(exercise.chapter).get(exercise.id, ()))
+
+
+def hidden_checks(chapter: str) -> dict:
+    """``HIDDEN`` of ``book/<chapter>/hidden_checks.py``: exercise id -> its hidden cases ({}
+    where the file is not there), checked to name only the chapter's exercises."""
+    module = _chapter_module(chapter, HIDDEN_CHECKS)
+    if module is None:
+        return {}
+    hidden = getattr(module, "HIDDEN", None)
+    declared = {e.id for e in _declared(chapter)}
+    if not isinstance(hidden, dict) or not set(hidden) <= declared:
+        raise GpulabError(f"book/{chapter}/{HIDDEN_CHECKS} must define HIDDEN, a dict from the ids of the "
+                          f"exercises declared beside it ({', '.join(sorted(declared)) or 'none'}) to "
+                          f"their hidden cases; it names {', '.join(sorted(set(hidden or ()) - declared))}")
+    return hidden
 
 
 # ----------------------------------------------------------------- kernel exercises
@@ -552,11 +321,17 @@ def namespace(chapter: str) -> dict:
 def define(exercise: Exercise, source: str, extra: dict | None = None):
     """Run a function cell's source and return the function it defines (None if it does not).
     IPython lines (``%magic``, ``!shell``) are dropped."""
+    return define_cell(exercise.chapter, exercise.function, source, extra, exercise.id)
+
+
+def define_cell(chapter: str, function: str, source: str, extra: dict | None = None, label: str = "exercise"):
+    """:func:`define` from the exercise's chapter and function alone: the grader's sandbox runs
+    this, where no chapter's declarations are."""
     code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-    ns = namespace(exercise.chapter)
+    ns = namespace(chapter)
     ns.update(extra or {})
-    exec(compile(code, f"<{exercise.id} cell>", "exec"), ns)  # noqa: S102 -- the student's cell
-    fn = ns.get(exercise.function)
+    exec(compile(code, f"<{label} cell>", "exec"), ns)  # noqa: S102 -- the student's cell
+    fn = ns.get(function)
     return fn if callable(fn) else None
 
 
@@ -631,7 +406,6 @@ def _run_id(exercise: Exercise) -> str | None:
     """Which recorded run a function exercise's public answers come from (None: no run)."""
     if not exercise.uses_run:
         return None
-    from .runs import load_run
     run = load_run(exercise.chapter)
     return f"{run.gpu}, recorded {run.meta['date']}"
 
@@ -659,7 +433,7 @@ def expected_answers(exercise: Exercise) -> list:
 def store_expected_answers(dest_root: Path) -> Path:
     """Write the public answers of every function exercise into a student copy."""
     answers = {e.id: {"run": _run_id(e), "answers": expected_answers(e)}
-               for e in EXERCISES if e.kind == "function"}
+               for e in all_exercises() if e.kind == "function"}
     path = Path(dest_root) / EXPECTED_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")

@@ -344,7 +344,8 @@ def _evaluate_function(exercise, notebook: Path, rec: _Recorder, child) -> None:
     if source is None:
         rec.finish("missing", f"{exercise.file} has no cell {exercise.cell} defining {exercise.function}")
         return
-    header, _ = child.request({"op": "define", "exercise": exercise.id, "source": source,
+    header, _ = child.request({"op": "define", "exercise": exercise.id, "chapter": exercise.chapter,
+                               "function": exercise.function, "source": source,
                                "extra": exercise.inputs(exercise.public[0])})
     if "error" in header:
         rec.finish("crashed", f"the cell defining {exercise.function} raised {_said(header)}")
@@ -452,7 +453,7 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         if why:
             raise GpulabError(f"cannot grade safely: {why}. The grader runs every submission's code in a "
                               f"sandbox; {sandbox.INSTALL_HINT}")
-    chosen = [ex_mod.get(i) for i in only] if only else list(ex_mod.EXERCISES)
+    chosen = [ex_mod.get(i) for i in only] if only else list(ex_mod.all_exercises())
     feedback = Path(feedback) if feedback else out.with_name(out.stem + "-feedback")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
     folders, skipped = students(submissions)

@@ -140,17 +140,22 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
     """The student version of the lab's package and common headers, for children to import:
     ``gpulab/`` without the instructor-only files, and ``kernels/common/``. Returns ``dest``."""
     from . import paths
-    from .student import INSTRUCTOR_ONLY
+    from .exercises import HIDDEN_CHECKS
+    from .student import instructor_only
     repo = Path(repo or paths.REPO)
     dest = Path(dest)
-    left_out = {Path(p) for p in INSTRUCTOR_ONLY}
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
 
     def ignore(folder, names):
         here = Path(folder).relative_to(repo)
-        return set(skip(folder, names)) | {n for n in names if here / n in left_out}
+        return set(skip(folder, names)) | {n for n in names if instructor_only((here / n).as_posix())}
+    # Not book/: the chapters' exercise declarations and hidden checks live there.
     shutil.copytree(repo / "gpulab", dest / "gpulab", ignore=ignore)
     shutil.copytree(repo / "kernels" / "common", dest / "kernels" / "common", ignore=ignore)
+    leaked = sorted(p.relative_to(dest).as_posix() for p in dest.rglob(HIDDEN_CHECKS))
+    if leaked:
+        raise GpulabError(f"{', '.join(leaked)}: hidden checks would be shown to a submission's code; "
+                          "they belong in book/<chapter>/ only")
     for path in (dest / "kernels").rglob("*"):
         if path.is_file() and "BEGIN SOLUTION" in path.read_text(errors="replace"):
             raise GpulabError(f"kernels/common/{path.name} holds a solution; the grader will not show it "
@@ -389,8 +394,8 @@ class Served:
 
     def op_define(self, m):
         from . import exercises
-        exercise = exercises.get(m["exercise"])
-        self.fn = exercises.define(exercise, m["source"], m["extra"])
+        # The parent names the chapter and the function: the child has no declarations to look them up in.
+        self.fn = exercises.define_cell(m["chapter"], m["function"], m["source"], m["extra"], m["exercise"])
         return {"ok": True, "defined": self.fn is not None}, []
 
     def op_call(self, m):

@@ -16,11 +16,12 @@ function exercises (``labdata/exercises/expected.json``) for the check cells.
 """
 from __future__ import annotations
 
+import fnmatch
 import html
 import json
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from . import paths
 
@@ -29,12 +30,20 @@ _BLOCK = {
     "#": re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n.*?^[ \t]*# END SOLUTION[^\n]*(\n|$)", re.M | re.S),
 }
 _PLACEHOLDER = {"//": "// TODO: your code here", "#": "# TODO: your code here"}
-#: Paths (relative to the repository root) the student copy leaves out.
-INSTRUCTOR_ONLY = ("gpulab/hidden_checks.py", "tests/test_grading.py", "tests/test_grading_sandbox.py",
-                   "tests/test_student.py",
-                   "tests/fixtures/grading")
+#: Paths (relative to the repository root, ``*`` for any name) the student copy leaves out, with
+#: everything under them: each chapter's hidden checks, the grader's tests and their fixtures.
+INSTRUCTOR_ONLY = ("book/*/hidden_checks.py", "tests/test_grading.py", "tests/test_grading_sandbox.py",
+                   "tests/test_student.py", "tests/fixtures/grading")
 #: What marks a check cell in a notebook.
 CHECK_CALL = "exercises.check("
+
+
+def instructor_only(relative: str | PurePosixPath) -> bool:
+    """Whether ``relative`` (a path relative to the repository root) is, or lies under, a path of
+    :data:`INSTRUCTOR_ONLY`."""
+    parts = PurePosixPath(relative).parts
+    return any(fnmatch.fnmatchcase("/".join(parts[:i]), pattern)
+               for pattern in INSTRUCTOR_ONLY for i in range(1, len(parts) + 1))
 
 
 def strip_solutions(text: str, comment: str = "//") -> str:
@@ -74,18 +83,16 @@ def make_student_version(dest: str | Path, source_root: Path | None = None) -> l
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} exists and is not empty; choose a new folder")
-    ignore = shutil.ignore_patterns(".git", ".venv", "_build", "__pycache__", ".pytest_cache",
-                                    "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu")
-    shutil.copytree(root, dest, ignore=ignore, dirs_exist_ok=True)
+    skip = shutil.ignore_patterns(".git", ".venv", "_build", "__pycache__", ".pytest_cache",
+                                  "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu")
     changed = []
-    for relative in INSTRUCTOR_ONLY:
-        path = dest / relative
-        if path.is_dir():
-            shutil.rmtree(path)
-            changed.append(path)
-        elif path.exists():
-            path.unlink()
-            changed.append(path)
+
+    def ignore(folder, names):
+        here = Path(folder).relative_to(root)
+        left_out = {n for n in names if instructor_only((here / n).as_posix())}
+        changed.extend(dest / here / n for n in sorted(left_out))       # never copied
+        return set(skip(folder, names)) | left_out
+    shutil.copytree(root, dest, ignore=ignore, dirs_exist_ok=True)
     for path in sorted(dest.rglob("*")):
         if path.suffix in (".cu", ".cuh"):
             text = path.read_text()
@@ -125,7 +132,7 @@ def solution_fingerprints(root: Path | None = None) -> dict[str, set[str]]:
         relative = path.relative_to(root).as_posix()
         if (not path.is_file() or any(part.startswith(".") or part in ("_build", "__pycache__")
                                       for part in path.relative_to(root).parts)
-                or any(relative.startswith(p) for p in INSTRUCTOR_ONLY)
+                or instructor_only(relative)
                 or path.suffix not in (".cu", ".cuh", ".ipynb", ".py", ".md", ".yml", ".txt", ".toml")):
             continue
         text = path.read_text(errors="replace")

@@ -1,6 +1,7 @@
 """Every exercise's public check, on the lab's own answers: in the instructor's copy they
 pass; in a student copy each unsolved exercise fails with "exercise not solved yet"."""
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_wrong_function_answer_is_explained():
 
 def test_every_solution_belongs_to_a_declared_exercise():
     """A solution block outside the declared exercises' files and cells would be stripped
-    from the student copy but never checked or graded: declare it in gpulab/exercises.py."""
+    from the student copy but never checked or graded: declare it in book/<chapter>/exercises.py."""
     declared_files = {e.file for e in EXERCISES if e.kind == "kernel"}
     declared_cells = {(e.file, e.cell) for e in EXERCISES if e.kind == "function"}
     undeclared = []
@@ -108,3 +109,43 @@ def test_a_copy_opened_with_another_labs_gpulab_refuses_to_check_or_show_kernels
     assert "matmul_relu" in show_source("fcnet/16_exercise_matmul_relu.cu").text
     monkeypatch.chdir(paths.REPO / "book" / "fcnet")
     paths.require_this_lab()
+
+
+@pytest.mark.solutions            # the hidden checks: instructors only, like the solutions
+def test_each_chapter_declares_its_own_exercises_beside_its_notebook():
+    """Exercises register per chapter: ``book/<chapter>/exercises.py`` and ``hidden_checks.py``,
+    found through the toc, in its order; every declared exercise has hidden checks there."""
+    from gpulab import chapters
+    order = chapters.names()
+    assert [e.chapter for e in EXERCISES] == sorted((e.chapter for e in EXERCISES), key=order.index)
+    for name in order:
+        declared = exercises._declared(name)
+        folder = paths.REPO / "book" / name
+        assert bool(declared) == (folder / exercises.DECLARATIONS).is_file(), name
+        assert bool(declared) == (folder / exercises.HIDDEN_CHECKS).is_file(), name
+        assert set(exercises.hidden_checks(name)) == {e.id for e in declared}, name
+        for exercise in declared:
+            assert exercise.chapter == name and exercises.hidden_cases(exercise), exercise.id
+    assert not list((paths.REPO / "gpulab").rglob(exercises.HIDDEN_CHECKS))
+
+
+def test_a_chapter_declaring_another_chapters_exercise_or_hidden_cases_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "book" / "zzdemo"
+    folder.mkdir(parents=True)
+    (folder / "exercises.py").write_text(
+        "from gpulab.exercises import Exercise\n"
+        "EXERCISES = [Exercise('fcnet.9', 'fcnet', 't', 1, 'kernel', 'kernels/x.cu', public=({},))]\n")
+    monkeypatch.setattr(paths, "REPO", tmp_path)
+    with pytest.raises(exercises.GpulabError, match="declares fcnet.9 of chapter 'fcnet'"):
+        exercises._declared("zzdemo")
+    other = tmp_path / "book" / "zzdemo2"
+    other.mkdir()
+    (other / "exercises.py").write_text(
+        "from gpulab.exercises import Exercise\n"
+        "EXERCISES = [Exercise('zzdemo2.1', 'zzdemo2', 't', 1, 'kernel', 'kernels/x.cu', public=({},))]\n")
+    (other / "hidden_checks.py").write_text("HIDDEN = {'zzdemo2.2': ({},)}\n")
+    assert [e.id for e in exercises._declared("zzdemo2")] == ["zzdemo2.1"]
+    with pytest.raises(exercises.GpulabError, match="it names zzdemo2.2"):
+        exercises.hidden_checks("zzdemo2")
+    for name in [m for m in sys.modules if m.startswith("gpulab._book.zzdemo")]:
+        del sys.modules[name]          # loaded from a folder that is about to go

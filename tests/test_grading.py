@@ -5,6 +5,7 @@ hidden check. Instructors only (the student export leaves this file out).
 The sample submissions are graded once, with the grader's command line, for the whole
 module (the ``graded`` fixture): ada hands in the lab's own answers, refreshed from the lab
 before grading, so her grades are also the proof that every lab answer passes every check."""
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -16,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulab import exercises, grading, hidden_checks, paths, sandbox
+from gpulab import chapters, exercises, grading, paths, sandbox
 from gpulab.exercises import EXERCISES
+from gpulab.student import find_solutions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 WRONG = FIXTURES / "wrong"
@@ -150,14 +152,14 @@ def _hidden_inputs() -> set[str]:
     for exercise in EXERCISES:
         public |= set(re.findall(r"\d{3,}", repr(exercise.public) + exercise.hint + exercise.title
                                  + exercise.signature))
-    found = set(re.findall(r"\d{3,}", repr(hidden_checks.HIDDEN)))
+    found = set(re.findall(r"\d{3,}", repr([exercises.hidden_checks(name) for name in chapters.names()])))
     return found - public
 
 
 @pytest.mark.slow
 def test_sample_submissions_get_the_expected_grades(graded):
     grades = graded.grades
-    expected = pd.read_csv(FIXTURES / "expected_grades.csv")
+    expected = pd.concat([pd.read_csv(p) for p in sorted((FIXTURES / "expected_grades").glob("*.csv"))])
     got = grades.set_index(["student", "exercise"])[["points", "status"]].sort_index()
     want = expected.set_index(["student", "exercise"])[["points", "status"]].sort_index()
     pd.testing.assert_frame_equal(got, want)
@@ -185,6 +187,36 @@ def test_feedback_says_why_and_never_shows_a_hidden_input(graded):
     # only the kind of failure (the grader's own CPU limit, with its number: test_grading_sandbox).
     assert "measuring.1: a grid-stride loop -- 0 of 4 points (time limit)" in texts["cy.md"]
     assert re.search(r"hidden check \d: time limit \(time limit exceeded\)", texts["cy.md"])
+
+
+def _sample_tool():
+    path = paths.REPO / "tools" / "make_sample_submissions.py"
+    spec = importlib.util.spec_from_file_location("make_sample_submissions", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_sample_submissions_are_what_the_script_writes():
+    """Every chapter's part of the sample submissions is what tools/make_sample_submissions.py
+    writes from the lab as it is now (no grading here: the files only), and each chapter with
+    exercises has its expected grades, a row per student and exercise."""
+    tool = _sample_tool()
+    every = set()
+    for chapter in chapters.names():
+        want, have = tool.sample_files(chapter), tool.committed_files(chapter)
+        stale = sorted(str(p) for p in set(want) | set(have) if want.get(p) != have.get(p))
+        assert not stale, f"run `python tools/make_sample_submissions.py {chapter}`: {stale} differ"
+        every |= set(have)
+        ids = [e.id for e in EXERCISES if e.chapter == chapter]
+        expected = FIXTURES / "expected_grades" / f"{chapter}.csv"
+        assert expected.is_file() == bool(ids), expected
+        if ids:
+            rows = pd.read_csv(expected)
+            assert sorted(zip(rows["student"], rows["exercise"])) == sorted(
+                (student, i) for student in tool.STUDENTS for i in ids), expected
+    assert every == {p.relative_to(tool.SUBMISSIONS) for p in tool.SUBMISSIONS.rglob("*") if p.is_file()}
+    assert {p.stem for p in (FIXTURES / "expected_grades").iterdir()} == {e.chapter for e in EXERCISES}
 
 
 def test_grade_says_what_it_expected(tmp_path):
@@ -237,3 +269,22 @@ def test_inputs_are_checked_and_messages_name_only_the_students_files(tmp_path):
         row = grading._summarise(exercise, grading.evaluate(exercise, staged))
         assert (row["status"], row["points"]) == ("invalid file", 0) and words in row["message"]
         assert not staged.digests and not (staged.root / exercise.file).exists()
+
+
+def test_the_sandboxs_lab_holds_no_hidden_check_declaration_or_solution(tmp_path):
+    """What a submission's code can read of the lab (sandbox.student_tree, bound at /lab): the
+    package and the common headers, without any chapter's hidden checks (they live in book/,
+    which is not there) or solution; a hidden-checks file put in the package is refused."""
+    lab = sandbox.student_tree(tmp_path / "lab")
+    assert sorted(p.name for p in lab.iterdir()) == ["gpulab", "kernels"]
+    texts = {p: p.read_text(errors="replace") for p in lab.rglob("*") if p.is_file()}
+    hidden = [p for p in texts if p.name == exercises.HIDDEN_CHECKS or "HIDDEN = {" in texts[p]]
+    assert not hidden
+    assert find_solutions(lab) == []
+    assert sorted(paths.REPO.glob(f"book/*/{exercises.HIDDEN_CHECKS}"))       # they are in the lab
+    fake = tmp_path / "repo"
+    shutil.copytree(paths.REPO / "kernels" / "common", fake / "kernels" / "common")
+    (fake / "gpulab" / "workloads" / "x").mkdir(parents=True)
+    (fake / "gpulab" / "workloads" / "x" / exercises.HIDDEN_CHECKS).write_text("HIDDEN = {}\n")
+    with pytest.raises(grading.GpulabError, match="hidden checks would be shown"):
+        sandbox.student_tree(tmp_path / "lab2", fake)

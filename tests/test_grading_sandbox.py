@@ -31,9 +31,18 @@ KERNEL, CELL = exercises.get("measuring.1"), exercises.get("fcnet.2")
 LIMIT = 10
 
 
+#: Every chapter's hidden checks, and where a child would find them if the sandbox showed them:
+#: the attacks try each (HIDDEN_PATHS).
+HIDDEN_FILES = sorted(paths.REPO.glob(f"book/*/{exercises.HIDDEN_CHECKS}"))
+HIDDEN_PATHS = [str(p) for p in HIDDEN_FILES] + [
+    f"{where}/{p.relative_to(paths.REPO).as_posix()}" for p in HIDDEN_FILES
+    for where in (sandbox.LAB, sandbox.SUBMISSION)] + [f"{sandbox.LAB}/gpulab/hidden_checks.py"]
+
+
 def _attack(name: str, **values) -> str:
     text = (ATTACKS / name).read_text()
-    for key, value in {"REPO": str(paths.REPO), **values}.items():
+    quoted = ", ".join(f'"{p}"' for p in HIDDEN_PATHS)
+    for key, value in {"REPO": str(paths.REPO), "HIDDEN_PATHS": quoted, **values}.items():
         text = text.replace(f"@{key}@", value)
     return text
 
@@ -166,7 +175,8 @@ def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_p
     from gpulab.workloads import measuring
     # Numbers of the hidden cases that the public check's own table shows too (its sizes) are not secret.
     hidden_numbers = _hidden_inputs() - set(re.findall(r"\d{3,}", repr(measuring.CHECK_SIZES)))
-    hidden_text = [line.strip() for line in (paths.REPO / "gpulab" / "hidden_checks.py").read_text().splitlines()
+    assert {p.parent.name for p in HIDDEN_FILES} == {e.chapter for e in exercises.EXERCISES}
+    hidden_text = [line.strip() for path in HIDDEN_FILES for line in path.read_text().splitlines()
                    if len(line.strip()) > 25]
     solution_lines = [line.strip() for exercise in (KERNEL, CELL)
                       for line in re.findall(r"BEGIN SOLUTION[^\n]*\n(.*?)END SOLUTION",

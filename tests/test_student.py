@@ -61,8 +61,10 @@ def test_student_version_of_the_whole_lab(student_copy):
         assert "between the markers" not in path.read_text(), f"{path}: the copy has no markers"
     notebook = json.loads((dest / "book/measuring/measuring.ipynb").read_text())
     assert any("TODO: your code here" in "".join(c["source"]) for c in notebook["cells"])
-    for relative in INSTRUCTOR_ONLY:
-        assert not (dest / relative).exists(), relative
+    for pattern in INSTRUCTOR_ONLY:
+        assert any(paths.REPO.glob(pattern)), f"{pattern} names nothing in the lab"
+        assert not any(dest.glob(pattern)), pattern
+    assert (dest / "book/fcnet/exercises.py").is_file()         # the declarations stay, the hidden checks go
     assert (dest / "labdata/exercises/expected.json").is_file()
     # The stripped kernel still compiles, and the exercise's check now fails.
     module = gpulab.load_module(exercise, "cpu")
@@ -134,3 +136,11 @@ def test_student_book_has_no_solution(student_copy, tmp_path):
     # The search is able to fail: the instructors' notebooks in the same place are found.
     shutil.copy(paths.REPO / "book/fcnet/fcnet.ipynb", html / "_sources/book/fcnet/fcnet.ipynb")
     assert find_solutions(html)
+
+
+def test_instructor_only_paths_match_every_chapters_hidden_checks():
+    from gpulab.student import instructor_only
+    assert instructor_only("book/lenet/hidden_checks.py") and instructor_only("book/x/hidden_checks.py")
+    assert instructor_only("tests/fixtures/grading") and instructor_only("tests/fixtures/grading/wrong/a.cu")
+    assert not instructor_only("book/lenet/exercises.py") and not instructor_only("book/lenet/lenet.ipynb")
+    assert not instructor_only("tests/fixtures/glued") and not instructor_only("tests/test_grading_other.py")

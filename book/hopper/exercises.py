@@ -1,0 +1,55 @@
+"""The hopper chapter's exercises, found through the toc by gpulab.exercises (which explains them)."""
+import numpy as np
+
+from gpulab.exercises import Exercise
+
+
+def _inputs_1(case: dict) -> dict:
+    """Byte offsets into a swizzled tile: a whole 1024-byte tile, 16-byte chunk starts, or random
+    offsets (any byte, several tiles on)."""
+    if "random" in case:
+        rng = np.random.default_rng(case["random"])
+        return {"offsets": rng.integers(0, case.get("span", 8192), 64), "swizzle": case["swizzle"]}
+    return {"offsets": np.arange(0, case.get("span", 1024), case.get("stride", 16)), "swizzle": case["swizzle"]}
+
+
+def _inputs_2(case: dict) -> dict:
+    """A valid sequence of mbarrier events over ``phases`` phases of a barrier of ``count``
+    arrivals (one arrival announcing ``tx`` bytes in each phase when ``tx``, landing in pieces),
+    with waits of random parity anywhere."""
+    rng = np.random.default_rng(case["seed"])
+    count, events = case["count"], []
+    for _ in range(case["phases"]):
+        phase = [["arrive", 1]] * (count - 1)
+        if case.get("tx"):
+            cuts = np.sort(rng.choice(np.arange(1, case["tx"]), 2, replace=False))
+            pieces = np.diff([0, *cuts, case["tx"]])
+            first = [["arrive_expect_tx", int(case["tx"])]]
+            rest = [*phase, *[["complete_tx", int(b)] for b in pieces]]
+            rng.shuffle(rest)
+            phase = first + list(rest)
+        else:
+            phase = phase + [["arrive", 1]]
+        for event in phase:
+            if rng.random() < 0.4:
+                events.append(["wait", int(rng.integers(0, 2))])
+            events.append(list(event))
+        events.append(["wait", int(rng.integers(0, 2))])
+    return {"count": count, "events": events}
+
+
+EXERCISES = [
+    Exercise("hopper.1", "hopper", "the swizzle as a function of the address", 2, "function",
+             "book/hopper/hopper.ipynb", cell="hop-ex1-sol", function="swizzled_offsets",
+             signature="swizzled_offsets(offsets, swizzle=128)",
+             public=({"swizzle": 128}, {"swizzle": 64, "random": 3}), inputs=_inputs_1, tolerance=0.0,
+             hint="XOR, not add; the chunk bits are 4 .. 4 + b - 1 and the bits XORed in start at bit 7 "
+                  "for every swizzle (b = 3, 2, 1 for 128, 64, 32 bytes; 0 leaves the offset as it is)."),
+    Exercise("hopper.2", "hopper", "an mbarrier's phases", 2, "function",
+             "book/hopper/hopper.ipynb", cell="hop-ex2-sol", function="mbarrier_waits",
+             signature="mbarrier_waits(count, events)",
+             public=({"count": 2, "phases": 3, "seed": 1}, {"count": 1, "phases": 4, "tx": 96, "seed": 2}),
+             inputs=_inputs_2, tolerance=0.0,
+             hint="A phase completes only when every arrival has come AND every announced byte has landed; "
+                  "then the count starts again. wait(p) returns when the current phase's parity is not p."),
+]
