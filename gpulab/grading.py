@@ -188,20 +188,22 @@ def _compile_routed(path: str, source: str, backend: str, options: tuple[str, ..
     the lab's own files (a chapter's other steps) compile here, as always."""
     route = getattr(_route, "value", None)
     if route is not None:
-        root, child = route
+        root, child, checking = route
         try:
             relative = Path(path).resolve().relative_to(root)
         except ValueError:
             relative = None
         if relative is not None:
-            return sandbox.RemoteModule(child, relative.as_posix(), source, options)
+            return sandbox.RemoteModule(child, relative.as_posix(), source, options, checking)
     return _compile_original(path, source, backend, options)
 
 
 @contextlib.contextmanager
-def _routed(root: Path, child):
+def _routed(root: Path, child, checking: dict | None = None):
+    """Compile the submission's files under ``root`` in ``child``, their launches with the CPU
+    backend's ``checking`` options on (the lab's own kernels, compiled here, run without them)."""
     kernels_mod._compile_cached = _compile_routed
-    _route.value = (Path(root).resolve(), child)
+    _route.value = (Path(root).resolve(), child, checking)
     try:
         yield
     finally:
@@ -298,16 +300,19 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
     be = get_backend("cpu")
     unsolved = ex_mod.is_unsolved(target.read_text(errors="replace"))
     root = target.parents[len(Path(exercise.file).parts) - 1]      # the staged submission
-    with _routed(root, child):
-        for i, (case, hidden, name) in enumerate(_cases(exercise)):
-            rec.start(name, hidden)
-            # The public checks (small sizes) look for data races: two threads, one word, no
-            # barrier between them (an instrumented build, one block at a time: too slow for
-            # the larger hidden sizes). The hidden checks run the threads of a block in a
-            # shuffled order, so a kernel that only works in one order (a missing barrier) fails.
-            extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": races}
+    for i, (case, hidden, name) in enumerate(_cases(exercise)):
+        rec.start(name, hidden)
+        # The public checks (small sizes) look for data races: two threads, one word, no
+        # barrier between them (an instrumented build, one block at a time: too slow for
+        # the larger hidden sizes). The hidden checks run the threads of a block in a
+        # shuffled order, so a kernel that only works in one order (a missing barrier) fails.
+        # Both only in the student's kernels: the lab's own kernels of the step (training's
+        # SGD step runs seven of them beside the student's) are checked by the lab's tests,
+        # and checking them here would cost the grader three times their run time.
+        extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": True} if races else {}
+        with _routed(root, child, extra):
             try:
-                with ex_mod.bounds_checking(be.name, **extra):
+                with ex_mod.bounds_checking(be.name):
                     checks = ex_mod.run_kernel_case(exercise, target, case, be)
             except (sandbox.Stopped, sandbox.ChildDied):
                 raise

@@ -504,10 +504,13 @@ class StudentError(Exception):
 
 
 class RemoteModule:
-    """The parent's stand-in for a compiled student module: kernels launch in the child."""
+    """The parent's stand-in for a compiled student module: kernels launch in the child.
+    ``checking`` (CPU-backend checking options) is turned on for this module's launches, over
+    the parent's own settings: the grader checks the student's kernels this way, not the lab's
+    kernels that run beside them in the parent."""
 
-    def __init__(self, child, file: str, source: str, options=()):
-        self.child, self.file = child, file
+    def __init__(self, child, file: str, source: str, options=(), checking: dict | None = None):
+        self.child, self.file, self.checking = child, file, dict(checking or {})
         header, _ = child.request({"op": "compile", "file": file, "source": source, "options": list(options)})
         if "error" in header:
             raise_error(header)
@@ -539,7 +542,7 @@ class RemoteFunction:
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         message = {"op": "launch", "file": self.module.file, "kernel": self.name, "grid": list(grid),
                    "block": list(block), "args": tuple(args), "shared_mem": int(shared_mem),
-                   "checking": dataclasses.asdict(cpu.current_checking()),
+                   "checking": {**dataclasses.asdict(cpu.current_checking()), **self.module.checking},
                    "globals": {k: v.tobytes() for k, v in self.module.globals.items()}}
         header, parts = self.module.child.request(message)
         if "error" in header:

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulab import chapters, exercises, grading, paths, sandbox
+from gpulab import chapters, exercises, grading, load_module, paths, sandbox
+from gpulab.errors import KernelLaunchError
 from gpulab.exercises import EXERCISES
 from gpulab.student import find_solutions
 
@@ -288,3 +289,25 @@ def test_the_sandboxs_lab_holds_no_hidden_check_declaration_or_solution(tmp_path
     (fake / "gpulab" / "workloads" / "x" / exercises.HIDDEN_CHECKS).write_text("HIDDEN = {}\n")
     with pytest.raises(grading.GpulabError, match="hidden checks would be shown"):
         sandbox.student_tree(tmp_path / "lab2", fake)
+
+
+def test_the_graders_checking_modes_reach_the_students_kernel_only(tmp_path):
+    """The race checker (public checks) and the shuffled schedule (hidden ones) are turned on in the
+    child, for the submission's kernels; the lab's own kernels run beside them in the grader
+    without (checked by the lab's tests: checking them again tripled training.1's time)."""
+    from gpulab import cpu
+    racy = tmp_path / "racy.cu"
+    racy.write_text((WRONG / "basics.3" / "not_atomic.cu").read_text())
+    values = np.zeros(64, np.int32)                  # every thread adds to bin 0
+    args = lambda counts: (np.int32(64), np.int32(1), values, counts)    # noqa: E731
+    child = sandbox.InProcess(paths.REPO, tmp_path)
+    checked = sandbox.RemoteModule(child, "racy.cu", racy.read_text(), (), {"races": True})
+    with pytest.raises(KernelLaunchError, match="race"):
+        checked.get_function("histogram")((1,), (64,), args(np.zeros(1, np.uint32)))
+    with cpu.checking(races=True):                  # asked by the case itself (basics.3's hidden one)
+        with pytest.raises(KernelLaunchError, match="race"):
+            sandbox.RemoteModule(child, "racy.cu", racy.read_text()).get_function("histogram")(
+                (1,), (64,), args(np.zeros(1, np.uint32)))
+    counts = np.zeros(1, np.uint32)
+    load_module(racy, "cpu").get_function("histogram")((1,), (64,), args(counts))   # the grader's own
+    assert counts[0] >= 1
