@@ -149,3 +149,12 @@ def test_a_chapter_declaring_another_chapters_exercise_or_hidden_cases_is_refuse
         exercises.hidden_checks("zzdemo2")
     for name in [m for m in sys.modules if m.startswith("gpulab._book.zzdemo")]:
         del sys.modules[name]          # loaded from a folder that is about to go
+
+
+def test_the_lab_answers_to_the_public_cases_are_not_empty():
+    """A solution that finds nothing -- a variant renamed in the run, so that convpool.3's CUDNN_LAYER
+    names no row -- would make an empty answer the right one, and every check pass on it."""
+    for exercise in EXERCISES:
+        if exercise.kind == "function":
+            for answer in exercises.expected_answers(exercise):
+                assert answer not in (None, {}, [], ""), f"{exercise.id}: the lab's answer is {answer!r}"

@@ -37,7 +37,8 @@ EXERCISES = [
              "book/convpool/convpool.ipynb", cell="c0a1d055", function="epilogue_costs",
              signature="epilogue_costs(ladder, cudnn_conv, copy_gbs)", public=({},), inputs=_inputs_3,
              uses_run=True,
-             hint="Per N in (1, 8, 32): the eager fp16 NHWC layer's median minus the fp16 convolution's; "
+             hint="Per N in (1, 8, 32): the median of the rows whose variant is CUDNN_LAYER (an empty answer: "
+                  "no row matched) minus the fp16 convolution's; "
                   "the round trip is the fp16 pre-pool tensor written and read once "
                   "(convpool.LAYER.batch(N).prepool_bytes(2)) over the bandwidth in GB/s, in ms."),
 ]

@@ -2,7 +2,17 @@
 import numpy as np
 
 from gpulab.exercises import Exercise, recorded_run
-from gpulab.workloads.lenet import results
+from gpulab.workloads.lenet import LAYERS, Conv, results
+
+
+def _inputs_1b(case: dict) -> dict:
+    """A layer of the chapter (by name) or of the shape [C, H, M], and the batch."""
+    layer = case["layer"]
+    if isinstance(layer, str):
+        layer = {conv.name: conv for conv in LAYERS}[layer]
+    else:
+        layer = Conv("layer", C=layer[0], H=layer[1], M=layer[2])
+    return {"layer": layer, "N": case["N"]}
 
 
 def _inputs_2(case: dict) -> dict:
@@ -22,10 +32,17 @@ def _inputs_3(case: dict) -> dict:
 
 
 EXERCISES = [
-    Exercise("lenet.1", "lenet", "ReLU and pool in step 7's epilogue", 4, "kernel",
+    Exercise("lenet.1a", "lenet", "ReLU and pool in step 7's epilogue (the kernel)", 4, "kernel",
              "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},),
              hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
                   "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
+    Exercise("lenet.1b", "lenet", "ReLU and pool in step 7's epilogue (the bytes it saves)", 1, "function",
+             "book/lenet/lenet.ipynb", cell="lenet-ex1b-sol", function="bytes_written",
+             signature="bytes_written(layer, N)",
+             public=({"layer": "conv1", "N": 10_000}, {"layer": "conv2", "N": 1}), inputs=_inputs_1b,
+             tolerance=0.0, reveal=False,
+             hint="4 bytes a float; step 7 writes N x M x E x E conv outputs, relu_pool N x M x P x P pooled ones "
+                  "(P = E // 2: an odd last row or column is not pooled), the fused kernel only the pooled ones."),
     Exercise("lenet.2", "lenet", "how many registers does __launch_bounds__ leave?", 2, "function",
              "book/lenet/lenet.ipynb", cell="e9cb45ac", function="launch_bounds_registers",
              signature="launch_bounds_registers(threads, blocks)",

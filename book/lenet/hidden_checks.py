@@ -1,6 +1,11 @@
 """The hidden checks of the lenet chapter's exercises: instructors only (see gpulab.exercises)."""
 HIDDEN = {
-    "lenet.1": (
+    "lenet.1b": (
+        {"layer": [3, 37, 5], "N": 7},       # a conv side of 31: pooled to 15, the last row and column dropped
+        {"layer": [2, 20, 8], "N": 1000},
+        {"layer": [1, 8, 1], "N": 3},
+    ),
+    "lenet.1a": (
         {"sizes": (2, 13), "seed": 9511},
         {"sizes": (33,), "seed": 9613},
     ),
