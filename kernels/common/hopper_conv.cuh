@@ -166,4 +166,119 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 
 // Dynamic shared memory of conv_wgmma: the ring, plus 1 KiB to align it to the swizzle's period.
 #define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN, CONV_BK) + 1024)
+// ---- hconv32: float operands on the tf32 tensor cores (convpool steps 10 and 11) ----
+// Additive: everything above, and so step 9's and alexnet's fp16 instantiations, is unchanged.
+// The same persistent warp-specialized loop over float NHWC input and float filters, read by
+// wgmma as tf32 (m64n256k8 ... .tf32: hopper.h's wgmma_m64n256k8_tf32; the tensor cores keep the
+// upper 19 bits of each float, sign, exponent and 10 mantissa bits, and drop the rest). A slice
+// is still one 128-byte swizzled row per tile row -- now 32 channels -- so a box of the input is
+// {32, TW, TH, 1} floats and one slice holds 4 k8 steps instead of 4 k16 steps.
+//
+// TERMS = 1: plain tf32 (one product per k8 step). TERMS = 3: 3xTF32 -- x = xb + xs and w = wb
+// + ws, each split beforehand into a tf32 "big" part and the float remainder (kernels/convpool/
+// 11_wgmma_3xtf32.cu), and each k8 step issues xb wb + xb ws + xs wb into the same float
+// accumulators (xs ws, of order 2^-22 of the product, is dropped). The slice then holds four
+// tiles (xb, xs, wb, ws): 96 KiB, so the ring has 2 slots instead of 4; each slot carries three
+// times the products, so the copy engine has three times as long to fill the other one.
+#define CONV32_BK 32              // floats per slice: one 128-byte row
+template <int TERMS>
+struct Conv32 {
+    static_assert(TERMS == 1 || TERMS == 3, "TERMS is 1 (tf32) or 3 (3xTF32)");
+    static constexpr int TENSORS = TERMS == 1 ? 1 : 2;          // big, and small when split
+    static constexpr int STAGES = TERMS == 1 ? 4 : 2;
+    static constexpr int A_FLOATS = CONV_BM * CONV32_BK;        // one A tile of a slice
+    static constexpr int B_FLOATS = 256 * CONV32_BK;            // one B tile (BN = 256)
+    static constexpr int SLICE_FLOATS = TENSORS * (A_FLOATS + B_FLOATS);
+    static constexpr int SLICE_BYTES = SLICE_FLOATS * 4;
+    static constexpr int SHARED_BYTES = STAGES * SLICE_BYTES + 1024;
+};
+
+// The float convolution: map_x / map_w the (big parts of the) input and filters, map_xs / map_ws
+// their remainders (read only when TERMS = 3). Filters as M x (taps x Cp) floats, Cp = C rounded
+// up to 32. Epilogue as conv_wgmma's (the accumulators' layout is the fp16 one).
+template <int TW, int TERMS, class Epilogue>
+__device__ __forceinline__ void conv_wgmma_f32(const CUtensorMap& map_x, const CUtensorMap& map_xs,
+                                               const CUtensorMap& map_w, const CUtensorMap& map_ws,
+                                               const ConvShape& s, const Epilogue& epilogue, unsigned char* smem_raw)
+{
+    using P = Conv32<TERMS>;
+    constexpr int BN = 256, STAGES = P::STAGES;
+    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int tiles = conv_tiles<TW, BN>(s);
+    const int chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
+    if (tid == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], CONV_CONSUMER_WARPS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    // A slot: A big [, A small], B big [, B small]; every tile starts at a multiple of 1024 bytes.
+    if (wg == 0) {                                  // the producer
+        setmaxnreg_dec<40>();
+        if (tid == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int n, e0, f0, m0;
+                conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+                for (int t = 0; t < KT; ++t, ++it) {
+                    const int slot = it % STAGES, tap = t / chunks, c0 = (t % chunks) * CONV32_BK;
+                    const int r = tap / s.S, sc = tap % s.S;
+                    mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);
+                    float* As = ring + (size_t)slot * P::SLICE_FLOATS;
+                    float* Bs = As + P::TENSORS * P::A_FLOATS;
+                    mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);
+                    tma_load_4d(As, &map_x, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
+                    tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+                    if constexpr (TERMS == 3) {
+                        tma_load_4d(As + P::A_FLOATS, &map_xs, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
+                        tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
+                    }
+                }
+            }
+        }
+    } else {                                        // the consumers
+        setmaxnreg_inc<232>();
+        const int c = wg - 1;
+        int it = 0;
+        float acc[BN / 2];
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int n, e0, f0, m0;
+            conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+            for (int t = 0; t < KT; ++t, ++it) {
+                const int slot = it % STAGES;
+                mbar_wait(&full[slot], (it / STAGES) % 2);
+                const float* As = ring + (size_t)slot * P::SLICE_FLOATS + 64 * c * CONV32_BK;
+                const float* Bs = ring + (size_t)slot * P::SLICE_FLOATS + P::TENSORS * P::A_FLOATS;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < CONV32_BK / 8; ++kk) {
+                    const unsigned long long ab = smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                             bb = smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B);
+                    if constexpr (TERMS == 3) {   // xb ws and xs wb, then xb wb
+                        wgmma_m64n256k8_tf32(acc, ab, smem_desc(Bs + P::B_FLOATS + 8 * kk, 1, 1024,
+                                                                SMEM_SWIZZLE_128B), 1);
+                        wgmma_m64n256k8_tf32(acc, smem_desc(As + P::A_FLOATS + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                             bb, 1);
+                    }
+                    wgmma_m64n256k8_tf32(acc, ab, bb, 1);
+                }
+                wgmma_commit();
+                wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
+                if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            }
+            wgmma_wait<0>();
+            if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            epilogue.store(acc, c, n, e0, f0, m0);
+        }
+    }
+}
+// ---- end hconv32 ----
 #endif  // GPULAB_COMMON_HOPPER_CONV_CUH

@@ -71,18 +71,40 @@ STEPS = [
          "tc", "wr", precision="fp16", layout="nhwc"),
     Step("09", "convpool/09_wgmma_tma.cu", "wgmma fed by TMA, warp-specialized, persistent", "conv_wgmma_pool",
          "wgmma", "wp", precision="fp16", layout="nhwc", options=("-arch=sm_90a",)),
+    Step("10", "convpool/10_wgmma_tf32.cu", "step 9 in tf32", "conv_wgmma_tf32_pool",
+         "wgmma", "wp32b", precision="tf32", layout="nhwc", options=("-arch=sm_90a",)),
+    Step("11", "convpool/11_wgmma_3xtf32.cu", "3xTF32 on wgmma: fp32 accuracy", "conv_wgmma_3xtf32_pool",
+         "wgmma", "wp32b", precision="fp32", layout="nhwc", options=("-arch=sm_90a",)),
 ]
 STEP = {s.number: s for s in STEPS}
 #: Exercise 2: step 2 with the ReLU and the pool fused (2 x 8 outputs per thread, 4 windows).
 EXERCISE = Step("E2", "convpool/exercise_pooled_registers.cu", "exercise: step 2 with the pool fused",
                 "conv_registers_pooled", "pooled8", "w")
 #: The steps timed at every batch size (the first four take 10-100 ms per image: batch 1 only).
-BATCH_STEPS = ("05", "06", "07", "08", "09")
+BATCH_STEPS = ("05", "06", "07", "08", "09", "10", "11")
 #: Step 9 (kernels/common/hopper_conv.cuh): a tile of TILE_H x TILE_W pixels (its input box
 #: {64 channels, TILE_W, TILE_H, 1}) times 256 filters, slices of 64 channels of one tap, a ring
 #: of 4 slices, 384 threads, one block per SM.
 WGMMA_TILE_H, WGMMA_TILE_W, WGMMA_FILTERS, WGMMA_BK, WGMMA_STAGES, WGMMA_THREADS = 16, 8, 256, 64, 4, 384
 WGMMA_SHARED = WGMMA_STAGES * (WGMMA_TILE_H * WGMMA_TILE_W + WGMMA_FILTERS) * WGMMA_BK * 2 + 1024
+#: Steps 10-11 (float operands, read as tf32): 32 channels per slice (one 128-byte row), so the
+#: input box is {32, TILE_W, TILE_H, 1} and the filters' channels are padded to a multiple of 32.
+#: Their rings hold the same bytes as step 9's (4 slots of xb, wb; step 11: 2 slots of xb, xs, wb,
+#: ws), so WGMMA_SHARED is theirs too.
+WGMMA_BK32 = 32
+
+
+def wgmma_bk(step: Step) -> int:
+    """Channels per slice of a wgmma step: one 128-byte row of its elements (64 halves, 32 floats)."""
+    return WGMMA_BK if step.itemsize == 2 else WGMMA_BK32
+
+
+def tf32_split(a, xp=np):
+    """(big, small): ``a`` (float32) rounded to the nearest tf32, ties away from zero, and the
+    remainder a - big (exact in float32) -- step 11's split_tf32, the same bit arithmetic."""
+    a = xp.ascontiguousarray(xp.asarray(a, dtype=xp.float32))
+    big = ((a.view(xp.uint32) + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+    return big, a - big
 
 
 def option(step: Step, name: str, options=None, default: int | None = None) -> int | None:
@@ -146,9 +168,9 @@ def wgmma_tiles(shape: Shape) -> int:
     return (shape.N * -(-shape.E // WGMMA_TILE_H) * -(-shape.F // WGMMA_TILE_W) * -(-shape.M // WGMMA_FILTERS))
 
 
-def padded_channels(shape: Shape) -> int:
-    """Step 9's Cp: C rounded up to its 64-channel slices."""
-    return -(-shape.C // WGMMA_BK) * WGMMA_BK
+def padded_channels(shape: Shape, bk: int = WGMMA_BK) -> int:
+    """Steps 9-11's Cp: C rounded up to their slices of ``bk`` channels (64 halves, 32 floats)."""
+    return -(-shape.C // bk) * bk
 
 
 def persistent_blocks(backend) -> int:
@@ -170,13 +192,14 @@ MEMORY_FRACTION = 0.5
 
 def footprint_bytes(shape: Shape, fused: bool = True) -> int:
     """Device memory the record holds at once for ``shape``: x in NCHW float and channels-last
-    float and half, the float64 convolution and pooled references, y, the filters' forms, and
-    (unfused steps, ``fused=False``) the pre-pool tensor. At N = 32: 8.8 GB fused."""
+    float and half, step 11's split of the channels-last input (two more floats per element), the
+    float64 convolution and pooled references, y, the filters' forms, and (unfused steps,
+    ``fused=False``) the pre-pool tensor. At N = 32: 12.2 GB fused."""
     x = shape.N * shape.C * shape.Hp * shape.Wp
     conv = shape.N * shape.M * shape.E * shape.F
     pooled = shape.N * shape.M * shape.PE * shape.PF
-    return (x * (4 + 4 + 2) + 8 * conv + (8 + 4) * pooled + (0 if fused else 4 * conv)
-            + 6 * 4 * shape.M * shape.K)
+    return (x * (4 + 4 + 2 + 8) + 8 * conv + (8 + 4) * pooled + (0 if fused else 4 * conv)
+            + 8 * 4 * shape.M * shape.K)
 
 
 def unfit_reason(step: Step, shape: Shape, options=None, limits=None) -> str | None:
@@ -237,9 +260,13 @@ def weight_forms(w, shape: Shape, xp=np) -> dict:
     cp = padded_channels(shape)
     wp = xp.zeros((M, RS * RS, cp), dtype=xp.float16)
     wp[:, :, :shape.C] = w.transpose(0, 2, 3, 1).reshape(M, RS * RS, shape.C)
+    cp32 = padded_channels(shape, WGMMA_BK32)
+    wp32 = xp.zeros((M, RS * RS, cp32), dtype=xp.float32)
+    wp32[:, :, :shape.C] = w.transpose(0, 2, 3, 1).reshape(M, RS * RS, shape.C)
+    wp32b, wp32s = tf32_split(wp32.reshape(M, RS * RS * cp32), xp)
     return {"w": xp.ascontiguousarray(w), "wt": xp.ascontiguousarray(flat.T), "wt_gemm": wt_gemm,
             "koff": xp.asarray(koff_table(shape)), "wr32": wr, "wr16": wr.astype(xp.float16),
-            "wp": wp.reshape(M, RS * RS * cp)}
+            "wp": wp.reshape(M, RS * RS * cp), "wp32b": wp32b, "wp32s": wp32s}
 
 
 def input_forms(x, steps, xp=np) -> dict:
@@ -290,13 +317,7 @@ def make_launch(step: Step, shape: Shape, x, forms: dict, b, y, backend: str | B
         _check_block_fits(kernel, cfg["block"])
     weights = forms[weight_name(step)]
     if step.kind == "wgmma":
-        from ... import tensormap
-        map_x = tensormap.encode_4d(x, (WGMMA_BK, WGMMA_TILE_W, WGMMA_TILE_H, 1))
-        map_w = tensormap.encode_2d(weights, (WGMMA_BK, WGMMA_FILTERS))
-        cfg = launch_config(step, shape, opts, blocks or persistent_blocks(be), threads)
-        args = (map_x, map_w, b, y, np.int32(shape.N), np.int32(shape.C), np.int32(padded_channels(shape)),
-                np.int32(shape.M), np.int32(shape.E), np.int32(shape.F))
-        return kernel.bind(cfg["grid"], cfg["block"], args, cfg["shared"])
+        return _wgmma_launch(step, shape, x, forms, weights, b, y, be, kernel, module, opts, blocks, threads)
     if step.kind == "gemm":
         args = (x, weights, forms["koff"], b, y, *shape.dims()[:5], weights.shape[1], shape.E, shape.F)
     else:
@@ -315,6 +336,39 @@ def make_launch(step: Step, shape: Shape, x, forms: dict, b, y, backend: str | B
         pool()
     launch.conv_out = conv_out
     return launch
+
+
+def _wgmma_launch(step: Step, shape: Shape, x, forms: dict, weights, b, y, be: Backend, kernel, module, opts,
+                  blocks, threads) -> Callable[[], None]:
+    """Steps 9-11: tensor maps of the channels-last input and the filters, one persistent block
+    per SM. Step 11 (fp32 on tf32 tensor cores) splits x into its tf32 big part and remainder
+    first (split_tf32, in the launch: it is part of the step's time) and passes four maps."""
+    from ... import tensormap
+    bk = wgmma_bk(step)
+    box_x, box_w = (bk, WGMMA_TILE_W, WGMMA_TILE_H, 1), (bk, WGMMA_FILTERS)
+    cfg = launch_config(step, shape, opts, blocks or persistent_blocks(be), threads)
+    sizes = (np.int32(shape.N), np.int32(shape.C), np.int32(padded_channels(shape, bk)), np.int32(shape.M),
+             np.int32(shape.E), np.int32(shape.F))
+    if step.precision != "fp32":
+        maps = (tensormap.encode_4d(x, box_x), tensormap.encode_2d(weights, box_w))
+        return kernel.bind(cfg["grid"], cfg["block"], (*maps, b, y, *sizes), cfg["shared"])
+    big, small = be.poisoned(x.shape, np.float32), be.poisoned(x.shape, np.float32)
+    n4 = x.size // 4
+    split = module.get_function("split_tf32").bind(
+        (max(1, min(SPLIT_MAX_BLOCKS, -(-n4 // SPLIT_THREADS))),), (SPLIT_THREADS,), (x, big, small, np.int64(n4)))
+    maps = (tensormap.encode_4d(big, box_x), tensormap.encode_4d(small, box_x),
+            tensormap.encode_2d(weights, box_w), tensormap.encode_2d(forms["wp32s"], box_w))
+    conv = kernel.bind(cfg["grid"], cfg["block"], (*maps, b, y, *sizes), cfg["shared"])
+
+    def launch():
+        split()
+        conv()
+    launch.split = (big, small)
+    return launch
+
+
+#: Step 11's split_tf32: threads per block, and at most this many blocks (grid-stride beyond).
+SPLIT_THREADS, SPLIT_MAX_BLOCKS = 256, 4096
 
 
 def _check_block_fits(kernel, block) -> None:
@@ -388,6 +442,8 @@ def _predicted():
             "tf32 needs several times fp16's instructions for the same product (half the k per fragment, "
             "a rounding per fragment element; see the profile), so fp16 saved more than the doubled "
             "tensor rate")),
+        "10": p.about(4, "07", claim="about 4x faster than step 7 (the file's estimate, made for batch 32)"),
+        "11": p.about(2, "06", claim="about 2x faster than step 6 (the file's estimate, made for batch 32)"),
         "09": p.about(2.3, "08", claim="about 2.3x faster than step 8 (the file's estimate, made for batch 32)",
                       because_faster=(
             "the claim is judged at one image, where step 9 takes less time per image than at batch 32 (the "
