@@ -168,49 +168,102 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 #define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN, CONV_BK) + 1024)
 // ---- hconv32: float operands on the tf32 tensor cores (convpool steps 10 and 11) ----
 // Additive: everything above, and so step 9's and alexnet's fp16 instantiations, is unchanged.
-// The same persistent warp-specialized loop over float NHWC input and float filters, read by
-// wgmma as tf32 (m64n256k8 ... .tf32: hopper.h's wgmma_m64n256k8_tf32; the tensor cores keep the
-// upper 19 bits of each float, sign, exponent and 10 mantissa bits, and drop the rest). A slice
-// is still one 128-byte swizzled row per tile row -- now 32 channels -- so a box of the input is
-// {32, TW, TH, 1} floats and one slice holds 4 k8 steps instead of 4 k16 steps.
 //
-// TERMS = 1: plain tf32 (one product per k8 step). TERMS = 3: 3xTF32 -- x = xb + xs and w = wb
-// + ws, each split beforehand into a tf32 "big" part and the float remainder (kernels/convpool/
-// 11_wgmma_3xtf32.cu), and each k8 step issues xb wb + xb ws + xs wb into the same float
-// accumulators (xs ws, of order 2^-22 of the product, is dropped). The slice then holds four
-// tiles (xb, xs, wb, ws): 96 KiB, so the ring has 2 slots instead of 4; each slot carries three
-// times the products, so the copy engine has three times as long to fill the other one.
+// conv_wgmma_tf32: the same persistent warp-specialized loop over float NHWC input and float
+// filters, read by wgmma as tf32 (hopper.h's wgmma_m64n256k8_tf32; the tensor cores keep the
+// upper 19 bits of each float -- sign, exponent, 10 mantissa bits -- and drop the rest). A slice
+// is still one 128-byte swizzled row per tile row, now 32 channels: a box of the input is {32,
+// TW, TH, 1} floats, and a slice holds 4 k8 steps where step 9's held 4 k16 steps.
+//
+// conv_wgmma_3xtf32: fp32 accuracy from the same tensor cores. x = xb + xs and w = wb + ws, each
+// split beforehand into a tf32 "big" part and the float remainder; each k8 step issues xb ws, xs wb
+// and xb wb (xs ws, ~2^-22 of the product, is left out). The tensor cores add into their float
+// accumulators by truncation, not rounding (measured: 3 wgmma per k8 step summed straight into one
+// accumulator over K = 6,400 gave 4e-5 against the float64 reference, far over float's ~1e-6), so a
+// slice's products go into a fresh accumulator (scale_d = 0 on its first wgmma) that the threads
+// then add into their own float sums with ordinary, rounded adds. Two such partial accumulators
+// alternate, so that slice t's wgmma run while slice t - 1's are added: 3 x 64 floats per thread,
+// hence BN = 128 filters per tile (3 x 128 would not fit the 232 registers a consumer may hold).
+// A slot holds xb, xs, wb, ws tiles (64 KiB): 3 slots.
 #define CONV32_BK 32              // floats per slice: one 128-byte row
-template <int TERMS>
-struct Conv32 {
-    static_assert(TERMS == 1 || TERMS == 3, "TERMS is 1 (tf32) or 3 (3xTF32)");
-    static constexpr int TENSORS = TERMS == 1 ? 1 : 2;          // big, and small when split
-    static constexpr int STAGES = TERMS == 1 ? 4 : 2;
-    static constexpr int A_FLOATS = CONV_BM * CONV32_BK;        // one A tile of a slice
-    static constexpr int B_FLOATS = 256 * CONV32_BK;            // one B tile (BN = 256)
+
+#ifndef GPULAB_CPU_BACKEND
+// m64n128k8 in tf32 (A, B K-major in shared memory): what hopper.h's wgmma_m64n256k8_tf32 is,
+// for 128 filters; the CPU backend's is in gpulab_hopper_cpu.h (hconv32 region).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float d[64], unsigned long long desc_a, unsigned long long desc_b,
+                                                     int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+#endif
+
+// The ring of the float steps: TENSORS tiles of A (128 x 32) and of B (BN x 32) per slot.
+template <int BN, int TENSORS, int STAGES>
+struct Conv32Ring {
+    static constexpr int A_FLOATS = CONV_BM * CONV32_BK, B_FLOATS = BN * CONV32_BK;
     static constexpr int SLICE_FLOATS = TENSORS * (A_FLOATS + B_FLOATS);
     static constexpr int SLICE_BYTES = SLICE_FLOATS * 4;
     static constexpr int SHARED_BYTES = STAGES * SLICE_BYTES + 1024;
 };
+using Conv32Tf32 = Conv32Ring<256, 1, 4>;     // step 10: xb, wb; 4 slots of 48 KiB
+using Conv32Split = Conv32Ring<128, 2, 3>;    // step 11: xb, xs, wb, ws; 3 slots of 64 KiB
 
-// The float convolution: map_x / map_w the (big parts of the) input and filters, map_xs / map_ws
-// their remainders (read only when TERMS = 3). Filters as M x (taps x Cp) floats, Cp = C rounded
-// up to 32. Epilogue as conv_wgmma's (the accumulators' layout is the fp16 one).
-template <int TW, int TERMS, class Epilogue>
-__device__ __forceinline__ void conv_wgmma_f32(const CUtensorMap& map_x, const CUtensorMap& map_xs,
+// The producer of both float steps: one thread walks the tiles and slices, the copy engine
+// fills slot it % STAGES with the slice's A tile(s) then B tile(s) (map_xs / map_ws only when
+// TENSORS = 2).
+template <int TW, int BN, int TENSORS, int STAGES>
+__device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const CUtensorMap& map_xs,
                                                const CUtensorMap& map_w, const CUtensorMap& map_ws,
-                                               const ConvShape& s, const Epilogue& epilogue, unsigned char* smem_raw)
+                                               const ConvShape& s, float* ring, unsigned long long* full,
+                                               unsigned long long* empty)
 {
-    using P = Conv32<TERMS>;
-    constexpr int BN = 256, STAGES = P::STAGES;
-    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
-    float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    __shared__ __align__(8) unsigned long long full[STAGES];
-    __shared__ __align__(8) unsigned long long empty[STAGES];
-    const int tid = threadIdx.x, wg = tid / 128;
-    const int tiles = conv_tiles<TW, BN>(s);
-    const int chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
-    if (tid == 0) {
+    using P = Conv32Ring<BN, TENSORS, STAGES>;
+    const int tiles = conv_tiles<TW, BN>(s), chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int n, e0, f0, m0;
+        conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+        for (int t = 0; t < KT; ++t, ++it) {
+            const int slot = it % STAGES, tap = t / chunks, c0 = (t % chunks) * CONV32_BK;
+            const int col = f0 + tap % s.S - s.pad, row = e0 + tap / s.S - s.pad;
+            mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);
+            float* As = ring + (size_t)slot * P::SLICE_FLOATS;
+            float* Bs = As + TENSORS * P::A_FLOATS;
+            mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);
+            tma_load_4d(As, &map_x, c0, col, row, n, &full[slot]);
+            tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+            if constexpr (TENSORS == 2) {
+                tma_load_4d(As + P::A_FLOATS, &map_xs, c0, col, row, n, &full[slot]);
+                tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
+            }
+        }
+    }
+}
+
+// Sets up the ring's barriers (full: the copy engine's bytes; empty: one arrival per consumer warp).
+template <int STAGES>
+__device__ __forceinline__ float* conv32_ring(unsigned char* smem_raw, unsigned long long* full,
+                                              unsigned long long* empty)
+{
+    if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(&full[i], 1);
             mbar_init(&empty[i], CONV_CONSUMER_WARPS);
@@ -218,30 +271,26 @@ __device__ __forceinline__ void conv_wgmma_f32(const CUtensorMap& map_x, const C
         mbar_fence_init();
     }
     __syncthreads();
-    // A slot: A big [, A small], B big [, B small]; every tile starts at a multiple of 1024 bytes.
+    return (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+}
+
+// Step 10: float operands read as tf32, BN = 256; Epilogue as conv_wgmma's. Filters as M x (taps
+// x Cp) floats, Cp = C rounded up to 32.
+template <int TW, class Epilogue>
+__device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
+                                                const Epilogue& epilogue, unsigned char* smem_raw)
+{
+    using P = Conv32Tf32;
+    constexpr int BN = 256, STAGES = 4;
+    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
+    float* ring = conv32_ring<STAGES>(smem_raw, full, empty);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int tiles = conv_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
     if (wg == 0) {                                  // the producer
         setmaxnreg_dec<40>();
-        if (tid == 0) {
-            int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int n, e0, f0, m0;
-                conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
-                for (int t = 0; t < KT; ++t, ++it) {
-                    const int slot = it % STAGES, tap = t / chunks, c0 = (t % chunks) * CONV32_BK;
-                    const int r = tap / s.S, sc = tap % s.S;
-                    mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);
-                    float* As = ring + (size_t)slot * P::SLICE_FLOATS;
-                    float* Bs = As + P::TENSORS * P::A_FLOATS;
-                    mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);
-                    tma_load_4d(As, &map_x, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
-                    tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
-                    if constexpr (TERMS == 3) {
-                        tma_load_4d(As + P::A_FLOATS, &map_xs, c0, f0 + sc - s.pad, e0 + r - s.pad, n, &full[slot]);
-                        tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
-                    }
-                }
-            }
-        }
+        if (tid == 0) conv32_produce<TW, BN, 1, STAGES>(map_x, map_x, map_w, map_w, s, ring, full, empty);
     } else {                                        // the consumers
         setmaxnreg_inc<232>();
         const int c = wg - 1;
@@ -256,26 +305,106 @@ __device__ __forceinline__ void conv_wgmma_f32(const CUtensorMap& map_x, const C
                 const int slot = it % STAGES;
                 mbar_wait(&full[slot], (it / STAGES) % 2);
                 const float* As = ring + (size_t)slot * P::SLICE_FLOATS + 64 * c * CONV32_BK;
-                const float* Bs = ring + (size_t)slot * P::SLICE_FLOATS + P::TENSORS * P::A_FLOATS;
+                const float* Bs = ring + (size_t)slot * P::SLICE_FLOATS + P::A_FLOATS;
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < CONV32_BK / 8; ++kk) {
-                    const unsigned long long ab = smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
-                                             bb = smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B);
-                    if constexpr (TERMS == 3) {   // xb ws and xs wb, then xb wb
-                        wgmma_m64n256k8_tf32(acc, ab, smem_desc(Bs + P::B_FLOATS + 8 * kk, 1, 1024,
-                                                                SMEM_SWIZZLE_128B), 1);
-                        wgmma_m64n256k8_tf32(acc, smem_desc(As + P::A_FLOATS + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
-                                             bb, 1);
-                    }
-                    wgmma_m64n256k8_tf32(acc, ab, bb, 1);
-                }
+                for (int kk = 0; kk < CONV32_BK / 8; ++kk)
+                    wgmma_m64n256k8_tf32(acc, smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                         smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
                 wgmma_commit();
                 wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
                 if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
             }
             wgmma_wait<0>();
             if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            epilogue.store(acc, c, n, e0, f0, m0);
+        }
+    }
+}
+
+// Step 11's products of one slice into the fresh partial accumulator d: per k8 step, xb ws, xs wb,
+// xb wb, the first with scale_d = 0 (d's old contents dropped).
+__device__ __forceinline__ void conv32_split_slice(float* d, const float* As, const float* Bs)
+{
+    using P = Conv32Split;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < CONV32_BK / 8; ++kk) {
+        const unsigned long long ab = smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                 as = smem_desc(As + P::A_FLOATS + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                 bb = smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                                 bs = smem_desc(Bs + P::B_FLOATS + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B);
+        wgmma_m64n128k8_tf32(d, ab, bs, kk > 0);
+        wgmma_m64n128k8_tf32(d, as, bb, 1);
+        wgmma_m64n128k8_tf32(d, ab, bb, 1);
+    }
+    wgmma_commit();
+}
+
+// Step 11: 3xTF32 with each slice's products summed apart and added to acc with rounded adds.
+template <int TW, class Epilogue>
+__device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
+                                                  const CUtensorMap& map_wb, const CUtensorMap& map_ws,
+                                                  const ConvShape& s, const Epilogue& epilogue, unsigned char* smem_raw)
+{
+    using P = Conv32Split;
+    constexpr int BN = 128, STAGES = 3;
+    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
+    float* ring = conv32_ring<STAGES>(smem_raw, full, empty);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int tiles = conv_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
+    if (wg == 0) {                                  // the producer
+        setmaxnreg_dec<40>();
+        if (tid == 0) conv32_produce<TW, BN, 2, STAGES>(map_xb, map_xs, map_wb, map_ws, s, ring, full, empty);
+    } else {                                        // the consumers
+        setmaxnreg_inc<232>();
+        const int c = wg - 1;
+        int it = 0;
+        float acc[BN / 2], part0[BN / 2], part1[BN / 2];
+        // Slice it's tiles (this consumer's 64 pixels of A), once its copies have landed.
+        auto tiles_of = [&](int i, const float*& As, const float*& Bs) {
+            const int slot = i % STAGES;
+            mbar_wait(&full[slot], (i / STAGES) % 2);
+            As = ring + (size_t)slot * P::SLICE_FLOATS + 64 * c * CONV32_BK;
+            Bs = ring + (size_t)slot * P::SLICE_FLOATS + 2 * P::A_FLOATS;
+        };
+        // Slice i's products (in part) are done: its slot goes back, part is added to acc.
+        auto retire = [&](int i, const float* part) {
+            if (tid % 32 == 0) mbar_arrive(&empty[i % STAGES]);
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) acc[j] += part[j];
+        };
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int n, e0, f0, m0;
+            conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+            const float *As, *Bs;
+            // Two slices per turn, into part0 then part1, each retired while the next one runs.
+            for (int t = 0; t < KT; t += 2, it += 2) {
+                tiles_of(it, As, Bs);
+                conv32_split_slice(part0, As, Bs);
+                if (t > 0) {
+                    wgmma_wait<1>();
+                    retire(it - 1, part1);
+                }
+                if (t + 1 < KT) {
+                    tiles_of(it + 1, As, Bs);
+                    conv32_split_slice(part1, As, Bs);
+                    wgmma_wait<1>();
+                    retire(it, part0);
+                } else {                            // KT odd: the tile's last slice
+                    wgmma_wait<0>();
+                    retire(it, part0);
+                    it -= 1;                        // it + 2 below counts one slice too many
+                }
+            }
+            if (KT % 2 == 0) {
+                wgmma_wait<0>();
+                retire(it - 1, part1);
+            }
             epilogue.store(acc, c, n, e0, f0, m0);
         }
     }

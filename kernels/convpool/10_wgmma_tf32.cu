@@ -7,9 +7,9 @@
 // instruction (m64n256k8 ... .tf32) where halves gave 16, at half the fp16 rate (the H100's
 // datasheet: 495 dense tf32 TFLOP/s against 989 fp16). A slice is still one 128-byte swizzled row
 // of each tile row, now 32 channels: the input box is {32 channels, 8 columns, 16 rows, 1 image},
-// the ring's 4 slots of 48 KiB, the producer, the consumers and the epilogue (step 9's
-// epilogue, kernels/convpool/wgmma_pool.cuh) are step 9's (kernels/common/hopper_conv.cuh, conv_wgmma_f32 with TERMS = 1); a
-// tile takes twice as many slices (25 taps x 8 chunks of 32 channels).
+// the ring's 4 slots of 48 KiB, the producer, the consumers and the epilogue are step 9's
+// (kernels/common/hopper_conv.cuh's conv_wgmma_tf32; the epilogue in kernels/convpool/
+// wgmma_pool.cuh); a tile takes twice as many slices (25 taps x 8 chunks of 32 channels).
 //
 // Why faster than step 7: step 7 is step 6's implicit GEMM on wmma fragments (mma.sync, 16 x 16
 // x 8 at a time, every fragment loaded and converted by the warps); this is the hopper chapter's
@@ -31,5 +31,5 @@ conv_wgmma_tf32_pool(const __grid_constant__ CUtensorMap map_x, const __grid_con
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, 5, 5, 0};
-    conv_wgmma_f32<8, 1>(map_x, map_x, map_w, map_w, s, WgmmaPoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
+    conv_wgmma_tf32<8>(map_x, map_w, s, WgmmaPoolEpilogue<256>{b, y, M, E / 2, F / 2}, smem_raw);
 }

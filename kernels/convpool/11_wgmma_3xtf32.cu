@@ -4,20 +4,29 @@
 // = a rounded to tf32 (10 mantissa bits) and as = a - ab (exact in float: the bits ab lost, so
 // |as| <= 2^-11 |a|); the tensor cores read as with its own 10 bits, so ab + as holds ~21 of a's 24
 // bits. A product is then ab bb + ab bs + as bb (as bs, ~2^-22 of it, is left out): three tf32
-// wgmma per k8 step into the same float accumulators, where step 10 issues one. The filters are
-// split once when the model is loaded; the input by split_tf32 below, a pass over x (read once,
-// the two halves written once), inside the step's time. A slice holds the four tiles (xb, xs, wb,
-// ws, 96 KiB), so the ring has 2 slots instead of 4 (conv_wgmma_f32 with TERMS = 3).
+// wgmma per k8 step where step 10 issues one. The filters are split once when the model is
+// loaded; the input by split_tf32 below, a pass over x (read once, the two parts written once),
+// inside the step's time.
 //
-// Accuracy: the products' error is now ~2^-21 of each operand, as float's rounding (2^-24) times
-// a few; the sums were already in float. Expected against the float64 reference: ~1e-6, as step 6
-// on the CUDA cores (the lab's fp32 tolerance is 1e-5) -- where step 10 has ~5e-4.
+// The second change is in the sums. The tensor cores add into their float accumulators by
+// truncation, not rounding: summed straight into one accumulator over K = 6,400 (three wgmma per
+// k8 step, 2,400 truncated adds per output), a trial run on the H100 gave 4e-5 against float64 --
+// ten times tf32's accuracy, not float's. So each slice of 32 channels (12 wgmma) goes into a
+// fresh accumulator, which the threads add into their own float sums with ordinary rounded adds;
+// two such partial accumulators alternate, so that a slice's wgmma run while the previous one is
+// added (kernels/common/hopper_conv.cuh's conv_wgmma_3xtf32). That is 3 x 64 accumulators per
+// thread, so a tile is 128 pixels x 128 filters (step 10: 256), and a ring slot holds four tiles
+// (xb, xs, wb, ws: 64 KiB), 3 slots.
+//
+// Accuracy: the operands' error is now ~2^-21, and the truncated sums run over 32 channels only:
+// expected ~1e-6 against the float64 reference, as step 6 on the CUDA cores (tolerance 1e-5).
 //
 // Launch: split_tf32 over x (4 floats per thread, grid-stride), then step 10's launch with four
-// tensor maps (xb, xs: {32, 8, 16, 1}; wb, ws: {32, 256}).
+// tensor maps (xb, xs: {32, 8, 16, 1}; wb, ws: {32, 128}).
 //
-// Prediction: at batch 32 about 3 x step 10's products plus the split (read 1.7 GB, write 3.4 GB:
-// ~2 ms): ~52 ms, 2x faster than step 6 (107 ms) and ~0.8x cuDNN's fastest fp32 path (67 ms).
+// Prediction: three times step 10's tensor-core work, less well fed (a 128-filter tile reads its
+// A tiles twice as often) plus the split (read 1.7 GB, write 3.4 GB at batch 32: ~2 ms): at batch
+// 32 ~55 ms, 2x faster than step 6 (107 ms) and ~0.8x cuDNN's fastest fp32 path (67 ms).
 #include <convpool/wgmma_pool.cuh>    // step 9's epilogue
 
 // a rounded to the nearest tf32, ties away from zero (as cvt.rna.tf32.f32): add half of the 13
@@ -46,5 +55,5 @@ conv_wgmma_3xtf32_pool(const __grid_constant__ CUtensorMap map_xb, const __grid_
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, 5, 5, 0};
-    conv_wgmma_f32<8, 3>(map_xb, map_xs, map_wb, map_ws, s, WgmmaPoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
+    conv_wgmma_3xtf32<8>(map_xb, map_xs, map_wb, map_ws, s, WgmmaPoolEpilogue<128>{b, y, M, E / 2, F / 2}, smem_raw);
 }

@@ -7,6 +7,9 @@
 #define GPULAB_CONVPOOL_WGMMA_POOL_CUH
 #include <common/hopper_conv.cuh>
 
+// BN: the filters of a consumer's tile (256 for step 10, 128 for step 11): BN / 8 groups of 4
+// accumulators per thread.
+template <int BN>
 struct WgmmaPoolEpilogue {
     const float* b;
     float* y;
@@ -18,7 +21,7 @@ struct WgmmaPoolEpilogue {
         const int pe = (e0 + 8 * c + 2 * w) / 2, pf = (f0 + g) / 2;   // this window's pooled pixel
         const bool inside = pe < PE && pf < PF;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
+        for (int j = 0; j < BN / 8; ++j) {
             // the window's two rows: accumulators e and e + 2 of one thread; its two columns: lanes 4 apart
             float v0 = fmaxf(acc[4 * j], acc[4 * j + 2]), v1 = fmaxf(acc[4 * j + 1], acc[4 * j + 3]);
             v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, 4));

@@ -442,5 +442,14 @@ GPULAB_UNCOUNTED static inline void tma_load_4d(void* dst, const CUtensorMap* ma
     complete_tx(bar, (int)offset, file, line);
 }
 // ------------------------------------------------------------ end of 4-D bulk tensor loads
+// ---- hconv32: m64n128k8 in tf32 (kernels/common/hopper_conv.cuh, convpool step 11) ----
+// As wgmma_m64n256k8_tf32 above for 128 columns. Sums are rounded float adds here; the GPU's
+// tensor cores truncate theirs (hopper_conv.cuh's step 11 notes say what that costs).
+static inline void wgmma_m64n128k8_tf32(float d[64], unsigned long long desc_a, unsigned long long desc_b,
+                                        int scale_d, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma_typed<128, 8>(d, desc_a, desc_b, scale_d, 4, gpulab::hopper_detail::tf32_operand,
+                                               file, line);
+}
+// ---- end hconv32 ----
 #undef GPULAB_HOPPER_SITE
 #endif  // GPULAB_HOPPER_CPU_H

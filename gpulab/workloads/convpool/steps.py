@@ -89,9 +89,16 @@ WGMMA_TILE_H, WGMMA_TILE_W, WGMMA_FILTERS, WGMMA_BK, WGMMA_STAGES, WGMMA_THREADS
 WGMMA_SHARED = WGMMA_STAGES * (WGMMA_TILE_H * WGMMA_TILE_W + WGMMA_FILTERS) * WGMMA_BK * 2 + 1024
 #: Steps 10-11 (float operands, read as tf32): 32 channels per slice (one 128-byte row), so the
 #: input box is {32, TILE_W, TILE_H, 1} and the filters' channels are padded to a multiple of 32.
-#: Their rings hold the same bytes as step 9's (4 slots of xb, wb; step 11: 2 slots of xb, xs, wb,
-#: ws), so WGMMA_SHARED is theirs too.
+#: Their rings hold the same bytes as step 9's (4 slots of xb, wb; step 11: 3 slots of xb, xs, wb,
+#: ws of 128 filters), so WGMMA_SHARED is theirs too.
 WGMMA_BK32 = 32
+#: Step 11's filters per tile (two partial accumulators beside the sums: 3 x 64 floats per thread).
+WGMMA_FILTERS_3XTF32 = 128
+
+
+def wgmma_filters(step: Step) -> int:
+    """Filters per tile of a wgmma step: 256, or 128 for step 11 (3xTF32)."""
+    return WGMMA_FILTERS_3XTF32 if step.precision == "fp32" else WGMMA_FILTERS
 
 
 def wgmma_bk(step: Step) -> int:
@@ -154,7 +161,7 @@ def launch_config(step: Step, shape: Shape, options=None, blocks: int | None = N
     if step.kind == "strips":
         return {"grid": (blocks or strips(step, shape, options),), "block": (threads or 256,), "shared": 0}
     if step.kind == "wgmma":
-        return {"grid": (max(1, min(blocks or 1, wgmma_tiles(shape))),), "block": (WGMMA_THREADS,),
+        return {"grid": (max(1, min(blocks or 1, wgmma_tiles(shape, wgmma_filters(step)))),), "block": (WGMMA_THREADS,),
                 "shared": WGMMA_SHARED}
     pixels = tc_pixels(step, options) if step.kind == "tc" else GEMM_TILE
     grid = (-(-shape.N * shape.PE * shape.PF // (pixels // 4)), -(-shape.M // GEMM_TILE))
@@ -163,9 +170,9 @@ def launch_config(step: Step, shape: Shape, options=None, blocks: int | None = N
     return {"grid": grid, "block": (TC_THREADS,), "shared": tc_shared_bytes(step, options)}
 
 
-def wgmma_tiles(shape: Shape) -> int:
-    """Step 9's tiles: images x tile rows x tile columns x filter tiles."""
-    return (shape.N * -(-shape.E // WGMMA_TILE_H) * -(-shape.F // WGMMA_TILE_W) * -(-shape.M // WGMMA_FILTERS))
+def wgmma_tiles(shape: Shape, filters: int = WGMMA_FILTERS) -> int:
+    """Steps 9-11's tiles: images x tile rows x tile columns x filter tiles (of ``filters``)."""
+    return (shape.N * -(-shape.E // WGMMA_TILE_H) * -(-shape.F // WGMMA_TILE_W) * -(-shape.M // filters))
 
 
 def padded_channels(shape: Shape, bk: int = WGMMA_BK) -> int:
@@ -345,7 +352,7 @@ def _wgmma_launch(step: Step, shape: Shape, x, forms: dict, weights, b, y, be: B
     first (split_tf32, in the launch: it is part of the step's time) and passes four maps."""
     from ... import tensormap
     bk = wgmma_bk(step)
-    box_x, box_w = (bk, WGMMA_TILE_W, WGMMA_TILE_H, 1), (bk, WGMMA_FILTERS)
+    box_x, box_w = (bk, WGMMA_TILE_W, WGMMA_TILE_H, 1), (bk, wgmma_filters(step))
     cfg = launch_config(step, shape, opts, blocks or persistent_blocks(be), threads)
     sizes = (np.int32(shape.N), np.int32(shape.C), np.int32(padded_channels(shape, bk)), np.int32(shape.M),
              np.int32(shape.E), np.int32(shape.F))
