@@ -1,7 +1,7 @@
 """Convpool steps 10-11 (tf32 and 3xTF32 on wgmma) at full size on a Hopper GPU, before a record:
 each checked against the float64 reference with a NaN-poisoned y, then timed beside step 9 and
 cuDNN's fp32 and tf32 paths (PyTorch, NCHW and channels-last) on the same inputs; the kernels'
-registers and local memory. Prints a table last. Usage: python tools/convpool_wgmma32_check.py [N...]"""
+registers and local memory. Prints a table last. Usage: python tools/convpool_wgmma32_check.py [--no-cudnn] [N...]"""
 import sys
 import time
 
@@ -21,7 +21,8 @@ for number in ("10", "11"):
     module = load_module(STEP[number].file, "gpu", options=STEP[number].options)
     print(resource_table(module).to_string(), flush=True)
 rows = []
-for N in [int(a) for a in sys.argv[1:]] or [32]:
+cudnn = "--no-cudnn" not in sys.argv
+for N in [int(a) for a in sys.argv[1:] if a != "--no-cudnn"] or [32]:
     shape = LAYER.batch(N)
     x, w, b = make_inputs(shape, seed=100 + N, xp=cupy)
     ref = pool_reference(conv_reference(x, w, b, xp=cupy), xp=cupy)
@@ -43,7 +44,7 @@ for N in [int(a) for a in sys.argv[1:]] or [32]:
                      "rerun_error": errors[1], "passed": result.passed, "unwritten": result.unwritten})
         print(f"[{time.perf_counter() - started:5.0f} s] {rows[-1]}", flush=True)
         del launch
-    paths = [p for p in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32"))
+    paths = [] if not cudnn else [p for p in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32"))
              if not (N >= 32 and p.precision == "fp32" and p.layout == "NHWC")]   # its 46 s search (record.py)
     measured = baselines.measure(paths, reference=ref, experiment="ladder", size=N, flops=shape.flops,
                                  budget_ms=3000, repeats=30, on_failure="skip")
