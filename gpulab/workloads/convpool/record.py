@@ -327,7 +327,7 @@ PROFILE_METRICS = {
     "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
     "launch__registers_per_thread": "registers_per_thread",
 }
-PROFILE_STEPS = ("03", "04", "05", "06", "07", "08", "09")
+PROFILE_STEPS = ("03", "04", "05", "06", "07", "08", "09", "10", "11")
 
 
 def profile_table() -> pd.DataFrame | None:
