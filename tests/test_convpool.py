@@ -142,7 +142,7 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     assert {s.label for s in convpool.STEPS} <= set(table.index)
     assert not table.index.str.endswith("CUDA graph").any()
     assert (table["bound"] != "memory").all()
-    fp32 = table.loc[[s.label for s in convpool.STEPS if s.precision != "fp16"], "ratio"]
+    fp32 = table.loc[[s.label for s in convpool.STEPS if s.precision != "fp16" and s.number <= "07"], "ratio"]
     assert fp32.between(0.97, 1.03).all() and table.loc[convpool.STEP["08"].label, "ratio"] < fp32.min()
     # step 9 (tensor pipe busy most of the time): "the same products" at one image and at 32
     assert 0.97 < table.loc[convpool.STEP["09"].label, "ratio"] < 1.03
@@ -193,8 +193,9 @@ def test_the_record_plan_on_a_t4_skips_the_tensor_core_steps_and_batch_32():
     planned, skipped = record.plan(convpool.BATCHES, device.PROFILES["T4"])
     assert {N: [s.number for s in steps] for N, steps in planned.items()} == {
         1: ["01", "02", "03", "04", "05", "06"], 8: ["05", "06"]}
-    assert [(r["variant"][:2], r["size"]) for r in skipped] == [("07", 1), ("08", 1), ("09", 1), ("07", 8),
-                                                                ("08", 8), ("09", 8), ("ev", 32)]
+    assert [(r["variant"][:2], r["size"]) for r in skipped] == [
+        ("07", 1), ("08", 1), ("09", 1), ("10", 1), ("11", 1), ("07", 8), ("08", 8), ("09", 8), ("10", 8), ("11", 8),
+        ("ev", 32)]
     assert record.plan(convpool.BATCHES, None)[1] == []              # no limits: everything is measured
 
 

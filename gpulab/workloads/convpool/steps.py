@@ -197,15 +197,16 @@ TC_CAPABILITY = "8.0"
 MEMORY_FRACTION = 0.5
 
 
-def footprint_bytes(shape: Shape, fused: bool = True) -> int:
+def footprint_bytes(shape: Shape, fused: bool = True, split: bool = False) -> int:
     """Device memory the record holds at once for ``shape``: x in NCHW float and channels-last
-    float and half, step 11's split of the channels-last input (two more floats per element), the
-    float64 convolution and pooled references, y, the filters' forms, and (unfused steps,
-    ``fused=False``) the pre-pool tensor. At N = 32: 12.2 GB fused."""
+    float and half, the float64 convolution and pooled references, y, the filters' forms, and
+    (unfused steps, ``fused=False``) the pre-pool tensor, or (step 11, ``split=True``) its split
+    of the channels-last input, two more floats per element. At N = 32: 8.8 GB fused, 12.2 GB
+    with step 11's split."""
     x = shape.N * shape.C * shape.Hp * shape.Wp
     conv = shape.N * shape.M * shape.E * shape.F
     pooled = shape.N * shape.M * shape.PE * shape.PF
-    return (x * (4 + 4 + 2 + 8) + 8 * conv + (8 + 4) * pooled + (0 if fused else 4 * conv)
+    return (x * (4 + 4 + 2 + (8 if split else 0)) + 8 * conv + (8 + 4) * pooled + (0 if fused else 4 * conv)
             + 8 * 4 * shape.M * shape.K)
 
 
@@ -232,7 +233,7 @@ def unfit_reason(step: Step, shape: Shape, options=None, limits=None) -> str | N
     why = here.shared_fits(shared)
     if why:
         return f"step {step.number} {why}"
-    return here.memory_fits(footprint_bytes(shape, step.fused), MEMORY_FRACTION)
+    return here.memory_fits(footprint_bytes(shape, step.fused, split=step.number == "11"), MEMORY_FRACTION)
 
 
 def requirements(step: Step, shape: Shape) -> str | None:

@@ -203,11 +203,12 @@ def gpu_comparison(N: int = 1, root=None):
                               f"({'one image' if N == 1 else f'N = {N}'})")
 
 
-def vendor_ms(run, N: int, precision: str) -> float:
-    """The fastest cuDNN path of ``precision``'s class at batch ``N``, in ms (NaN when the run has none)."""
+def vendor_ms(run, N: int, precision: str, column: str = "median_ms") -> float:
+    """The fastest cuDNN path of ``precision``'s class at batch ``N``, in ms (NaN when the run has
+    none); ``column="rel_error"``: that path's error against the float64 reference."""
     rows = run.experiment("ladder")
     best = baselines.fastest(rows[rows["size"] == N], precision)
-    return float(best["median_ms"]) if best is not None else np.nan
+    return float(best[column]) if best is not None else np.nan
 
 
 def batch_lines(run, precisions=("fp32", "tf32", "fp16")) -> pd.DataFrame:
