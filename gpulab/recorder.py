@@ -14,7 +14,8 @@ it again:
   when it passed. A failed check is a ``FAILED: why`` row of the ``skipped`` table, never a
   timing, and :attr:`Recorder.failed` lists it;
 * **the skipped-with-reason table** (its columns are the chapter's: ``Recording.skipped``) and
-  the other side tables;
+  the other side tables; what the run's metadata says beyond the machine (:meth:`Recorder.add_meta`:
+  the kernel sources' digests, the compiler's version);
 * **writing the run**: :func:`record` runs a chapter under the GPU monitor and saves it through
   :func:`gpulab.runs.save_run`.
 
@@ -37,6 +38,7 @@ A chapter's record module, in short (its measuring functions are the chapter's o
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from dataclasses import dataclass
@@ -52,6 +54,8 @@ from .runs import save_run
 
 #: The side table listing the experiments that failed or were not started, and why.
 PROBLEMS = "problems"
+#: Metadata that describe(), the GPU monitor and save_run write: a recording adds other keys.
+OWN_META = ("gpu", "date", "driver", "cuda_runtime", "cupy", "gpu_state", "chapter", "tables", "string_columns")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class Recorder:
         self._skipped: dict = {}
         self.problems: list[dict] = []
         self.failed: list[dict] = []
+        self.meta: dict = {}
 
     # ---------------------------------------------------------------- the clock and the budget
     def elapsed_s(self) -> float:
@@ -133,6 +138,14 @@ class Recorder:
         if name in ("skipped", PROBLEMS):
             raise ValueError(f"the recorder writes the '{name}' table itself: use rec.skip() or an Experiment")
         self.tables[name] = frame
+
+    def add_meta(self, **items) -> None:
+        """Facts the run's ``<chapter>.meta.json`` holds beside the machine's description (e.g. the
+        digests of the kernel sources the run was built from, the compiler's version)."""
+        owned = sorted(set(items) & set(OWN_META))
+        if owned:
+            raise ValueError(f"the recorder writes {owned} in a run's metadata itself; a recording adds other keys")
+        self.meta.update(items)
 
     def skip(self, reason: str, **columns) -> None:
         """A row of the ``skipped`` table: what was not measured (``columns``) and why. With a
@@ -208,7 +221,9 @@ class Recording:
     table only when something was skipped); ``skipped_key``: columns under which a later skipped
     row replaces an earlier one. ``budget_s``: the run's default budget. ``keep_going``: an
     experiment's failure (other than a check's) is listed in ``problems`` and the run goes on;
-    otherwise it stops the run."""
+    otherwise it stops the run. ``finish(rows)``: what the chapter derives from the whole run's
+    rows once every experiment ran (e.g. each variant's ratio to the fastest vendor path of its
+    case), returned as the rows to write."""
 
     chapter: str
     experiments: Sequence[Experiment]
@@ -217,6 +232,7 @@ class Recording:
     skipped_key: Sequence[str] | None = None
     budget_s: float | None = None
     keep_going: bool = False
+    finish: Callable | None = None
 
     def __post_init__(self):
         names = [e.name for e in self.experiments]
@@ -229,16 +245,32 @@ class Recording:
                         budget_s=self.budget_s if budget_s is None else budget_s, log=log,
                         skipped=self.skipped, skipped_key=self.skipped_key, keep_going=self.keep_going)
 
+    def only(self, *names: str) -> "Recording":
+        """This recording with only the experiments ``names`` (in its order), e.g. the part of a
+        long run a notebook measures live."""
+        unknown = sorted(set(names) - {e.name for e in self.experiments})
+        if unknown:
+            raise ValueError(f"{self.chapter}'s recording has no experiment {unknown}; it has "
+                             f"{[e.name for e in self.experiments]}")
+        return dataclasses.replace(self, experiments=[e for e in self.experiments if e.name in names])
+
+    def run(self, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
+            log: Callable = print) -> Recorder:
+        """Every experiment in order; the recorder they filled (its rows, tables and meta)."""
+        rec = self.recorder(repeats, quick, budget_s, log)
+        ctx = self.setup(rec) if self.setup is not None else None
+        for experiment in self.experiments:
+            rec.run(experiment, ctx)
+        if self.finish is not None and rec.rows:
+            rec.rows = self.finish(rec.rows)
+        return rec
+
     def __call__(self, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
                  log: Callable = print) -> tuple[list[dict], dict]:
         """Every experiment of the chapter on the GPU: (timing rows, {table name: table}).
         ``quick``: fewer sizes (a smoke test, not for committing); ``budget_s``: seconds for the
         whole run (default: the chapter's)."""
-        rec = self.recorder(repeats, quick, budget_s, log)
-        ctx = self.setup(rec) if self.setup is not None else None
-        for experiment in self.experiments:
-            rec.run(experiment, ctx)
-        return rec.result()
+        return self.run(repeats, quick, budget_s, log).result()
 
 
 def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: bool = False,
@@ -247,9 +279,14 @@ def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: 
     throttle reasons before, during and after) and write the run; return its CSV path, its
     number of timing rows and the number of checks that failed (their rows are in the
     ``skipped`` table, not timed)."""
+    added = {}
     with GpuMonitor() as monitor:
-        rows, tables = _as_pair(benchmark_all(repeats=repeats, quick=quick, budget_s=budget_s, log=log))
-    meta = dict(describe(), gpu_state=monitor.summary())
+        if isinstance(benchmark_all, Recording):
+            rec = benchmark_all.run(repeats=repeats, quick=quick, budget_s=budget_s, log=log)
+            (rows, tables), added = rec.result(), rec.meta
+        else:
+            rows, tables = _as_pair(benchmark_all(repeats=repeats, quick=quick, budget_s=budget_s, log=log))
+    meta = dict(describe(), gpu_state=monitor.summary(), **added)
     path = save_run(chapter, rows, meta, root=root, tables=tables)
     skipped = tables.get("skipped")
     failed = 0 if skipped is None or "reason" not in skipped else int(
@@ -263,11 +300,11 @@ def _as_pair(result) -> tuple[list[dict], dict]:
 
 
 # ------------------------------------------------------------------------------------------------
-# ADAPTER, temporary: alexnet, convpool, hopper and multigpu do not yet declare their run as a
+# ADAPTER, temporary: alexnet, convpool and multigpu do not yet declare their run as a
 # Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
 # them before: repeats and quick, and the budget under their old name, deadline_s, where they take
 # one. Remove a chapter from the set when it converts; remove the adapter when none is left.
-_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "convpool": "deadline_s", "multigpu": "deadline_s", "hopper": None}
+_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "convpool": "deadline_s", "multigpu": "deadline_s"}
 
 
 def benchmark_all_of(module) -> Callable:

@@ -266,6 +266,45 @@ def training(fail):
     r.profile_steps = lambda: pd.DataFrame({"step": [6]})
 
 
+def hopper(fail):
+    """Tiny GEMMs (the CPU backend emulates TMA, mbarriers and wgmma at the check sizes' pace);
+    cuBLAS's paths are float64 products rounded to the output type; the kernels' registers, NVRTC's
+    version and Nsight Compute's profile, which need a GPU, are stubbed."""
+    from gpulab.workloads.hopper import record as r
+    from gpulab.workloads.hopper.steps import as_float, poisoned, to_bf16_bits
+    r.benchmark = timing.benchmark
+    r.QUICK_SIZES = (136,)
+    r.SHAPES = (("tiny conv", 200, 136, 712, "a conv layer, smaller"), ("tiny dense", 72, 264, 200, "a dense layer"))
+    r.QUICK_SHAPES = ("tiny conv", "tiny dense")
+    r.CHECK_SHAPES = ((200, 136, 712),)
+
+    def random(shape, seed, precision):
+        x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+        return to_bf16_bits(x) if precision == "bf16" else x.astype(np.float16 if precision == "fp16" else np.float32)
+    r._random = random
+
+    def vendor_launches(A, B, precision="fp16"):
+        def launch(C):
+            def run():
+                product = as_float(A, precision) @ as_float(B, precision).T
+                C[...] = to_bf16_bits(product) if precision == "bf16" else product.astype(C.dtype)
+            return run, C
+        names = ("cuBLAS (cupy.matmul)" if precision == "fp16" else "cuBLAS (cublasGemmEx)", "cuBLASLt (torch.matmul)")
+        return {f"{name} {precision}": launch(poisoned(np, (A.shape[0], B.shape[0]), precision)) for name in names}
+    r.vendor_launches = vendor_launches
+    r.kernel_resources = lambda step: {"registers": 168, "local_bytes": 0, "static_shared_bytes": 0}
+    r.nvrtc_version = lambda: "0.0"
+    r.torch_version = lambda: "stub"
+    r.ncu_profile = lambda n: pd.DataFrame({"kernel": ["gemm_step07"], "block": ["(384, 1, 1)"], "grid": ["(1, 1, 1)"],
+                                            "metric": ["SM Busy"], "unit": ["%"], "value": [50.0]})
+    real_compare = r.compare
+
+    def compare(got, ref, *args, name="", **options):   # step ``fail`` made wrong
+        wrong = fail and name.startswith(f"step {fail}")
+        return real_compare(got * 3 + 1 if wrong else got, ref, *args, name=name, **options)
+    r.compare = compare
+
+
 def main(argv) -> int:
     chapter, out = argv[0], Path(argv[1])
     fail = argv[argv.index("--fail") + 1] if "--fail" in argv else None

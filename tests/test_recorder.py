@@ -210,6 +210,42 @@ def test_record_writes_the_run_with_its_side_tables_through_save_run(tmp_path, f
     assert run.meta["gpu_state"] == {"samples": 0}
 
 
+def test_a_recording_adds_meta_and_derives_from_its_rows(tmp_path, fake_gpu):
+    """What a chapter says beyond the machine (add_meta) reaches the run's meta.json; the keys the
+    recorder and save_run write are refused; ``finish`` sees every experiment's rows, once."""
+    seen = []
+
+    def provenance(rec):
+        rec.add_meta(nvrtc="13.0", sources={"a.cu": "00ff"})
+
+    def ratios(rows):
+        seen.append(len(rows))
+        best = min(row["median_ms"] for row in rows)
+        return pd.DataFrame(rows).assign(vs_best=lambda t: best / t["median_ms"])
+    recording = Recording("demo", [Experiment("a", lambda rec, ctx: rec.add(_row("x", median=2.0))),
+                                   Experiment("b", lambda rec, ctx: rec.add(_row("y", median=4.0)))],
+                          setup=provenance, finish=ratios)
+    path, rows, failed = recorder.record("demo", recording, repeats=3, root=tmp_path, log=lambda *a, **k: None)
+    run = runs.read_run(path)
+    assert (rows, failed, seen) == (2, 0, [2])
+    assert run.meta["nvrtc"] == "13.0" and run.meta["sources"] == {"a.cu": "00ff"}
+    assert run.timings["vs_best"].tolist() == [1.0, 0.5]
+    rows, tables = recording(repeats=3, log=lambda *a, **k: None)             # called as benchmark_all
+    assert list(rows["variant"]) == ["x", "y"] and tables == {}
+    for owned in ("gpu", "date", "tables", "gpu_state"):
+        with pytest.raises(ValueError, match="writes"):
+            Recorder("demo").add_meta(**{owned: "mine"})
+
+
+def test_only_keeps_the_named_experiments_in_order():
+    recording = Recording("demo", [Experiment(name, lambda rec, ctx, name=name: rec.add(_row(name)))
+                                   for name in ("a", "b", "c")])
+    rows, _ = recording.only("c", "a")(log=lambda *a, **k: None)
+    assert [row["variant"] for row in rows] == ["a", "c"]
+    with pytest.raises(ValueError, match="no experiment"):
+        recording.only("d")
+
+
 def test_the_command_line_calls_every_chapter_the_same_way(monkeypatch, tmp_path, capsys):
     calls = []
 
@@ -256,7 +292,7 @@ def test_the_adapter_passes_the_budget_under_the_old_name():
 def test_one_profiler_entry_point(capsys):
     assert profiler.driver("fcnet", "large", python="python") == ["python", "-m", "gpulab", "profile-driver",
                                                                   "fcnet", "large"]
-    for chapter in ("fcnet", "lenet", "training"):
+    for chapter in ("fcnet", "lenet", "training", "hopper"):
         assert callable(workload(chapter).profile_driver), chapter
     assert cli.run(["profile-driver", "measuring"]) == 2
     assert "chapter 'measuring' has no profile_driver" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The recording path without a GPU: ``python -m gpulab record CHAPTER --quick`` with the GPU's
 measurements stubbed (tests/recording_stubs.py) writes the files, columns and rows it wrote
 before the chapters' records were declared as experiments (gpulab.recorder): the fixtures in
-tests/fixtures/recording/ were written from main before that change, by the same stubs. A
+tests/fixtures/recording/ were written from main before that change, by the same stubs (hopper's
+from main's tools/hopper_gpu_run.py, which recorded that chapter until it became a Recording). A
 check that fails leaves its step untimed, as a FAILED row, and the command exits 1.
 
 After a change to what a chapter records that is meant, rewrite its fixture:
@@ -60,6 +61,7 @@ def run_or_fail(chapter: str, out: Path, *options: str, code: int = 0) -> dict:
 @pytest.mark.parametrize("chapter", [pytest.param("measuring", marks=pytest.mark.slow),
                                      pytest.param("fcnet", marks=pytest.mark.slow),
                                      pytest.param("lenet", marks=pytest.mark.slow),
+                                     pytest.param("hopper", marks=pytest.mark.slow),
                                      "training"])
 def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
     expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
@@ -101,6 +103,39 @@ def test_a_failed_check_is_not_timed_measuring(tmp_path):
     assert skipped["columns"] == ["variant", "size", "reason"]
     assert [row[:2] for row in skipped["rows"]] == [[float4, "4096"], [float4, "16384"], [float4, "65536"]]
     assert all(row[2].startswith("FAILED: CheckFailed: saxpy_float4 n=") for row in skipped["rows"])
+
+
+@pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
+def test_the_hopper_record_writes_the_files_and_columns_of_the_committed_runs(gpu, tmp_path):
+    """The files, their columns, the text columns and the metadata the chapter adds (its kernel
+    sources' digests, NVRTC's and PyTorch's versions, the profile's note) are those of the runs
+    the book reads."""
+    committed = paths.RUNS / gpu
+    run_or_fail("hopper", tmp_path)
+    written = next(p for p in tmp_path.iterdir() if p.is_dir())
+    assert sorted(p.name for p in written.iterdir()) == sorted(p.name for p in committed.glob("hopper.*"))
+    for path in committed.glob("hopper.*.csv"):
+        assert list(pd.read_csv(written / path.name).columns) == list(pd.read_csv(path).columns), path.name
+    assert list(pd.read_csv(written / "hopper.csv").columns) == list(pd.read_csv(committed / "hopper.csv").columns)
+    meta, ours = (json.loads((folder / "hopper.meta.json").read_text()) for folder in (committed, written))
+    assert ours["tables"] == meta["tables"] and ours["string_columns"] == meta["string_columns"]
+    added = {"kernel_sources_sha256", "nvrtc", "torch", "profile_note"}
+    assert added <= set(ours) and added <= set(meta)
+    assert ours["kernel_sources_sha256"].keys() == meta["kernel_sources_sha256"].keys()
+
+
+@pytest.mark.slow
+def test_a_failed_check_is_not_timed_hopper(tmp_path):
+    """Step 03's output made wrong at the timed size: its row is a FAILED row of the skipped
+    table, every other row is timed as before."""
+    found = run_or_fail("hopper", tmp_path, "--fail", "03", code=1)
+    expected = json.loads((FIXTURES / "hopper.json").read_text())["hopper.csv"]
+    variant = [c for c in expected["columns"] if c in LABELS].index("variant")
+    assert found["hopper.csv"]["rows"] == [row for row in expected["rows"] if not row[variant].startswith("step 03 ")]
+    skipped = found["hopper.skipped.csv"]
+    assert skipped["columns"] == ["experiment", "size", "precision", "variant", "reason"]
+    assert [row[:3] for row in skipped["rows"]] == [["hopper_gemm", "136", "fp16"]]
+    assert skipped["rows"][0][3].startswith("step 03 ") and skipped["rows"][0][4].startswith("FAILED: CheckFailed")
 
 
 if __name__ == "__main__":          # rewrite a chapter's fixture from this checkout's record

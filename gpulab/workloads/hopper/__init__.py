@@ -3,9 +3,9 @@ accumulation, from the lab's mma.sync GEMM to the bulk tensor copy engine (TMA),
 specialization; the best step also in bf16 and tf32 (in_precision).
 
 :mod:`.steps` holds the ladder (gpulab.ladder's protocol), its launches and its check against a float64
-reference; :mod:`.record` what a GPU run measures (tools/hopper_gpu_run.py runs it).
+reference; :mod:`.record` what a GPU run measures (``python -m gpulab record hopper``).
 """
-from .record import benchmark_all
+from .record import benchmark_all, profile_driver
 from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, Step, check, check_shape, \
     check_steps, in_precision, make_inputs, make_launch, needs_hopper, reference, run
 
@@ -14,4 +14,4 @@ TITLE = "What wins on Hopper: a GEMM from mma.sync to TMA, wgmma and warp specia
 
 __all__ = ["CHAPTER", "TITLE", "benchmark_all", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "MAIN_SIZE", "OTHER_PRECISIONS", "PREDICTED",
            "STEPS", "Step", "check", "check_shape", "check_steps", "in_precision", "make_inputs", "make_launch",
-           "needs_hopper", "reference", "run"]
+           "needs_hopper", "profile_driver", "reference", "run"]

@@ -1,20 +1,51 @@
-"""What a GPU run of the chapter measures: every step checked and timed at each size, with
-cuBLAS through CuPy and through PyTorch timed in the same run on the same inputs.
+"""The recorded run: ``python -m gpulab record hopper`` (GPU only), declared as its experiments
+(:class:`gpulab.recorder.Recording`).
 
-    rows = benchmark_all(sizes=(4096,))      # tidy rows: one per (size, variant)
+Experiments (tidy rows; see :mod:`gpulab.timing`), each variant checked against float64 at the
+size it is timed at before it is timed (a failure is a ``FAILED`` row of the ``skipped`` table),
+cuBLAS through CuPy and through PyTorch timed in the same run on the same inputs:
+
+- ``checks``: every step (and step 7's bf16 and tf32 files) built for sm_90a, its registers and
+  local memory (``resources`` table), and checked at :data:`CHECK_SHAPES`, sizes that are not
+  multiples of its tile (``checks`` table);
+- ``ladder``: every step and both cuBLAS paths at n^3 in fp16, n in :data:`SIZES` (experiment
+  ``hopper_gemm``);
+- ``bf16``, ``tf32``: step 7 and both cuBLAS paths in that type at the same sizes (experiments
+  ``hopper_gemm_bf16``, ``hopper_gemm_tf32``);
+- ``shapes``: step 7 and both cuBLAS paths at the book's GEMM shapes, :data:`SHAPES`, in each type
+  (experiment ``hopper_shapes``, with columns shape, M, N, K, precision);
+- ``profile``: Nsight Compute's SpeedOfLight and ComputeWorkloadAnalysis of one launch of each
+  fp16 kernel (``profile`` table).
+
+The run's metadata adds the sha256 of every kernel source the steps are built from (tests/test_runs.py
+holds the recorded runs to them), NVRTC's and PyTorch's versions.
 """
 from __future__ import annotations
 
-import traceback
+import hashlib
+import subprocess
 
 import numpy as np
 import pandas as pd
 
-from ... import datasheet
+from ... import datasheet, paths, profiler, recorder
 from ...check import compare
-from ...kernels import get_backend
-from ...timing import benchmark
-from .steps import ELEMENT_BYTES, STEPS, as_float, in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
+from ...errors import CheckFailed
+from ...kernels import get_backend, load_module
+from ...timing import Timing, benchmark
+from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, as_float, \
+    in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
+from .steps import check as check_step
+
+CHAPTER = "hopper"
+#: The square sizes n^3 the ladder (and step 7 in bf16 and tf32) is timed at; a quick run's.
+SIZES = (MAIN_SIZE, 8192)
+QUICK_SIZES = (1024,)
+#: The element types the recorded run times step 7 and cuBLAS in.
+PRECISIONS = ("fp16", *OTHER_PRECISIONS)
+#: Each variant's timings: ``ROUNDS`` rounds of up to ``BUDGET_MS`` each (a quick run: one round).
+BUDGET_MS = 500.0
+ROUNDS = 3
 
 #: H100 SXM dense fp16/bf16 tensor-core peak with float accumulation, TFLOP/s (gpulab.datasheet,
 #: where the fact is typed once: 989.4).
@@ -52,6 +83,8 @@ SHAPES = (
     ("training layer 1", 1024, 128, 32_760,
      "training's first layer at batch 1,024: 32,754 words (padded to 32,760) -> 128 hidden units"),
 )
+#: The shapes a quick run times (the two smallest).
+QUICK_SHAPES = ("alexnet conv3", "training layer 1")
 #: Rows of C checked against float64 where C is larger than this many elements (the reference of
 #: convpool's A, 1.6 million x 6,400, would need 82 GB in float64): a random sample of rows, the
 #: first and the last always among them; every element of C is still checked for being written.
@@ -160,65 +193,67 @@ def vendor_launches(A, B, precision: str = "fp16"):
     return launches
 
 
-def _measure(case: dict, variants, ref, rows, *, budget_ms, rounds, log) -> list[dict]:
+def _measure(rec, case: dict, variants, ref, rows, *, rounds: int) -> None:
     """Check every (label, launch, C, step) of one GEMM against ``ref`` (of the rows ``rows`` of C,
-    or all), then time them in ``rounds`` rounds, each variant once per round in turn: a large
-    GEMM heats the card and its clock drifts down over a run, so timing the variants one after the
-    other would favour the first. A variant's row holds the samples of all its rounds
-    (``round_medians_ms``: each round's median). Errors are caught per variant."""
+    or all) through ``rec.checked``, then time those that passed in ``rounds`` rounds, each variant
+    once per round in turn: a large GEMM heats the card and its clock drifts down over a run, so
+    timing the variants one after the other would favour the first. A variant's row holds the
+    samples of all its rounds (``round_medians_ms``: each round's median)."""
     import cupy
-    from ...timing import Timing
     M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
     name = case.get("shape", f"{case['size']}^3")
-    out, checked = [], []
+    where = {k: case[k] for k in ("experiment", "shape", "size", "precision") if k in case}
+
+    def check(label, fn, C):
+        fn()
+        cupy.cuda.Device().synchronize()
+        got = as_float(C if rows is None else C[rows], precision, cupy)
+        result = compare(got, ref, precision=precision, name=label)
+        unwritten = int(cupy.isnan(as_float(C, precision, cupy)).sum()) if rows is not None else result.unwritten
+        if not result.passed or unwritten:
+            raise CheckFailed(f"{name} {precision}: {result}" + (f", {unwritten} elements never written"
+                                                                  if unwritten else ""))
+        return result, unwritten
+
+    checked = []
     for label, fn, C, number in variants:
-        row = {**case, "variant": label, "step": number}
-        try:
-            fn()
-            cupy.cuda.Device().synchronize()
-            got = as_float(C if rows is None else C[rows], precision, cupy)
-            result = compare(got, ref, precision=precision, name=label)
-            unwritten = int(cupy.isnan(as_float(C, precision, cupy)).sum()) if rows is not None else result.unwritten
-            row.update(rel_error=result.rel_error, unwritten=unwritten,
-                       passed=bool(result.passed) and unwritten == 0)
-            checked.append((row, fn))
-        except Exception as exc:
-            row["error"] = repr(exc)
-            log(f"{name} {precision} {label}: error {exc!r}\n{traceback.format_exc()}")
-            out.append(row)
-    samples = {id(row): [] for row, _ in checked}
-    medians = {id(row): [] for row, _ in checked}
+        passed = rec.checked(lambda: check(label, fn, C), **where, variant=label)
+        if passed:
+            result, unwritten = passed.value
+            checked.append(({**case, "variant": label, "step": number, "rel_error": result.rel_error,
+                             "unwritten": unwritten, "passed": True}, fn))
+    samples = [[] for _ in checked]
+    medians = [[] for _ in checked]
     for _ in range(rounds):
-        for row, fn in checked:
-            timing = benchmark(fn, budget_ms=budget_ms, repeats=100)
-            samples[id(row)].append(timing.samples_ms)
-            medians[id(row)].append(timing.median_ms)
-    for row, fn in checked:
-        timing = Timing(np.concatenate(samples[id(row)]), method="cuda events, rounds interleaved")
+        for i, (row, fn) in enumerate(checked):
+            timing = benchmark(fn, budget_ms=BUDGET_MS, repeats=rec.repeats)
+            samples[i].append(timing.samples_ms)
+            medians[i].append(timing.median_ms)
+    for i, (row, fn) in enumerate(checked):
+        timing = Timing(np.concatenate(samples[i]), method="cuda events, rounds interleaved")
         row.update(timing.row(case["experiment"], row["variant"], size=case["size"], flops=gemm_flops(M, N, K),
                               bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision])))
-        row["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians[id(row)])
+        row["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians[i])
         row["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
-        log(f"{name} {precision} {row['variant']}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s "
-            f"(rounds {row['round_medians_ms']}), rel error {row['rel_error']:.2e}"
-            f"{'' if row['passed'] else ' FAILED'}")
-        out.append(row)
-    return out
+        rec.progress(f"{name} {precision} {row['variant']}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s "
+                     f"(rounds {row['round_medians_ms']}), rel error {row['rel_error']:.2e}")
+        rec.add(row)
 
 
-def _case_variants(steps, A, B, M, N, precision, be):
+def _case_variants(rec, steps, A, B, M, N, precision, be, where: dict):
+    """(label, launch, C, step number) of each step in ``steps`` and of cuBLAS's paths on A and B;
+    a step that cannot be launched is a ``FAILED`` row of the ``skipped`` table."""
     import cupy
-    variants, failed = [], []
+    variants = []
     for step in steps:
         C = poisoned(cupy, (M, N), precision)
         label = f"step {step.label}" + ("" if precision == "fp16" else f" {precision}")
-        try:
-            variants.append((label, make_launch(step, A, B, C, be), C, step.number))
-        except Exception as exc:
-            failed.append({"variant": label, "step": step.number, "error": repr(exc)})
+        launch = rec.checked(lambda: make_launch(step, A, B, C, be), **where, variant=label)
+        if launch:
+            variants.append((label, launch.value, C, step.number))
     for label, (fn, C) in vendor_launches(A, B, precision).items():
         variants.append((label, fn, C, "vendor"))
-    return variants, failed
+    return variants
 
 
 def _free():
@@ -227,46 +262,61 @@ def _free():
     try:
         import torch
         torch.cuda.empty_cache()
-    except Exception:
+    except Exception:          # no PyTorch here: CuPy's pool was all there was to free
         pass
 
 
-def benchmark_all(sizes=(4096,), *, budget_ms: float = 500.0, rounds: int = 3, seed: int = 0,
-                  log=print, precisions=("fp16",), shapes=(), shape_budget_ms: float | None = None) -> pd.DataFrame:
-    """Check every step and both cuBLAS paths at each square size n^3 in fp16 (experiment
-    ``hopper_gemm``), then time them (see :func:`_measure`). Beside them, for each other precision
-    in ``precisions`` (bf16, tf32): step 7 in that type and both cuBLAS paths in it at each size
-    (experiment ``hopper_gemm_<precision>``); and for each of ``shapes`` ((name, M, N, K, note), e.g.
-    :data:`SHAPES`) and each precision, step 7 and both cuBLAS paths (experiment ``hopper_shapes``,
-    with columns shape, M, N, K, precision; ``shape_budget_ms`` per variant and round)."""
-    be = get_backend("gpu")
-    best = STEPS[-1]
-    cases = [({"experiment": "hopper_gemm", "size": int(n), "M": int(n), "N": int(n), "K": int(n),
-               "precision": "fp16"}, STEPS, budget_ms) for n in sizes]
-    cases += [({"experiment": f"hopper_gemm_{p}", "size": int(n), "M": int(n), "N": int(n), "K": int(n),
-                "precision": p}, [in_precision(best, p)], budget_ms) for p in precisions if p != "fp16" for n in sizes]
-    cases += [({"experiment": "hopper_shapes", "size": 0, "shape": name, "M": M, "N": N, "K": K, "precision": p},
-               [in_precision(best, p)], shape_budget_ms or budget_ms)
-              for name, M, N, K, *_ in shapes for p in precisions]
-    rows = []
-    for case, steps, budget in cases:
-        M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
+def time_case(rec, case: dict, steps, *, seed: int = 0) -> None:
+    """One GEMM ``case`` (experiment, size or shape, M, N, K, precision): random inputs, the
+    float64 reference, ``steps`` and cuBLAS checked and timed (:func:`_measure`). A case that
+    fails as a whole (out of memory, say) is listed in the run's ``problems`` table."""
+    M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
+    where = {k: case[k] for k in ("experiment", "shape", "size", "precision") if k in case}
+
+    def measure():
         try:
             A = _random((M, K), seed, precision)
             B = _random((N, K), seed + 1, precision)
             checked = _checked_rows(M, N, seed)
             ref = _reference(A, B, precision, checked)
-            variants, failed = _case_variants(steps, A, B, M, N, precision, be)
-            for f in failed:
-                log(f"{case} {f['variant']}: could not launch: {f['error']}")
-            rows += [{**case, **f} for f in failed]
-            rows += _measure(case, variants, ref, checked, budget_ms=budget, rounds=rounds, log=log)
-        except Exception as exc:
-            log(f"{case}: error {exc!r}\n{traceback.format_exc()}")
-            rows.append({**case, "variant": "(case)", "step": "", "error": repr(exc)})
+            variants = _case_variants(rec, steps, A, B, M, N, precision, get_backend("gpu"), where)
+            _measure(rec, case, variants, ref, checked, rounds=1 if rec.quick else ROUNDS)
         finally:
             A = B = ref = variants = None
             _free()
+    rec.attempt(f"{case['experiment']} {case.get('shape', case['size'])} {precision}", measure)
+
+
+def _square(experiment: str, n: int, precision: str) -> dict:
+    return {"experiment": experiment, "size": int(n), "M": int(n), "N": int(n), "K": int(n), "precision": precision}
+
+
+def time_ladder(rec, ctx) -> None:
+    for n in QUICK_SIZES if rec.quick else SIZES:
+        time_case(rec, _square("hopper_gemm", n, "fp16"), STEPS)
+
+
+def time_in(precision: str):
+    """Step 7 and cuBLAS in ``precision`` at each square size (experiment hopper_gemm_<precision>)."""
+    def time_precision(rec, ctx) -> None:
+        for n in QUICK_SIZES if rec.quick else SIZES:
+            time_case(rec, _square(f"hopper_gemm_{precision}", n, precision), [in_precision(STEPS[-1], precision)])
+    return time_precision
+
+
+def time_shapes(rec, ctx) -> None:
+    """Step 7 and cuBLAS at each of :data:`SHAPES` (a quick run: :data:`QUICK_SHAPES`), in every type."""
+    for name, M, N, K, *_ in SHAPES:
+        if rec.quick and name not in QUICK_SHAPES:
+            continue
+        for p in PRECISIONS:
+            time_case(rec, {"experiment": "hopper_shapes", "size": 0, "shape": name, "M": M, "N": N, "K": K,
+                            "precision": p}, [in_precision(STEPS[-1], p)])
+
+
+def vs_best_cublas(rows) -> pd.DataFrame:
+    """The run's rows with each variant's TFLOP/s as a fraction of the fastest cuBLAS path of its
+    case (same experiment, shape, size and type) and of the H100's fp16 dense peak."""
     table = pd.DataFrame(rows)
     if "tflops" in table:
         key = table["experiment"] + "|" + table.get("shape", pd.Series("", index=table.index)).fillna("").astype(str) \
@@ -275,3 +325,129 @@ def benchmark_all(sizes=(4096,), *, budget_ms: float = 500.0, rounds: int = 3, s
         table["vs_best_cublas"] = table["tflops"] / key.map(vendor)
         table["vs_fp16_peak"] = table["tflops"] / H100_FP16_DENSE_TFLOPS
     return table
+
+
+# ------------------------------------------------------------------ builds, checks, provenance
+def kernel_resources(step) -> dict:
+    """Registers, local and static shared memory of ``step``'s kernel as NVRTC built it for sm_90a."""
+    attrs = load_module(step.file, get_backend("gpu"), options=GPU_OPTIONS).get_function(step.kernel).raw.attributes
+    return {"registers": attrs.get("num_regs"), "local_bytes": attrs.get("local_size_bytes"),
+            "static_shared_bytes": attrs.get("shared_size_bytes")}
+
+
+def build_and_check(rec, ctx) -> None:
+    """Every step, and step 7 in each other type, built (``resources`` table) and checked at
+    :data:`CHECK_SHAPES` on the GPU (``checks`` table; a failure is listed there with its error)."""
+    checks, resources = [], []
+    for step in list(STEPS) + [in_precision(STEPS[-1], p) for p in PRECISIONS if p != "fp16"]:
+        built = rec.checked(lambda: kernel_resources(step), experiment="build", variant=f"step {step.label}",
+                            precision=step.precision)
+        if not built:
+            continue
+        resources.append({"step": step.number, "kernel": step.kernel, **built.value,
+                          "dynamic_shared_bytes": step.shared_bytes, "threads": step.threads,
+                          "precision": step.precision})
+        for M, N, K in CHECK_SHAPES:
+            where = {"step": step.number, "precision": step.precision, "M": M, "N": N, "K": K}
+            try:
+                result = check_step(step, M, N, K, "gpu", seed=1)
+                checks.append({**where, "rel_error": result.rel_error, "unwritten": result.unwritten,
+                               "passed": bool(result.passed)})
+            except Exception as exc:       # noqa: BLE001 (listed in the checks table with its error)
+                checks.append({**where, "error": repr(exc), "passed": False})
+            rec.progress(f"step {step.number} {step.precision} checked at {M}x{N}x{K}: "
+                         f"{'ok' if checks[-1]['passed'] else 'FAILED ' + checks[-1].get('error', '')}")
+    rec.table("resources", pd.DataFrame(resources))
+    rec.table("checks", pd.DataFrame(checks))
+
+
+def kernel_sources() -> dict:
+    """sha256 of every file the steps are built from, so a record can be matched to its sources."""
+    root = paths.REPO
+    files = sorted((root / "kernels" / "hopper").glob("*.cu*")) + [root / "kernels" / "common" / "hopper.h"]
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def nvrtc_version() -> str:
+    import ctypes
+    from ...cpu import resources
+    lib, _ = resources._library()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return f"{major.value}.{minor.value}"
+
+
+def torch_version() -> str:
+    try:
+        import torch
+        return torch.__version__
+    except Exception as exc:       # noqa: BLE001 (the run says why PyTorch's paths are missing)
+        return repr(exc)
+
+
+def provenance(rec) -> None:
+    """The recording's setup: what the run's metadata says beyond the machine."""
+    rec.add_meta(kernel_sources_sha256=kernel_sources(), nvrtc=nvrtc_version(), torch=torch_version())
+
+
+# ------------------------------------------------------------------ Nsight Compute
+#: The ncu metrics the chapter's profile table keeps (its views read SM Busy, Issue Slots Busy,
+#: DRAM and L2 throughput and Duration).
+PROFILE_METRICS = ("SM Frequency", "Memory Throughput", "DRAM Throughput", "Duration", "L2 Cache Throughput",
+                   "Compute (SM) Throughput", "Issue Slots Busy", "SM Busy")
+
+
+def is_gemm_kernel(name: str) -> bool:
+    """The ladder's kernels and cuBLAS's (nvjet_..., or a name with gemm in it), not the kernels
+    that made the random inputs (cupy_..., curand's, cub's)."""
+    return name.startswith("nvjet") or "gemm" in name.lower()
+
+
+def ncu_profile(n: int) -> pd.DataFrame:
+    """ncu (its SpeedOfLight and ComputeWorkloadAnalysis sections, at its default base clocks) over
+    :func:`profile_driver` at n^3: one row per (kernel, metric), base units."""
+    ncu = profiler.ncu_path()
+    if ncu is None:
+        raise profiler.ProfilerError("ncu is not on PATH")
+    cmd = [ncu, "--csv", "--print-units", "base", "--section", "SpeedOfLight", "--section",
+           "ComputeWorkloadAnalysis", *profiler.driver(CHAPTER, str(n))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if done.returncode != 0:
+        raise profiler.ProfilerError(f"ncu exited {done.returncode}: {done.stderr[-2000:]}")
+    rows = profiler.parse_csv(done.stdout)
+    rows = rows[rows["metric"].isin(PROFILE_METRICS) & rows["kernel"].map(is_gemm_kernel)]
+    return rows[["kernel", "block", "grid", "metric", "unit", "value"]].reset_index(drop=True)
+
+
+def profile(rec, ctx) -> None:
+    n = (QUICK_SIZES if rec.quick else SIZES)[0]
+    table = ncu_profile(n)
+    rec.progress(f"profile: {table['kernel'].nunique()} kernels, {len(table)} rows")
+    rec.table("profile", table)
+    rec.add_meta(profile_note=f"ncu --section SpeedOfLight --section ComputeWorkloadAnalysis, one launch of each "
+                              f"fp16 kernel at {n}^3 (ncu default clock control: base clocks), in the same call "
+                              "after the timings; the cuBLAS kernel is the one cupy.matmul ran")
+
+
+def profile_driver(n: str = str(MAIN_SIZE)) -> None:
+    """Every fp16 step and cupy.matmul once at n^3: the child process ncu watches
+    (``python -m gpulab profile-driver hopper N``)."""
+    import cupy
+    n = int(n)
+    be = get_backend("gpu")
+    A = cupy.random.RandomState(0).uniform(-1, 1, (n, n)).astype(cupy.float16)
+    B = cupy.random.RandomState(1).uniform(-1, 1, (n, n)).astype(cupy.float16)
+    C = cupy.empty((n, n), cupy.float16)
+    for step in STEPS:
+        make_launch(step, A, B, C, be)()
+    cupy.matmul(A, B.T)
+    cupy.cuda.Device().synchronize()
+
+
+benchmark_all = recorder.Recording(CHAPTER, [
+    recorder.Experiment("checks", build_and_check),
+    recorder.Experiment("ladder", time_ladder),
+    *(recorder.Experiment(p, time_in(p)) for p in PRECISIONS if p != "fp16"),
+    recorder.Experiment("shapes", time_shapes),
+    recorder.Experiment("profile", profile, optional=True),
+], setup=provenance, keep_going=True, finish=vs_best_cublas)

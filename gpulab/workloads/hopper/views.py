@@ -14,7 +14,7 @@ import pandas as pd
 from ... import datasheet, plots, predictions, roofline, runs
 from ...errors import RecordedRunError
 from ...kernels import get_backend
-from .record import benchmark_all, gemm_bytes, gemm_flops
+from .record import SIZES, benchmark_all, gemm_bytes, gemm_flops
 from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, in_precision, needs_hopper, prediction_steps, \
     variant_key
 
@@ -26,7 +26,7 @@ FP16_FLOP_PER_CLOCK = 1024
 EXPERIMENT = "hopper_gemm"
 VENDOR = "vendor"
 #: The second size the run times (n^3), where a kernel's tail and L2 reuse weigh differently.
-LARGE_SIZE = 8192
+LARGE_SIZE = SIZES[-1]
 
 
 def load(backend=None, gpu: str = "H100"):
@@ -35,7 +35,7 @@ def load(backend=None, gpu: str = "H100"):
     than compute capability 9.0, whose reason :func:`needs_hopper` gives)."""
     be = get_backend(backend)
     if be.name == "gpu" and needs_hopper(be) is None:
-        return runs.live_or_recorded(CHAPTER, lambda: benchmark_all(sizes=(MAIN_SIZE, LARGE_SIZE)), gpu)
+        return runs.live_or_recorded(CHAPTER, benchmark_all.only("ladder"), gpu)
     return runs.load_run(CHAPTER, gpu)
 
 
