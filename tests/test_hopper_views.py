@@ -86,7 +86,7 @@ def test_every_number_the_prose_reads_is_glued():
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_bf16_tf32_and_shape_numbers_agree_with_the_runs_own_ratios(gpu):
     """Step 7's standing in each type and at each shape, as the prose quotes it, is the ratio the
-    GPU run itself wrote (record.benchmark_all's vs_best_cublas), and every check there passed."""
+    GPU run itself wrote (record.vs_best_cublas), and every check there passed."""
     run = load_run("hopper", gpu)
     n = views.type_numbers(run)
     t = run.timings
@@ -138,9 +138,10 @@ def test_tiles_and_columns_used_by_hand():
 
 
 def test_a_live_run_of_the_fp16_ladder_reads_bf16_tf32_and_shapes_from_a_recorded_run():
-    """A live run (benchmark_all's default: the fp16 ladder) on a Hopper GPU the lab has no run of:
-    the type and shape views read the H100's recorded run and say so; the prediction table leaves
-    the variant rows unmeasured rather than judging live fp16 times against recorded bf16 ones."""
+    """A live run (views.load's: benchmark_all.only("ladder"), the fp16 ladder) on a Hopper GPU
+    the lab has no run of: the type and shape views read the H100's recorded run and say so; the
+    prediction table leaves the variant rows unmeasured rather than judging live fp16 times
+    against recorded bf16 ones."""
     import dataclasses
     recorded = load_run("hopper", "H100")
     t = recorded.timings
