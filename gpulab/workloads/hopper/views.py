@@ -14,7 +14,7 @@ import pandas as pd
 from ... import datasheet, plots, predictions, roofline, runs
 from ...errors import RecordedRunError
 from ...kernels import get_backend
-from .record import SIZES, benchmark_all, gemm_bytes, gemm_flops
+from .record import SHAPES, SIZES, benchmark_all, gemm_bytes, gemm_flops
 from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, in_precision, needs_hopper, prediction_steps, \
     variant_key
 
@@ -456,7 +456,6 @@ def precision_styled(run):
 
 def shape_notes() -> dict:
     """Where each of record.SHAPES comes from (name -> note)."""
-    from .record import SHAPES
     return {name: note for name, *_, note in SHAPES}
 
 
