@@ -36,3 +36,23 @@ def _algorithm_rows(layer: Layer, paths) -> list[dict]:
                     "layout": path.layout, "algorithm": baselines.algorithm_family(names),
                     "kernels": " | ".join(names)})
     return out
+
+
+def nchw_input_paths(layer: Layer, x32, w32, graphs: bool = True):
+    """cuDNN's fp16 channels-last path given the input as the ladder's steps get it (NCHW halves),
+    the copy to channels-last inside each timed call, as the lab's channels-last steps make theirs
+    (:func:`vendor_paths` makes cuDNN's copy before timing). In CUDA graphs too when ``graphs``."""
+    label = "cuDNN (PyTorch) fp16, NHWC, copy of x timed, conv"
+
+    def setup():
+        import torch
+        import torch.nn.functional as F
+        tx = baselines._as_torch(x32).to(torch.float16).contiguous()
+        tw = baselines._as_torch(w32).to(torch.float16).contiguous(memory_format=torch.channels_last)
+
+        def run():
+            return F.conv2d(tx.contiguous(memory_format=torch.channels_last), tw, None,
+                            stride=layer.U, padding=layer.P)
+        return run
+    eager = [baselines.VendorPath(label, "cuDNN (PyTorch)", "fp16", "NHWC", setup, requires=("cupy", "torch"))]
+    return eager + (baselines.graph_paths(eager, launches=3) if graphs else [])

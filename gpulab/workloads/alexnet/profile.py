@@ -8,7 +8,13 @@ import pandas as pd
 
 from ... import profiler
 from .shapes import LAYERS, make_inputs
-from .steps import STEP, make_launch
+from .steps import STEP, make_launch, wgmma_refusal
+
+
+def profile_runs() -> list[tuple[int, str]]:
+    """:data:`PROFILE_RUNS` less the runs this GPU refuses (step 25 off Hopper), in launch order."""
+    return [(layer, step) for layer, step in PROFILE_RUNS
+            if not (STEP[step].kind == "wgmma" and wgmma_refusal(STEP[step]))]
 
 
 #: Nsight Compute counters the chapter reads to explain the big steps: the profiler
@@ -33,11 +39,12 @@ PROFILE_STALL_METRICS = {
     "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
     "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
 }
-#: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2, and
-#: layer 1's two thread mappings (steps 2 and 10).
+#: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2,
+#: layer 1's two thread mappings (steps 2 and 10), and steps 20 and 25 on a 13 x 13 layer (3),
+#: where step 25's 128-pixel tiles are fullest of padding rows.
 PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16", "17",
-                                   "18", "19", "20", "21", "22")]
-                + [(1, "02"), (1, "10")])
+                                   "18", "19", "20", "21", "22", "25")]
+                + [(1, "02"), (1, "10"), (3, "20"), (3, "25")])
 PROFILE_N = 32
 
 
@@ -70,7 +77,7 @@ def label_profile(table: pd.DataFrame) -> pd.DataFrame:
     :data:`PROFILE_RUNS`: each run makes one ``conv_`` launch (steps 18 on pick their GEMM per
     layer, so the kernel's name alone does not say the step), and a ``reduce_`` launch belongs
     to the run before it."""
-    runs, labels, current = iter(PROFILE_RUNS), [], (None, None)
+    runs, labels, current = iter(profile_runs()), [], (None, None)
     for kernel in table["kernel"]:
         if str(kernel).startswith("conv_"):
             current = next(runs, (None, None))
@@ -85,7 +92,7 @@ def label_profile(table: pd.DataFrame) -> pd.DataFrame:
 def _profile_target() -> None:
     """Run each of :data:`PROFILE_RUNS` once at N = 32 (the child process ncu watches)."""
     import cupy
-    for index, number in PROFILE_RUNS:
+    for index, number in profile_runs():
         layer, step = LAYERS[index - 1], STEP[number]
         x, w = make_inputs(layer, PROFILE_N)
         y = cupy.empty(layer.y_shape(PROFILE_N), dtype=step.dtype)

@@ -17,7 +17,7 @@ from ...errors import CheckFailed, KernelCompileError
 from ...kernels import load_module
 from ...timing import Timing, benchmark
 from . import winograd
-from .baselines import _algorithm_rows, vendor_paths
+from .baselines import _algorithm_rows, nchw_input_paths, vendor_paths
 from .profile import profile_table
 from .shapes import BATCHES, LAYERS, MAIN_N, SCALING_BATCHES, Layer, _subset, make_inputs, reference
 from .steps import CPU_LOOP_FILE, EXERCISE, STEP, STEPS, Step, main_kernel, make_launch, resources_table, unfit_reason
@@ -29,6 +29,12 @@ from .views import layer_totals, vendor_best
 COLD_N = 1
 #: Why the cold table has no L2-flushed time for cuDNN's CUDA-graph rows.
 COLD_GAP = "cuDNN's CUDA-graph rows are timed warm only; its eager rows are timed both ways"
+#: The experiment that times the channels-last steps (18-22, 25) at N = MAIN_N without the copy
+#: of x into their channels-last layout: the input as cuDNN's channels-last paths receive it.
+NHWC_INPUT = "ladder_nhwc_input"
+#: The experiment that times cuDNN's fp16 channels-last path at N = MAIN_N given NCHW input, its
+#: copy to channels-last inside the timed call, as the ladder's steps are timed.
+NCHW_INPUT = "ladder_nchw_input"
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
 SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17", "20", "22")
 TRANSFER_STEPS = ("13", "14", "16")
@@ -142,6 +148,11 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
         if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
             rows.append(benchmark(launch, repeats=repeats, budget_ms=budget_ms, flush_l2=True)
                         .row("ladder_cold", step.label, N, "kernel", **labels))
+        if experiment == "ladder" and N == MAIN_N and step.kind in ("mma", "wgmma"):
+            # The same call given its input already channels-last, as cuDNN's channels-last paths
+            # are (their copy is made before timing): the GEMM alone, without the copy of x.
+            rows.append(benchmark(launch.parts["gemm"], repeats=repeats, budget_ms=budget_ms)
+                        .row(NHWC_INPUT, step.label, N, "kernel", **labels))
         del launch, y
         return timing.median_ms
 
@@ -187,6 +198,14 @@ def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 3
             paths = measure_cudnn(layer, N, x32[:N], w32, ref, "ladder", graphs=N in (1, MAIN_N))
             if N == MAIN_N:
                 algorithms.extend(_algorithm_rows(layer, paths))
+                result = baselines.measure(
+                    nchw_input_paths(layer, x16[:N], w16), reference=ref, experiment=NCHW_INPUT, size=N,
+                    flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2), repeats=repeats,
+                    budget_ms=min(budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
+                    on_failure="skip", log=lambda text: None)
+                rows.extend(result.rows)
+                for entry in result.skipped:
+                    note_skip("cuDNN", layer, N, f"{entry['variant']}: {entry['reason']}")
             progress(f"ladder {layer.name} N={N}: " + ", ".join(
                 f"{s.number} {main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
                 if (s.number, layer.index, N) in main_ms) + " ms")

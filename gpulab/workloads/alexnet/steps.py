@@ -2,9 +2,9 @@
 against the float64 reference, what each step needs of the device (shared memory, scratch,
 the memory budget), and what each kernel file predicts.
 
-Steps 18-22 are launched by :mod:`.tc`, steps 23-24 by :mod:`.winograd`; where Winograd does
-not apply (layers 1 and 2) this module hands the layer to the fallback step, so neither of
-those modules reads the ladder.
+Steps 18-22 are launched by :mod:`.tc`, steps 23-24 by :mod:`.winograd`, step 25 by
+:mod:`.wgmma`; where Winograd (layers 1 and 2) or step 25 (layer 1) does not apply this module
+hands the layer to the fallback step, so none of those modules reads the ladder.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import pandas as pd
 from ... import ladder, predictions
 from ...check import compare
 from ...device import limits
+from ...errors import KernelArgumentError
 from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module, resource_table
-from . import tc, winograd
+from . import tc, wgmma, winograd
 from .shapes import (BATCHES, CHECK_LAYERS, CHECK_N, LAYERS, MAIN_N, MEMORY_FRACTION, SCALING_BATCHES, Layer,
                      block_shape, k_table, make_inputs, memory_limit, reference)
 
@@ -113,7 +114,20 @@ WINOGRAD_STEPS = [
          ("conv_winograd_gemm", "winograd_input_4x4", "winograd_output_4x4", "winograd_filter_4x4"), "winograd"),
 ]
 STEPS += WINOGRAD_STEPS
+#: Step 25 on: Hopper's wgmma fed by TMA on the stride-1 layers 2-5 (gpulab/workloads/wgmma.py
+#: launches it); layer 1 runs step 20's kernel (:data:`WGMMA_FALLBACK`). Built for sm_90a: refused,
+#: with the reason, on any other GPU.
+WGMMA_STEPS = [
+    Step("25", "alexnet/25_wgmma_tma.cu",
+         "wgmma fed by TMA boxes, warp-specialized (layers 2-5; layer 1 step 20's)",
+         ("conv_wgmma_16x128", "to_nhwc_half"), "wgmma", precision="fp16"),
+]
+STEPS += WGMMA_STEPS
 STEP = {s.number: s for s in STEPS}
+#: The step whose kernel runs a layer step 25 does not apply to (layer 1: stride 4, 3 channels).
+WGMMA_FALLBACK = "20"
+#: The compute capability step 25's kernels are compiled for (wgmma, TMA, setmaxnreg: sm_90a).
+WGMMA_CAPABILITY = "9."
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
 EXERCISE = Step("E1", "alexnet/exercise_01_four_filters.cu", "exercise: four filters per block",
                 ("conv_four_filters",), "filters4")
@@ -166,6 +180,9 @@ def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
     if step.kind == "winograd":
         ran = fallback_step(step, layer)
         return winograd.scratch_bytes(step, layer, N) if ran is step else scratch_bytes(ran, layer, N)
+    if step.kind == "wgmma":
+        ran = fallback_step(step, layer)
+        return wgmma.scratch_bytes(layer, N) if ran is step else scratch_bytes(ran, layer, N)
     if step.kind == "gemm_tuned":
         Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
         padded = 4 * N * layer.C * Hp * Wp if layer.P else 0
@@ -232,6 +249,10 @@ def unfit_reason(step: Step, layer: Layer, N: int) -> str | None:
     """Why ``step`` cannot run ``layer`` at batch size ``N`` here (too much shared memory
     per block, or more device memory than the budget), or None when it can."""
     here = limits()
+    if step.kind == "wgmma" and fallback_step(step, layer) is step:
+        why = wgmma_refusal(step, here)
+        if why:
+            return why
     if here is not None:
         why = here.shared_fits(launch_config(step, layer, N)["shared_bytes"])
         if why:
@@ -241,6 +262,16 @@ def unfit_reason(step: Step, layer: Layer, N: int) -> str | None:
     if need > memory_limit():
         return f"needs {need / 1e9:.1f} GB of device memory; the budget is {memory_limit() / 1e9:.1f} GB"
     return None
+
+
+def wgmma_refusal(step: Step, here=None) -> str | None:
+    """Why step 25 cannot run on this GPU (None on Hopper, on the CPU backend, or where the
+    capability is not known): its kernels use wgmma, TMA and setmaxnreg, compiled for sm_90a."""
+    here = limits() if here is None else here
+    if here is None or here.compute_capability is None or str(here.compute_capability).startswith(WGMMA_CAPABILITY):
+        return None
+    return (f"step {step.number} is built for sm_90a (wgmma, TMA, setmaxnreg): it runs on compute capability "
+            f"9.x (Hopper) only; {here.name} has {here.compute_capability}")
 
 
 def launch_config(step: Step, layer: Layer, N: int) -> dict:
@@ -260,6 +291,9 @@ def launch_config(step: Step, layer: Layer, N: int) -> dict:
     elif step.kind == "winograd":
         ran = fallback_step(step, layer)
         return winograd.launch_config(step, layer, N) if ran is step else launch_config(ran, layer, N)
+    elif step.kind == "wgmma":
+        ran = fallback_step(step, layer)
+        return wgmma.launch_config(layer, N) if ran is step else launch_config(ran, layer, N)
     elif step.kind == "gemm_tuned":
         return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE),
                          gemm_splits(layer, N)), "block": (GEMM_THREADS,), "shared_bytes": 0}
@@ -283,6 +317,14 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
         if ran is not step:
             return make_launch(ran, layer, N, x, w, y, be)
         return winograd.make_launch(step, layer, N, x, w, y, be)
+    if step.kind == "wgmma":
+        ran = fallback_step(step, layer)
+        if ran is not step:
+            return make_launch(ran, layer, N, x, w, y, be)
+        why = wgmma_refusal(step) if be.name == "gpu" else None
+        if why:               # refused here, with the reason, rather than by the driver at launch
+            raise KernelArgumentError(why)
+        return wgmma.make_launch(layer, N, x, w, y, be)
     module = load_module(step.file, be)
     main = module.get_function(step.kernels[0])
     cfg = launch_config(step, layer, N)
@@ -381,7 +423,12 @@ def _tuned_gemm_launch(module, main, cfg, layer: Layer, N: int, x, w, y, be: Bac
 
 def fallback_step(step: Step, layer: Layer) -> Step:
     """The step that runs ``layer`` for Winograd step ``step``: itself where F(m x m, 3 x 3)
-    applies, else the step :data:`gpulab.workloads.alexnet.winograd.FALLBACK` names."""
+    applies, else the step :data:`gpulab.workloads.alexnet.winograd.FALLBACK` names; for step 25,
+    itself on the stride-1 layers, else step :data:`WGMMA_FALLBACK`. Any other step runs itself."""
+    if step.kind == "wgmma":
+        return step if wgmma.applies(layer) else STEP[WGMMA_FALLBACK]
+    if step.kind != "winograd":
+        return step
     return step if winograd.applies(layer) else STEP[winograd.FALLBACK[layer.index]]
 
 
@@ -402,9 +449,11 @@ def main_kernel(step: Step, layer: Layer) -> str:
     """The name of the kernel that does ``step``'s arithmetic on ``layer``: the tile a step
     from 18 on picks for it, or for a Winograd step on a layer it does not apply to, the
     fallback step's kernel (:data:`gpulab.workloads.alexnet.winograd.FALLBACK`)."""
-    if step.kind == "winograd":
+    if step.kind in ("winograd", "wgmma"):
         ran = fallback_step(step, layer)
-        return step.kernels[0] if ran is step else main_kernel(ran, layer)
+        if ran is not step:
+            return main_kernel(ran, layer)
+        return wgmma.kernel_for(layer) if step.kind == "wgmma" else step.kernels[0]
     if step.kind == "mma":
         return tc.kernel_for(step.number, layer)
     return step.kernels[0]
@@ -432,8 +481,9 @@ def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N
     def check_one(step, be):
         for layer in layers or CHECK_LAYERS:
             x, w = make_inputs(layer, N, seed)
-            ran = fallback_step(step, layer) if step.kind == "winograd" else step
-            note = "" if ran is step else f"step {ran.number}'s kernel: Winograd needs 3 x 3, stride 1"
+            ran = fallback_step(step, layer)
+            note = "" if ran is step else (f"step {ran.number}'s kernel: " + (
+                "Winograd needs 3 x 3, stride 1" if step.kind == "winograd" else "step 25 needs stride 1"))
             yield ({"kernel": main_kernel(step, layer), "layer": layer.name, "N": N, "precision": step.precision,
                     "seed": seed, "note": note},
                    compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
@@ -484,7 +534,10 @@ def resources_table() -> pd.DataFrame:
     """Registers, shared and local memory of every kernel of the ladder, as compiled here."""
     frames = []
     for step in STEPS:
-        table = resource_table(load_module(step.file, "gpu")).reset_index()
+        if step.kind == "wgmma" and wgmma_refusal(step):
+            continue                  # its sm_90a cubin does not load here
+        options = wgmma.GPU_OPTIONS if step.kind == "wgmma" else ()
+        table = resource_table(load_module(step.file, "gpu", options=options)).reset_index()
         frames.append(table.assign(step=step.number))
     return pd.concat(frames, ignore_index=True)
 
@@ -554,6 +607,10 @@ def _predicted():
             "but more than predicted")),
         "23": p.about_ms(2, "layers 3-5"),
         "24": p.about(1.3, "23", "layers 3-5"),
+        "25": (p.about_ms(0.9, because=(
+            "the tiles of 128 pixels waste rows on the small images (layer 3-5's 13 x 13 fills 169 of 256 "
+            "rows), and each call still copies x to channels-last before its GEMM")),
+               p.about_ms(0.6, "layers 2-5")),
     }
 
 

@@ -1,11 +1,7 @@
-"""AlexNet's stride-1 layers on Hopper's wgmma fed by TMA (kernels/alexnet/25_wgmma_tma.cu, the
-GEMM of kernels/common/hopper_conv.cuh), issue 26: the launch, its tile shapes and the sweep
-that chooses one per layer.
-
-Not yet a step of the chapter's ladder: a step joins the ladder with a recorded run of the whole
-chapter that times it (``python -m gpulab record alexnet``), which this module's kernel does not
-have yet. Layer 1 (stride 4, 3 channels) is not run here: step 20's kernel stays the fastest the
-ladder has for it.
+"""Step 25 of the AlexNet ladder on its stride-1 layers: Hopper's wgmma fed by TMA
+(kernels/alexnet/25_wgmma_tma.cu, the GEMM of kernels/common/hopper_conv.cuh), issue 26: the
+launch and its tile shapes. Layer 1 (stride 4, 3 channels) is not run here: the ladder
+(:mod:`.steps`) hands it to step 20's kernel, the fastest the ladder has for it.
 """
 from __future__ import annotations
 
@@ -76,6 +72,27 @@ def filter_rows(w, layer, xp, bk: int = BK):
     return wp.reshape(layer.M, layer.R * layer.S * cp)
 
 
+def kernel_for(layer, tile=None) -> str:
+    """The name of the GEMM kernel ``layer`` runs with (its :data:`DEFAULT_TILES` shape)."""
+    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    return f"conv_wgmma_{tw}x{bn}" + ("_k32" if bk == 32 else "")
+
+
+def scratch_bytes(layer, N: int, tile=None) -> int:
+    """Device memory beyond x, w and y: the channels-last copy of x and the filter rows (halves)."""
+    _, _, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    cin, cp = padded_channels(layer, bk)
+    return 2 * (N * layer.H * layer.W * cin + layer.M * layer.R * layer.S * cp)
+
+
+def launch_config(layer, N: int, tile=None, blocks: int = 132) -> dict:
+    """The GEMM's grid (one block per SM, ``blocks``: an H100's 132; fewer for fewer tiles), block
+    and dynamic shared memory."""
+    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    return {"grid": (max(1, min(blocks, tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
+            "shared_bytes": shared_bytes(bn)}
+
+
 def blocks_here(backend) -> int:
     """One block per SM on a GPU; 1 on the CPU backend (its few tiles then still loop)."""
     if backend.name == "gpu":
@@ -101,7 +118,7 @@ def make_launch(layer, N: int, x, w, y, backend=None, tile=None, blocks: int | N
     wp = filter_rows(w, layer, be.xp, bk)
     map_x = tensormap.encode_4d(xt, (bk, tw, BM // tw, 1), swizzle=2 * bk)
     map_w = tensormap.encode_2d(wp, (bk, bn), swizzle=2 * bk)
-    gemm = module.get_function(f"conv_wgmma_{tw}x{bn}" + ("_k32" if bk == 32 else ""))
+    gemm = module.get_function(kernel_for(layer, (tw, bn, bk)))
     gemm.allow_shared_memory(shared_bytes(bn))
     hw = layer.H * layer.W
     to_nhwc = module.get_function("to_nhwc_half").bind(
