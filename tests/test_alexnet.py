@@ -212,3 +212,18 @@ def test_gap_reason_names_the_skipped_layers_of_the_steps_shown_and_only_at_that
     assert why == "skipped in this run: step 07, conv2: needs 9.0 GB; step 07, conv3: needs 8.1 GB"
     assert "step 11" in alexnet.gap_reason(run, alexnet.MAIN_N) and "other batch" not in alexnet.gap_reason(run, alexnet.MAIN_N)
     assert alexnet.gap_reason(types.SimpleNamespace(tables={}), alexnet.MAIN_N) == "not timed in this run"
+
+
+def test_the_input_rules_compare_on_one_input_and_say_what_a_run_lacks():
+    rules = alexnet.input_rules(gpulab.load_run(alexnet.CHAPTER, "H100"))
+    assert len(rules) == len(alexnet.INPUT_RULES) and (rules["note"] == "").all()
+    assert rules[["step 20 ms", "step 25 ms", "cuDNN ms"]].notna().all().all()
+    ladder_rule, nchw, nhwc = rules.to_dict("records")
+    # Given NCHW x, cuDNN's candidates are its NCHW paths and its channels-last path with the copy timed;
+    # given channels-last x, only its channels-last paths (the ladder's own fastest fp16 path among them).
+    assert ", NHWC, conv" not in nchw["cuDNN's fastest"] and ", NHWC," in nhwc["cuDNN's fastest"]
+    assert ladder_rule["step 25 ms"] == nchw["step 25 ms"]
+    assert nhwc["step 25 / cuDNN"] == pytest.approx(nhwc["step 25 ms"] / nhwc["cuDNN ms"])
+    # The H200's run predates step 25 and the two same-input experiments: NaN, and the rows say so.
+    old = alexnet.input_rules(gpulab.load_run(alexnet.CHAPTER, "H200"))
+    assert old["step 25 ms"].isna().all() and old["note"].str.contains("not recorded").all()

@@ -159,3 +159,22 @@ def test_alexnet_wgmma_refuses_the_strided_layer_and_unknown_tiles():
     # the row use the sweep's tiles trade: 13 x 13 in 16 x 8 boxes, 384 filters in 3 x 128
     assert wgmma.row_use(shapes.LAYERS[2], (16, 128)) == pytest.approx(169 / 256)
     assert wgmma.row_use(shapes.LAYERS[2], (16, 256)) == pytest.approx(169 / 256 * 384 / 512)
+
+
+def test_alexnet_step25_is_refused_off_hopper_and_runs_step20_on_layer1():
+    from gpulab import device
+    from gpulab.workloads import alexnet
+    step25, layer1, layer2 = alexnet.STEP["25"], alexnet.LAYERS[0], alexnet.LAYERS[1]
+    # Layer 1 (stride 4) is step 20's kernel, launch and scratch; layers 2-5 are step 25's own.
+    assert alexnet.fallback_step(step25, layer1) is alexnet.STEP["20"]
+    assert alexnet.main_kernel(step25, layer1) == alexnet.main_kernel(alexnet.STEP["20"], layer1)
+    assert alexnet.launch_config(step25, layer1, 128) == alexnet.launch_config(alexnet.STEP["20"], layer1, 128)
+    assert [alexnet.main_kernel(step25, layer) for layer in alexnet.LAYERS[1:]] == \
+        [alexnet.wgmma.kernel_for(layer) for layer in alexnet.LAYERS[1:]]
+    with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
+        why = alexnet.unfit_reason(step25, layer2, 128)
+        assert "sm_90a" in why and l4.name in why
+        assert alexnet.unfit_reason(step25, layer1, 128) is None
+        status = gpulab.assert_ok(alexnet.check_steps("cpu", steps=[step25])).set_index("step")["status"]
+        assert status["25"].startswith("skipped: ")
+        assert all(step != "25" for _, step in alexnet.profile.profile_runs())

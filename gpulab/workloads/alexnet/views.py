@@ -213,3 +213,51 @@ def prediction_table(run):
     measured = pd.concat(out, ignore_index=True)
     steps = [(s.number, s.title, s.file) for s in STEPS]
     return predictions.table(steps, measured, PREDICTED, main_case="all")
+
+
+#: The three ways of giving every fp16 variant its input, and the experiments each reads
+#: (:mod:`.record`): (rule, experiment of the lab's steps, experiment(s) and layout of cuDNN's paths).
+INPUT_RULES = (
+    ("the ladder's: the steps get NCHW x and copy it inside the call; cuDNN's channels-last paths get "
+     "x already channels-last", "ladder", ("ladder",), None),
+    ("every variant gets NCHW x, its copy to channels-last timed", "ladder", ("ladder", "ladder_nchw_input"), "NCHW"),
+    ("every variant gets x already channels-last (as a network keeping channels-last activations would)",
+     "ladder_nhwc_input", ("ladder",), "NHWC"),
+)
+
+
+def input_rules(run, steps=("20", "25"), N: int = MAIN_N) -> pd.DataFrame:
+    """Steps ``steps`` (fp16) and cuDNN's fastest fp16/bf16 path, all five layers at ``N``, under
+    each rule of :data:`INPUT_RULES`. Under the NCHW rule cuDNN's candidates are its NCHW paths and
+    its channels-last path with the copy timed; under the channels-last rule its channels-last
+    paths and the steps timed without their copy. A rule whose experiments the run lacks (recorded
+    before they existed) has NaN times and says so in ``note``."""
+    have = set(run.timings["experiment"])
+    rows = []
+    for rule, ours_experiment, vendor_experiments, layout in INPUT_RULES:
+        row = {"rule": rule}
+        missing = [e for e in (ours_experiment, *vendor_experiments) if e not in have]
+        if not missing:
+            ours = totals_at(layer_totals(run.experiment(ours_experiment)), N, steps)
+            vendor = pd.concat([totals_at(layer_totals(run.experiment(e)), N, ["cuDNN"]) for e in vendor_experiments])
+            if layout == "NCHW":
+                vendor = vendor[~vendor["variant"].str.contains(", NHWC, conv")]
+            elif layout == "NHWC":
+                vendor = vendor[vendor["variant"].str.contains(", NHWC,")]
+            vendor = vendor[vendor["precision"].isin(["fp16", "bf16"])]
+            for step in steps:
+                mine = ours[ours["step"] == step]
+                row[f"step {int(step)} ms"] = float(mine["median_ms"].iloc[0]) if len(mine) else np.nan
+            best = vendor.loc[vendor["median_ms"].idxmin()] if len(vendor) else None
+            row["cuDNN's fastest"] = best["variant"] if best is not None else "none"
+            row["cuDNN ms"] = float(best["median_ms"]) if best is not None else np.nan
+            absent = [str(int(s)) for s in steps if np.isnan(row[f"step {int(s)} ms"])]
+            row["note"] = f"step(s) {', '.join(absent)} not recorded in this run" if absent else ""
+        else:
+            row.update({f"step {int(s)} ms": np.nan for s in steps})
+            row.update({"cuDNN's fastest": "", "cuDNN ms": np.nan,
+                        "note": f"not recorded in this run (no {', '.join(missing)} rows)"})
+        last = f"step {int(steps[-1])} ms"
+        row[f"step {int(steps[-1])} / cuDNN"] = row[last] / row["cuDNN ms"]
+        rows.append(row)
+    return pd.DataFrame(rows)
