@@ -7,6 +7,7 @@ glues with tests/fixtures/glued), or nbmake's test with ``--nbmake``. Every note
 student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,62 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+
+
+# ----------------------------------------------------------------- CPU time per test
+# ``--cpu-durations N`` lists the N tests that used the most CPU (user + system seconds of the
+# test process and of every process it waited for: compilers, notebook kernels, sandboxes).
+# CI's machine is shared, so wall time says more about the neighbours than about a test; CPU
+# time is what a change of the suite moves. Each phase's time travels in the report's
+# user_properties, so it comes back from pytest-xdist's workers too.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests (0: all) that used the most CPU time, their own and "
+                          "their child processes' (compilers, notebook kernels)")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    start = getattr(item, "_gpulab_cpu_start", None)
+    if start is not None:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - start))
+
+
+def _phase_start(item):
+    item._gpulab_cpu_start = _cpu_seconds()
+
+
+pytest_runtest_setup = _phase_start      # the tests/ conftest's own setup hook runs as well
+pytest_runtest_call = _phase_start
+pytest_runtest_teardown = _phase_start
+
+
+_cpu: dict[str, dict[str, float]] = {}
+
+
+def pytest_runtest_logreport(report):
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            _cpu.setdefault(report.nodeid, {})[report.when] = value
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.getoption("cpu_durations")
+    if n is None or not _cpu:
+        return
+    rows = sorted(((sum(p.values()), nodeid, p) for nodeid, p in _cpu.items()), reverse=True)
+    total = sum(r[0] for r in rows)
+    terminalreporter.write_sep("=", f"CPU time: {total:.1f} s in {len(rows)} tests; the "
+                                    f"{'all' if n == 0 else n} largest (setup + call + teardown)")
+    for seconds, nodeid, phases in rows if n == 0 else rows[:n]:
+        detail = " ".join(f"{w} {phases[w]:.1f}" for w in ("setup", "call", "teardown") if phases.get(w, 0) >= 0.05)
+        terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}  ({detail})")
 
 
 class StudentNotebook(pytest.File):
