@@ -6,6 +6,7 @@ import gpulab
 from gpulab.workloads import convpool
 from gpulab.workloads.convpool import steps as st
 from gpulab.workloads.convpool import sweeps as cp_sweeps
+from notebook_on_profile import execute_on_profile
 
 
 @pytest.mark.parametrize("step", convpool.STEPS, ids=lambda s: s.number)   # the exercise: tests/test_exercises.py
@@ -201,39 +202,13 @@ def test_the_record_plan_on_a_t4_skips_the_tensor_core_steps_and_batch_32():
 
 @pytest.mark.slow
 def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(monkeypatch):
-    # A live run on a T4 lacks steps 7-8 (compute capability 7.5) and N = 32 (memory). Build one
-    # from the recorded run through the record's own plan (record.as_measured_on), execute every
-    # cell of the notebook against it under the simulated T4, and read the outputs.
-    import json
-    import os
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-    root = Path(__file__).resolve().parents[1]
-    nb = nbformat.read(root / "book/convpool/convpool.ipynb", as_version=4)
-    hook = nbformat.v4.new_code_cell(
-        "import gpulab\n"
-        "from gpulab.device import PROFILES\n"
-        "from gpulab.workloads.convpool import record as _record\n"
-        "_t4 = _record.as_measured_on(gpulab.load_run('convpool'), PROFILES['T4'])\n"
-        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _t4\n")
-    nb.cells.insert(0, hook)
-    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "T4")
-    # The kernel must still find what the environment put on the path (on the GPU machine, the
-    # carried Jupyter wheels live there: without them the kernel dies before it answers).
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(root / "book/convpool")}}
-                   ).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
-    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
-             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    # A live run on a T4 lacks steps 7-8 (compute capability 7.5) and N = 32 (memory). Execute
+    # every cell of the notebook against the recorded run cut to the T4's profile
+    # (record.as_measured_on, through the record's own plan) and read the outputs.
+    run = execute_on_profile("convpool", "T4", monkeypatch)
     for key in ("fp16_ms", "tf32_ms", "step8_tflops", "tuned1_gain", "tuned32_gain", "step6_32_ms", "fp16_gap32",
                 "copies16_1", "tf32_error"):
-        assert glued[key] == "not measured on this GPU", key
-    assert float(glued["step6_ms"]) > 0 and glued["fp32_met"] == "met"
-    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("text", "") for o in outputs])
-    assert "needs compute capability 8.0 or newer for step 07" in text and "Tesla T4 has 7.5" in text
-    assert "skipped: N = 32, every step and cuDNN path: needs 8.8 GB of device memory" in text   # the targets
+        assert run.glued[key] == "not measured on this GPU", key
+    assert float(run.glued["step6_ms"]) > 0 and run.glued["fp32_met"] == "met"
+    assert "needs compute capability 8.0 or newer for step 07" in run.text and "Tesla T4 has 7.5" in run.text
+    assert "skipped: N = 32, every step and cuDNN path: needs 8.8 GB of device memory" in run.text   # the targets

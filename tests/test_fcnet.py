@@ -6,6 +6,7 @@ import pytest
 
 import gpulab
 from gpulab.workloads import fcnet
+from notebook_on_profile import execute_on_profile
 
 
 @pytest.mark.parametrize("step", fcnet.STEPS, ids=lambda s: f"{s.number}-{s.kernels[0]}")
@@ -243,39 +244,13 @@ def test_as_measured_on_cuts_the_large_case_and_says_why():
 @pytest.mark.slow
 def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_measured(monkeypatch):
     # On an 8 GB GPU (the lead's live check: an H100 share of 7.7 GB) the record skips the large
-    # case (5,120,000 vectors need 8.3 GB). Build that run from the recorded one through the
-    # record's own plan_sizes (record.as_measured_on), execute every cell against it under the
-    # simulated device, and read the outputs: no error, no stderr, no "nan", the reason shown, and
-    # the numbers of the large case glued as "not measured on this GPU".
-    import json
-    import os
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    root = Path(__file__).resolve().parents[1]
-    nb = nbformat.read(root / "book/fcnet/fcnet.ipynb", as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(
-        "import gpulab\n"
-        "from gpulab.device import PROFILES\n"
-        "from gpulab.workloads.fcnet import record as _record\n"
-        "_small = _record.as_measured_on(gpulab.load_run('fcnet', 'H100'), PROFILES['8GB'])\n"
-        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _small\n"))
-    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "8GB")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(root / "book/fcnet")}}
-                   ).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
-    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
-             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    # case (5,120,000 vectors need 8.3 GB). Execute every cell against the H100's run cut to that
+    # profile and read the outputs: no error, no stderr, no "nan", the reason shown, and the
+    # numbers of the large case glued as "not measured on this GPU".
+    run = execute_on_profile("fcnet", "8GB", monkeypatch, gpu="H100", timeout=900)
     for key in ("step5_gain", "large_vs_11", "s14_ms", "s14_registers", "vendor32_label", "s15_ms", "s17_ms",
                 "s18_ms", "rtx_worst_step", "rtx_step7_gbs"):
-        assert glued[key] == "not measured on this GPU", key
-    assert float(glued["s17_small_us"]) > 0          # the small case's numbers are still the run's
-    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
-                       + o.get("text", "") for o in outputs])
-    assert ">nan<" not in text and " nan " not in text and "nan ms" not in text
-    assert "large case not measured on this GPU: needs 8.3 GB of device memory" in text
+        assert run.glued[key] == "not measured on this GPU", key
+    assert float(run.glued["s17_small_us"]) > 0          # the small case's numbers are still the run's
+    assert ">nan<" not in run.text and " nan " not in run.text and "nan ms" not in run.text
+    assert "large case not measured on this GPU: needs 8.3 GB of device memory" in run.text

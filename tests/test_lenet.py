@@ -9,6 +9,7 @@ import pytest
 import gpulab
 from gpulab.workloads import lenet
 from gpulab.workloads.lenet import data, network
+from notebook_on_profile import execute_on_profile
 
 
 # ----------------------------------------------------------------- data preparation
@@ -321,39 +322,14 @@ def test_the_report_comparison_divides_each_ladder_by_its_own_step_1():
 @pytest.mark.slow
 def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_measured(monkeypatch):
     # On an 8 GB GPU (the lead's live check: an H100 share of 7.7 GB) the record skips the main
-    # batch N = MAIN_N (its footprint is over half the memory). Build that run from the recorded
-    # one through the record's own runnable_batches (record.as_measured_on), execute every cell
-    # against it under the simulated device, and read the outputs: no error, no stderr, no "nan",
-    # and the numbers of the main batch glued as "not measured on this GPU".
-    import json
-    import os
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
+    # batch N = MAIN_N (its footprint is over half the memory). Execute every cell against the
+    # recorded run cut to that profile (record.as_measured_on, through runnable_batches) and read
+    # the outputs: no error, no stderr, no "nan", and the numbers of the main batch glued as
+    # "not measured on this GPU".
     from gpulab.device import PROFILES
     from gpulab.workloads.lenet import record
     assert record.runnable_batches(lenet.BATCHES, PROFILES["8GB"])[0] != list(lenet.BATCHES)   # MAIN_N is cut
-    root = Path(__file__).resolve().parents[1]
-    nb = nbformat.read(root / "book/lenet/lenet.ipynb", as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(
-        "import gpulab\n"
-        "from gpulab.device import PROFILES\n"
-        "from gpulab.workloads.lenet import record as _record\n"
-        "_small = _record.as_measured_on(gpulab.load_run('lenet'), PROFILES['8GB'])\n"
-        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _small\n"))
-    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", "8GB")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(root / "book/lenet")}}
-                   ).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
-    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
-             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    run = execute_on_profile("lenet", "8GB", monkeypatch)
     for key in ("step1_conv1", "s10_total", "s11_vs_s10_conv2", "fp32_forward", "fp16_changed"):
-        assert glued[key] == "not measured on this GPU", key
-    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
-                       + o.get("text", "") for o in outputs])
-    assert ">nan<" not in text and " nan " not in text
+        assert run.glued[key] == "not measured on this GPU", key
+    assert ">nan<" not in run.text and " nan " not in run.text

@@ -1,0 +1,58 @@
+"""A chapter's notebook executed against its recorded run cut to a smaller GPU's profile.
+
+A live run on a smaller GPU (an 8 GB share of an H100, a T4) skips the cases that do not fit. The
+chapter's record builds that run from the recorded one through its own plan
+(``record.as_measured_on``), so the notebook can be read as it would be there: every cell executed
+under the simulated device (``GPULAB_DEVICE_PROFILE``), with ``gpulab.live_or_recorded`` answering
+the cut run. Used by the fcnet, lenet and convpool tests, which then read what the reader sees.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Executed:
+    #: every output of every code cell, in order
+    outputs: list
+    #: {name: the glued text, quotes stripped} of every ``glue`` call
+    glued: dict[str, str]
+    #: the HTML, plain text and streams of every output, JSON-escaped, to search
+    text: str
+
+
+def execute_on_profile(chapter: str, profile: str, monkeypatch, gpu: str | None = None,
+                       timeout: int = 600) -> Executed:
+    """Execute ``book/<chapter>/<chapter>.ipynb`` against ``load_run(chapter, gpu)`` cut to
+    ``PROFILES[profile]``; assert that no cell raised or wrote to stderr."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = ROOT / "book" / chapter
+    nb = nbformat.read(folder / f"{chapter}.ipynb", as_version=4)
+    load = f"gpulab.load_run({chapter!r}{'' if gpu is None else f', {gpu!r}'})"
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        "import gpulab\n"
+        "from gpulab.device import PROFILES\n"
+        f"from gpulab.workloads.{chapter} import record as _record\n"
+        f"_cut = _record.as_measured_on({load}, PROFILES[{profile!r}])\n"
+        "gpulab.live_or_recorded = lambda chapter, measure, gpu=None: _cut\n"))
+    monkeypatch.setenv("GPULAB_DEVICE_PROFILE", profile)
+    # The kernel must still find what the environment put on the path (on the GPU machine, the
+    # carried Jupyter wheels live there: without them the kernel dies before it answers).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+                   ).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("name") == "stderr" or o.output_type == "error"]
+    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
+             .strip("'") for o in outputs if "scrapbook" in o.get("metadata", {})}
+    text = json.dumps([o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
+                       + o.get("text", "") for o in outputs])
+    return Executed(outputs, glued, text)
