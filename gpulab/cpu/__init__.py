@@ -32,7 +32,7 @@ from . import counters, crashes
 from .compiler import Built, build
 
 __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFunction", "Checking",
-           "MAX_SHARED_BYTES", "PRINTF_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "LaunchCosts", "launch_costs", "counting",
+           "MAX_SHARED_BYTES", "PRINTF_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "WAIT_FACTOR", "LaunchCosts", "launch_costs", "counting",
            "LaunchCounters"]
 
 SCHEDULES = ("in_order", "reverse", "shuffle")
@@ -44,10 +44,15 @@ _MAX_GRID = (2**31 - 1, 65535, 65535)
 _ERROR_BYTES = 8192
 
 
-#: How long one launch may run before the CPU backend stops it (seconds): about
-#: 20 times the longest launch of the book's chapters at their check sizes (1.5 s
-#: on a 2-core machine), short enough that a kernel that never ends gets an answer.
+#: How long one launch may compute before the CPU backend stops it (seconds of CPU time
+#: of its busiest thread): about 20 times the longest launch of the book's chapters at their
+#: check sizes (1.5 s on a 2-core machine), short enough that a kernel that never ends gets an
+#: answer. CPU time, not the clock: on a loaded machine a launch that waits for a core is not
+#: stopped for the wait (a thread's CPU time grows as the clock does while it has a core).
 DEFAULT_TIME_LIMIT_S = 30.0
+#: A launch that waits instead of computing uses no CPU time: it is stopped once this many times
+#: its time limit has passed on the clock (as the grader's sandbox does, gpulab.sandbox.WALL_FACTOR).
+WAIT_FACTOR = 6
 #: Race checking runs an instrumented build one block at a time: its launches get this many times the limit.
 RACES_TIME_FACTOR = 4
 
@@ -94,9 +99,12 @@ def checking(*, bounds=_UNSET, schedule=_UNSET, seed=_UNSET, time_limit_s=_UNSET
         "in_order", "reverse" or "shuffle" (seeded random at every step).  A
         correct kernel gives the same result in every order; a missing
         ``__syncthreads()`` usually does not.
-    time_limit_s: seconds a launch may run before it is stopped with an error
-        naming the blocks still running (None: no limit).  An interrupt
-        (Ctrl-C, Jupyter's stop button) stops a running launch at any time.
+    time_limit_s: seconds a launch may compute before it is stopped with an
+        error naming the blocks still running (None: no limit): the CPU time
+        of its busiest thread, so a busy machine does not stop a launch that
+        waited for a core; a launch that computes nothing is stopped after
+        ``WAIT_FACTOR`` times as long on the clock.  An interrupt (Ctrl-C,
+        Jupyter's stop button) stops a running launch at any time.
     races: report conflicting accesses (at least one a write, not both
         atomic) by two threads to the same word: of shared memory with no
         ``__syncthreads()`` (or, within a warp, ``__syncwarp()``) between
@@ -365,14 +373,19 @@ class CpuFunction:
             ctypes.cast(module._symbol_addresses, ctypes.c_void_p),
             ctypes.cast(module._symbol_sizes, ctypes.c_void_p),
             ctypes.cast(module._symbol_constant, ctypes.c_void_p), instrument,
-            0 if limit is None else int(limit) + 10, error, _ERROR_BYTES)
+            0 if limit is None else int(limit * WAIT_FACTOR) + 10, error, _ERROR_BYTES)
         if not handle:
             raise KernelLaunchError(error.value.decode(errors="replace"))
         stopped, status = None, _UNKNOWN
         try:
             status = _wait(module._pid(handle), limit)
-            if status is None:
-                stopped = self._stopped(handle, f"did not finish within the time limit of {limit:g} s", grid, block)
+            if status == _COMPUTED:
+                stopped = self._stopped(handle, f"did not finish within the time limit of {limit:g} s (CPU "
+                                                "time of its busiest thread)", grid, block)
+            elif status == _WAITED:
+                stopped = self._stopped(handle, f"did not finish within {limit * WAIT_FACTOR:g} s on the clock "
+                                                f"({WAIT_FACTOR} times its time limit of {limit:g} s) while "
+                                                "computing less than the limit: it was waiting", grid, block)
         except BaseException as exc:  # KeyboardInterrupt: the launch stops, the interrupt goes on
             stopped = self._stopped(handle, "was interrupted", grid, block)
             if hasattr(exc, "add_note"):
@@ -382,7 +395,7 @@ class CpuFunction:
             kernel_ns = module._run_cpu_ns(handle)
             self._print_output(handle)
             failed = module._finish(handle, 0 if stopped is None else 1,
-                                    -1 if stopped is not None or status is None else status,
+                                    -1 if stopped is not None or status in (_COMPUTED, _WAITED) else status,
                                     error, _ERROR_BYTES, record, 0 if record is None else len(record))
             del keep
             _costs.add(before, os.times(), kernel_ns)
@@ -478,6 +491,9 @@ def truncated_printf_line(kernel: str, total: int, dropped: int) -> str:
 
 
 _UNKNOWN = -1
+#: What :func:`_wait` answers when the launch reached its time limit (CPU time), or waited out
+#: ``WAIT_FACTOR`` times it on the clock, before it ended.
+_COMPUTED, _WAITED = "computed past the limit", "waited past the limit"
 _DIED = 2   # gpulab_launch_finish: the worker process died
 
 
@@ -527,11 +543,35 @@ def launch_costs() -> LaunchCosts:
     return _costs.snapshot()
 
 
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def _busiest_thread_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of the busiest live thread of process ``pid``, from Linux's
+    /proc; None where that cannot be read."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    busiest = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue                      # a thread that has just ended
+        busiest = max(busiest, int(fields[11]) + int(fields[12]))   # utime, stime
+    return busiest * _TICK_S
+
+
 def _wait(pid: int, limit: float | None):
     """Wait for the worker process ``pid``; its wait status, ``_UNKNOWN`` if
-    someone else reaped it, or None when ``limit`` seconds passed first.  An
-    interrupt raises KeyboardInterrupt here, with the process still running."""
-    deadline = None if limit is None else time.monotonic() + limit
+    someone else reaped it, ``_COMPUTED`` once its busiest thread has used
+    ``limit`` seconds of CPU time, or ``_WAITED`` once ``WAIT_FACTOR * limit``
+    seconds have passed on the clock (without /proc, the clock stands in for
+    the CPU time, which never runs faster).  An interrupt raises
+    KeyboardInterrupt here, with the process still running."""
+    started = time.monotonic()
     pidfd = None
     if hasattr(os, "pidfd_open"):
         with contextlib.suppress(OSError):
@@ -545,9 +585,18 @@ def _wait(pid: int, limit: float | None):
                 return _UNKNOWN
             if done:
                 return status
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
+            left = None
+            if limit is not None:
+                elapsed = time.monotonic() - started
+                if elapsed >= limit * WAIT_FACTOR:
+                    return _WAITED
+                used = _busiest_thread_cpu_s(pid)
+                used = elapsed if used is None else used
+                if used >= limit:
+                    return _COMPUTED
+                # A thread's CPU time grows no faster than the clock: the limit cannot be reached
+                # sooner than this (at least a tick later, the resolution of /proc's counts).
+                left = max(min(limit - used, limit * WAIT_FACTOR - elapsed), _TICK_S)
             if pidfd is not None:
                 select.select([pidfd], [], [], left)
             else:

@@ -27,7 +27,7 @@ _CAUSES = {
     signal.SIGBUS: "a bus error: an access to memory that no longer exists or is misaligned for the instruction",
     signal.SIGFPE: "an arithmetic fault (an integer division by zero or overflow) outside the kernel's threads",
     signal.SIGKILL: "killed from outside, often by the system when memory runs out",
-    signal.SIGALRM: "its backstop timer, the time limit plus 10 s, ran out",
+    signal.SIGALRM: "its backstop timer ran out (gpulab.cpu.WAIT_FACTOR times the time limit plus 10 s, on the clock)",
 }
 
 
