@@ -6,7 +6,6 @@ text, solution text or an instructor path; the honest students' grades are the s
 without the attackers in the folder; no file of any submission changes; the run ends within
 its limits. Instructors only (the student export leaves this file out)."""
 import hashlib
-import math
 import os
 import re
 import shutil
@@ -113,12 +112,10 @@ def _fingerprint(root: Path) -> dict[str, str]:
     return seen
 
 
-def _grade(submissions: Path, out: Path) -> tuple[subprocess.CompletedProcess, float]:
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "gpulab", "grade", str(submissions), "--out", str(out),
-                             "--exercise", KERNEL.id, "--exercise", CELL.id, "--time-limit", str(LIMIT),
-                             "--jobs", "2"], capture_output=True, text=True, timeout=1800)
-    return result, time.monotonic() - started
+def _grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulab", "grade", str(submissions), "--out", str(out),
+                           "--exercise", KERNEL.id, "--exercise", CELL.id, "--time-limit", str(LIMIT),
+                           "--jobs", "2"], capture_output=True, text=True, timeout=1800)
 
 
 class Run:
@@ -127,7 +124,7 @@ class Run:
         self.honest = _honest(self.submissions)
         self.attacks = _attackers(self.submissions, self.out) if with_attackers else {}
         before = _fingerprint(self.submissions)
-        self.result, self.seconds = _grade(self.submissions, self.out)
+        self.result = _grade(self.submissions, self.out)
         assert self.result.returncode == 0, self.result.stdout + self.result.stderr
         self.csv = self.out.read_bytes()
         time.sleep(3)          # anything still alive would now rewrite the grades or a classmate's file
@@ -217,10 +214,17 @@ def test_no_submission_file_changes_and_nothing_outlives_the_grader(honest_only,
 
 
 def test_the_run_ends_within_its_limits(attacked):
-    items = 2 * len({s for s, _ in attacked.grades.index})
-    # The run's own deadline (each slot's children waiting out their backstops) and start-up.
-    bound = math.ceil(items / 2) * sandbox.WALL_FACTOR * LIMIT + 60 + 120
-    assert attacked.seconds < bound
+    # Every item ended and says what it used: no child computed past its CPU limit (the grader
+    # checks four times a second; RLIMIT_CPU, at the limit plus 2 s, stops each process anyway).
+    used = {(m[1], m[2]): float(m[3]) for m in
+            re.finditer(r"^(\S+) (\S+): .*\(\d+/\d+, ([\d.]+) s CPU, [\d.]+ s\)$", attacked.result.stdout, re.M)}
+    assert set(used) == set(attacked.grades.index), attacked.result.stdout
+    assert max(used.values()) <= LIMIT + 2, used
+    # The limits fired: "spins" computed up to its CPU limit; "sleeps", which computes nothing,
+    # was stopped by the clock's backstop long before it had used that much.
+    assert used[("spins", KERNEL.id)] >= LIMIT
+    sleeps = attacked.grades.loc[("sleeps", KERNEL.id), "message"]
+    assert "of waiting for it (wall-clock time)" in sleeps and used[("sleeps", KERNEL.id)] < LIMIT, sleeps
 
 
 def test_grade_refuses_without_a_sandbox_and_says_what_to_install(tmp_path, monkeypatch):
