@@ -58,16 +58,26 @@ def test_a_copy_of_the_lab_elsewhere_reuses_the_compiled_module(tmp_path, monkey
     assert changed.path != first.path
 
 
-def test_processes_compiling_one_module_at_once_all_get_it(tmp_path):
+def test_processes_compiling_one_module_at_once_all_get_it_from_one_compile(tmp_path):
     source = (paths.REPO / "tests" / "kernels" / "grid3d.cu").read_text() + f"\n// {tmp_path.name}\n"
     (tmp_path / "k.cu").write_text(source)
+    # A g++ that notes each compile in a log, first on the path.
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "g++"
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*) echo compile >> {tmp_path / "compiles"};; esac\n'
+                       'exec /usr/bin/g++ "$@"\n')
+    wrapper.chmod(0o755)
     script = ("import sys; from gpulab import cpu; m = cpu.compile_module(open(sys.argv[1]).read(), "
               "filename='k.cu'); print(m.path)")
-    env = {"GPULAB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(paths.REPO), "PATH": "/usr/bin:/bin"}
+    env = {"GPULAB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(paths.REPO),
+           "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
     runs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "k.cu")], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outputs = [run.communicate() for run in runs]
     assert all(run.returncode == 0 for run in runs), outputs
     assert len({out.strip() for out, _ in outputs}) == 1
-    # Every module written whole under a temporary name, then renamed: nothing else is left.
-    assert [p.name for p in (tmp_path / "cache" / "cpu").iterdir()] == [Path(outputs[0][0].strip()).name]
+    # One of them compiled while the others waited on the module's lock, then loaded its result.
+    assert (tmp_path / "compiles").read_text().split() == ["compile"]
+    # The module written whole under a temporary name, then renamed, and its lock: nothing else is left.
+    library = Path(outputs[0][0].strip())
+    assert sorted(p.name for p in (tmp_path / "cache" / "cpu").iterdir()) == [library.stem + ".lock", library.name]

@@ -7,6 +7,7 @@ user's line numbers) adds one ``extern "C"`` thunk per kernel, one accessor per
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -15,6 +16,11 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:                   # Windows
+    fcntl = None
 
 from .. import paths
 from ..errors import KernelCompileError
@@ -353,10 +359,28 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
     folder = cache_dir()
     library = folder / f"{key}.so"
     if not library.exists():
-        runtime = _instrumented_runtime() if instrumented else None
-        _compile(text, library, command_flags, filename, source, runtime)
+        with _compiling(folder / f"{key}.lock"):
+            if not library.exists():      # another process compiled it while this one waited
+                runtime = _instrumented_runtime() if instrumented else None
+                _compile(text, library, command_flags, filename, source, runtime)
     return Built(library=library, kernels=kernels, symbols=symbols, constants=constants,
                  instrumented=instrumented)
+
+
+@contextlib.contextmanager
+def _compiling(lock: Path):
+    """Hold ``lock`` while compiling one module: processes sharing the cache (pytest's workers,
+    notebook kernels) that need the same module at once wait for one compile instead of each
+    running g++ (the lock files stay: removing one would let a third process take another)."""
+    if fcntl is None:                 # Windows: each compiles, the rename keeps the module whole
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _lab_prefix_map() -> str:
