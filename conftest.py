@@ -28,10 +28,11 @@ def pytest_collect_file(file_path: Path, parent):
 
 
 @pytest.hookimpl(tryfirst=True)      # before -m selects by marker
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+    _longest_first(config, items)
 
 
 # ----------------------------------------------------------------- CPU time per test
@@ -44,6 +45,9 @@ def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="list the N tests (0: all) that used the most CPU time, their own and "
                           "their child processes' (compilers, notebook kernels)")
+    parser.addoption("--cpu-durations-json", default=None, metavar="PATH",
+                     help="write the CPU seconds of each unit of xdist's work (a test file, a notebook's "
+                          "item) to PATH; tests/cpu_seconds.json, so written, orders the units")
 
 
 def _cpu_seconds() -> float:
@@ -78,6 +82,14 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    target = config.getoption("cpu_durations_json")
+    if target and _cpu:
+        import json
+        units: dict[str, float] = {}
+        for nodeid, phases in _cpu.items():
+            units[_unit(nodeid)] = units.get(_unit(nodeid), 0.0) + sum(phases.values())
+        Path(target).write_text(json.dumps({u: round(c, 1) for u, c in sorted(units.items(), key=lambda x: -x[1])},
+                                           indent=1) + "\n")
     n = config.getoption("cpu_durations")
     if n is None or not _cpu:
         return
@@ -88,6 +100,51 @@ def pytest_terminal_summary(terminalreporter, config):
     for seconds, nodeid, phases in rows if n == 0 else rows[:n]:
         detail = " ".join(f"{w} {phases[w]:.1f}" for w in ("setup", "call", "teardown") if phases.get(w, 0) >= 0.05)
         terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}  ({detail})")
+
+
+# ----------------------------------------------------------------- xdist: the longest work first
+# pyproject's addopts run the suite with ``-n auto --dist loadfile``: a test file is one unit of
+# work, so its module fixtures (the grader's runs, compiled modules) are made once. Two changes
+# make two workers finish together: each notebook item (the chapter as it is, its student
+# version) is a unit of its own, and the units are handed out longest first (tests/cpu_seconds.json,
+# the CPU seconds each took, from `--cpu-durations-json`), so the short ones fill the gaps at the
+# end instead of a notebook starting last. Unknown units count as 0 and keep their order.
+COSTS = ROOT / "tests" / "cpu_seconds.json"
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or itself for a notebook's item."""
+    path = nodeid.split("::", 1)[0]
+    return nodeid if path.endswith(".ipynb") else path
+
+
+def _costs() -> dict[str, float]:
+    import json
+    return json.loads(COSTS.read_text()) if COSTS.is_file() else {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongestFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False      # the workers' collection order is the order wanted
+    return LongestFirst(config, log)
+
+
+def _longest_first(config, items):
+    if not hasattr(config, "workerinput"):
+        return                                  # only an xdist worker's collection is reordered
+    costs = _costs()
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(_unit(item.nodeid), i)
+    items.sort(key=lambda item: (-costs.get(_unit(item.nodeid), 0.0), first_seen[_unit(item.nodeid)]))
 
 
 class StudentNotebook(pytest.File):
@@ -122,7 +179,9 @@ class GluedNumbersRun(pytest.Item):
 
 class StudentNotebookRun(pytest.Item):
     """The chapter's notebook in the student copy runs without an error, except the
-    exercises' checks (tagged ``raises-exception``), as the site build requires."""
+    exercises' checks (tagged ``raises-exception``), as the site build requires, and glues
+    exactly the numbers of tests/fixtures/glued/<chapter>.json: those the published (student)
+    site shows, which no exercise left unsolved may change."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -134,7 +193,12 @@ class StudentNotebookRun(pytest.Item):
         if _lab is None or not _lab.is_dir():
             _lab = site.student_lab_for_execution()
         timeout = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"]
-        site.execute_student_notebook(_lab, self.path.relative_to(ROOT).as_posix(), timeout)
+        executed = site.execute_student_notebook(_lab, self.path.relative_to(ROOT).as_posix(), timeout)
+        import nbformat
+        _glued_values().assert_unchanged(self.path.stem, nbformat.read(executed, as_version=4))
+
+    def repr_failure(self, excinfo):
+        return str(excinfo.value) if excinfo.errisinstance(AssertionError) else super().repr_failure(excinfo)
 
     def reportinfo(self):
         return self.path, None, f"{self.path.relative_to(ROOT)} (student version)"
