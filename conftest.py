@@ -2,8 +2,8 @@
 (``python -m pytest`` collects book/, as pyproject's testpaths say): in the student copy of the lab,
 the one the published site shows, whose build then reuses these executed notebooks
 (:mod:`gpulab.site`) instead of executing them again. The notebooks as they are run once too, in
-a second item of the same file (:class:`GluedNumbersRun`, which also compares the numbers it
-glues with tests/fixtures/glued), or nbmake's test with ``--nbmake``. Every notebook test is ``slow``; the
+a second item of the same file (:class:`GluedNumbersRun`); both compare the numbers they glue
+with tests/fixtures/glued. nbmake's test runs with ``--nbmake``. Every notebook test is ``slow``; the
 student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
@@ -164,8 +164,8 @@ def _glued_values():
 class GluedNumbersRun(pytest.Item):
     """The chapter's notebook as it is runs without an error (as nbmake would check) and glues
     exactly the numbers of tests/fixtures/glued/<chapter>.json (tools/glued_values.py): a change
-    of the package cannot move a number the book quotes. A file of its own per chapter, so
-    pytest-xdist (--dist loadfile) spreads the chapters over the workers."""
+    of the package cannot move a number the book quotes. A unit of xdist's work of its own
+    (see "the longest work first" above), as is the student version."""
 
     def runtest(self):
         _glued_values().assert_unchanged(self.path.stem)
