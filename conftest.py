@@ -47,7 +47,7 @@ def pytest_addoption(parser):
                           "their child processes' (compilers, notebook kernels)")
     parser.addoption("--cpu-durations-json", default=None, metavar="PATH",
                      help="write the CPU seconds of each unit of xdist's work (a test file, a notebook's "
-                          "item) to PATH; tests/cpu_seconds.json, so written, orders the units")
+                          "item) and of each test to PATH; tests/cpu_seconds.json, so written, orders the units")
 
 
 def _cpu_seconds() -> float:
@@ -88,8 +88,10 @@ def pytest_terminal_summary(terminalreporter, config):
         units: dict[str, float] = {}
         for nodeid, phases in _cpu.items():
             units[_unit(nodeid)] = units.get(_unit(nodeid), 0.0) + sum(phases.values())
-        Path(target).write_text(json.dumps({u: round(c, 1) for u, c in sorted(units.items(), key=lambda x: -x[1])},
-                                           indent=1) + "\n")
+        tests = {nodeid: round(sum(phases.values()), 2) for nodeid, phases in _cpu.items()}
+        Path(target).write_text(json.dumps(
+            {"units": {u: round(c, 1) for u, c in sorted(units.items(), key=lambda x: -x[1])},
+             "tests": dict(sorted(tests.items(), key=lambda x: -x[1]))}, indent=1) + "\n")
     n = config.getoption("cpu_durations")
     if n is None or not _cpu:
         return
@@ -120,7 +122,7 @@ def _unit(nodeid: str) -> str:
 
 def _costs() -> dict[str, float]:
     import json
-    return json.loads(COSTS.read_text()) if COSTS.is_file() else {}
+    return json.loads(COSTS.read_text())["units"] if COSTS.is_file() else {}
 
 
 @pytest.hookimpl(optionalhook=True)
