@@ -305,6 +305,34 @@ def hopper(fail):
     r.compare = compare
 
 
+def convpool(fail):
+    """The layer at the check shape (the CPU backend's pace), cuDNN's slow fp32 NHWC search
+    left out from batch 8 (so that skip is written), the sweeps, the kernels' resources, the
+    tf32 ceiling and Nsight Compute's profile, which need a GPU, stubbed."""
+    from gpulab import baselines
+    from gpulab.workloads.convpool import baselines as convpool_baselines
+    from gpulab.workloads.convpool import record as r
+    from gpulab.workloads.convpool import sweeps
+    from gpulab.workloads.convpool.shapes import CHECK
+    r.LAYER = CHECK.batch(1)
+    r.SLOW_SEARCH_BATCH = 8
+    convpool_baselines.layer_paths = convpool_baselines.conv_only_paths = lambda *args, **options: []
+    vendor_measure("cuDNN (PyTorch) fp32", "cuDNN (PyTorch)", "fp16")
+    baselines._release_memory = lambda: None
+    baselines.cudnn_kernels = lambda setup: ["stub_cudnn_kernel"]
+    r.tensor_ceilings = lambda: fake_rows("ceilings", "cuBLAS TF32 GEMM (PyTorch)", 8192, precision="tf32")
+    sweeps.record_sweeps = lambda quick=False, log=None: {"sweeps": pd.DataFrame(
+        {"sweep": ["shape"], "step": ["05"], "Q": [2], "status": ["ok"], "median_ms": [1.0]})}
+    r.resources_table = lambda: pd.DataFrame({"step": ["05"], "kernel": ["conv_relu_pool_strip"], "registers": [32]})
+    r.profile_table = lambda: pd.DataFrame({"step": ["05"], "kernel": ["conv_relu_pool_strip"], "id": [0]})
+    real_compare = r.compare
+
+    def compare(got, ref, *args, name="", **options):   # step ``fail`` made wrong
+        wrong = fail and name.startswith(f"{fail} ")
+        return real_compare(got * 3 + 1 if wrong else got, ref, *args, name=name, **options)
+    r.compare = compare
+
+
 def main(argv) -> int:
     chapter, out = argv[0], Path(argv[1])
     fail = argv[argv.index("--fail") + 1] if "--fail" in argv else None
