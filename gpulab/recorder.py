@@ -93,7 +93,8 @@ class Recorder:
 
     def __init__(self, chapter: str, *, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
                  log: Callable = print, skipped: Sequence[str] | None = None,
-                 skipped_key: Sequence[str] | None = None, keep_going: bool = False):
+                 skipped_key: Sequence[str] | None = None, keep_going: bool = False,
+                 problem_row: Callable | None = None):
         if repeats < 1:
             raise ValueError(f"repeats is a positive number of timed calls, got {repeats!r}")
         if budget_s is not None and not budget_s > 0:
@@ -103,6 +104,7 @@ class Recorder:
         self.skipped_columns = list(skipped) if skipped is not None else None
         self.skipped_key = list(skipped_key) if skipped_key else None
         self.keep_going = keep_going
+        self.problem_row = problem_row
         self.started = time.perf_counter()
         self.rows: list[dict] = []
         self.tables: dict = {}
@@ -187,13 +189,20 @@ class Recorder:
             raise
         except Exception as exc:          # noqa: BLE001 (listed in the run, with its message)
             traceback.print_exc()
-            self.problems.append({"experiment": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            self.problem(name, f"{type(exc).__name__}: {exc}"[:500])
             return default
+
+    def problem(self, experiment: str, error: str) -> None:
+        """An experiment that failed or was not started: a row of the ``problems`` table or, for a
+        recording with a ``problem_row``, of its ``skipped`` table (``error`` the reason)."""
+        if self.problem_row is not None:
+            self.skip(error, **self.problem_row(experiment))
+        else:
+            self.problems.append({"experiment": experiment, "error": error})
 
     def run(self, experiment: Experiment, ctx) -> None:
         if experiment.optional and self.budget_spent():
-            self.problems.append({"experiment": experiment.name,
-                                  "error": f"skipped: the run's time budget of {self.budget_s:.0f} s was spent"})
+            self.problem(experiment.name, f"skipped: the run's time budget of {self.budget_s:.0f} s was spent")
             self.progress(f"{experiment.name}: skipped (the time budget of {self.budget_s:.0f} s is spent)")
             return
         self.attempt(experiment.name, lambda: experiment.measure(self, ctx))
@@ -223,7 +232,9 @@ class Recording:
     experiment's failure (other than a check's) is listed in ``problems`` and the run goes on;
     otherwise it stops the run. ``finish(rows)``: what the chapter derives from the whole run's
     rows once every experiment ran (e.g. each variant's ratio to the fastest vendor path of its
-    case), returned as the rows to write."""
+    case), returned as the rows to write. ``problem_row(experiment)``: for a chapter whose readers
+    show one table of what is missing, the ``skipped`` columns under which an experiment that
+    failed or was not started is listed there (the error its reason), instead of in ``problems``."""
 
     chapter: str
     experiments: Sequence[Experiment]
@@ -233,6 +244,7 @@ class Recording:
     budget_s: float | None = None
     keep_going: bool = False
     finish: Callable | None = None
+    problem_row: Callable | None = None
 
     def __post_init__(self):
         names = [e.name for e in self.experiments]
@@ -243,7 +255,8 @@ class Recording:
                  log: Callable = print) -> Recorder:
         return Recorder(self.chapter, repeats=repeats, quick=quick,
                         budget_s=self.budget_s if budget_s is None else budget_s, log=log,
-                        skipped=self.skipped, skipped_key=self.skipped_key, keep_going=self.keep_going)
+                        skipped=self.skipped, skipped_key=self.skipped_key, keep_going=self.keep_going,
+                        problem_row=self.problem_row)
 
     def only(self, *names: str) -> "Recording":
         """This recording with only the experiments ``names`` (in its order), e.g. the part of a
@@ -300,11 +313,11 @@ def _as_pair(result) -> tuple[list[dict], dict]:
 
 
 # ------------------------------------------------------------------------------------------------
-# ADAPTER, temporary: alexnet, convpool and multigpu do not yet declare their run as a
+# ADAPTER, temporary: alexnet and multigpu do not yet declare their run as a
 # Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
 # them before: repeats and quick, and the budget under their old name, deadline_s, where they take
 # one. Remove a chapter from the set when it converts; remove the adapter when none is left.
-_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "convpool": "deadline_s", "multigpu": "deadline_s"}
+_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "multigpu": "deadline_s"}
 
 
 def benchmark_all_of(module) -> Callable:

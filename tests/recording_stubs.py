@@ -314,6 +314,7 @@ def convpool(fail):
     from gpulab.workloads.convpool import record as r
     from gpulab.workloads.convpool import sweeps
     from gpulab.workloads.convpool.shapes import CHECK
+    r.benchmark = timing.benchmark
     r.LAYER = CHECK.batch(1)
     r.SLOW_SEARCH_BATCH = 8
     convpool_baselines.layer_paths = convpool_baselines.conv_only_paths = lambda *args, **options: []

@@ -4,17 +4,17 @@ a student report on OpenCL (a Tesla M60, about 655 GFLOP/s).
 
 :mod:`.shapes` holds the layer, its work and the float64 reference; :mod:`.steps` the ladder and
 its checks; :mod:`.baselines` the cuDNN paths; :mod:`.record` what ``python -m gpulab record
-convpool`` measures, the launch-shape sweeps included.
+convpool`` measures (its run as a :class:`gpulab.recorder.Recording`), the launch-shape sweeps
+included, and ``profile_driver``, the process Nsight Compute watches.
 """
-from .record import benchmark_all
+from .record import CHAPTER, benchmark_all, profile_driver
 from .shapes import BATCHES, CHECK, LAYER, RS, Shape, floors_ms, make_inputs, reference, work_table
 from .steps import (BATCH_STEPS, EXERCISE, STEP, STEPS, Step, check_steps, launch_config, make_launch,
                     run, strips)
 from .views import gpu_comparison
 
-CHAPTER = "convpool"
 TITLE = "A 256-channel conv + ReLU + max-pool layer, and finding the best launch shape by sweeping"
 
-__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BATCHES", "CHECK", "LAYER", "RS", "Shape", "floors_ms",
+__all__ = ["CHAPTER", "TITLE", "benchmark_all", "profile_driver", "BATCHES", "CHECK", "LAYER", "RS", "Shape", "floors_ms",
            "make_inputs", "reference", "work_table", "BATCH_STEPS", "EXERCISE", "STEP", "STEPS", "Step",
            "check_steps", "launch_config", "make_launch", "run", "strips", "gpu_comparison"]

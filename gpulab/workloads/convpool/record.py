@@ -13,19 +13,27 @@
 """
 from __future__ import annotations
 
-import sys
-import time
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ... import baselines, profiler, roofline, transfers
 from ...check import compare
-from ...errors import CheckFailed
+from ...device import limits
+from ...errors import CheckFailed, KernelArgumentError
+from ...kernels import load_module, occupancy, resource_table
+from ...recorder import Experiment, Recording
+from ...sweep import _message
+from ...timing import benchmark
 from . import baselines as vendor
+from . import sweeps
 from .shapes import BATCHES, LAYER, conv_reference, make_inputs, pool_reference
 from .steps import (BATCH_STEPS, MEMORY_FRACTION, STEP, STEPS, footprint_bytes, input_forms, input_name,
                     launch_config, make_launch, unfit_reason, weight_forms)
 
+CHAPTER = "convpool"
 #: cuDNN's fp32 channels-last path is not run from this batch size on (see the note).
 SLOW_SEARCH_BATCH = 32
 SLOW_SEARCH_NOTE = ("not run at N = 32: in a trial run on the H100 its algorithm search took 46 s and it ran "
@@ -75,11 +83,6 @@ def as_measured_on(run, here):
     batches removed and listed in ``skipped``, tile-sweep points that do not fit made invalid with
     the reason. The times are still the recorded GPU's. What tests/test_convpool.py executes the
     notebook against, to show it reads a small GPU's run without a GPU."""
-    import dataclasses
-
-    from ... import baselines
-    from ...errors import KernelArgumentError
-    from ...sweep import _message
     ladder = run.experiment("ladder")
     planned, skipped = plan(sorted(ladder["size"].unique()), here)
     timed = {(N, s.label) for N, chosen in planned.items() for s in chosen}
@@ -122,121 +125,170 @@ def as_measured_on(run, here):
     return dataclasses.replace(run, timings=run.timings[keep].reset_index(drop=True), tables=tables)
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False, profile: bool = True, deadline_s: float = 300.0):
-    """Every experiment of the chapter on the GPU: (rows, side tables). The parts after the ladder
-    and the cuDNN paths are skipped (and listed in ``skipped``) once ``deadline_s`` have passed."""
-    import cupy
+#: The batches of a quick (smoke-test) record.
+QUICK_BATCHES = (1, 8)
+SKIPPED_COLUMNS = ("variant", "library", "precision", "size", "reason")
 
-    from ... import baselines, roofline
-    from ...timing import benchmark
-    from . import sweeps
 
-    started = time.perf_counter()
+def _timing_budget_ms(rec) -> float:
+    """Milliseconds each timed variant may take (a quick record's are fewer)."""
+    return 100.0 if rec.quick else 400.0
 
-    def progress(text):
-        print(f"convpool [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
 
-    batches = (1, 8) if quick else BATCHES
-    budget = 100.0 if quick else 400.0
-    rows, checks, kernels_seen = [], [], []
-    from ...device import limits
+@dataclass
+class Planned:
+    """What :func:`setup` decided: the batches of this record and the steps timed at each."""
+
+    batches: tuple
+    steps: dict
+
+
+def setup(rec) -> Planned:
+    """The batches this device can run, and the steps at each (see :func:`plan`); the rest are
+    rows of the ``skipped`` table."""
+    batches = QUICK_BATCHES if rec.quick else BATCHES
     planned, skipped = plan(batches, limits())
     for row in skipped:
-        progress(f"N={row['size']} {row['variant']} skipped: {row['reason']}")
-    for N, chosen in planned.items():
-        shape = LAYER.batch(N)
-        x, w, b = make_inputs(shape, seed=N, xp=cupy)
-        conv64 = conv_reference(x, w, b, xp=cupy)
-        ref = pool_reference(conv64, xp=cupy)
-        forms = weight_forms(w, shape, xp=cupy)
-        inputs = input_forms(x, chosen, xp=cupy)
-        y = cupy.empty(shape.y_shape, dtype=cupy.float32)
-        for step in chosen:
-            y.fill(cupy.nan)
-            launch = make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")
-            launch()
-            result = compare(y, ref, step.precision, name=f"{step.label} N={N}")
-            checks.append({"step": step.number, "size": N, "precision": step.precision,
-                           "rel_error": result.rel_error, "unwritten": result.unwritten, "passed": result.passed})
-            if not result.passed:
-                raise CheckFailed(str(result))
-            timing = benchmark(launch, repeats=repeats, budget_ms=budget)
-            rows.append(timing.row("ladder", step.label, N, "kernel", flops=shape.flops,
-                                   bytes=step_bytes(step, shape), step=step.number, precision=step.precision,
-                                   fused=step.fused, rel_error=result.rel_error))
-            progress(f"N={N} {step.label}: {timing.median_ms:.3f} ms")
-            del launch
-        # cuDNN on the same x, w, b: the layer, then the convolution alone. CUDA graphs only for one
-        # image: at 8 and 32 a call takes milliseconds, so launches are noise, and capturing ten calls
-        # of cuDNN's large batches failed on the H100 (an error that left later captures replaying
-        # nothing: times of microseconds).
-        paths = vendor.layer_paths(x, w, b, graphs=N == 1)
-        if N >= SLOW_SEARCH_BATCH:
-            paths = [p for p in paths if not (p.precision == "fp32" and p.layout == "NHWC")]
-            skipped.append({"variant": "cuDNN (PyTorch) fp32, NHWC, conv + ReLU + maxpool 2/2", "library":
-                            "cuDNN (PyTorch)", "precision": "fp32", "size": N, "reason": SLOW_SEARCH_NOTE})
-        measured = baselines.measure(paths, reference=ref,
-                                     experiment="ladder", size=N, flops=shape.flops,
-                                     bytes=vendor.moved_bytes(shape), budget_ms=budget, repeats=repeats,
-                                     labels={"step": "cuDNN"}, on_failure="skip", log=progress)
-        rows += measured.rows
-        skipped += measured.skipped
-        baselines._release_memory()
-        del ref
-        conv_only = baselines.measure(vendor.conv_only_paths(x, w, b, ("fp32", "fp16") if N == 1 else ("fp16",)),
-                                      reference=conv64, experiment="cudnn_conv",
-                                      size=N, flops=shape.flops, budget_ms=budget, repeats=repeats,
-                                      labels={"step": "cuDNN"}, on_failure="skip", log=progress)
-        rows += conv_only.rows
-        skipped += conv_only.skipped
-        if N == 1:
-            for path in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32", "fp16")):
-                with baselines.precision_mode(path.precision):
-                    names = baselines.cudnn_kernels(path.setup())
-                kernels_seen += [{"variant": path.label, "precision": path.precision, "layout": path.layout,
-                                  "kernel": name, "family": baselines.algorithm_family([name])} for name in names]
-        del x, w, b, conv64, forms, inputs, y
-        cupy.get_default_memory_pool().free_all_blocks()
-        baselines._release_memory()
+        reason = row.pop("reason")
+        rec.skip(reason, **row)
+        rec.progress(f"N={row['size']} {row['variant']} skipped: {reason}")
+    return Planned(tuple(batches), planned)
 
-    def section(name, work, default):
-        """Run one later part of the record; a failure is printed and listed in ``skipped``, and
-        what was measured so far is kept. Past ``deadline_s`` a part is skipped, and listed."""
-        progress(name)
-        if time.perf_counter() - started > deadline_s:
-            skipped.append({"variant": name, "library": "", "precision": "", "size": 0,
-                            "reason": f"not run: the record had used its {deadline_s:.0f} s"})
-            return default
-        try:
-            return work()
-        except Exception as exc:
-            reason = f"{name} failed: {type(exc).__name__}: {exc}"[:300]
-            print(f"convpool: {reason}", file=sys.stderr, flush=True)
-            skipped.append({"variant": name, "library": "", "precision": "", "size": 0, "reason": reason})
-            cupy.get_default_memory_pool().free_all_blocks()
-            return default
 
-    rows += section("ceilings", lambda: roofline.measure_ceilings(repeats=20) + tensor_ceilings(), [])
-    tables = section("sweeps", lambda: sweeps.record_sweeps(quick=quick, log=progress), {})
-    rows += section("transfers", lambda: transfer_rows(batches, repeats), [])
-    tables.update({"checks": pd.DataFrame(checks),
-                   "resources": section("resources", resources_table, pd.DataFrame()),
-                   "cudnn_kernels": pd.DataFrame(kernels_seen, columns=["variant", "precision", "layout", "kernel",
-                                                                         "family"])})
-    if profile:
-        table = section("profile", profile_table, None)
-        if table is not None:
-            tables["profile"] = table
-    tables["skipped"] = pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"])
-    progress("done")
-    return rows, tables
+def _require(result) -> None:
+    if not result.passed:
+        raise CheckFailed(str(result))
+
+
+def ladder(rec, ctx: Planned) -> None:
+    """Every planned step, checked at full size against the float64 reference before it is timed
+    (a failed check is a ``FAILED`` row of ``skipped``, not timed), and cuDNN on the same inputs:
+    the layer, then the convolution alone; which kernels cuDNN ran (``cudnn_kernels``)."""
+    checks, kernels_seen = [], []
+    try:
+        for N, chosen in ctx.steps.items():
+            _ladder_at(rec, N, chosen, checks, kernels_seen)
+    finally:            # what was checked before a failure stays in the run
+        rec.table("checks", pd.DataFrame(checks))
+        rec.table("cudnn_kernels", pd.DataFrame(kernels_seen, columns=["variant", "precision", "layout", "kernel",
+                                                                        "family"]))
+
+
+def _ladder_at(rec, N: int, chosen, checks: list, kernels_seen: list) -> None:
+    import cupy
+
+    budget = _timing_budget_ms(rec)
+    shape = LAYER.batch(N)
+    x, w, b = make_inputs(shape, seed=N, xp=cupy)
+    conv64 = conv_reference(x, w, b, xp=cupy)
+    ref = pool_reference(conv64, xp=cupy)
+    forms = weight_forms(w, shape, xp=cupy)
+    inputs = input_forms(x, chosen, xp=cupy)
+    y = cupy.empty(shape.y_shape, dtype=cupy.float32)
+    for step in chosen:
+        y.fill(cupy.nan)
+        launch = make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")
+        launch()
+        result = compare(y, ref, step.precision, name=f"{step.label} N={N}")
+        checks.append({"step": step.number, "size": N, "precision": step.precision,
+                       "rel_error": result.rel_error, "unwritten": result.unwritten, "passed": result.passed})
+        if not rec.checked(lambda: _require(result), variant=step.label, library="", precision=step.precision,
+                           size=N):
+            continue
+        timing = benchmark(launch, repeats=rec.repeats, budget_ms=budget)
+        rec.add(timing.row("ladder", step.label, N, "kernel", flops=shape.flops, bytes=step_bytes(step, shape),
+                           step=step.number, precision=step.precision, fused=step.fused,
+                           rel_error=result.rel_error))
+        rec.progress(f"N={N} {step.label}: {timing.median_ms:.3f} ms")
+        del launch
+    # cuDNN on the same x, w, b: the layer, then the convolution alone. CUDA graphs only for one
+    # image: at 8 and 32 a call takes milliseconds, so launches are noise, and capturing ten calls
+    # of cuDNN's large batches failed on the H100 (an error that left later captures replaying
+    # nothing: times of microseconds).
+    paths = vendor.layer_paths(x, w, b, graphs=N == 1)
+    if N >= SLOW_SEARCH_BATCH:
+        paths = [p for p in paths if not (p.precision == "fp32" and p.layout == "NHWC")]
+        rec.skip(SLOW_SEARCH_NOTE, variant="cuDNN (PyTorch) fp32, NHWC, conv + ReLU + maxpool 2/2",
+                 library="cuDNN (PyTorch)", precision="fp32", size=N)
+    measured = baselines.measure(paths, reference=ref, experiment="ladder", size=N, flops=shape.flops,
+                                 bytes=vendor.moved_bytes(shape), budget_ms=budget, repeats=rec.repeats,
+                                 labels={"step": "cuDNN"}, on_failure="skip", log=rec.progress)
+    _add_measured(rec, measured)
+    baselines._release_memory()
+    del ref
+    conv_only = baselines.measure(vendor.conv_only_paths(x, w, b, ("fp32", "fp16") if N == 1 else ("fp16",)),
+                                  reference=conv64, experiment="cudnn_conv", size=N, flops=shape.flops,
+                                  budget_ms=budget, repeats=rec.repeats, labels={"step": "cuDNN"},
+                                  on_failure="skip", log=rec.progress)
+    _add_measured(rec, conv_only)
+    if N == 1:
+        for path in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32", "fp16")):
+            with baselines.precision_mode(path.precision):
+                names = baselines.cudnn_kernels(path.setup())
+            kernels_seen += [{"variant": path.label, "precision": path.precision, "layout": path.layout,
+                              "kernel": name, "family": baselines.algorithm_family([name])} for name in names]
+    del x, w, b, conv64, forms, inputs, y
+    _free()
+
+
+def _add_measured(rec, measured) -> None:
+    """A vendor measurement's rows, and its skipped paths with their reasons."""
+    rec.add(measured.rows)
+    for row in measured.skipped:
+        rec.skip(row["reason"], **{k: v for k, v in row.items() if k != "reason"})
+
+
+def _free() -> None:
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
+    baselines._release_memory()
+
+
+def ceilings(rec, ctx) -> None:
+    """The device copy, cuBLAS SGEMM and the tensor cores' tf32 and fp16 GEMM rates."""
+    rec.add(roofline.measure_ceilings(repeats=20) + tensor_ceilings())
+
+
+def launch_sweeps(rec, ctx) -> None:
+    """The launch-shape sweeps (:mod:`.sweeps`), each its side table."""
+    for name, table in sweeps.record_sweeps(quick=rec.quick, log=rec.progress).items():
+        rec.table(name, table)
+
+
+def copies(rec, ctx: Planned) -> None:
+    _free()
+    rec.add(transfer_rows(ctx.batches, rec.repeats))
+
+
+def resources(rec, ctx) -> None:
+    rec.table("resources", resources_table())
+
+
+def profile(rec, ctx) -> None:
+    """Nsight Compute's counters, where ncu works (else the run has no ``profile`` table)."""
+    table = profile_table()
+    if table is not None:
+        rec.table("profile", table)
+
+
+#: Every experiment of the chapter on the GPU: the ladder and the cuDNN paths, then the later
+#: parts, each skipped once the run's budget (300 s by default) is spent. A part that fails or is
+#: not started is a row of the ``skipped`` table (variant: the part's name, size 0), the one table
+#: of what is missing that the chapter's views read.
+benchmark_all = Recording(CHAPTER, [
+    Experiment("ladder", ladder),
+    *(Experiment(name, fn, optional=True) for name, fn in (
+        ("ceilings", ceilings), ("sweeps", launch_sweeps), ("transfers", copies), ("resources", resources),
+        ("profile", profile))),
+], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=300.0, keep_going=True,
+    problem_row=lambda experiment: {"variant": experiment, "library": "", "precision": "", "size": 0})
 
 
 def transfer_rows(batches, repeats: int) -> list[dict]:
     """Copy in, kernel, copy out of the best fp32 and fp16 steps from pinned host memory."""
     import cupy
 
-    from ... import transfers
     out = []
     for N in [n for n in TRANSFER_BATCHES if n in batches]:
         shape = LAYER.batch(N)
@@ -272,8 +324,6 @@ def tensor_ceilings(n: int = 8192, repeats: int = 20) -> list[dict]:
         import torch
     except ImportError:
         return []
-    from ... import baselines
-    from ...timing import benchmark
     rows = []
     for precision, dtype, label in (("tf32", torch.float32, "cuBLAS TF32 GEMM (PyTorch)"),):
         a = torch.rand((n, n), device="cuda").to(dtype)
@@ -288,7 +338,6 @@ def tensor_ceilings(n: int = 8192, repeats: int = 20) -> list[dict]:
 
 def resources_table() -> pd.DataFrame:
     """Registers, shared and local memory, and occupancy at the ladder's launch shape, per step."""
-    from ...kernels import load_module, occupancy, resource_table
     out = []
     for step in STEPS:
         if unfit_reason(step, LAYER):          # not compiled for this GPU: the skipped table says why
@@ -334,13 +383,11 @@ def profile_table() -> pd.DataFrame | None:
     """Nsight Compute's counters for :data:`PROFILE_STEPS` at batch 1, one row per kernel launch
     (the pool after steps 3-4 labelled "pool"); None (with the reason printed) where ncu is missing
     or fails."""
-    from ... import profiler
     if profiler.ncu_path() is None:
         print("convpool: no ncu here, so the run has no profile table")
         return None
-    driver = [sys.executable, "-m", "gpulab.workloads.convpool.record", "profile-target"]
     try:
-        raw = profiler.profile(driver, list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)", timeout=80)
+        raw = profiler.profile(profiler.driver(CHAPTER), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)", timeout=80)
     except Exception as exc:      # a profiler failure must not lose the timings
         print(f"convpool: the profile failed: {str(exc)[-1500:]}")
         return None
@@ -354,8 +401,9 @@ def profile_table() -> pd.DataFrame | None:
     return table
 
 
-def _profile_target() -> None:
-    """Run each of :data:`PROFILE_STEPS` once at batch 1 (the child process ncu watches)."""
+def profile_driver() -> None:
+    """Run each of :data:`PROFILE_STEPS` once at batch 1: the child process Nsight Compute
+    watches (``python -m gpulab profile-driver convpool``)."""
     import cupy
 
     shape = LAYER
@@ -367,10 +415,3 @@ def _profile_target() -> None:
     for step in chosen:
         make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")()
     cupy.cuda.get_current_stream().synchronize()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["profile-target"]:
-        _profile_target()
-    else:
-        print("usage: python -m gpulab.workloads.convpool.record profile-target  (the child run ncu profiles)")
