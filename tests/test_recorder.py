@@ -156,6 +156,24 @@ def test_keep_going_lists_a_failing_experiment_and_goes_on_but_a_check_failure_s
         Recording("demo", [Experiment("c", raises_check)], keep_going=True)(log=lambda *a, **k: None)
 
 
+def test_problem_row_lists_a_failed_or_unstarted_experiment_in_the_skipped_table(clock, capsys):
+    """A recording whose readers show one table of what is missing: no problems table, the
+    failure and the part the budget left out are skipped rows with the recording's columns."""
+    def broken(rec, ctx):
+        clock.now += 50.0                      # and spends the 30 s budget
+        raise ZeroDivisionError("division by zero")
+    recording = Recording("demo", [Experiment("broken", broken),
+                                   Experiment("late", lambda rec, ctx: rec.add(_row("late")), optional=True)],
+                          skipped=("variant", "size", "reason"), budget_s=30.0, keep_going=True,
+                          problem_row=lambda experiment: {"variant": experiment, "size": 0})
+    rows, tables = recording(log=lambda *a, **k: None)
+    assert rows == [] and "problems" not in tables
+    assert tables["skipped"].to_dict("records") == [
+        {"variant": "broken", "size": 0, "reason": "ZeroDivisionError: division by zero"},
+        {"variant": "late", "size": 0, "reason": "skipped: the run's time budget of 30 s was spent"}]
+    assert "ZeroDivisionError" in capsys.readouterr().err
+
+
 def test_setup_result_reaches_every_experiment_and_side_tables_are_kept():
     seen = []
 
@@ -292,7 +310,7 @@ def test_the_adapter_passes_the_budget_under_the_old_name():
 def test_one_profiler_entry_point(capsys):
     assert profiler.driver("fcnet", "large", python="python") == ["python", "-m", "gpulab", "profile-driver",
                                                                   "fcnet", "large"]
-    for chapter in ("fcnet", "lenet", "training", "hopper"):
+    for chapter in ("fcnet", "lenet", "training", "hopper", "convpool"):
         assert callable(workload(chapter).profile_driver), chapter
     assert cli.run(["profile-driver", "measuring"]) == 2
     assert "chapter 'measuring' has no profile_driver" in capsys.readouterr().err

@@ -141,6 +141,22 @@ def test_a_failed_check_is_not_timed_hopper(tmp_path):
     assert skipped["rows"][0][3].startswith("step 03 ") and skipped["rows"][0][4].startswith("FAILED: CheckFailed")
 
 
+
+@pytest.mark.slow
+def test_a_failed_check_is_not_timed_convpool(tmp_path):
+    """Step 06's output made wrong at N = 1 and 8: its rows are FAILED rows of the skipped table
+    (its checks rows say passed False), every other row is timed as before."""
+    found = run_or_fail("convpool", tmp_path, "--fail", "06", code=1)
+    expected = json.loads((FIXTURES / "convpool.json").read_text())
+    variant = [c for c in expected["convpool.csv"]["columns"] if c in LABELS].index("variant")
+    assert found["convpool.csv"]["rows"] == [row for row in expected["convpool.csv"]["rows"]
+                                             if not row[variant].startswith("06 ")]
+    checks = pd.read_csv(next(tmp_path.glob("*/convpool.checks.csv")), dtype={"step": str})
+    assert checks.loc[checks["step"] == "06", "passed"].tolist() == [False, False]
+    assert checks.loc[checks["step"] != "06", "passed"].all()
+    failed = [row for row in found["convpool.skipped.csv"]["rows"] if row[-1].startswith("FAILED: CheckFailed")]
+    assert [(row[0][:3], row[2], row[3]) for row in failed] == [("06 ", "fp32", "1"), ("06 ", "fp32", "8")]
+
 if __name__ == "__main__":          # rewrite a chapter's fixture from this checkout's record
     import tempfile
     for chapter in sys.argv[1:]:

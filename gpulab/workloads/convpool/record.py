@@ -1,13 +1,16 @@
-"""What ``python -m gpulab record convpool`` measures, on the GPU, in one process:
+"""What ``python -m gpulab record convpool`` measures, on the GPU, in one process: the chapter's
+run as a :class:`gpulab.recorder.Recording` (:data:`benchmark_all`), its experiments in order:
 
 * ``ladder``: every step at batch 1, and the fused steps at batches 8 and 32, each checked at full
-  size against the float64 reference (computed on the GPU) before it is timed; beside them every
+  size against the float64 reference (computed on the GPU) before it is timed (``rec.checked``: a
+  step that fails is a ``FAILED`` row of ``skipped``, never timed); beside them every
   cuDNN path of :mod:`.baselines`, checked and timed on the same inputs;
 * ``cudnn_conv``: cuDNN's convolution alone (fp32 and fp16, channels-last);
 * ``transfers``: copies in, kernel, copy out for the best fp32 and fp16 steps, one image and a batch;
 * ``ceilings``: the device copy, cuBLAS SGEMM, and the tensor cores' tf32 and fp16 GEMM rates;
 * side tables: ``checks``, ``skipped`` (steps, batches and vendor paths not measured, and why: a
-  step this GPU cannot run, or a batch over its memory budget, see :func:`.steps.unfit_reason`), ``resources``
+  step this GPU cannot run, or a batch over its memory budget, see :func:`.steps.unfit_reason`; a
+  failed check; a later part that failed or that the run's budget left out), ``resources``
   (registers, shared memory, occupancy of each kernel), ``cudnn_kernels`` (which kernels cuDNN ran),
   the sweeps (:mod:`.sweeps`), and ``profile`` (Nsight Compute's counters) where ncu works.
 """
@@ -49,6 +52,9 @@ def step_bytes(step, shape) -> float:
     return float(shape.bytes(step.itemsize) + (0 if step.fused else shape.prepool_bytes()))
 
 
+#: The ``skipped`` table's columns (a part of the record that failed or was not started: its name
+#: as the variant, size 0).
+SKIPPED_COLUMNS = ("variant", "library", "precision", "size", "reason")
 #: The ``variant`` of a ``skipped`` row for a batch size not measured at all.
 WHOLE_BATCH = "every step and cuDNN path"
 
@@ -121,13 +127,12 @@ def as_measured_on(run, here):
     if recorded is not None:          # the record's own skips at the batches still measured
         recorded = recorded[recorded["size"].isin(planned) | (recorded["size"] == 0)]
         skipped += recorded.to_dict("records")
-    tables["skipped"] = pd.DataFrame(skipped, columns=["variant", "library", "precision", "size", "reason"])
+    tables["skipped"] = pd.DataFrame(skipped, columns=list(SKIPPED_COLUMNS))
     return dataclasses.replace(run, timings=run.timings[keep].reset_index(drop=True), tables=tables)
 
 
 #: The batches of a quick (smoke-test) record.
 QUICK_BATCHES = (1, 8)
-SKIPPED_COLUMNS = ("variant", "library", "precision", "size", "reason")
 
 
 def _timing_budget_ms(rec) -> float:
@@ -257,8 +262,9 @@ def launch_sweeps(rec, ctx) -> None:
 
 
 def copies(rec, ctx: Planned) -> None:
+    """The transfers of the steps whose checks passed (check before time)."""
     _free()
-    rec.add(transfer_rows(ctx.batches, rec.repeats))
+    rec.add(transfer_rows(ctx.batches, rec.repeats, failed={row["variant"] for row in rec.failed}))
 
 
 def resources(rec, ctx) -> None:
@@ -285,14 +291,16 @@ benchmark_all = Recording(CHAPTER, [
     problem_row=lambda experiment: {"variant": experiment, "library": "", "precision": "", "size": 0})
 
 
-def transfer_rows(batches, repeats: int) -> list[dict]:
-    """Copy in, kernel, copy out of the best fp32 and fp16 steps from pinned host memory."""
+def transfer_rows(batches, repeats: int, failed=()) -> list[dict]:
+    """Copy in, kernel, copy out of the best fp32 and fp16 steps from pinned host memory (not of
+    a step whose check ``failed``: its labels)."""
     import cupy
 
     out = []
     for N in [n for n in TRANSFER_BATCHES if n in batches]:
         shape = LAYER.batch(N)
-        numbers = [n for n in TRANSFER_STEPS if unfit_reason(STEP[n], shape) is None]   # the ladder lists the rest
+        numbers = [n for n in TRANSFER_STEPS    # the ladder lists the rest
+                   if unfit_reason(STEP[n], shape) is None and STEP[n].label not in failed]
         if not numbers:
             continue
         x, w, b = make_inputs(shape, seed=N, xp=cupy)
