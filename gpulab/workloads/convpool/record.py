@@ -150,8 +150,10 @@ class Planned:
 
 def setup(rec) -> Planned:
     """The batches this device can run, and the steps at each (see :func:`plan`); the rest are
-    rows of the ``skipped`` table."""
+    rows of the ``skipped`` table. (As before this was a Recording, the run always has a
+    ``resources`` table.)"""
     batches = QUICK_BATCHES if rec.quick else BATCHES
+    rec.table("resources", pd.DataFrame())      # empty if its experiment fails or is not started: readers index it
     planned, skipped = plan(batches, limits())
     for row in skipped:
         reason = row.pop("reason")
