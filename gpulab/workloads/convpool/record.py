@@ -397,7 +397,8 @@ def profile_table() -> pd.DataFrame | None:
         print("convpool: no ncu here, so the run has no profile table")
         return None
     try:
-        raw = profiler.profile(profiler.driver(CHAPTER), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)", timeout=80)
+        raw = profiler.profile(profiler.driver(CHAPTER), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)",
+                               timeout=80)
     except Exception as exc:      # a profiler failure must not lose the timings
         print(f"convpool: the profile failed: {str(exc)[-1500:]}")
         return None
