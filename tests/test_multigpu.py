@@ -467,6 +467,12 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS}
     assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
+    # One GPU's share of the batch, bucket by bucket (what the overlap can hide), each piece once.
+    pieces = [(r["variant"], r["blocks_per_sm"], r["rare_share"]) for r in got["rows"] if r["experiment"] == "bucket pieces"]
+    small = data.sample(2 * world, 101, stream=400)
+    want = [(f"1 GPU, one GPU's share: {g[0]}", g[3], g[4])
+            for g in workers.bucket_pieces(small, reference.init_params(101), world, sms=1, backend="cpu")]
+    assert sorted(pieces) == sorted(want)
     lanes = {(t["gpu"], t["lane"]) for t in got["timeline"]}
     assert {(g, "compute") for g in range(world)} <= lanes
     assert all(t["end_us"] >= t["start_us"] >= 0 for t in got["timeline"])
@@ -570,3 +576,101 @@ def test_the_chapter_reads_a_run_of_the_current_record(tmp_path):
     save_run("multigpu", new, {**run.meta, "gpu": "NVIDIA H100 SYNTHETIC", "date": "2000-01-03 00:00 UTC"},
              root=tmp_path)
     assert "H100" in views.recorded(root=tmp_path).gpu
+
+
+def test_the_rare_word_bucket_takes_the_share_of_the_work_it_is_given():
+    from gpulab.workloads.multigpu.replicas import row_work
+    batch = data.sample(1024, data.VOCAB, stream=400)
+    L, work = Layout(data.VOCAB), row_work(batch)
+    for n, share in ((2, 0.25), (2, 0.1), (3, 0.25), (4, 0.5)):
+        buckets = L.buckets(n, work, share)
+        _covers_once(L, buckets)
+        shares = np.array([work[k.rows[0]:k.rows[1]].sum() for k in buckets[1:]]) / batch.nnz
+        # The first (rarest) bucket holds the share asked for; the others split the rest evenly
+        # (to within the work of the single row at each cut: id 0 alone is ~5% of this batch).
+        assert abs(shares[0] - share) < 0.02, (n, share, shares)
+        assert np.all(np.abs(shares[1:] - (1 - share) / (n - 1)) < 0.06), (n, share, shares)
+        assert buckets[1].rows[1] == L.V and buckets[-1].rows[0] == 0
+    # Equal work is the share 1 / n.
+    assert L.buckets(4, work, 0.25) == L.buckets(4, work)
+    # A smaller share moves the cut towards the rarer words: fewer of W1's bytes in the first bucket.
+    assert L.buckets(2, work, 0.25)[1].size < L.buckets(2, work)[1].size
+    for bad, match in (((2, None, 0.25), "needs row_work"), ((1, work, 0.25), "at least 2 buckets"),
+                       ((2, work, 0.0), "strictly between 0 and 1"), ((2, work, 1.0), "strictly between 0 and 1")):
+        with pytest.raises(ValueError, match=match):
+            L.buckets(*bad)
+
+
+def test_the_bucket_pieces_add_up_to_the_whole_scatter(corpus):
+    # The record times each bucket's scatter alone (workers.bucket_pieces); on the CPU backend, the
+    # rare-word and frequent-word buckets' scatters must write what the whole scatter writes.
+    from gpulab.workloads.multigpu import workers
+    batch = corpus.rows(0, B)
+    got = list(workers.bucket_pieces(batch, reference.init_params(V), 2, sms=3, backend="cpu"))
+    names = [g[0] for g in got]
+    assert names[:2] == ["forward + backward to dZ1", "small gradients, coalesced"]
+    assert names.count("W1's scatter, every row") == 2            # once per grid, not per cut
+    assert {(g[3], g[4]) for g in got} == {(0, 0.5), (0, workers.RARE_SHARE), (8, 0.5), (8, workers.RARE_SHARE)}
+    replicas = {id(g[5]): g[5] for g in got}
+    assert len(replicas) == 4
+    for r in replicas.values():
+        assert r.B == B // 2 and r.form == "parameters"
+        r.forward_backward()
+        w0 = r.backend.to_host(r.p["W1"]).copy()
+        r.w1_gradient()
+        whole = r.backend.to_host(r.p["W1"]).copy()
+        r.p["W1"][...] = r.backend.to_device(w0)
+        r.bucket_gradients[0]()
+        rare = r.backend.to_host(r.p["W1"]).copy()
+        r.bucket_gradients[1]()
+        both = r.backend.to_host(r.p["W1"])
+        a, b = r.buckets[1].rows, r.buckets[2].rows
+        assert b[1] == a[0] and b[0] == 0 and a[1] == V
+        # The rare bucket's scatter wrote only its rows; both together the whole scatter's.
+        np.testing.assert_array_equal(rare[:a[0]], w0[:a[0]])
+        assert not np.array_equal(rare[a[0]:], w0[a[0]:])
+        # The same atomic adds into W in another order: each rounds at W's float32 spacing.
+        np.testing.assert_allclose(both, whole, rtol=0, atol=4 * np.spacing(np.abs(whole).max()))
+        assert np.abs(whole - w0).max() > 100 * np.spacing(np.abs(whole).max())     # the step is far larger
+    floats = {g[0]: g[2] for g in got if g[4] == 0.5}
+    assert floats["W1's scatter, rare-word bucket"] + floats["W1's scatter, frequent-word bucket"] == \
+        floats["W1's scatter, every row"] == V * reference.HIDDEN
+
+
+def test_overlap_bound_from_synthetic_pieces():
+    # SYNTHETIC pieces (made-up numbers): a 20 µs scatter whose rare bucket takes 15 µs alone leaves
+    # 5 µs to hide; the second all-reduce costs A(rare) + A(rest) - A(whole) from the graph curve.
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views, workers
+    run, _ = _synthetic_run()
+    assert views.overlap_bound(run) is None
+    rows = run.timings.to_dict("records")
+    base = {k: v for k, v in rows[0].items() if k not in ("experiment", "variant", "size", "median_ms", "bytes")}
+    L = Layout(data.VOCAB)
+    grad = 4.0 * L.size
+    for s in (2 ** 10, 2 ** 20, grad, 2 ** 26):        # a linear curve: 6 µs + 1 µs per 250 KB
+        rows.append({**base, "experiment": "allreduce", "variant": views.LAB_ALLREDUCE + ", CUDA graph", "size": s,
+                     "median_ms": (6 + s / 250e3) * 1e-3, "bytes": s})
+    for per_sm in (0, 8):
+        for share, rare_us, rare_bytes in ((0.5, 15.0, 16.5e6), (workers.RARE_SHARE, 10.0, 14.8e6)):
+            for name, us, nbytes in (("W1's scatter, every row", 20.0, 0.0), ("W1's scatter, rare-word bucket", rare_us,
+                                                                             rare_bytes),
+                                     ("W1's scatter, frequent-word bucket", 12.0, 0.0)):
+                rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + name, "size": 1024,
+                             "median_ms": us * 1e-3, "bytes": nbytes, "blocks_per_sm": per_sm, "rare_share": share})
+    for label, ms in (("one all-reduce, parameter average, step 9's kernels", 0.100),
+                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters").label, 0.104)):
+        rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, {label}; NCCL defaults", "size": 1024,
+                     "median_ms": ms, "slowest_rank_ms": ms})
+    b = views.overlap_bound(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
+    assert len(b) == 4 and set(b["batch"]) == {1024}
+    one = b[(b["scatter grid"] == "8 blocks per SM") & (b["rare bucket's share of the work"] == 0.5)].iloc[0]
+    assert one["hideable (µs)"] == pytest.approx(5.0)
+    # A(rare) + A(rest) - A(whole): the bytes add up, so the curve's fixed 6 µs is what is left.
+    assert one["second all-reduce costs (µs)"] == pytest.approx(6.0)
+    assert one["ideal saving (µs)"] == pytest.approx(-1.0)
+    assert one["measured saving (µs)"] == pytest.approx(-4.0)
+    # The configurations the sweep did not time have no measured saving.
+    assert b["measured saving (µs)"].isna().sum() == 3
+    quarter = b[(b["scatter grid"] == "one block per document") & (b["rare bucket's share of the work"] < 0.5)].iloc[0]
+    assert quarter["hideable (µs)"] == pytest.approx(10.0) and quarter["ideal saving (µs)"] == pytest.approx(4.0)

@@ -40,11 +40,13 @@
 // of at most the all-reduce's time (~80 us for 16.8 MB on two H100s), only if
 // the all-reduce runs beside the scatter at close to its speed alone; the run
 // sweeps the scatter's grid, the bucket count and the streams' priorities.
-// Measured (the chapter's run, two H100s): beside the scatter the all-reduce
-// runs several times slower than alone but still ends before the scatter
-// does at the large batches; the overlap then saves 1 to 25 us per step
-// from B = 8,192 up, well under the all-reduce's time, because the split
-// scatter itself runs slower beside it, and loses below (see the chapter).
+// Measured: the chapter's run sweeps these choices at every batch and keeps the
+// fastest; its timeline shows the all-reduce running beside the scatter, and its
+// bucket pieces time each bucket's scatter alone against the whole scatter on one
+// GPU's share of the batch, which bounds what the overlap can save at best. The
+// chapter states from that run, its numbers glued, where the overlap wins, where
+// it loses and why; they are not repeated here, where the next recording would
+// leave them stale.
 
 #include <training/scatter_rows.cuh>   // step 9's scatter loop, shared with 09_sparse_first_layer.cu
 

@@ -17,13 +17,16 @@
 // Why faster: 8x fewer L2 sectors for the same bytes, and twice the blocks.
 // Prediction: a few tens of microseconds alone at 32,768 documents (32,768 x
 // 128 x 2 floats = 34 MB of h and dZ1, mostly L2-resident, at a few TB/s).
-// Measured (the chapter's run, two H100s, 32,768 documents): 142 us alone,
-// against 217 us for step 9's blocks: faster, but far from the prediction,
-// because each thread's loop waits on one document's loads at a time with
-// only 8 warps per SM to hide the latency (more blocks, or several documents
-// in flight per thread, would be the next step). Beside W1's scatter in the
-// bucketed step it is not the longest path. The gradient buffer must be zero
-// on entry (the update kernel leaves it so).
+// Measured: the chapter's run times it alone on one GPU's share of the largest
+// batch, against step 9's first H blocks, and beside W1's scatter in the bucketed
+// step (its pieces table and timeline; the chapter glues the numbers). In the
+// recorded runs it was faster than step 9's blocks but well short of this
+// prediction. A likely reason, not measured: each thread's loop waits on one
+// document's loads at a time with only 8 warps per SM to hide the latency (more
+// blocks, or several documents in flight per thread, would be the next step).
+// In the recorded runs' timelines it was not the longest path beside W1's
+// scatter. The gradient buffer must be zero on entry (the update kernel leaves
+// it so).
 
 #define MAX_CLASSES 8
 #define MAX_WARPS 32

@@ -17,6 +17,10 @@ Experiments (the ``experiment`` column):
   apart, a timing of the computation alone, never a training step);
 * ``pieces``: the one-GPU kernels alone at the largest batch and at one GPU's
   share of it (where a replica's time goes);
+* ``bucket pieces``: at B = 1,024 and 8,192, one GPU's share of the batch:
+  the forward pass, W1's whole scatter and each bucket's scatter (cut at equal
+  work, and with the rare-word bucket holding a quarter), each alone: what
+  the overlap can hide (:func:`.workers.bucket_pieces`);
 * ``overlap``: at every batch, the plain step in its two forms and the
   bucketed step in every launch configuration of ``workers.OVERLAPS``, each
   checked and timed (``slowest_rank_ms``: the slower GPU's median); the
@@ -266,7 +270,9 @@ def benchmark_all(repeats: int = 30, quick: bool = False, deadline_s: float | No
         except Exception as exc:       # noqa: BLE001 -- recorded, not hidden
             problems.append({"experiment": "ddp", "problem": f"{type(exc).__name__}: {exc}"[:2000]})
             log(f"PyTorch DDP failed: {problems[-1]['problem']}", flush=True)
-    choices = [{**c, "blocks_per_sm": c["blocks_per_sm"] or 0} for c in got["choices"]]
+    # None (one block per document; equal work) as numbers: 0 blocks per SM, and the share itself.
+    choices = [{**c, "blocks_per_sm": c["blocks_per_sm"] or 0, "rare_share": c["rare_share"] or 1 / c["buckets"]}
+               for c in got["choices"]]
     tables = {"checks": checks, "topology": topology(), "timeline": got["timeline"], "choices": choices}
     if problems:
         tables["problems"] = problems

@@ -144,7 +144,7 @@ class Layout:
     def unflatten(self, flat) -> dict:
         return {k: np.array(v) for k, v in self.views(np.asarray(flat)).items()}
 
-    def buckets(self, n: int, row_work=None) -> list[Bucket]:
+    def buckets(self, n: int, row_work=None, rare_share: float | None = None) -> list[Bucket]:
         """The small parameters as one bucket, then W1's rows in ``n`` buckets,
         the rarest words' rows first.
 
@@ -157,11 +157,22 @@ class Layout:
         -- nearly all of W1's bytes and little of its work -- runs while the
         frequent words' rows are still being computed, and the last bucket
         (the most frequent words: much work, few rows) has little left to
-        send."""
+        send.
+
+        ``rare_share`` (with ``row_work``, ``n`` >= 2): the first bucket (the
+        rarest words) gets this share of the work instead of ``1 / n``, the
+        other buckets equal shares of the rest. A small share starts the
+        all-reduce of nearly all of W1's bytes after little of the scatter."""
         if n < 1:
             raise ValueError(f"the number of W1 buckets must be at least 1, got {n}")
         if n > self.V:
             raise ValueError(f"W1 has {self.V} rows; it cannot be split into {n} buckets")
+        if rare_share is not None:
+            if row_work is None or n < 2:
+                raise ValueError("rare_share needs row_work (the batch's non-zeros per row) and at least 2 buckets, "
+                                 f"got row_work={'None' if row_work is None else 'given'} and {n} bucket(s)")
+            if not 0.0 < rare_share < 1.0:
+                raise ValueError(f"rare_share must lie strictly between 0 and 1, got {rare_share}")
         if row_work is None:
             edges = [round(i * self.V / n) for i in range(n + 1)]
         else:
@@ -170,7 +181,10 @@ class Layout:
                 raise ValueError(f"row_work must hold {self.V} non-negative counts (one per row of W1), "
                                  f"got shape {work.shape}")
             cum = np.concatenate([[0.0], np.cumsum(work)])
-            targets = cum[-1] * np.arange(1, n) / n
+            # Cumulative work from row 0 (the most frequent word) at each inner edge; the rare
+            # bucket is the last range of ids, so it holds 1 minus the last edge's share.
+            rest = 1.0 - (1.0 / n if rare_share is None else rare_share)
+            targets = cum[-1] * rest * np.arange(1, n) / (n - 1) if n > 1 else np.zeros(0)
             inner = np.searchsorted(cum, targets, side="left")
             edges = [0]
             for e in inner:             # every bucket keeps at least one row

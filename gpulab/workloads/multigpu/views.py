@@ -187,6 +187,59 @@ def forms_table(run: RecordedRun) -> pd.DataFrame | None:
     return out
 
 
+BUCKET_PIECE = "1 GPU, one GPU's share: "
+
+
+def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
+    """What the bucketed step (2 buckets, parameter form) could save at most,
+    from pieces measured alone, against what it saved, at each batch the run
+    timed bucket by bucket (experiment ``bucket pieces``); None for a run
+    without them.
+
+    The first all-reduce can start only when the rare-word bucket's scatter
+    ends, so the overlap can hide at most W1's whole scatter less the rare
+    bucket's (``hideable``); the step then sends two all-reduces (the rare
+    rows; the frequent rows with the small parameters) instead of one, which
+    costs ``A(rare) + A(frequent) - A(whole)`` more, each from the lab's
+    all-reduce curve in a CUDA graph (interpolated at the buckets' sizes).
+    ``ideal saving`` = hideable - that cost: the saving with perfect overlap
+    and nothing shared between the all-reduce and the scatter. ``measured
+    saving``: the plain step (its fastest form) less that bucketed
+    configuration, both from the sweep (the slower GPU's median)."""
+    from .workers import Overlap
+    if "bucket pieces" not in set(run.timings["experiment"]):
+        return None
+    pieces = run.experiment("bucket pieces")
+    curve = allreduce_table(run, LAB_ALLREDUCE + ", CUDA graph")
+    a_us = lambda nbytes: float(np.interp(nbytes, curve["bytes"], curve["median_ms"])) * 1e3   # noqa: E731
+    sweep = overlap_table(run)
+    layout = Layout(VOCAB)
+    rows = []
+    for b in sorted(set(pieces["size"])):
+        at = pieces[pieces["size"] == b]
+        us = lambda name, per_sm, share: float(at[(at["variant"] == BUCKET_PIECE + name) & (at["blocks_per_sm"] == per_sm)  # noqa: E731
+                                                  & np.isclose(at["rare_share"], share)]["median_ms"].iloc[0]) * 1e3
+        plain = sweep.loc[sweep.index.str.startswith("one all-reduce"), b].min() if sweep is not None else np.nan
+        for per_sm in sorted(set(at["blocks_per_sm"])):
+            for share in sorted(set(at["rare_share"]), reverse=True):
+                whole = us("W1's scatter, every row", per_sm, 0.5)
+                rare = us("W1's scatter, rare-word bucket", per_sm, share)
+                freq = us("W1's scatter, frequent-word bucket", per_sm, share)
+                rare_bytes = float(at[(at["variant"] == BUCKET_PIECE + "W1's scatter, rare-word bucket")
+                                      & (at["blocks_per_sm"] == per_sm) & np.isclose(at["rare_share"], share)]["bytes"].iloc[0])
+                all_bytes = 4.0 * layout.size     # the rest goes with the frequent rows: W1's and the small parameters
+                extra = a_us(rare_bytes) + a_us(all_bytes - rare_bytes) - a_us(all_bytes)
+                config = Overlap(2, int(per_sm) or None, True, "parameters", None if share == 0.5 else float(share))
+                label = "bucketed: " + config.label
+                measured = plain - sweep.loc[label, b] if sweep is not None and label in sweep.index else np.nan
+                rows.append({"batch": int(b), "scatter grid": "one block per document" if per_sm == 0 else
+                             f"{int(per_sm)} blocks per SM", "rare bucket's share of the work": float(share),
+                             "whole scatter (µs)": whole, "rare bucket (µs)": rare, "frequent bucket (µs)": freq,
+                             "hideable (µs)": whole - rare, "second all-reduce costs (µs)": extra,
+                             "ideal saving (µs)": whole - rare - extra, "measured saving (µs)": measured * 1e3})
+    return pd.DataFrame(rows)
+
+
 def scaling_budget(run: RecordedRun) -> pd.DataFrame:
     """At the largest batch, what separates the two-GPU step from half of one
     GPU's: the measured steps, each against the previous line (ms)."""

@@ -70,12 +70,20 @@ class Overlap:
     in a grid-stride loop, leaving the rest of each SM to NCCL's and the
     update's blocks; None: one block per document), and whether the all-reduces
     and updates run at the device's highest stream priority (in a graph: with
-    node priorities)."""
+    node priorities). ``rare_share``: the rarest words' bucket holds this share
+    of the batch's non-zeros (None: 1 / buckets, equal work; see
+    :meth:`~.replicas.Layout.buckets`)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
     priority: bool = True
     form: str = "gradient"
+    rare_share: float | None = None
+
+    @property
+    def share(self) -> float:
+        """The rare-word bucket's share of the work."""
+        return 1.0 / self.buckets if self.rare_share is None else self.rare_share
 
     def blocks(self, sms: int) -> int | None:
         return None if self.blocks_per_sm is None else self.blocks_per_sm * sms
@@ -84,14 +92,21 @@ class Overlap:
     def label(self) -> str:
         grid = "one block per document" if self.blocks_per_sm is None else f"{self.blocks_per_sm} blocks per SM"
         what = "" if self.form == "gradient" else "parameter average, "
-        return f"{what}{self.buckets} buckets, scatter on {grid}, {'high' if self.priority else 'equal'} priority"
+        share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
+        return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
+                f"{'high' if self.priority else 'equal'} priority")
 
 
+#: The rare-word bucket's share of the work in the sweep's unequal cuts: its all-reduce (89% of W1's
+#: bytes) starts after a quarter of the scatter instead of half, and the frequent words' bucket
+#: left for the last all-reduce grows from ~0.26 to ~1.9 MB (counted on the CPU for this corpus).
+RARE_SHARE = 0.25
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
 OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for p in (True, False)) + \
-    tuple(Overlap(n, k, True, "parameters") for n in (2, 4) for k in (None, 8))
+    tuple(Overlap(n, k, True, "parameters") for n in (2, 4) for k in (None, 8)) + \
+    tuple(Overlap(2, k, True, "parameters", RARE_SHARE) for k in (None, 8))
 #: NCCL settings tried at the largest batch, each in a fresh pair of processes (NCCL reads them once):
 #: fewer channels or threads (less contention with the scatter beside it), or more channels (a faster
 #: all-reduce of the 16.8 MB at the cost of more SMs).
@@ -291,11 +306,12 @@ class Buckets:
         self.batch, self.part, self._cache = batch, part, {}
         self._ranges = bucket_ranges
 
-    def get(self, n: int) -> tuple[list, list]:
-        if n not in self._cache:
-            buckets = Layout(self.batch.vocab).buckets(n, row_work(self.batch))
-            self._cache[n] = (buckets, [self._ranges(self.part, k.rows) for k in buckets[1:]])
-        return self._cache[n]
+    def get(self, n: int, rare_share: float | None = None) -> tuple[list, list]:
+        key = (n, rare_share)
+        if key not in self._cache:
+            buckets = Layout(self.batch.vocab).buckets(n, row_work(self.batch), rare_share)
+            self._cache[key] = (buckets, [self._ranges(self.part, k.rows) for k in buckets[1:]])
+        return self._cache[key]
 
 
 def _stream(priority: int):
@@ -342,7 +358,7 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
     g_one = _one_gpu_gradient(batch, params) if rank == 0 else None
     form, split = plain
     for mode in ("plain", "bucketed"):
-        buckets, ranges = bk.get(config.buckets)
+        buckets, ranges = bk.get(config.buckets, config.rare_share)
         step = GpuStep(bk.part, params, batch.docs, comm, mode, buckets, config=config, ranges=ranges, split=split,
                        form=form, world=world)
         snap = cupy.empty_like(step.replica.flat)
@@ -402,8 +418,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
     norm = float(cupy.linalg.norm(want))
     runs = [("plain", key, None) for key in PLAIN_FORMS] + [("bucketed", ("gradient", False), c) for c in configs]
     for mode, (form, split), config in runs:
-        n = config.buckets if config else 2
-        buckets, ranges = bk.get(n)
+        buckets, ranges = bk.get(config.buckets, config.rare_share) if config else bk.get(2)
         step = GpuStep(bk.part, params, batch.docs, comm, mode, buckets, config=config, ranges=ranges, split=split,
                        form=form, world=world)
         got = cupy.full_like(step.replica.flat, np.nan)
@@ -419,7 +434,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
         t = time_step(step, repeats)
         medians.append(t.median_ms if err <= tol else float("inf"))
         extra = {} if config is None else {"buckets": config.buckets, "blocks_per_sm": config.blocks_per_sm or 0,
-                                           "priority": int(config.priority)}
+                                           "priority": int(config.priority), "rare_share": config.share}
         rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl}", batch.docs, phase="step", gpus=world,
                           rank=rank, form=step.form, rel_error=err, **extra))
         del step, got
@@ -519,6 +534,56 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
     return rows
 
 
+#: The batches at which one GPU's share of the scatter is timed bucket by bucket (``bucket pieces``):
+#: where the all-reduce is the largest share of the step, and a middle batch.
+BUCKET_PIECE_BATCHES = (1024, 8192)
+
+
+def bucket_pieces(batch: data.Corpus, params: dict, world: int, sms: int, backend=None):
+    """Yield (name, launch, floats written, blocks per SM or 0, rare-word share,
+    replica) for one GPU's share of ``batch`` (what each GPU computes in the
+    two-GPU step): the forward pass, the small gradients, W1's whole scatter,
+    and each of the two buckets' scatters, cut at equal work and with the
+    rare-word bucket holding RARE_SHARE of it, on one block per document and
+    on 8 blocks per SM of ``sms``. The overlap can hide only what runs after
+    the first all-reduce starts: W1's scatter less the rare-word bucket's.
+    Replicas in the parameter form (the form the record keeps at most batches),
+    on ``backend`` (the GPU in the record; the tests use the CPU backend)."""
+    from .replicas import bucket_ranges
+    part = split_batch(batch, world)[0]
+    work = row_work(batch)
+    for per_sm in (None, 8):
+        for share in (None, RARE_SHARE):
+            buckets = Layout(batch.vocab).buckets(2, work, share)
+            r = Replica(part, params, batch.docs, backend, buckets=buckets, form="parameters", replicas=world,
+                        scatter_blocks=None if per_sm is None else per_sm * sms,
+                        ranges=[bucket_ranges(part, k.rows) for k in buckets[1:]])
+            pieces = [("W1's scatter, every row", r.w1_gradient, r.layout.size - r.layout.small),
+                      ("W1's scatter, rare-word bucket", r.bucket_gradients[0], buckets[1].size),
+                      ("W1's scatter, frequent-word bucket", r.bucket_gradients[1], buckets[2].size)]
+            if per_sm is None and share is None:
+                pieces = [("forward + backward to dZ1", r.forward_backward, 0),
+                          ("small gradients, coalesced", r.small_gradients, r.layout.small)] + pieces
+            elif share is not None:
+                pieces = pieces[1:]          # the whole scatter does not depend on the cut
+            for name, fn, floats in pieces:
+                yield name, fn, floats, per_sm or 0, (1 / 2 if share is None else share), r
+
+
+def _bucket_pieces(batch: data.Corpus, params: dict, world: int, repeats: int) -> list:
+    """Rank 0 alone: :func:`bucket_pieces`, each launch alone in a CUDA graph."""
+    import cupy
+    from ...timing import graph_benchmark
+    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    rows = []
+    for name, fn, floats, per_sm, share, _ in bucket_pieces(batch, params, world, sms, "gpu"):
+        t = graph_benchmark(fn, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
+        rows.append(t.row("bucket pieces", f"1 GPU, one GPU's share: {name}", batch.docs, phase="kernel",
+                          gpus=1, bytes=4.0 * floats, blocks_per_sm=per_sm, rare_share=share))
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def _timeline(step: GpuStep, rank: int, batch: int, mode: str, repeats: int = 3) -> list:
     """One eager step, after ``repeats`` untimed ones, with an event pair
     around every operation: microseconds from the step's first event."""
@@ -577,6 +642,8 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             batch = corpus.rows(0, b)
             if rank == 0:
                 result["rows"] += _one_gpu_rows(batch, params, repeats, pieces=b in (max(batches), max(batches) // world))
+                if b in BUCKET_PIECE_BATCHES or b == min(batches):
+                    result["rows"] += _bucket_pieces(batch, params, world, repeats)
             barrier.wait()
             bk = Buckets(batch, split_batch(batch, world)[rank])
             rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl,
@@ -588,7 +655,7 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             rows, digests = _checks(rank, world, comm, batch, params, bk, best, plain, b == batches[0], barrier)
             result["checks"] += rows
             result["digests"] += digests
-            buckets, ranges = bk.get(best.buckets)
+            buckets, ranges = bk.get(best.buckets, best.rare_share)
             for mode in MODES:
                 step = GpuStep(bk.part, params, b, comm, mode, buckets, config=best, ranges=ranges, split=plain[1],
                                form=plain[0], world=world)
