@@ -467,6 +467,8 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS}
     assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
+    forms = {r["variant"] for r in got["rows"] if r["experiment"] == "compute forms"}
+    assert forms == {f"{world} GPUs, compute only, {name}" for name in workers.PLAIN_FORMS.values()}
     # One GPU's share of the batch, bucket by bucket (what the overlap can hide), each piece once.
     pieces = [(r["variant"], r["blocks_per_sm"], r["rare_share"]) for r in got["rows"] if r["experiment"] == "bucket pieces"]
     small = data.sample(2 * world, 101, stream=400)

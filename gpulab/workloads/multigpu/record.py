@@ -17,6 +17,8 @@ Experiments (the ``experiment`` column):
   apart, a timing of the computation alone, never a training step);
 * ``pieces``: the one-GPU kernels alone at the largest batch and at one GPU's
   share of it (where a replica's time goes);
+* ``compute forms``: the two-GPU step's computation alone (no all-reduce) in
+  every form of the plain step, at every batch;
 * ``bucket pieces``: at B = 1,024 and 8,192, one GPU's share of the batch:
   the forward pass, W1's whole scatter and each bucket's scatter (cut at equal
   work, and with the rare-word bucket holding a quarter), each alone: what

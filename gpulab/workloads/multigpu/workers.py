@@ -671,6 +671,15 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
                 if b in timeline_batches and mode != "compute only":
                     result["timeline"] += _timeline(step, rank, b, mode)
                 del step
+            # The computation alone in every form of the plain step (no NCCL call: each GPU on its
+            # own): whether a form's cost on two GPUs comes with the all-reduce or without it.
+            for form, split in PLAIN_FORMS:
+                step = GpuStep(bk.part, params, b, None, "compute only", buckets, config=best, ranges=ranges,
+                               split=split, form=form, world=world)
+                t = time_step(step, repeats)
+                result["rows"].append(t.row("compute forms", f"{world} GPUs, compute only, {PLAIN_FORMS[(form, split)]}",
+                                            b, phase="step", gpus=world, rank=rank, form=form, **_work(batch)))
+                del step
             cupy.get_default_memory_pool().free_all_blocks()
             if rank == 0:
                 got = [r for r in result["rows"] if r["size"] == b and r["experiment"] == "step"]
