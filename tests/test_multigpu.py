@@ -676,3 +676,36 @@ def test_overlap_bound_from_synthetic_pieces():
     assert b["measured saving (µs)"].isna().sum() == 3
     quarter = b[(b["scatter grid"] == "one block per document") & (b["rare bucket's share of the work"] < 0.5)].iloc[0]
     assert quarter["hideable (µs)"] == pytest.approx(10.0) and quarter["ideal saving (µs)"] == pytest.approx(4.0)
+    assert quarter["last all-reduce (MB)"] == pytest.approx((grad - 14.8e6) / 1e6)
+    # The prose: the kept configuration's row, and per batch whether any configuration could win at all.
+    kept = pd.DataFrame({"label": [workers.Overlap(2, 8, True, "parameters").label]}, index=[1024])
+    text = views.bound_text(b, kept)
+    assert "8 blocks per SM" in text and "20.0 µs alone" in text and "would therefore still lose 1.0 µs" in text
+    assert "a loss of 4.0 µs" in text and "(ideal saving +4.0 µs)" in text      # the quarter cut on that grid
+    verdict = views.bound_verdict(b)
+    assert verdict.startswith("At B = 1,024 the best case (") and "could save 4.0 µs" in verdict
+    assert "the sweep did not time it" in verdict
+    lose = b.assign(**{"ideal saving (µs)": -b["hideable (µs)"]})
+    assert "none of the 4 cuts and grids timed could save anything" in views.bound_verdict(lose)
+
+
+def test_split_verdict_says_where_the_split_forms_time_goes():
+    # SYNTHETIC rows: the split form 10% slower with the all-reduce, 1% without it, 2% on one GPU.
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views, workers
+    run, _ = _synthetic_run()
+    assert "does not time" in views.split_verdict(run)
+    rows = run.timings.to_dict("records")
+    base = {k: v for k, v in rows[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
+    for b, one, split in ((32768, 1.0, 1.02), (65536, 2.0, 2.04)):
+        rows += [{**base, "experiment": "step", "variant": views.ONE_GPU_REPLICA, "size": b, "median_ms": one},
+                 {**base, "experiment": "step", "variant": views.ONE_GPU_SPLIT, "size": b, "median_ms": split}]
+    for (form, split), name in workers.PLAIN_FORMS.items():
+        rows.append({**base, "experiment": "compute forms", "variant": f"2 GPUs, compute only, {name}", "size": 65536,
+                     "median_ms": 1.01 if split else 1.0})
+    for name, ms in (("split gradient", 1.1), ("step 9's gradient kernel", 1.0)):
+        rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, one all-reduce, {name}; NCCL defaults",
+                     "size": 65536, "median_ms": ms, "slowest_rank_ms": ms})
+    text = views.split_verdict(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
+    assert "takes 1.01x" in text and "32,768 documents: 1.02x" in text and "with the all-reduce: 1.10x" in text
+    assert text.endswith("comes with the all-reduce, not from the computation.")

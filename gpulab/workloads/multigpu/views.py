@@ -17,6 +17,7 @@ from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
+from .workers import PLAIN_FORMS, Overlap
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
@@ -188,6 +189,7 @@ def forms_table(run: RecordedRun) -> pd.DataFrame | None:
 
 
 BUCKET_PIECE = "1 GPU, one GPU's share: "
+SHARE = "rare bucket's share of the work"
 
 
 def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
@@ -202,11 +204,11 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
     rows; the frequent rows with the small parameters) instead of one, which
     costs ``A(rare) + A(frequent) - A(whole)`` more, each from the lab's
     all-reduce curve in a CUDA graph (interpolated at the buckets' sizes).
-    ``ideal saving`` = hideable - that cost: the saving with perfect overlap
+    ``ideal saving`` = hideable (or the first all-reduce's time, if shorter) -
+    that cost: the saving with perfect overlap
     and nothing shared between the all-reduce and the scatter. ``measured
     saving``: the plain step (its fastest form) less that bucketed
     configuration, both from the sweep (the slower GPU's median)."""
-    from .workers import Overlap
     if "bucket pieces" not in set(run.timings["experiment"]):
         return None
     pieces = run.experiment("bucket pieces")
@@ -232,12 +234,95 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
                 config = Overlap(2, int(per_sm) or None, True, "parameters", None if share == 0.5 else float(share))
                 label = "bucketed: " + config.label
                 measured = plain - sweep.loc[label, b] if sweep is not None and label in sweep.index else np.nan
-                rows.append({"batch": int(b), "scatter grid": "one block per document" if per_sm == 0 else
-                             f"{int(per_sm)} blocks per SM", "rare bucket's share of the work": float(share),
+                rows.append({"batch": int(b), "configuration": config.label,
+                             "scatter grid": "one block per document" if per_sm == 0 else
+                             f"{int(per_sm)} blocks per SM", SHARE: float(share),
+                             "last all-reduce (MB)": (all_bytes - rare_bytes) / 1e6,
                              "whole scatter (µs)": whole, "rare bucket (µs)": rare, "frequent bucket (µs)": freq,
                              "hideable (µs)": whole - rare, "second all-reduce costs (µs)": extra,
-                             "ideal saving (µs)": whole - rare - extra, "measured saving (µs)": measured * 1e3})
+                             "ideal saving (µs)": min(whole - rare, a_us(rare_bytes)) - extra,
+                             "measured saving (µs)": measured * 1e3})
     return pd.DataFrame(rows)
+
+
+def _bound_row(bound: pd.DataFrame, batch: int, kept_label: str | None) -> pd.Series:
+    """The bound's row at ``batch`` for the configuration the run kept there, or, if the
+    kept one was not timed piece by piece, the equal cut on 8 blocks per SM."""
+    at = bound[bound["batch"] == batch]
+    same = at[at["configuration"] == kept_label]
+    if len(same):
+        return same.iloc[0]
+    return at[(at["scatter grid"] == "8 blocks per SM") & (at[SHARE] == 0.5)].iloc[0]
+
+
+def bound_text(bound: pd.DataFrame, kept_table: pd.DataFrame | None) -> str:
+    """The chapter's sentences on :func:`overlap_bound` at its smallest batch."""
+    b = int(bound["batch"].min())
+    row = _bound_row(bound, b, None if kept_table is None or b not in kept_table.index else kept_table.loc[b, "label"])
+    at = bound[(bound["batch"] == b) & (bound["scatter grid"] == row["scatter grid"])]
+    quarter = at[at[SHARE] < 0.5]
+    ideal, m = float(row["ideal saving (µs)"]), float(row["measured saving (µs)"])
+    text = (f"At B = {b:,}, with the scatter on {row['scatter grid']}, one GPU's share of the whole scatter takes "
+            f"{row['whole scatter (µs)']:.1f} µs alone and the rare-word bucket, with "
+            f"{row[SHARE]:.0%} of the non-zeros, "
+            f"{row['rare bucket (µs)']:.1f} µs, leaving at most {row['hideable (µs)']:.1f} µs of scatter to hide the "
+            f"all-reduce under. Sending the gradient as two all-reduces instead of one costs "
+            f"{row['second all-reduce costs (µs)']:.1f} µs more (the lab's all-reduce curve in a CUDA graph, at the two "
+            "buckets' sizes against one of the whole). With perfect overlap and nothing shared between the all-reduce "
+            "and the scatter, the bucketed step " +
+            (f"could therefore save at most {ideal:.1f} µs there" if ideal > 0 else
+             f"would therefore still lose {-ideal:.1f} µs there") +
+            ("" if np.isnan(m) else f"; the sweep measured a {'saving' if m >= 0 else 'loss'} of {abs(m):.1f} µs") + ".")
+    if len(quarter):
+        q = quarter.iloc[0]
+        text += (f" A rare-word bucket with {q[SHARE]:.0%} "
+                 f"of the work starts the large all-reduce after {q['rare bucket (µs)']:.1f} µs of scatter instead, but "
+                 f"leaves {q['last all-reduce (MB)']:.2f} MB to the second all-reduce, which then costs "
+                 f"{q['second all-reduce costs (µs)']:.1f} µs more than one (ideal saving "
+                 f"{q['ideal saving (µs)']:+.1f} µs).")
+    return text
+
+
+def bound_verdict(bound: pd.DataFrame) -> str:
+    """Per batch of :func:`overlap_bound`: could any configuration timed piece by piece win, and what did the best do."""
+    out = []
+    for b, at in bound.groupby("batch"):
+        best = at.loc[at["ideal saving (µs)"].idxmax()]
+        ideal, m = float(best["ideal saving (µs)"]), float(best["measured saving (µs)"])
+        if ideal <= 0:
+            out.append(f"At B = {int(b):,} none of the {len(at)} cuts and grids timed could save anything even with "
+                       f"perfect overlap (the best would lose {-ideal:.1f} µs): the scatter left after the rare-word "
+                       "bucket is shorter than the extra all-reduce costs.")
+        else:
+            out.append(f"At B = {int(b):,} the best case ({best['configuration']}) could save {ideal:.1f} µs with perfect "
+                       "overlap; " + ("the sweep did not time it." if np.isnan(m) else
+                                      f"the sweep measured {m:+.1f} µs for it: the difference, {ideal - m:.1f} µs, is "
+                                      "what running the all-reduce beside the scatter cost beyond the pieces timed alone."))
+    return " ".join(out)
+
+
+def split_verdict(run: RecordedRun) -> str:
+    """Where the split plain step's extra time on two GPUs comes from: the two GPUs'
+    computation alone in both launch forms (experiment ``compute forms``), against one
+    GPU on the same documents and against the plain step with its all-reduce."""
+    if "compute forms" not in set(run.timings["experiment"]):
+        return ("This run does not time the two GPUs' computation alone in each form, so where that difference "
+                "comes from is not measured here.")
+    c = run.experiment("compute forms")
+    big = int(c["size"].max())
+    at = c[c["size"] == big].set_index("variant")["median_ms"]
+    name = lambda key: f"2 GPUs, compute only, {PLAIN_FORMS[key]}"      # noqa: E731
+    r2c = float(at[name(("gradient", True))] / at[name(("gradient", False))])
+    t = step_table(run)
+    half = big // 2 if big // 2 in t.index else big
+    r1 = float(t.loc[half, ONE_GPU_SPLIT] / t.loc[half, ONE_GPU_REPLICA])
+    sweep = overlap_table(run)
+    r2 = float(sweep.loc["one all-reduce, split gradient", big] / sweep.loc["one all-reduce, step 9's gradient kernel", big])
+    where = ("comes with the all-reduce, not from the computation" if abs(r2c - r1) <= abs(r2 - r2c) else
+             "is already there without the all-reduce")
+    return (f"With no all-reduce at all, the two GPUs' computation in the split form takes {r2c:.2f}x that of the "
+            f"single launch (one GPU on the same {half:,} documents: {r1:.2f}x; with the all-reduce: {r2:.2f}x), so "
+            f"the split form's extra time on two GPUs {where}.")
 
 
 def scaling_budget(run: RecordedRun) -> pd.DataFrame:
