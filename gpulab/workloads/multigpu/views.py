@@ -93,7 +93,7 @@ def scaling_table(run: RecordedRun) -> pd.DataFrame:
     out["speed-up"] = one / two
     out["efficiency"] = costmodel.scaling_efficiency(one, two, 2)
     out["all-reduce share of plain step"] = (plain - t[COMPUTE_ONLY]) / plain
-    out["overlap saves (ms)"] = t[PLAIN] - t[BUCKETED]
+    out["overlap saves (ms)"] = out[PLAIN] - out[BUCKETED]
     if DDP in t:
         out["PyTorch DDP"] = t[DDP]
     return out
