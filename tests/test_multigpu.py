@@ -464,7 +464,8 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     assert len(swept) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
     assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
     assert [c["batch"] for c in got["choices"]] == [1024]
-    assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS}
+    # ... and it is an overlapped one (the sweep's not-overlapped configurations are measurements only).
+    assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS if o.overlapped}
     assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
     forms = {r["variant"] for r in got["rows"] if r["experiment"] == "compute forms"}
@@ -661,7 +662,8 @@ def test_overlap_bound_from_synthetic_pieces():
                 rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + name, "size": 1024,
                              "median_ms": us * 1e-3, "bytes": nbytes, "blocks_per_sm": per_sm, "rare_share": share})
     for label, ms in (("one all-reduce, parameter average, step 9's kernels", 0.100),
-                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters").label, 0.104)):
+                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters").label, 0.104),
+                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters", overlapped=False).label, 0.109)):
         rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, {label}; NCCL defaults", "size": 1024,
                      "median_ms": ms, "slowest_rank_ms": ms})
     b = views.overlap_bound(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
@@ -672,8 +674,11 @@ def test_overlap_bound_from_synthetic_pieces():
     assert one["second all-reduce costs (µs)"] == pytest.approx(6.0)
     assert one["ideal saving (µs)"] == pytest.approx(-1.0)
     assert one["measured saving (µs)"] == pytest.approx(-4.0)
+    # Split without the overlap: 9 µs slower than plain; the overlap wins 5 of them back.
+    assert one["split, not overlapped (µs)"] == pytest.approx(-9.0)
+    assert one["the overlap's own gain (µs)"] == pytest.approx(5.0)
     # The configurations the sweep did not time have no measured saving.
-    assert b["measured saving (µs)"].isna().sum() == 3
+    assert b["measured saving (µs)"].isna().sum() == 3 and b["split, not overlapped (µs)"].isna().sum() == 3
     quarter = b[(b["scatter grid"] == "one block per document") & (b["rare bucket's share of the work"] < 0.5)].iloc[0]
     assert quarter["hideable (µs)"] == pytest.approx(10.0) and quarter["ideal saving (µs)"] == pytest.approx(4.0)
     assert quarter["last all-reduce (MB)"] == pytest.approx((grad - 14.8e6) / 1e6)
@@ -682,6 +687,7 @@ def test_overlap_bound_from_synthetic_pieces():
     text = views.bound_text(b, kept)
     assert "8 blocks per SM" in text and "20.0 µs alone" in text and "would therefore still lose 1.0 µs" in text
     assert "a loss of 4.0 µs" in text and "(ideal saving +4.0 µs)" in text      # the quarter cut on that grid
+    assert "is 9.0 µs slower than the plain step, and overlapping it gains 5.0 µs" in text
     verdict = views.bound_verdict(b)
     assert verdict.startswith("At B = 1,024 the best case (") and "could save 4.0 µs" in verdict
     assert "the sweep did not time it" in verdict

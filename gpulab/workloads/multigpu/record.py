@@ -246,7 +246,8 @@ def benchmark_all(repeats: int = 30, quick: bool = False, deadline_s: float | No
         got = run_workers(corpus, params, (max(batches),), (), repeats, world, env=env, sweep_only=True)
         rows += got["rows"]
         checks += got["checks"]
-        best = min(r.get("slowest_rank_ms", r["median_ms"]) for r in got["rows"] if r["experiment"] == "nccl settings")
+        best = min(r.get("slowest_rank_ms", r["median_ms"]) for r in got["rows"]
+                   if r["experiment"] == "nccl settings" and r.get("overlapped", 1))
         swept.append((best, env))
     env = min(swept, key=lambda t: t[0])[1]
     log(f"NCCL settings kept: {nccl_label(env)}", flush=True)

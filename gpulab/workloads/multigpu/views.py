@@ -7,6 +7,8 @@ the chapter, or None when no machine with two GPUs has recorded one yet.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -166,7 +168,7 @@ def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
     rows = []
     for nccl, g in r.groupby("nccl", sort=False):
         plain = g[g["variant"].str.contains("one all-reduce")]       # the plain step's fastest form
-        bucketed = g[g["variant"].str.contains("bucketed")]
+        bucketed = g[g["variant"].str.contains("bucketed") & ~g["variant"].str.contains("not overlapped")]
         best = bucketed.loc[bucketed[col].idxmin()]
         rows.append({"NCCL settings": nccl, "plain step (ms)": float(plain[col].min()),
                      "fastest bucketed step (ms)": float(best[col]), "its configuration": _short(best["variant"])})
@@ -211,7 +213,11 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
     that cost: the saving with perfect overlap
     and nothing shared between the all-reduce and the scatter. ``measured
     saving``: the plain step (its fastest form) less that bucketed
-    configuration, both from the sweep (the slower GPU's median)."""
+    configuration, both from the sweep (the slower GPU's median). Where the
+    sweep also timed the configuration not overlapped (every all-reduce after
+    the whole scatter): ``split, not overlapped`` = plain less that step (what
+    splitting alone costs, negative), and ``the overlap's own gain`` = that
+    step less the overlapped one."""
     if "bucket pieces" not in set(run.timings["experiment"]):
         return None
     pieces = run.experiment("bucket pieces")
@@ -235,8 +241,9 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
                 all_bytes = 4.0 * layout.size     # the rest goes with the frequent rows: W1's and the small parameters
                 extra = a_us(rare_bytes) + a_us(all_bytes - rare_bytes) - a_us(all_bytes)
                 config = Overlap(2, int(per_sm) or None, True, "parameters", None if share == 0.5 else float(share))
-                label = "bucketed: " + config.label
-                measured = plain - sweep.loc[label, b] if sweep is not None and label in sweep.index else np.nan
+                timed = lambda c: (sweep.loc["bucketed: " + c.label, b]                 # noqa: E731
+                                   if sweep is not None and "bucketed: " + c.label in sweep.index else np.nan)
+                measured, serial = plain - timed(config), timed(replace(config, overlapped=False))
                 rows.append({"batch": int(b), "configuration": config.label,
                              "scatter grid": "one block per document" if per_sm == 0 else
                              f"{int(per_sm)} blocks per SM", SHARE: float(share),
@@ -244,7 +251,9 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
                              "whole scatter (µs)": whole, "rare bucket (µs)": rare, "frequent bucket (µs)": freq,
                              "hideable (µs)": whole - rare, "second all-reduce costs (µs)": extra,
                              "ideal saving (µs)": min(whole - rare, a_us(rare_bytes)) - extra,
-                             "measured saving (µs)": measured * 1e3})
+                             "measured saving (µs)": measured * 1e3,
+                             "split, not overlapped (µs)": (plain - serial) * 1e3,
+                             "the overlap's own gain (µs)": (serial - timed(config)) * 1e3})
     return pd.DataFrame(rows)
 
 
@@ -276,6 +285,11 @@ def bound_text(bound: pd.DataFrame, kept_table: pd.DataFrame | None) -> str:
             (f"could therefore save at most {ideal:.1f} µs there" if ideal > 0 else
              f"would therefore still lose {-ideal:.1f} µs there") +
             ("" if np.isnan(m) else f"; the sweep measured a {'saving' if m >= 0 else 'loss'} of {abs(m):.1f} µs") + ".")
+    split, gain = float(row["split, not overlapped (µs)"]), float(row["the overlap's own gain (µs)"])
+    if not (np.isnan(split) or np.isnan(gain)):
+        text += (f" Timed directly, the same split step with every all-reduce after the whole scatter is "
+                 f"{abs(split):.1f} µs {'slower' if split < 0 else 'faster'} than the plain step, and overlapping it "
+                 f"{'gains' if gain >= 0 else 'loses'} {abs(gain):.1f} µs.")
     if len(quarter):
         q = quarter.iloc[0]
         text += (f" A rare-word bucket with {q[SHARE]:.0%} "

@@ -72,13 +72,17 @@ class Overlap:
     and updates run at the device's highest stream priority (in a graph: with
     node priorities). ``rare_share``: the rarest words' bucket holds this share
     of the batch's non-zeros (None: 1 / buckets, equal work; see
-    :meth:`~.replicas.Layout.buckets`)."""
+    :meth:`~.replicas.Layout.buckets`). ``overlapped`` False: the same buckets,
+    all-reduces and launches, but every all-reduce waits for the whole scatter
+    (a measurement of what splitting costs without the overlap, never the
+    step the run keeps)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
     priority: bool = True
     form: str = "gradient"
     rare_share: float | None = None
+    overlapped: bool = True
 
     @property
     def share(self) -> float:
@@ -93,6 +97,7 @@ class Overlap:
         grid = "one block per document" if self.blocks_per_sm is None else f"{self.blocks_per_sm} blocks per SM"
         what = "" if self.form == "gradient" else "parameter average, "
         share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
+        what = what if self.overlapped else "not overlapped, " + what
         return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
                 f"{'high' if self.priority else 'equal'} priority")
 
@@ -106,7 +111,8 @@ RARE_SHARE = 0.25
 #: threads for NCCL's blocks (512 or 640 threads each).
 OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for p in (True, False)) + \
     tuple(Overlap(n, k, True, "parameters") for n in (2, 4) for k in (None, 8)) + \
-    tuple(Overlap(2, k, True, "parameters", RARE_SHARE) for k in (None, 8))
+    tuple(Overlap(2, k, True, "parameters", RARE_SHARE) for k in (None, 8)) + \
+    tuple(Overlap(2, k, True, "parameters", overlapped=False) for k in (None, 8))
 #: NCCL settings tried at the largest batch, each in a fresh pair of processes (NCCL reads them once):
 #: fewer channels or threads (less contention with the scatter beside it), or more channels (a faster
 #: all-reduce of the 16.8 MB at the cost of more SMs).
@@ -229,11 +235,20 @@ class GpuStep:
             self._on(self.small, "compute (small)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0),
                      trace)
             self.small_done.record(self.small)
-            for k in range(1, len(r.buckets)):
+            last = len(r.buckets) - 1
+            if not self.config.overlapped:
+                # Every bucket's scatter before any all-reduce: the split step without the overlap.
+                for k in range(1, last + 1):
+                    self._on(self.compute, "compute", f"gradient: {r.buckets[k].name}",
+                             lambda k=k: r.backward_bucket(k), trace)
+                self.ready[last].record(self.compute)
+            for k in range(1, last + 1):
                 bucket = r.buckets[k]
-                self._on(self.compute, "compute", f"gradient: {bucket.name}", lambda k=k: r.backward_bucket(k), trace)
-                self.ready[k].record(self.compute)
-                self.side.wait_event(self.ready[k])
+                if self.config.overlapped:
+                    self._on(self.compute, "compute", f"gradient: {bucket.name}", lambda k=k: r.backward_bucket(k),
+                             trace)
+                    self.ready[k].record(self.compute)
+                self.side.wait_event(self.ready[k] if self.config.overlapped else self.ready[last])
                 span = bucket
                 if k == len(r.buckets) - 1:
                     self.side.wait_event(self.small_done)
@@ -434,7 +449,8 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
         t = time_step(step, repeats)
         medians.append(t.median_ms if err <= tol else float("inf"))
         extra = {} if config is None else {"buckets": config.buckets, "blocks_per_sm": config.blocks_per_sm or 0,
-                                           "priority": int(config.priority), "rare_share": config.share}
+                                           "priority": int(config.priority), "rare_share": config.share,
+                                           "overlapped": int(config.overlapped)}
         rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl}", batch.docs, phase="step", gpus=world,
                           rank=rank, form=step.form, rel_error=err, **extra))
         del step, got
@@ -447,7 +463,9 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
     cupy.get_default_memory_pool().free_all_blocks()
     p = len(PLAIN_FORMS)
     plain = list(PLAIN_FORMS)[int(np.argmin(worst[:p]))]
-    return rows, checks, configs[int(np.argmin(worst[p:]))], plain
+    # The bucketed step the run keeps is the fastest overlapped one (the others are measurements).
+    overlapped = np.where([c.overlapped for c in configs], worst[p:], np.inf)
+    return rows, checks, configs[int(np.argmin(overlapped))], plain
 
 
 def _allreduce_curve(rank, world, comm, sizes, repeats, log) -> list:
