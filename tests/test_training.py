@@ -597,3 +597,13 @@ def test_graph_gain_is_eager_minus_captured_for_the_steps_timed_both_ways():
     untimed = [s.ordinal for s in training.STEPS if not s.graph and s.label not in both.index]
     assert numbers["graph_not_timed"] == " and ".join(", ".join(map(str, untimed)).rsplit(", ", 1))
     assert numbers["graph_last_step"] == gain["step"].iloc[-1]
+
+
+def test_the_graph_saving_reads_right_when_a_live_run_times_the_graph_slower():
+    # On a busy GPU a live run timed step 1's captured form 557 µs slower than the eager one: the
+    # prose must say so, not "saves -557 µs", and the figure's axis must hold the negative bar.
+    from gpulab.workloads.training import views
+    slower = {"saved (µs)": -557.0, "saved, share of the step": -0.891, "eager (ms)": 0.625}
+    faster = {"saved (µs)": 52.0, "saved, share of the step": 0.0118, "eager (ms)": 4.42}
+    assert views._saving_text(slower) == "made it 557 µs slower in this run (89.1% of its 625 µs)"
+    assert views._saving_text(faster) == "saves 52 µs, 1.2% of its 4.42 ms"

@@ -127,17 +127,27 @@ def graph_gain_numbers(run) -> dict:
     """The graph's saving for the first and the last step it captured, its range over the steps,
     and the steps not timed captured, for the prose ("-" without a run)."""
     keys = ("graph_first_us", "graph_first_pct", "graph_last_us", "graph_last_pct", "graph_last_step",
-            "graph_min_us", "graph_max_us", "graph_not_timed")
+            "graph_min_us", "graph_max_us", "graph_not_timed", "graph_first_text", "graph_last_text")
     if run is None:
         return dict.fromkeys(keys, "-")
     gain, every = graph_gain(run), ladder(run)
     first, last = gain.iloc[0], gain.iloc[-1]
     skipped = [int(n) for n in every["step"] if n < last["step"] and n not in set(gain["step"])]
-    return {"graph_first_us": f"{first['saved (µs)']:.0f}", "graph_first_pct": f"{100 * first['saved, share of the step']:.1f}",
+    return {"graph_first_text": _saving_text(first), "graph_last_text": _saving_text(last),"graph_first_us": f"{first['saved (µs)']:.0f}", "graph_first_pct": f"{100 * first['saved, share of the step']:.1f}",
             "graph_last_us": f"{last['saved (µs)']:.0f}", "graph_last_pct": f"{100 * last['saved, share of the step']:.0f}",
             "graph_last_step": int(last["step"]), "graph_min_us": f"{gain['saved (µs)'].min():.0f}",
             "graph_max_us": f"{gain['saved (µs)'].max():.0f}",
             "graph_not_timed": (" and ".join(", ".join(map(str, skipped)).rsplit(", ", 1)) if skipped else "none")}
+
+
+def _saving_text(row) -> str:
+    """What capturing one step in a graph did, in words that hold whichever way it went (a live run
+    on a busy GPU can time the captured step slower than the eager one)."""
+    us, share, eager_ms = row["saved (µs)"], 100 * row["saved, share of the step"], row["eager (ms)"]
+    step = f"{eager_ms:.3g} ms" if eager_ms >= 1 else f"{1e3 * eager_ms:.0f} µs"
+    if us >= 0:
+        return f"saves {us:.0f} µs, {share:.1f}% of its {step}"
+    return f"made it {-us:.0f} µs slower in this run ({-share:.1f}% of its {step})"
 
 
 def graph_gain_figure(run: RecordedRun, batch: int = MAIN_BATCH):
@@ -153,7 +163,8 @@ def graph_gain_figure(run: RecordedRun, batch: int = MAIN_BATCH):
         ax.text(100 * share, yi, f"  {us:.0f} µs of {1e3 * eager:,.0f} µs", va="center", fontsize=9)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
-    ax.set_xlim(0, 100 * gain["saved, share of the step"].max() * 1.6)
+    shares = 100 * gain["saved, share of the step"]
+    ax.set_xlim(min(0.0, 1.6 * shares.min()), max(1.0, 1.6 * shares.max()))   # a live run can save < 0
     ax.set_xlabel("time the graph saves, % of the eager step")
     fig.suptitle(f"Which steps does capturing them in a CUDA graph speed up, and by how much? (batch {batch:,})",
                  x=0.01, ha="left", fontweight="bold", fontsize=11)
