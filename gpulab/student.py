@@ -84,7 +84,7 @@ def make_student_version(dest: str | Path, source_root: Path | None = None) -> l
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} exists and is not empty; choose a new folder")
     skip = shutil.ignore_patterns(".git", ".venv", "_build", "__pycache__", ".pytest_cache",
-                                  "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu")
+                                  "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu", ".dev")
     changed = []
 
     def ignore(folder, names):
