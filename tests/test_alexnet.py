@@ -1,4 +1,6 @@
 """The AlexNet chapter's kernels, through the same checks the book runs."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -224,6 +226,13 @@ def test_the_input_rules_compare_on_one_input_and_say_what_a_run_lacks():
     assert ", NHWC, conv" not in nchw["cuDNN's fastest"] and ", NHWC," in nhwc["cuDNN's fastest"]
     assert ladder_rule["step 25 ms"] == nchw["step 25 ms"]
     assert nhwc["step 25 / cuDNN"] == pytest.approx(nhwc["step 25 ms"] / nhwc["cuDNN ms"])
-    # The H200's run predates step 25 and the two same-input experiments: NaN, and the rows say so.
-    old = alexnet.input_rules(gpulab.load_run(alexnet.CHAPTER, "H200"))
+    # The H200's run has every rule too; the same run as recorded before step 25 and the two
+    # same-input experiments existed: NaN, and the rows say what the run lacks.
+    h200 = gpulab.load_run(alexnet.CHAPTER, "H200")
+    assert alexnet.input_rules(h200)[["step 25 ms", "cuDNN ms"]].notna().all().all()
+    t = h200.timings
+    before = t[~t["experiment"].isin(["ladder_nchw_input", "ladder_nhwc_input"]) & (t["step"] != "25")]
+    old = alexnet.input_rules(dataclasses.replace(h200, timings=before.reset_index(drop=True)))
     assert old["step 25 ms"].isna().all() and old["note"].str.contains("not recorded").all()
+    assert old["note"].iloc[0] == "step(s) 25 not recorded in this run"
+    assert old["note"].iloc[1:].str.contains("no ladder_n").all()

@@ -598,7 +598,10 @@ def _predicted():
             "share of the main loop's time than the prediction assumed")),
         "20": (p.about(1.2, "19", "layer 1", because=(
             "layer 1's short reduction (17 slices) leaves much of each tile's time to the prologue and the "
-            "write-back, which the 96-row tiles do not shorten")), p.about(1.25, "19", "layer 5", because_faster=(
+            "write-back, which the 96-row tiles do not shorten")), p.about(1.25, "19", "layer 5", because=(
+            "layer 5 is a short call (13 x 13 outputs), and this ratio moves between recorded runs of the same "
+            "kernels by as much as its gap to the prediction: two H200 runs put it on either side of the band's "
+            "lower edge"), because_faster=(
             "besides fuller waves, the swizzled rows free shared memory for larger tiles (four warps "
             "of 64 x 64, slices of 64 k: half the barriers)"))),
         "21": p.about_ms(2),
