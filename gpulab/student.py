@@ -21,6 +21,7 @@ import html
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path, PurePosixPath
 
 from . import paths
@@ -76,6 +77,17 @@ def strip_notebook(notebook: dict) -> dict:
     return result
 
 
+def ignored_by_git(root: Path) -> set[str]:
+    """The paths below ``root`` that git ignores (files, and folders ignored whole), relative and
+    in posix form; empty where ``root`` is not a git checkout or git is not installed."""
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-files", "--others", "--ignored", "--exclude-standard",
+                                 "--directory"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return set()
+    return {line.rstrip("/") for line in listed.splitlines() if line}
+
+
 def make_student_version(dest: str | Path, source_root: Path | None = None) -> list[Path]:
     """Copy the repository to ``dest`` with all solutions stripped; return the
     files that were changed."""
@@ -83,15 +95,19 @@ def make_student_version(dest: str | Path, source_root: Path | None = None) -> l
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} exists and is not empty; choose a new folder")
+    # What git ignores (a virtual environment, build output, a copy staged for the device) is no
+    # part of the lab; the pattern list stands in where the repository is not a git checkout.
     skip = shutil.ignore_patterns(".git", ".venv", "_build", "__pycache__", ".pytest_cache",
-                                  "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu", ".dev")
+                                  "*.egg-info", ".whl", ".ipynb_checkpoints", ".gpu")
+    ignored = ignored_by_git(root)
     changed = []
 
     def ignore(folder, names):
         here = Path(folder).relative_to(root)
         left_out = {n for n in names if instructor_only((here / n).as_posix())}
         changed.extend(dest / here / n for n in sorted(left_out))       # never copied
-        return set(skip(folder, names)) | left_out
+        by_git = {n for n in names if (here / n).as_posix() in ignored}
+        return set(skip(folder, names)) | left_out | by_git
     shutil.copytree(root, dest, ignore=ignore, dirs_exist_ok=True)
     for path in sorted(dest.rglob("*")):
         if path.suffix in (".cu", ".cuh"):

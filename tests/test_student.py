@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpulab
-from gpulab import exercises, paths
+from gpulab import exercises, paths, student
 from gpulab.student import INSTRUCTOR_ONLY, find_solutions, solution_fingerprints, strip_notebook, strip_solutions
 from gpulab.workloads import measuring as saxpy
 
@@ -144,3 +144,22 @@ def test_instructor_only_paths_match_every_chapters_hidden_checks():
     assert instructor_only("tests/fixtures/grading") and instructor_only("tests/fixtures/grading/wrong/a.cu")
     assert not instructor_only("book/lenet/exercises.py") and not instructor_only("book/lenet/lenet.ipynb")
     assert not instructor_only("tests/fixtures/glued") and not instructor_only("tests/test_grading_other.py")
+
+
+def test_what_git_ignores_is_listed_and_a_folder_outside_git_lists_nothing(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "staged" / "book").mkdir(parents=True)
+    (repo / "book").mkdir()
+    (repo / ".gitignore").write_text("staged/\n*.log\n")
+    (repo / "book" / "a.ipynb").write_text("{}")
+    (repo / "book" / "run.log").write_text("")
+    (repo / "staged" / "book" / "a.ipynb").write_text("{}")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    assert student.ignored_by_git(repo) == {"staged", "book/run.log"}
+    assert student.ignored_by_git(tmp_path) == set()          # not a checkout: the pattern list stands in
+
+
+def test_the_student_copy_holds_nothing_git_ignores(student_copy):
+    # A copy staged in an ignored folder (e.g. for the device) once stopped every student build.
+    ignored = student.ignored_by_git(paths.REPO)
+    assert [p for p in ignored if (student_copy / p).exists()] == []
