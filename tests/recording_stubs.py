@@ -116,7 +116,7 @@ def wrong_output(check, fail):
 
 # ------------------------------------------------------------------ each chapter's stubs
 def measuring(fail):
-    from gpulab.workloads import measuring as m
+    from gpulab.workloads.measuring import record as m
     m.benchmark, m.graph_benchmark, m.host_timer = timing.benchmark, timing.graph_benchmark, timing.host_timer
     m.fits_in_l2 = lambda n, gpu=None: n <= 2**14
     m.cold_rows = lambda launch, variant, n, repeats: (fake_rows("ladder_cold", variant, n)
