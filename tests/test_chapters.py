@@ -1,8 +1,12 @@
 """The chapter registry (the toc), the book's folders, the README, the intro and the workloads
 agree: adding a chapter is its folder, its workload, one toc entry and its lines of text."""
 import importlib
+import json
+import os
 import pkgutil
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -88,3 +92,77 @@ def test_a_workload_is_found_without_the_toc(monkeypatch, tmp_path):
     assert workload("fcnet").CHAPTER == "fcnet"
     with pytest.raises(KeyError, match="see _toc.yml"):
         workload("nosuch")
+
+
+def test_every_workload_is_a_package_of_the_same_modules():
+    """Each chapter's workload holds steps, record and views (chapters.WORKLOAD_MODULES), or the
+    registry says which it lacks and why (chapters.WORKLOAD_GAPS); a gap that is closed must go."""
+    with_workload = chapters.names(with_workload=True)
+    assert set(chapters.WORKLOAD_GAPS) <= set(with_workload)
+    for name in with_workload:
+        package = workload(name)
+        assert hasattr(package, "__path__"), f"gpulab/workloads/{name}: expected a package (a folder), found a module"
+        held = {info.name for info in pkgutil.iter_modules(package.__path__)}
+        gaps = chapters.WORKLOAD_GAPS.get(name, {})
+        assert set(gaps) <= set(chapters.WORKLOAD_MODULES) and all(gaps.values()), (name, gaps)
+        missing = set(chapters.WORKLOAD_MODULES) - held
+        assert missing <= set(gaps), f"gpulab/workloads/{name} lacks {sorted(missing - set(gaps))}"
+        assert set(gaps) <= missing, (f"gpulab/workloads/{name} now has {sorted(set(gaps) - missing)}: "
+                                      "remove it from chapters.WORKLOAD_GAPS")
+
+
+# Imports each module named on the command line in a fresh state of its packages (everything of
+# theirs loaded before is forgotten; NumPy, pandas and the like stay loaded, which only saves time)
+# and prints, as JSON, what failed: an import error (a cycle shows as "partially initialized
+# module") or an attempt to import CuPy, which is refused so that it cannot hide behind a try.
+IMPORT_EACH_ALONE = r"""
+import importlib, importlib.abc, json, sys
+asked = []
+class NoCupy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "cupy":
+            asked.append(name)
+            raise ModuleNotFoundError(f"No module named {name!r} (refused: importing must not need CuPy)")
+sys.meta_path.insert(0, NoCupy())
+roots, problems = {name.split(".")[0] for name in sys.argv[1:]}, {}
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[0] in roots]:
+        del sys.modules[loaded]
+    asked.clear()
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        problems[name] = f"{type(exc).__name__}: {exc}"
+    if asked:
+        problems[name] = f"imports CuPy ({asked[0]})"
+print(json.dumps(problems))
+"""
+
+
+def import_each_alone(names: list[str], path: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH_ALONE, *names], capture_output=True, text=True,
+                          cwd=path, env={**os.environ, "PYTHONPATH": path}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow       # every module of every chapter, each from a fresh gpulab: about 7 CPU-s
+def test_every_chapter_module_imports_alone_without_cupy():
+    names = []
+    for name in chapters.names(with_workload=True):
+        package = workload(name)
+        names += [package.__name__] + [f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+                                       if info.name != "__main__"]     # an entry point runs when imported
+    assert "gpulab.workloads.measuring.views" in names and len(names) > 40
+    assert import_each_alone(names, str(paths.REPO)) == {}
+
+
+def test_importing_alone_finds_a_cycle_and_a_hidden_cupy(tmp_path):
+    (tmp_path / "lab").mkdir()
+    for name, text in {"__init__.py": "", "a.py": "from .b import B\nA = 1\n", "b.py": "from .a import A\nB = 2\n",
+                       "gpu.py": "try:\n    import cupy\nexcept ImportError:\n    cupy = None\n",
+                       "fine.py": "import json\n"}.items():
+        (tmp_path / "lab" / name).write_text(text)
+    found = import_each_alone(["lab.a", "lab.gpu", "lab.fine"], str(tmp_path))
+    assert sorted(found) == ["lab.a", "lab.gpu"]
+    assert "partially initialized module" in found["lab.a"] and found["lab.gpu"] == "imports CuPy (cupy)"
