@@ -10,7 +10,7 @@
 :mod:`.record` and :mod:`.views` each import :mod:`.steps` alone.
 """
 from . import record, steps, views
-from .record import benchmark_all, cold_rows, first_launch_rows, idle_rows
+from .record import benchmark_all
 from .steps import (A, BLOCK, BYTES_PER_ELEMENT, CHAPTER, CHECK_SIZES, EXERCISE, FLOPS_PER_ELEMENT, MAIN_SIZE,
                     PREDICTED, SIZES, STEPS, Step, check_steps, fits_in_l2, kernel, l2_bytes, launcher, make_inputs,
                     reference, run, work)
@@ -21,8 +21,8 @@ TITLE = "Measuring a GPU kernel"
 #: measuring as saxpy``): exercise cells run with it.
 IMPORTED_AS = "saxpy"
 
-__all__ = ["CHAPTER", "TITLE", "IMPORTED_AS", "record", "steps", "views", "benchmark_all", "cold_rows",
-           "first_launch_rows", "idle_rows", "A", "BLOCK", "BYTES_PER_ELEMENT", "CHECK_SIZES", "EXERCISE",
-           "FLOPS_PER_ELEMENT", "MAIN_SIZE", "PREDICTED", "SIZES", "STEPS", "Step", "check_steps", "fits_in_l2",
-           "kernel", "l2_bytes", "launcher", "make_inputs", "reference", "run", "work", "COLD_GAP",
-           "fastest_against_ceiling", "gpu_comparison", "prediction_table", "speedup_by_size"]
+__all__ = ["CHAPTER", "TITLE", "IMPORTED_AS", "record", "steps", "views", "benchmark_all", "A", "BLOCK",
+           "BYTES_PER_ELEMENT", "CHECK_SIZES", "EXERCISE", "FLOPS_PER_ELEMENT", "MAIN_SIZE", "PREDICTED", "SIZES",
+           "STEPS", "Step", "check_steps", "fits_in_l2", "kernel", "l2_bytes", "launcher", "make_inputs",
+           "reference", "run", "work", "COLD_GAP", "fastest_against_ceiling", "gpu_comparison", "prediction_table",
+           "speedup_by_size"]
