@@ -334,12 +334,55 @@ def convpool(fail):
     r.compare = compare
 
 
+def alexnet(fail):
+    """The reduced check layers (the CPU backend's pace), the quick run's largest batch (8) as the
+    main one (so that what the record does at N = 128 runs: the cold L2 and channels-last-input
+    rows, Winograd's filter transforms, cuDNN's algorithms); cuDNN's paths, the kernels'
+    resources and Nsight Compute's profile, which need a GPU, stubbed. Step ``fail`` made wrong."""
+    from gpulab import baselines
+    from gpulab.workloads.alexnet import record as r
+    from gpulab.workloads.alexnet import winograd
+    from gpulab.workloads.alexnet.shapes import Layer
+    r.benchmark = winograd.benchmark = timing.benchmark
+    # The layers' strides, paddings and filter sizes, on 5 x 5 to 6 x 6 images (the CPU backend's pace)
+    r.LAYERS = [Layer(1, C=3, H=27, W=27, M=10, R=11, S=11, U=4, P=0), Layer(2, C=10, H=6, W=6, M=17, R=5, S=5, U=1, P=2),
+                *(Layer(i, C=c, H=5, W=5, M=m, R=3, S=3, U=1, P=1) for i, c, m in ((3, 17, 20), (4, 20, 19), (5, 19, 13)))]
+    r.MAIN_N = 8
+    r.SCALING_STEPS = ("04", "14", "20")       # at N = 256 on the CPU backend: three, each kind of kernel
+    RECORD_OPTIONS.extend(["--budget-s", "3600"])   # every experiment runs, however slow this machine
+    r.vendor_paths = r.nchw_input_paths = lambda *args, **options: []
+    vendor_measure("cuDNN (PyTorch) fp32", "cuDNN (PyTorch)", "fp16")
+    stub_measure = baselines.measure
+
+    def measure(*args, **options):                      # checked rows carry their error
+        measured = stub_measure(*args, **options)
+        return baselines.Measured([{**row, "rel_error": 1e-7} for row in measured.rows], measured.skipped)
+    baselines.measure = measure
+    r._algorithm_rows = lambda layer, paths: [{"layer": layer.index, "variant": "cuDNN (PyTorch) fp32",
+                                               "precision": "fp32", "layout": "NCHW", "algorithm": "implicit GEMM",
+                                               "kernels": "stub_cudnn_kernel"}]
+    r._torch_empty_cache = lambda: None
+    r.resources_table = lambda: pd.DataFrame({"step": ["01"], "kernel": ["conv_direct_global"], "registers": [32]})
+    r.profile_table = lambda: pd.DataFrame({"kernel": ["conv_registers"], "id": [0], "layer": [2], "step": ["02"],
+                                            "size": [32]})
+    real_compare = r.compare
+
+    def compare(got, ref, *args, name="", **options):   # step ``fail`` made wrong
+        wrong = fail and name.startswith(f"step {fail} ")
+        return real_compare(got * 3 + 1 if wrong else got, ref, *args, name=name, **options)
+    r.compare = compare
+
+
+#: Options a chapter's stubs add to the record's command line.
+RECORD_OPTIONS: list = []
+
+
 def main(argv) -> int:
     chapter, out = argv[0], Path(argv[1])
     fail = argv[argv.index("--fail") + 1] if "--fail" in argv else None
     globals()[chapter](fail)
     from gpulab import __main__ as cli
-    return cli.run(["record", chapter, "--quick", "--repeats", "5", "--out", str(out)])
+    return cli.run(["record", chapter, "--quick", "--repeats", "5", "--out", str(out), *RECORD_OPTIONS])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ measurements stubbed (tests/recording_stubs.py) writes the files, columns and ro
 before the chapters' records were declared as experiments (gpulab.recorder): the fixtures in
 tests/fixtures/recording/ were written from main before that change, by the same stubs (hopper's
 from main's tools/hopper_gpu_run.py, which recorded that chapter until it became a Recording;
-convpool's from its benchmark_all of main at df938ce, before it became one). A
+convpool's from its benchmark_all of main at df938ce, before it became one; alexnet's from its
+benchmark_all of main at 81773b5, before it became one). A
 check that fails leaves its step untimed, as a FAILED row, and the command exits 1.
 
 After a change to what a chapter records that is meant, rewrite its fixture:
@@ -63,6 +64,7 @@ def run_or_fail(chapter: str, out: Path, *options: str, code: int = 0) -> dict:
                                      pytest.param("fcnet", marks=pytest.mark.slow),
                                      pytest.param("lenet", marks=pytest.mark.slow),
                                      pytest.param("convpool", marks=pytest.mark.slow),
+                                     pytest.param("alexnet", marks=pytest.mark.slow),
                                      "training"])
 def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
     expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
