@@ -313,11 +313,10 @@ def _as_pair(result) -> tuple[list[dict], dict]:
 
 
 # ------------------------------------------------------------------------------------------------
-# ADAPTER, temporary: alexnet and multigpu do not yet declare their run as a
-# Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
+# ADAPTER, temporary: multigpu does not yet declare its run as a Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
 # them before: repeats and quick, and the budget under their old name, deadline_s, where they take
 # one. Remove a chapter from the set when it converts; remove the adapter when none is left.
-_NOT_YET_RECORDINGS = {"alexnet": "deadline_s", "multigpu": "deadline_s"}
+_NOT_YET_RECORDINGS = {"multigpu": "deadline_s"}
 
 
 def benchmark_all_of(module) -> Callable:

@@ -295,7 +295,7 @@ def test_the_adapter_passes_the_budget_under_the_old_name():
     got = []
 
     class Legacy:
-        CHAPTER = "alexnet"
+        CHAPTER = "multigpu"
 
         @staticmethod
         def benchmark_all(repeats=100, quick=False, deadline_s=300.0):
@@ -310,7 +310,7 @@ def test_the_adapter_passes_the_budget_under_the_old_name():
 def test_one_profiler_entry_point(capsys):
     assert profiler.driver("fcnet", "large", python="python") == ["python", "-m", "gpulab", "profile-driver",
                                                                   "fcnet", "large"]
-    for chapter in ("fcnet", "lenet", "training", "hopper", "convpool"):
+    for chapter in ("fcnet", "lenet", "training", "hopper", "convpool", "alexnet"):
         assert callable(workload(chapter).profile_driver), chapter
     assert cli.run(["profile-driver", "measuring"]) == 2
     assert "chapter 'measuring' has no profile_driver" in capsys.readouterr().err

@@ -159,6 +159,25 @@ def test_a_failed_check_is_not_timed_convpool(tmp_path):
     failed = [row for row in found["convpool.skipped.csv"]["rows"] if row[-1].startswith("FAILED: CheckFailed")]
     assert [(row[0][:3], row[2], row[3]) for row in failed] == [("06 ", "fp32", "1"), ("06 ", "fp32", "8")]
 
+
+@pytest.mark.slow
+def test_a_failed_check_is_not_timed_alexnet(tmp_path):
+    """Step 14's output made wrong at every layer and batch: its rows (ladder, cold, copies,
+    scaling) are left out and it is a FAILED row of the skipped table at each, which its checks
+    rows say too; every other row is timed as before, and the run exits 1."""
+    found = run_or_fail("alexnet", tmp_path, "--fail", "14", code=1)
+    expected = json.loads((FIXTURES / "alexnet.json").read_text())
+    variant = [c for c in expected["alexnet.csv"]["columns"] if c in LABELS].index("variant")
+    assert found["alexnet.csv"]["rows"] == [row for row in expected["alexnet.csv"]["rows"]
+                                            if not row[variant].startswith("14 ")]
+    checks = pd.read_csv(next(tmp_path.glob("*/alexnet.checks.csv")), dtype={"step": str})
+    failed_checks = checks[checks["step"] == "14"]
+    assert not failed_checks["passed"].any() and len(failed_checks) == 10
+    assert checks.loc[checks["step"] != "14", "passed"].all()
+    failed = [row[:3] for row in found["alexnet.skipped.csv"]["rows"] if row[3].startswith("FAILED: CheckFailed")]
+    assert failed == [["14", str(layer), str(N)] for layer in range(1, 6) for N in (1, 8)]
+
+
 if __name__ == "__main__":          # rewrite a chapter's fixture from this checkout's record
     import tempfile
     for chapter in sys.argv[1:]:

@@ -1,6 +1,7 @@
 """Compile, check and time the fast steps' candidate kernels on the GPU in one call.
 
     python tools/tune_fast.py [--out DIR] [--only alexnet|fcnet] [--profile]
+    python tools/tune_fast.py --record CHAPTER [--budget-s S] [--precheck STEP ...] [--out DIR]
 
 AlexNet (N = 128, each layer): steps 16-21 with every tile of alexnet.tc.TILES that fits the
 step's precision, the layout kernels on their own, and cuDNN through PyTorch (NCHW and
@@ -187,53 +188,28 @@ def fcnet(out: Path, repeats: int = 100):
 
 
 def profile(out: Path):
-    """ncu on one launch each of the new GEMMs (layer 2) and fcnet's new large kernel."""
-    from gpulab import profiler
-    metrics = list(profiler.STANDARD_METRICS) + [
-        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-        "sm__inst_issued.avg.pct_of_peak_sustained_active",
-        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
-        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
-        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
-        "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
-        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
-        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-        "dram__bytes_read.sum",
-    ]
-    driver = [sys.executable, str(Path(__file__).resolve()), "--profile-target"]
-    try:
-        table = profiler.per_launch(profiler.profile(driver, metrics, kernel_regex="^(conv_|mma_|tensor_cores|tiled_|tf32x3)",
-                                                     timeout=150))
-        table.to_csv(out / "profile.csv", index=False)
+    """Each chapter's own Nsight Compute profile, through the one entry point
+    (``python -m gpulab profile-driver CHAPTER``): AlexNet's big steps, labelled with their layer
+    and step (:func:`gpulab.workloads.alexnet.profile_table`), and fcnet's steps on the large case."""
+    for name, make in (("alexnet", A.profile_table), ("fcnet", lambda: FC.profile_steps(case="large"))):
+        try:
+            table = make()
+        except Exception as exc:
+            log(f"{name} profile failed: {str(exc)[-2000:]}")
+            continue
+        if table is None:
+            continue
+        table.to_csv(out / f"profile_{name}.csv", index=False)
         with pd.option_context("display.width", 250, "display.max_columns", 40):
             print(table.T.to_string(), flush=True)
-    except Exception as exc:
-        log(f"profile failed: {str(exc)[-2000:]}")
 
 
-def profile_target():
+def record(chapter: str, out: Path, budget_s: float | None, precheck: list[str]):
+    """``python -m gpulab record CHAPTER --out OUT --budget-s BUDGET_S`` (the record must end
+    inside one device call). ``precheck``: AlexNet steps checked at N = 128 on the GPU first;
+    one that fails, or nearly, is left out of the record (and must leave the ladder)."""
     import cupy
-    be = get_backend("gpu")
-    N = 128
-    for number in [s.number for s in A_STEPS if s.number >= "16"]:
-        step = A.STEP[number]
-        layer = A.LAYERS[1]
-        x, w = A.make_inputs(layer, N)
-        y = cupy.empty(layer.y_shape(N), dtype=step.dtype)
-        A.make_launch(step, layer, N, cupy.asarray(x.astype(step.dtype)), cupy.asarray(w.astype(step.dtype)), y, "gpu")()
-    weights = FC.make_weights()
-    bufs = FC.buffers(be, FC.make_inputs(FC.SIZES["large"]), weights)
-    for step in [s for s in FC_STEPS if s.number >= 14 and "large" in s.sizes]:
-        FC.bind(step, FC.step_kernels(step, be), bufs)()
-    cupy.cuda.get_current_stream().synchronize()
-
-
-def record(chapter: str, out: Path, deadline_s: float, precheck: list[str]):
-    """``python -m gpulab record CHAPTER --out OUT`` with AlexNet's scaling deadline set (the
-    record must end inside one device call). ``precheck``: AlexNet steps checked at N = 128 on
-    the GPU first; one that fails is left out of the record (and must leave the ladder)."""
-    import cupy
-    from gpulab import device, runs
+    from gpulab import recorder
     from gpulab.workloads import workload
     module = workload(chapter)
     if chapter == "alexnet" and precheck:
@@ -250,38 +226,30 @@ def record(chapter: str, out: Path, deadline_s: float, precheck: list[str]):
                 log(f"precheck {r}")
                 if not r.passed or r.rel_error > 0.7 * r.tolerance:    # a margin for other inputs
                     log(f"STEP {number} FAILS (or nearly) ON THE GPU: left out of the record")
-                    A.STEPS.remove(step)
-                    A.SCALING_STEPS = tuple(n for n in A.SCALING_STEPS if n != number)
-                    A.TRANSFER_STEPS = tuple(n for n in A.TRANSFER_STEPS if n != number)
-                    A.PROFILE_RUNS = [run for run in A.PROFILE_RUNS if run[1] != number]
+                    A.STEPS.remove(step)          # the list the record's ladder reads
+                    A.record.SCALING_STEPS = tuple(n for n in A.record.SCALING_STEPS if n != number)
+                    A.record.TRANSFER_STEPS = tuple(n for n in A.record.TRANSFER_STEPS if n != number)
+                    A.profile.PROFILE_RUNS = [run for run in A.profile.PROFILE_RUNS if run[1] != number]
                     break
     start = time.perf_counter()
-    with device.GpuMonitor() as monitor:
-        kwargs = {"deadline_s": deadline_s} if chapter == "alexnet" else {}
-        result = module.benchmark_all(repeats=100, **kwargs)
-    rows, tables = result if isinstance(result, tuple) else (result, {})
-    meta = dict(device.describe(), gpu_state=monitor.summary())
-    path = runs.save_run(chapter, rows, meta, root=out, tables=tables)
-    log(f"{chapter}: {len(rows)} rows in {time.perf_counter() - start:.0f} s -> {path}")
+    path, rows, failed = recorder.record(chapter, recorder.benchmark_all_of(module), repeats=100, budget_s=budget_s,
+                                         root=out)
+    log(f"{chapter}: {rows} rows, {failed} check(s) FAILED, in {time.perf_counter() - start:.0f} s -> {path}")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", help="record this chapter instead of tuning")
-    parser.add_argument("--deadline", type=float, default=300.0)
+    parser.add_argument("--budget-s", type=float, default=None, help="the record's budget (default: the chapter's)")
     parser.add_argument("--precheck", nargs="*", default=[])
     parser.add_argument("--out", default="tune_out")
     parser.add_argument("--only", choices=["alexnet", "fcnet"])
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--profile-target", action="store_true")
     args = parser.parse_args()
-    if args.profile_target:
-        profile_target()
-        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.record:
-        record(args.record, out, args.deadline, args.precheck)
+        record(args.record, out, args.budget_s, args.precheck)
         return
     subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw",
                     "--format=csv"])

@@ -8,7 +8,8 @@ The notebook, the tests and ``python -m gpulab record alexnet`` all read this pa
   kernel file's prediction; :mod:`.tc` launches steps 18-22 (``mma.sync``), :mod:`.winograd`
   steps 23-24, :mod:`.wgmma` step 25 (``wgmma`` fed by TMA);
 * :mod:`.baselines`: cuDNN's paths; :mod:`.profile`: the Nsight Compute profile;
-* :mod:`.record`: the CPU baselines and the benchmark the recorded run comes from;
+* :mod:`.record`: the CPU baselines and the recorded run, declared as its experiments
+  (``benchmark_all``, a :class:`gpulab.recorder.Recording`);
 * :mod:`.views`: what the notebook shows of a run.
 
 Each module imports only those listed before it (``tc`` and ``winograd`` read only the shapes,
@@ -17,7 +18,7 @@ Each module imports only those listed before it (``tc`` and ``winograd`` read on
 from . import baselines, profile, record, shapes, steps, tc, views, wgmma, winograd
 from .baselines import CUDNN_FP32_TOLERANCE, vendor_paths
 from .profile import (PROFILE_EXTRA_METRICS, PROFILE_N, PROFILE_RUNS, PROFILE_STALL_METRICS, label_profile,
-                      profile_table)
+                      profile_driver, profile_table)
 from .record import (COLD_GAP, COLD_N, NCHW_INPUT, NHWC_INPUT, SCALING_STEPS, TRANSFER_STEPS, benchmark_all, cpu_baseline_rows,
                      host_description, numpy_conv)
 from .shapes import (BATCHES, CHAPTER, CHECK_LAYERS, CHECK_N, LAYERS, MAIN_N, MEMORY_FRACTION,
@@ -39,7 +40,7 @@ TITLE = "AlexNet's five convolution layers, from a CPU loop to tensor cores"
 
 __all__ = ["CHAPTER", "TITLE", "baselines", "profile", "record", "shapes", "steps", "tc", "views", "winograd",
            "CUDNN_FP32_TOLERANCE", "vendor_paths", "PROFILE_EXTRA_METRICS", "PROFILE_N", "PROFILE_RUNS",
-           "PROFILE_STALL_METRICS", "label_profile", "profile_table", "COLD_GAP", "COLD_N", "SCALING_STEPS",
+           "PROFILE_STALL_METRICS", "label_profile", "profile_driver", "profile_table", "COLD_GAP", "COLD_N", "SCALING_STEPS",
            "TRANSFER_STEPS", "benchmark_all", "cpu_baseline_rows", "host_description", "numpy_conv", "BATCHES",
            "CHECK_LAYERS", "CHECK_N", "LAYERS", "MAIN_N", "MEMORY_FRACTION", "RECORDING_MEMORY_BYTES",
            "SCALING_BATCHES", "Layer", "block_shape", "k_table", "layers_table", "make_inputs", "memory_limit",

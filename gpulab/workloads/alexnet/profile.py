@@ -1,13 +1,11 @@
 """The Nsight Compute profile of the AlexNet ladder's big steps: which launches, which counters,
-and the child process ncu watches (``python -m gpulab.workloads.alexnet profile-target``)."""
+and the child process ncu watches (``python -m gpulab profile-driver alexnet``)."""
 from __future__ import annotations
-
-import sys
 
 import pandas as pd
 
 from ... import profiler
-from .shapes import LAYERS, make_inputs
+from .shapes import CHAPTER, LAYERS, make_inputs
 from .steps import STEP, make_launch, wgmma_refusal
 
 
@@ -55,7 +53,7 @@ def profile_table() -> pd.DataFrame | None:
     if profiler.ncu_path() is None:
         print("alexnet: no ncu here, so the run has no profile table")
         return None
-    driver = [sys.executable, "-m", "gpulab.workloads.alexnet", "profile-target"]
+    driver = profiler.driver(CHAPTER)
     base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
     table = None
     for metrics in (base + list(PROFILE_STALL_METRICS), base):
@@ -89,8 +87,9 @@ def label_profile(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _profile_target() -> None:
-    """Run each of :data:`PROFILE_RUNS` once at N = 32 (the child process ncu watches)."""
+def profile_driver() -> None:
+    """Run each of :data:`PROFILE_RUNS` once at N = 32: the child process Nsight Compute watches
+    (``python -m gpulab profile-driver alexnet``)."""
     import cupy
     for index, number in profile_runs():
         layer, step = LAYERS[index - 1], STEP[number]

@@ -1,12 +1,27 @@
-"""What ``python -m gpulab record alexnet`` measures on a GPU: the ladder at every batch size
-(and cold at one image), the copies when the data starts on the host, the scaling study, the
-CPU baselines, the device's ceilings, and the side tables (skipped, checks, resources, cuDNN's
-algorithms, the profile). Every kernel is checked before it is timed."""
+"""What ``python -m gpulab record alexnet`` measures on a GPU, declared as its experiments
+(:class:`gpulab.recorder.Recording`: :data:`benchmark_all`), in order:
+
+* ``ladder``: every step of :data:`.steps.STEPS` (and the exercise) on every layer at every batch
+  size, each checked against the float64 reference (computed on the GPU, at the size it is timed
+  at; beyond N = 128 on three images of the batch) before it is timed: a step that fails is a
+  ``FAILED`` row of ``skipped``, never timed. One image is timed cold too (``ladder_cold``), and at
+  N = 128 the channels-last steps without their copy of x (``ladder_nhwc_input``); cuDNN's paths
+  beside them, and its fp16 channels-last path given NCHW input (``ladder_nchw_input``);
+* ``transfers``: where the time goes when the data starts on the host (N = 128);
+* ``scaling`` (optional): batches beyond 128, for :data:`SCALING_STEPS` and cuDNN's fastest eager
+  path per precision; a batch not started within the run's budget is skipped, and listed;
+* ``cpu``: the one-core loop nest and NumPy's BLAS on the host; ``ceilings``: the device's;
+* side tables: ``checks``, ``skipped`` (step / layer / size / reason), ``cudnn_algorithms``,
+  ``resources`` and, where ncu works, ``profile`` (optional).
+
+A new step needs nothing here: the ladder times whatever :data:`.steps.STEPS` lists.
+"""
 from __future__ import annotations
 
 import os
 import platform
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -15,11 +30,12 @@ from ... import baselines, roofline, transfers
 from ...check import check, compare
 from ...errors import CheckFailed, KernelCompileError
 from ...kernels import load_module
+from ...recorder import Experiment, Recording
 from ...timing import Timing, benchmark
 from . import winograd
 from .baselines import _algorithm_rows, nchw_input_paths, vendor_paths
 from .profile import profile_table
-from .shapes import BATCHES, LAYERS, MAIN_N, SCALING_BATCHES, Layer, _subset, make_inputs, reference
+from .shapes import BATCHES, CHAPTER, LAYERS, MAIN_N, SCALING_BATCHES, Layer, _subset, make_inputs, reference
 from .steps import CPU_LOOP_FILE, EXERCISE, STEP, STEPS, Step, main_kernel, make_launch, resources_table, unfit_reason
 from .views import layer_totals, vendor_best
 
@@ -38,6 +54,13 @@ NCHW_INPUT = "ladder_nchw_input"
 #: Steps timed in the scaling study (N up to 2048), and in the copy breakdown at N = 128.
 SCALING_STEPS = ("04", "11", "13", "14", "15", "16", "17", "20", "22")
 TRANSFER_STEPS = ("13", "14", "16")
+#: The batches of a quick (smoke-test) record, and its scaling batch.
+QUICK_BATCHES = (1, 8)
+QUICK_SCALING_BATCHES = (256,)
+#: The ``skipped`` table's columns (a part of the record that failed or was not started: its
+#: name as the step, layer and size 0).
+SKIPPED_COLUMNS = ("step", "layer", "size", "reason")
+ALGORITHM_COLUMNS = ["layer", "variant", "precision", "layout", "algorithm", "kernels"]
 
 
 def numpy_conv(x: np.ndarray, w: np.ndarray, layer: Layer) -> np.ndarray:
@@ -110,182 +133,265 @@ def cpu_baseline_rows(batches=BATCHES, layers=LAYERS, loop_images: int = 1) -> l
     return rows
 
 
-def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float = 300.0):
-    """Every experiment of the chapter on the GPU: (rows, side tables). Every kernel is
-    checked against a float64 reference computed on the GPU before it is timed, at the
-    size it is timed at (beyond N = 128 on three images of the batch); a failure raises.
-    Scaling sizes not started within ``deadline_s`` are skipped (and listed as such)."""
+@dataclass
+class Plan:
+    """What :func:`setup` decided, and what the experiments hand on: the ladder's medians (for
+    the progress lines, the copies and the scaling study's predictions) and the checks made."""
+
+    batches: list
+    scaling: list
+    budget_ms: float                                  # each timed variant's
+    main_ms: dict = field(default_factory=dict)       # (step, layer, N) -> median ms in the ladder
+    checks: list = field(default_factory=list)
+    algorithms: list = field(default_factory=list)
+
+
+def setup(rec) -> Plan:
+    """The batches of this record. The side tables every run has are written empty first, so a
+    part that fails (or is not started) leaves them empty, not missing."""
+    rec.table("checks", pd.DataFrame())
+    rec.table("resources", pd.DataFrame())
+    rec.table("cudnn_algorithms", pd.DataFrame(columns=ALGORITHM_COLUMNS))
+    return Plan(list(QUICK_BATCHES if rec.quick else BATCHES),
+                list(QUICK_SCALING_BATCHES if rec.quick else SCALING_BATCHES),
+                100.0 if rec.quick else 300.0)
+
+
+def _keep_checks(rec, plan: Plan) -> None:
+    rec.table("checks", pd.DataFrame(plan.checks))
+    rec.table("cudnn_algorithms", pd.DataFrame(plan.algorithms, columns=ALGORITHM_COLUMNS))
+
+
+def _failed_on(rec, number: str, layer: Layer) -> list:
+    """The batches at which ``number``'s check failed on ``layer`` (its later parts are not timed)."""
+    return [row["size"] for row in rec.failed if row["step"] == number and row["layer"] == layer.index]
+
+
+def measure(rec, plan: Plan, step: Step, layer: Layer, N: int, x, w, ref, experiment: str) -> float | None:
+    """Check ``step`` on ``layer`` at batch N against ``ref``, then time it (and, in the ladder,
+    cold at :data:`COLD_N` and without its layout copy at N = 128); its median in ms, or None
+    when the check failed (or the kernel did not run): a ``FAILED`` row, not timed."""
     import cupy
 
-
-    budget_ms = 300.0 if not quick else 100.0
-    started = time.perf_counter()
-
-    def progress(text):
-        print(f"alexnet [{time.perf_counter() - started:5.0f} s] {text}", flush=True)
-    batches = [1, 8] if quick else BATCHES
-    scaling = [256] if quick else SCALING_BATCHES
-    rows, skipped, checks, algorithms = [], [], [], []
-    pool = cupy.get_default_memory_pool()
-
-    def note_skip(step, layer, N, reason):
-        skipped.append({"step": step, "layer": layer.index, "size": N, "reason": reason})
-
-    def measure(step: Step, layer: Layer, N: int, x, w, ref, experiment: str):
+    def launch_and_check():
         y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
         launch = make_launch(step, layer, N, x, w, y, "gpu")
         launch()
         result = compare(y if ref.shape[0] == N else y[_subset(N)], ref, step.precision,
                          name=f"step {step.number} {layer.name} N={N}")
-        checks.append({"step": step.number, "layer": layer.index, "size": N,
-                       "rel_error": result.rel_error, "passed": result.passed})
+        plan.checks.append({"step": step.number, "layer": layer.index, "size": N,
+                            "rel_error": result.rel_error, "passed": result.passed})
         if not result.passed:
             raise CheckFailed(str(result))
-        timing = benchmark(launch, repeats=repeats, budget_ms=budget_ms)
-        labels = dict(flops=layer.flops(N), bytes=layer.bytes(N, step.itemsize), layer=layer.index,
-                      step=step.number, precision=step.precision, kernel=main_kernel(step, layer))
-        rows.append(timing.row(experiment, step.label, N, "kernel", **labels))
-        if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
-            rows.append(benchmark(launch, repeats=repeats, budget_ms=budget_ms, flush_l2=True)
-                        .row("ladder_cold", step.label, N, "kernel", **labels))
-        if experiment == "ladder" and N == MAIN_N and step.kind in ("mma", "wgmma"):
-            # The same call given its input already channels-last, as cuDNN's channels-last paths
-            # are (their copy is made before timing): the GEMM alone, without the copy of x.
-            rows.append(benchmark(launch.parts["gemm"], repeats=repeats, budget_ms=budget_ms)
-                        .row(NHWC_INPUT, step.label, N, "kernel", **labels))
-        del launch, y
-        return timing.median_ms
+        return launch
+    checked = rec.checked(launch_and_check, step=step.number, layer=layer.index, size=N)
+    if not checked:
+        return None
+    launch, budget_ms = checked.value, plan.budget_ms
+    timing = benchmark(launch, repeats=rec.repeats, budget_ms=budget_ms)
+    labels = dict(flops=layer.flops(N), bytes=layer.bytes(N, step.itemsize), layer=layer.index,
+                  step=step.number, precision=step.precision, kernel=main_kernel(step, layer))
+    rec.add(timing.row(experiment, step.label, N, "kernel", **labels))
+    if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
+        rec.add(benchmark(launch, repeats=rec.repeats, budget_ms=budget_ms, flush_l2=True)
+                .row("ladder_cold", step.label, N, "kernel", **labels))
+    if experiment == "ladder" and N == MAIN_N and step.kind in ("mma", "wgmma"):
+        # The same call given its input already channels-last, as cuDNN's channels-last paths
+        # are (their copy is made before timing): the GEMM alone, without the copy of x.
+        rec.add(benchmark(launch.parts["gemm"], repeats=rec.repeats, budget_ms=budget_ms)
+                .row(NHWC_INPUT, step.label, N, "kernel", **labels))
+    return timing.median_ms
 
-    def measure_cudnn(layer, N, x32, w32, ref, experiment, graphs=True, labels=None):
-        paths = vendor_paths(layer, x32, w32, N, graphs=graphs, labels=labels)
-        result = baselines.measure(
-            paths, reference=ref, experiment=experiment, size=N, flops=layer.flops(N),
-            bytes=lambda path: layer.bytes(N, 2 if path.precision in ("fp16", "bf16") else 4),
-            repeats=repeats, budget_ms=min(budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
-            on_failure="skip", log=lambda text: None)
-        rows.extend(result.rows)
-        for entry in result.skipped:
-            note_skip("cuDNN", layer, N, f"{entry['variant']}: {entry['reason']}")
-        if experiment == "ladder" and N == COLD_N:
-            rows.extend(baselines.measure(
-                [p for p in paths if not p.graph], reference=ref, experiment="ladder_cold", size=N,
-                flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2 if path.precision in ("fp16", "bf16") else 4),
-                repeats=repeats, budget_ms=min(budget_ms, 150.0), flush_l2=True,
-                labels={"layer": layer.index, "step": "cuDNN"}, on_failure="skip", log=lambda text: None).rows)
-        checks.extend({"step": r["variant"], "layer": layer.index, "size": N, "rel_error": r["rel_error"],
-                       "passed": True} for r in result.rows)
-        return paths
 
-    # --- the ladder: every step, layer and batch size, cuDNN as the vendor line
-    main_ms = {}
-    for layer in LAYERS:
-        x_host, w_host = make_inputs(layer, max(batches))
-        x32, w32 = cupy.asarray(x_host), cupy.asarray(w_host)
-        x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
-        ref_all = reference(x32, w32, layer, xp=cupy)
-        for N in batches:
-            ref = ref_all[:N]
-            for step in STEPS + [EXERCISE]:
-                why = unfit_reason(step, layer, N)
-                if why:
-                    note_skip(step.number, layer, N, why)
-                    continue
-                xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
-                main_ms[(step.number, layer.index, N)] = measure(step, layer, N, xs[:N], ws, ref, "ladder")
-                if step.kind == "winograd" and N == MAIN_N and winograd.applies(layer):
-                    # The filter transform runs once per model, outside the timed calls: time it here.
-                    rows.append(winograd.time_filter_transform(step, layer, w32, repeats, budget_ms))
-            paths = measure_cudnn(layer, N, x32[:N], w32, ref, "ladder", graphs=N in (1, MAIN_N))
-            if N == MAIN_N:
-                algorithms.extend(_algorithm_rows(layer, paths))
-                result = baselines.measure(
-                    nchw_input_paths(layer, x16[:N], w16), reference=ref, experiment=NCHW_INPUT, size=N,
-                    flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2), repeats=repeats,
-                    budget_ms=min(budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
-                    on_failure="skip", log=lambda text: None)
-                rows.extend(result.rows)
-                for entry in result.skipped:
-                    note_skip("cuDNN", layer, N, f"{entry['variant']}: {entry['reason']}")
-            progress(f"ladder {layer.name} N={N}: " + ", ".join(
-                f"{s.number} {main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
-                if (s.number, layer.index, N) in main_ms) + " ms")
-        del x32, w32, x16, w16, ref_all, ref
-        pool.free_all_blocks()
-        _torch_empty_cache()
+def _vendor_bytes(layer: Layer, N: int):
+    return lambda path: layer.bytes(N, 2 if path.precision in ("fp16", "bf16") else 4)
 
-    # --- where the time goes when the data starts on the host (N = 128)
-    progress("transfers")
-    N = batches[-1]
+
+def _add_vendor(rec, layer: Layer, N: int, result) -> None:
+    """A vendor measurement's rows, and its skipped paths with their reasons."""
+    rec.add(result.rows)
+    for entry in result.skipped:
+        rec.skip(f"{entry['variant']}: {entry['reason']}", step="cuDNN", layer=layer.index, size=N)
+
+
+def measure_cudnn(rec, plan: Plan, layer: Layer, N: int, x32, w32, ref, experiment: str, graphs: bool = True,
+                  labels=None) -> list:
+    """cuDNN's paths (:func:`.baselines.vendor_paths`), each checked against ``ref`` then timed
+    (and cold at :data:`COLD_N` in the ladder, its eager paths); the paths."""
+    paths = vendor_paths(layer, x32, w32, N, graphs=graphs, labels=labels)
+    options = dict(reference=ref, size=N, flops=layer.flops(N), bytes=_vendor_bytes(layer, N), repeats=rec.repeats,
+                   budget_ms=min(plan.budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
+                   on_failure="skip", log=lambda text: None)
+    result = baselines.measure(paths, experiment=experiment, **options)
+    _add_vendor(rec, layer, N, result)
+    if experiment == "ladder" and N == COLD_N:
+        rec.add(baselines.measure([p for p in paths if not p.graph], experiment="ladder_cold", flush_l2=True,
+                                  **options).rows)
+    plan.checks.extend({"step": r["variant"], "layer": layer.index, "size": N, "rel_error": r["rel_error"],
+                        "passed": True} for r in result.rows)
+    return paths
+
+
+def ladder(rec, plan: Plan) -> None:
+    """Every step, layer and batch size, cuDNN as the vendor line."""
+    try:
+        for layer in LAYERS:
+            _ladder_layer(rec, plan, layer)
+    finally:                    # what was checked before a failure stays in the run
+        _keep_checks(rec, plan)
+
+
+def _ladder_layer(rec, plan: Plan, layer: Layer) -> None:
+    import cupy
+
+    batches = plan.batches
+    x_host, w_host = make_inputs(layer, max(batches))
+    x32, w32 = cupy.asarray(x_host), cupy.asarray(w_host)
+    x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
+    ref_all = reference(x32, w32, layer, xp=cupy)
+    for N in batches:
+        ref = ref_all[:N]
+        for step in STEPS + [EXERCISE]:
+            why = unfit_reason(step, layer, N)
+            if why:
+                rec.skip(why, step=step.number, layer=layer.index, size=N)
+                continue
+            xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
+            ms = measure(rec, plan, step, layer, N, xs[:N], ws, ref, "ladder")
+            if ms is None:
+                continue
+            plan.main_ms[(step.number, layer.index, N)] = ms
+            if step.kind == "winograd" and N == MAIN_N and winograd.applies(layer):
+                # The filter transform runs once per model, outside the timed calls: time it here.
+                rec.add(winograd.time_filter_transform(step, layer, w32, rec.repeats, plan.budget_ms))
+        paths = measure_cudnn(rec, plan, layer, N, x32[:N], w32, ref, "ladder", graphs=N in (1, MAIN_N))
+        if N == MAIN_N:
+            plan.algorithms.extend(_algorithm_rows(layer, paths))
+            _add_vendor(rec, layer, N, baselines.measure(
+                nchw_input_paths(layer, x16[:N], w16), reference=ref, experiment=NCHW_INPUT, size=N,
+                flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2), repeats=rec.repeats,
+                budget_ms=min(plan.budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
+                on_failure="skip", log=lambda text: None))
+        rec.progress(f"ladder {layer.name} N={N}: " + ", ".join(
+            f"{s.number} {plan.main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
+            if (s.number, layer.index, N) in plan.main_ms) + " ms")
+    del x32, w32, x16, w16, ref_all, ref
+    _free()
+
+
+def copies(rec, plan: Plan) -> None:
+    """Where the time goes when the data starts on the host (the largest batch): step 1 from every
+    kind of host memory, :data:`TRANSFER_STEPS` from pageable and pinned memory."""
+    rec.progress("transfers")
+    N = plan.batches[-1]
     for layer in LAYERS:
         x_host, w_host = make_inputs(layer, N)
         for number in ("01",) + TRANSFER_STEPS:
             step = STEP[number]
+            if _failed_on(rec, number, layer):       # check before time: its copies are not timed either
+                continue
             memories = transfers.MEMORY_KINDS if number == "01" else ("pageable", "pinned")
             host_in = [x_host.astype(step.dtype), w_host.astype(step.dtype)]
-            slow = main_ms.get((number, layer.index, N), 0) > 50
+            slow = plan.main_ms.get((number, layer.index, N), 0) > 50
             for memory in memories:
                 try:
-                    rows.extend(r | {"layer": layer.index, "step": number, "precision": step.precision}
-                                for r in transfers.transfer_breakdown(
-                                    _device_launcher(step, layer, N), host_in, layer.y_shape(N), step.dtype,
-                                    memory=memory, warmup=1 if slow else 2, repeats=3 if slow else 10,
-                                    experiment="transfers", variant=step.label, size=N))
+                    rec.add(r | {"layer": layer.index, "step": number, "precision": step.precision}
+                            for r in transfers.transfer_breakdown(
+                                _device_launcher(step, layer, N), host_in, layer.y_shape(N), step.dtype,
+                                memory=memory, warmup=1 if slow else 2, repeats=3 if slow else 10,
+                                experiment="transfers", variant=step.label, size=N))
                 except RuntimeError as exc:     # e.g. no prefetch on this platform
-                    note_skip(number, layer, N, f"{memory}: {exc}")
-        pool.free_all_blocks()
+                    rec.skip(f"{memory}: {exc}", step=number, layer=layer.index, size=N)
+        _free()
 
-    # --- scaling with the batch size, beyond N = 128: cuDNN's fastest eager path per precision class
-    totals = layer_totals(pd.DataFrame([r for r in rows if r["experiment"] == "ladder"]))
-    fastest_cudnn = {row["variant"] for row in (vendor_best(totals, batches[-1], p, "eager")
+
+def scaling(rec, plan: Plan) -> None:
+    """Batches beyond the ladder's: :data:`SCALING_STEPS` and cuDNN's fastest eager path per
+    precision class at the largest ladder batch; a step predicted to take over 4 s per call, and
+    every batch not started within the run's budget, skipped and listed."""
+    import cupy
+
+    main = plan.batches[-1]
+    totals = layer_totals(pd.DataFrame([r for r in rec.rows if r["experiment"] == "ladder"]))
+    fastest_cudnn = {row["variant"] for row in (vendor_best(totals, main, p, "eager")
                                                 for p in ("fp32", "tf32", "fp16")) if row is not None}
-    for layer in LAYERS:
-        # Generated on the GPU (seeded): 1.3 GB for layer 1 at N = 2048 is slow to make on the host.
-        x32 = cupy.random.default_rng(layer.index).random(layer.x_shape(max(scaling)), dtype=cupy.float32)
-        w32 = cupy.asarray(make_inputs(layer, 1)[1])
-        x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
-        for N in scaling:
-            ref = reference(x32[_subset(N)], w32, layer, xp=cupy)
-            if time.perf_counter() - started > deadline_s:
-                note_skip("all", layer, N, "the record ran past its time budget")
-                continue
-            progress(f"scaling {layer.name} N={N}")
-            for number in SCALING_STEPS:
-                step = STEP[number]
-                at_main = main_ms.get((number, layer.index, batches[-1]), 0.0)
-                predicted = at_main * N / batches[-1]
-                why = unfit_reason(step, layer, N)
-                if why:
-                    note_skip(number, layer, N, why)
-                    continue
-                if predicted > 4000:
-                    note_skip(number, layer, N, f"about {predicted / 1e3:.0f} s per run: over the "
-                                                "record's time budget")
-                    continue
-                xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
-                measure(step, layer, N, xs[:N], ws, ref, "scaling")
-            measure_cudnn(layer, N, x32[:N], w32, ref, "scaling", graphs=False, labels=fastest_cudnn)
-            pool.free_all_blocks()
-        del x32, w32, x16, w16
-        pool.free_all_blocks()
-        _torch_empty_cache()
-
-    # --- the CPU baselines, the device's ceilings, and the tables that go with the run
-    progress("CPU baselines")
     try:
-        rows.extend(cpu_baseline_rows(batches))
+        for layer in LAYERS:
+            # Generated on the GPU (seeded): 1.3 GB for layer 1 at N = 2048 is slow to make on the host.
+            x32 = cupy.random.default_rng(layer.index).random(layer.x_shape(max(plan.scaling)), dtype=cupy.float32)
+            w32 = cupy.asarray(make_inputs(layer, 1)[1])
+            x16, w16 = x32.astype(cupy.float16), w32.astype(cupy.float16)
+            for N in plan.scaling:
+                if rec.budget_spent():
+                    rec.skip("the record ran past its time budget", step="all", layer=layer.index, size=N)
+                    continue
+                ref = reference(x32[_subset(N)], w32, layer, xp=cupy)
+                rec.progress(f"scaling {layer.name} N={N}")
+                for number in SCALING_STEPS:
+                    step = STEP[number]
+                    predicted = plan.main_ms.get((number, layer.index, main), 0.0) * N / main
+                    why = unfit_reason(step, layer, N)
+                    if why:
+                        rec.skip(why, step=number, layer=layer.index, size=N)
+                        continue
+                    if _failed_on(rec, number, layer):
+                        continue
+                    if predicted > 4000:
+                        rec.skip(f"about {predicted / 1e3:.0f} s per run: over the record's time budget",
+                                 step=number, layer=layer.index, size=N)
+                        continue
+                    xs, ws = (x16, w16) if step.precision == "fp16" else (x32, w32)
+                    measure(rec, plan, step, layer, N, xs[:N], ws, ref, "scaling")
+                measure_cudnn(rec, plan, layer, N, x32[:N], w32, ref, "scaling", graphs=False, labels=fastest_cudnn)
+                _free()
+            del x32, w32, x16, w16
+            _free()
+    finally:
+        _keep_checks(rec, plan)
+
+
+def cpu(rec, plan: Plan) -> None:
+    """The CPU baselines (:func:`cpu_baseline_rows`) at the ladder's batches."""
+    rec.progress("CPU baselines")
+    try:
+        rec.add(cpu_baseline_rows(plan.batches))
     except KernelCompileError as exc:        # no g++ on the GPU machine: say so, keep the rest
-        skipped.append({"step": "cpu", "layer": 0, "size": 0, "reason": f"no CPU backend: {exc}"})
-    rows.extend(roofline.measure_ceilings(repeats=10))
-    progress("profile")
-    tables = {"skipped": pd.DataFrame(skipped, columns=["step", "layer", "size", "reason"]),
-              "checks": pd.DataFrame(checks), "resources": resources_table(),
-              "cudnn_algorithms": pd.DataFrame(algorithms, columns=["layer", "variant", "precision", "layout",
-                                                                    "algorithm", "kernels"])}
-    profile = profile_table()
-    if profile is not None:
-        tables["profile"] = profile
-    progress("done")
-    return rows, tables
+        rec.skip(f"no CPU backend: {exc}", step="cpu", layer=0, size=0)
+
+
+def ceilings(rec, plan: Plan) -> None:
+    rec.add(roofline.measure_ceilings(repeats=10))
+
+
+def resources(rec, plan: Plan) -> None:
+    rec.table("resources", resources_table())
+
+
+def profile(rec, plan: Plan) -> None:
+    """Nsight Compute's counters (:func:`.profile.profile_table`), where ncu works."""
+    rec.progress("profile")
+    table = profile_table()
+    if table is not None:
+        rec.table("profile", table)
+
+
+#: Every experiment of the chapter on the GPU. The scaling study and the profile, the long parts
+#: the chapter can do without, are not started once the run's budget (300 s by default) is spent;
+#: a part that fails or is not started is a row of the ``skipped`` table (its name as the step,
+#: layer and size 0), the one table of what is missing that the chapter's views read.
+benchmark_all = Recording(CHAPTER, [
+    Experiment("ladder", ladder), Experiment("transfers", copies), Experiment("scaling", scaling, optional=True),
+    Experiment("cpu", cpu), Experiment("ceilings", ceilings), Experiment("resources", resources),
+    Experiment("profile", profile, optional=True),
+], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=300.0, keep_going=True,
+    problem_row=lambda experiment: {"step": experiment, "layer": 0, "size": 0})
+
+
+def _free() -> None:
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
+    _torch_empty_cache()
 
 
 def _device_launcher(step: Step, layer: Layer, N: int):
