@@ -91,6 +91,10 @@ class KernelSignature:
     name: str
     params: tuple[Param, ...]
     line: int           # 1-based line of the kernel's name in the source
+    #: Blocks per thread-block cluster along x, y, z, from the kernel's ``__cluster_dims__``
+    #: (compile-time cluster dimensions: a plain launch then runs the grid in clusters of this
+    #: shape); (1, 1, 1) without one.
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
 
 def strip_comments(source: str) -> str:
@@ -107,10 +111,26 @@ def strip_comments(source: str) -> str:
     return re.sub(pattern, blank, source, flags=re.S)
 
 
+_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\([^)]*\)\s*)*"
 _KERNEL_HEAD = re.compile(
-    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\("
+    r"__global__\s+(" + _ATTRIBUTES + r")void\s+(" + _ATTRIBUTES + r")([A-Za-z_]\w*)\s*\("
 )
+_CLUSTER_DIMS = re.compile(r"__cluster_dims__\s*\(([^)]*)\)")
+
+
+def _cluster_dims(attributes: str, kernel: str) -> tuple[int, int, int]:
+    """The x, y, z of a ``__cluster_dims__(x[, y[, z]])`` among ``attributes``, or (1, 1, 1)."""
+    found = _CLUSTER_DIMS.search(attributes)
+    if not found:
+        return (1, 1, 1)
+    try:
+        dims = tuple(int(v, 0) for v in found.group(1).split(","))
+    except ValueError:
+        raise ValueError(f"kernel '{kernel}': __cluster_dims__({found.group(1)}) must name its sizes as integer "
+                         "literals (gpulab reads them to launch the kernel's clusters)") from None
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        raise ValueError(f"kernel '{kernel}': __cluster_dims__({found.group(1)}) takes 1 to 3 positive sizes")
+    return dims + (1,) * (3 - len(dims))
 
 
 def _split_params(text: str) -> list[str]:
@@ -162,13 +182,14 @@ def parse_kernels(source: str) -> dict[str, KernelSignature]:
     clean = strip_comments(source)
     kernels: dict[str, KernelSignature] = {}
     for match in _KERNEL_HEAD.finditer(clean):
-        name = match.group(1)
+        name = match.group(3)
+        cluster = _cluster_dims(match.group(1) + match.group(2), name)
         start = match.end()
         depth, end = 1, start
         while depth and end < len(clean):
             depth += {"(": 1, ")": -1}.get(clean[end], 0)
             end += 1
         params = tuple(_parse_param(p, name) for p in _split_params(clean[start:end - 1]))
-        line = clean.count("\n", 0, match.start(1)) + 1
-        kernels[name] = KernelSignature(name=name, params=params, line=line)
+        line = clean.count("\n", 0, match.start(3)) + 1
+        kernels[name] = KernelSignature(name=name, params=params, line=line, cluster=cluster)
     return kernels

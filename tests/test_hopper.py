@@ -275,7 +275,10 @@ def test_wgmma_steps_compile_to_hopper_instructions():
     expect = {"00": ("HMMA", "LDGSTS"), "01": ("HMMA", "UTMALDG"), "02": ("HGMMA", "UTMALDG"),
               "03": ("HGMMA", "UTMALDG"), "04": ("HGMMA", "UTMALDG", "USETMAXREG"),
               "05": ("HGMMA", "UTMALDG", "USETMAXREG"), "06": ("HGMMA", "UTMALDG", "USETMAXREG"),
-              "07": ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG")}
+              "07": ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG"),
+              # the multicast copy, the arrival on the peer's barrier, barrier.cluster
+              "08": ("HGMMA", "UTMALDG.2D.MULTICAST", "UTMASTG", "USETMAXREG", "SYNCS.ARRIVE.TRANS64.RED",
+                     "UCGABAR_ARV", "UCGABAR_WAIT")}
     for step in hopper.STEPS:
         real = paths.kernel_path(step.file)
         cubin = resources.compile_cubin(real.read_text(), step.file, "sm_90a", (str(paths.KERNELS), str(real.parent)))

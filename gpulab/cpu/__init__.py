@@ -177,7 +177,7 @@ class CpuModule:
                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int,
                           ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                          ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]
+                          ctypes.c_uint, ctypes.POINTER(ctypes.c_uint), ctypes.c_char_p, ctypes.c_size_t]
         self._start = start
         self._pid = self._lib.gpulab_launch_pid
         self._pid.restype, self._pid.argtypes = ctypes.c_int, [ctypes.c_void_p]
@@ -288,6 +288,23 @@ def _check_config(grid, block, shared_mem) -> None:
             "a GPU gives 48 KiB unless the kernel opts in to more)")
 
 
+#: The most blocks a cluster may have (the portable limit; sm_90 allows 16 only by opting in).
+MAX_CLUSTER_BLOCKS = 8
+
+
+def _check_cluster(kernel: str, grid, cluster) -> None:
+    """A kernel with ``__cluster_dims__``: the grid must be whole clusters, as CUDA requires."""
+    if cluster == (1, 1, 1):
+        return
+    blocks = cluster[0] * cluster[1] * cluster[2]
+    if blocks > MAX_CLUSTER_BLOCKS:
+        raise KernelArgumentError(f"kernel '{kernel}': __cluster_dims__{cluster} has {blocks} blocks; a cluster "
+                                  f"has at most {MAX_CLUSTER_BLOCKS} (the portable limit)")
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise KernelArgumentError(f"kernel '{kernel}' runs in clusters of {cluster} blocks (__cluster_dims__): "
+                                  f"grid {grid} must be a multiple of that in every dimension")
+
+
 class CpuFunction:
     """One kernel; call it like a CuPy RawKernel: ``fn(grid, block, args, shared_mem=0)``."""
 
@@ -302,6 +319,7 @@ class CpuFunction:
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         shared_mem = int(shared_mem)
         _check_config(grid, block, shared_mem)
+        _check_cluster(self.name, grid, self.signature.cluster)
         settings = _checking.get()
         collector = counters.active()
         if (settings.races or collector is not None) and not self.module.instrumented:
@@ -373,7 +391,8 @@ class CpuFunction:
             ctypes.cast(module._symbol_addresses, ctypes.c_void_p),
             ctypes.cast(module._symbol_sizes, ctypes.c_void_p),
             ctypes.cast(module._symbol_constant, ctypes.c_void_p), instrument,
-            0 if limit is None else int(limit * WAIT_FACTOR) + 10, error, _ERROR_BYTES)
+            0 if limit is None else int(limit * WAIT_FACTOR) + 10, (ctypes.c_uint * 3)(*self.signature.cluster),
+            error, _ERROR_BYTES)
         if not handle:
             raise KernelLaunchError(error.value.decode(errors="replace"))
         stopped, status = None, _UNKNOWN

@@ -84,6 +84,11 @@ struct Instr {
     char* tls_end;
     std::vector<Shadow> shared_shadow;              // dynamic shared, then thread-local shared
     std::vector<Shadow> static_shadow[kMaxSharedArrays];   // static __shared__ arrays, by number
+    // A cluster's other blocks' shadows and barrier counts, while the fields above are the
+    // running block's (instr_select_rank swaps them), as the worker's shared memory is.
+    std::vector<Shadow> parked_shared[kMaxCluster];
+    std::vector<Shadow> parked_static[kMaxCluster][kMaxSharedArrays];
+    unsigned parked_epoch[kMaxCluster];
 };
 
 uintptr_t module_base;
@@ -115,7 +120,7 @@ Instr* instr_setup(Worker* w) {
     instr_find_module();
     Instr* in = new Instr();
     in->instance.resize(w->nthreads);
-    in->warp_epoch.assign((w->nthreads + 31) / 32, 0);
+    in->warp_epoch.assign(w->nwarps, 0);
     in->epoch = 0;
     // This thread's block of the module's thread-local variables, where the
     // __shared__ arrays (thread-local statics) live.
@@ -133,6 +138,8 @@ Instr* instr_setup(Worker* w) {
     }
     if (w->launch->counts->races_enabled)
         in->shared_shadow.assign(((w->launch->shared_bytes + 3) / 4 * 4 + (in->tls_end - in->tls_begin)) / 4 + 1, Shadow());
+    for (int r = 0; r < w->cluster_size; ++r)
+        if (r != w->rank) in->parked_shared[r] = in->shared_shadow;
     return in;
 }
 
@@ -249,10 +256,10 @@ void count_request(Instr* in, int site, const Request& r) {
 void instr_flush(Worker* w) {
     Instr* in = w->instr;
     if (!in) return;
-    for (auto& entry : in->requests) count_request(in, (int)(entry.first >> 5 & 0xfff), entry.second);
+    for (auto& entry : in->requests) count_request(in, (int)(entry.first >> 8 & 0xfff), entry.second);
     in->requests.clear();
     for (auto& entry : in->steps) {
-        const int warp = (int)(entry.first & 31), site = (int)(entry.first >> 5 & 0xfff);
+        const int warp = (int)(entry.first & 255), site = (int)(entry.first >> 8 & 0xfff);
         const unsigned lanes = entry.second, present = w->existing_lanes[warp];
         std::array<unsigned long long, NCOUNTERS>& c = in->counts[site];
         c[BB_STEPS] += 1;
@@ -270,6 +277,26 @@ void instr_block_start(Worker* w) {
     std::fill(in->warp_epoch.begin(), in->warp_epoch.end(), 0u);
     if (!in->shared_shadow.empty()) std::fill(in->shared_shadow.begin(), in->shared_shadow.end(), Shadow());
     for (auto& v : in->static_shadow) std::fill(v.begin(), v.end(), Shadow());
+    for (int r = 0; r < w->cluster_size; ++r) {
+        in->parked_epoch[r] = 0;
+        std::fill(in->parked_shared[r].begin(), in->parked_shared[r].end(), Shadow());
+        for (auto& v : in->parked_static[r]) std::fill(v.begin(), v.end(), Shadow());
+    }
+}
+
+// The running block of a cluster changes from `from` to `to`: their shadows of shared memory
+// (each block has its own) and their counts of barriers passed change places.
+void instr_select_rank(Worker* w, int from, int to) {
+    Instr* in = w->instr;
+    if (!in) return;
+    std::swap(in->shared_shadow, in->parked_shared[from]);
+    std::swap(in->shared_shadow, in->parked_shared[to]);
+    for (int k = 0; k < kMaxSharedArrays; ++k) {
+        std::swap(in->static_shadow[k], in->parked_static[from][k]);
+        std::swap(in->static_shadow[k], in->parked_static[to][k]);
+    }
+    in->parked_epoch[from] = in->epoch;
+    in->epoch = in->parked_epoch[to];
 }
 
 void instr_barrier(Worker* w) {
@@ -391,7 +418,7 @@ void check_race(Worker* w, Shadow* s, int space, const Guarded* array, long long
                 int write, int atomic, unsigned bytes) {
     Instr* in = w->instr;
     const Fiber* f = w->running;
-    const unsigned thread = (unsigned)(f - w->fibers) + 1;
+    const unsigned thread = (unsigned)((f - w->fibers) % w->block_threads) + 1;   // in its block
     const unsigned block = f->view.blockIdx.x + w->launch->grid.x * (f->view.blockIdx.y +
                            w->launch->grid.y * f->view.blockIdx.z);
     const unsigned epoch = in->epoch, wepoch = in->warp_epoch[f->warp];
@@ -436,8 +463,8 @@ void on_access(uintptr_t address, unsigned size, int write, int atomic, uintptr_
     if (site >= kMaxSites) return;
     const int fiber = (int)(f - w->fibers);
     const unsigned instance = next_instance(in, fiber, site);
-    const unsigned long long key = ((unsigned long long)instance << 17) | ((unsigned long long)site << 5) |
-                                   (unsigned)(f->warp & 31);
+    const unsigned long long key = ((unsigned long long)instance << 20) | ((unsigned long long)site << 8) |
+                                   (unsigned)(f->warp & 255);
     Request& r = in->requests[key];
     if (!r.lanes) { r.space = space; r.write = write; r.atomic = atomic != 0; }
     r.lanes |= 1u << f->lane;
@@ -474,8 +501,8 @@ void on_step(uintptr_t pc) {
     if (site >= kMaxSites) return;
     Fiber* f = w->running;
     const unsigned instance = next_instance(in, (int)(f - w->fibers), site);
-    const unsigned long long key = ((unsigned long long)instance << 17) | ((unsigned long long)site << 5) |
-                                   (unsigned)(f->warp & 31);
+    const unsigned long long key = ((unsigned long long)instance << 20) | ((unsigned long long)site << 8) |
+                                   (unsigned)(f->warp & 255);
     in->steps[key] |= 1u << f->lane;
 }
 

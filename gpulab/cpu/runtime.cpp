@@ -51,6 +51,11 @@ constexpr size_t kStackBytes = 128 * 1024;
 constexpr size_t kCanaryMin = 256;
 constexpr unsigned char kCanary = 0xA5;
 constexpr int kMaxWorkers = 256;
+// A thread-block cluster (kernels with __cluster_dims__) runs on one worker: the fibers of its
+// blocks are scheduled together, since they wait on each other's mbarriers. 8 blocks is the
+// portable cluster size limit; a block has at most 32 warps.
+constexpr int kMaxCluster = 8;
+constexpr int kMaxWarps = 32 * kMaxCluster;
 
 // MBAR_WAIT: waiting for a phase of an mbarrier (kernels/common/hopper.h) to complete.
 enum FiberState { READY, BLOCK_WAIT, WARP_WAIT, MBAR_WAIT, DONE, FAILED };
@@ -95,7 +100,9 @@ gpulab_swap_context:
 
 struct Fiber {
     ThreadView view;
-    int warp, lane;
+    int warp, lane;                // warp: numbered over the worker's fibers (the cluster's blocks)
+    int rank;                      // the block's rank in its cluster (%cluster_ctarank), 0 without one
+    unsigned cluster_token;        // the cluster barrier's phase this thread arrived in
     FiberState state;
     const char* wait_file;
     int wait_line;
@@ -178,6 +185,15 @@ struct Printed {
 
 struct Launch;
 struct Instr;
+
+// One block's shared memory on a worker that runs a cluster: the worker's fields of the same
+// names hold the running block's (select_rank switches them), this the others'.
+struct RankState {
+    char* dynamic_shared;
+    SharedArray* shared_arrays;
+    int* shared_in_use;
+    int nshared_in_use;
+};
 struct Counts;
 struct Shadow;
 
@@ -192,7 +208,7 @@ struct Worker {
     size_t stacks_bytes;
     char* dynamic_shared;
     SharedArray* shared_arrays;    // kMaxSharedArrays static ones, then the dynamic one
-    int shared_in_use[kMaxSharedArrays + 1];
+    int* shared_in_use;            // kMaxSharedArrays + 1 of them
     int nshared_in_use;
     int* order;
     Fiber* running;
@@ -200,8 +216,16 @@ struct Worker {
     int object_waiting;            // threads in MBAR_WAIT
     int barrier_result;
     unsigned long long rng;
-    unsigned live_lanes[32];
-    unsigned existing_lanes[32];
+    unsigned live_lanes[kMaxWarps];
+    unsigned existing_lanes[kMaxWarps];
+    // Clusters: nthreads = cluster_size * block_threads fibers, block r's from r * block_threads;
+    // the shared memory fields above are block `rank`'s, ranks[] holds every block's.
+    int cluster_size, block_threads, nwarps, rank;
+    RankState ranks[kMaxCluster];
+    int rank_waiting[kMaxCluster];         // threads of each block at __syncthreads()
+    int rank_barrier_result[kMaxCluster];
+    int cluster_arrived;                   // barrier.cluster: arrivals in the current phase
+    unsigned cluster_phase;
     sigjmp_buf fault_jump;
     void* fault_address;
     int fault_signal, fault_is_write;
@@ -218,7 +242,9 @@ struct Launch {
     void (*thunk)(void**);
     void** args;
     const char* kernel;
-    dim3 grid, block;
+    dim3 grid, block, cluster;
+    int cluster_size;              // blocks per cluster (1: none)
+    long nclusters;                // what the workers take in turn: clusters of blocks
     size_t shared_bytes;
     int schedule;
     unsigned long long seed;
@@ -258,6 +284,24 @@ inline void instr_barrier(Worker*) {}
 inline void instr_warp_sync(Worker*, int) {}
 inline void instr_merge(Worker*) {}
 #endif
+#ifdef GPULAB_INSTRUMENTED
+void instr_select_rank(Worker* w, int from, int to);
+#else
+inline void instr_select_rank(Worker*, int, int) {}
+#endif
+
+// Makes block `rank`'s shared memory the worker's current one (the running fiber's block).
+void select_rank(Worker* w, int rank) {
+    if (rank == w->rank) return;
+    w->ranks[w->rank].nshared_in_use = w->nshared_in_use;
+    const RankState& r = w->ranks[rank];
+    w->dynamic_shared = r.dynamic_shared;
+    w->shared_arrays = r.shared_arrays;
+    w->shared_in_use = r.shared_in_use;
+    w->nshared_in_use = r.nshared_in_use;
+    instr_select_rank(w, w->rank, rank);
+    w->rank = rank;
+}
 
 // The fault handler cannot touch thread_local storage safely on a thread that
 // never used it, so it finds its worker by thread id in this table.
@@ -288,6 +332,7 @@ void fail(Launch* L, const char* format, ...) {
 }
 
 void resume(Worker* w, Fiber* f) {
+    select_rank(w, f->rank);
     w->running = f;
     w->launch->shared->running_thread[w->index] = (int)(f - w->fibers);
     current_view = &f->view;
@@ -367,7 +412,7 @@ void report_stuck_block(Worker* w, const char* headline) {
     const ThreadView& v0 = w->fibers[0].view;
     int used = append(text, sizeof text, 0, "kernel '%s', block (%u,%u,%u): %s\n", L->kernel,
                       v0.blockIdx.x, v0.blockIdx.y, v0.blockIdx.z, headline);
-    static thread_local bool listed[1024];
+    static thread_local bool listed[1024 * kMaxCluster];
     for (int i = 0; i < w->nthreads; ++i) listed[i] = false;
     int groups = 0;
     for (int i = 0; i < w->nthreads && groups < 8; ++i) {
@@ -414,10 +459,12 @@ void report_stuck_block(Worker* w, const char* headline) {
     fail(L, "%s", text);
 }
 
-bool release_block_barrier(Worker* w) {
-    Fiber* first = &w->fibers[0];
+// Releases block `rank`'s threads, all waiting at __syncthreads().
+bool release_block_barrier(Worker* w, int rank) {
+    const int from = rank * w->block_threads, to = from + w->block_threads;
+    Fiber* first = &w->fibers[from];
     int count = 0;
-    for (int i = 0; i < w->nthreads; ++i) {
+    for (int i = from; i < to; ++i) {
         Fiber& f = w->fibers[i];
         if (f.wait_line != first->wait_line || strcmp(f.wait_file, first->wait_file) != 0) {
             report_stuck_block(w, "its threads wait at different __syncthreads() calls");
@@ -425,10 +472,12 @@ bool release_block_barrier(Worker* w) {
         }
         count += f.barrier_predicate;
     }
-    w->barrier_result = count;
+    w->rank_barrier_result[rank] = count;
+    select_rank(w, rank);
     instr_barrier(w);
-    for (int i = 0; i < w->nthreads; ++i) w->fibers[i].state = READY;
-    w->block_waiting = 0;
+    for (int i = from; i < to; ++i) w->fibers[i].state = READY;
+    w->block_waiting -= w->block_threads;
+    w->rank_waiting[rank] = 0;
     return true;
 }
 
@@ -517,18 +566,32 @@ bool release_warps(Worker* w) {
     return released;
 }
 
-void prepare_block(Worker* w, long block) {
+// The blockIdx of block `rank` of cluster `cluster` (clusters tile the grid, x fastest; ranks
+// number a cluster's blocks x fastest, as %cluster_ctarank does). Without clusters, block `cluster`.
+uint3 block_of(const Launch* L, long cluster, int rank) {
+    const dim3 c = L->cluster;
+    const long gx = L->grid.x / c.x, gy = L->grid.y / c.y;
+    return {(unsigned)(cluster % gx * c.x + rank % c.x), (unsigned)(cluster / gx % gy * c.y + rank / c.x % c.y),
+            (unsigned)(cluster / (gx * gy) * c.z + rank / (c.x * c.y))};
+}
+
+long linear_block(const Launch* L, uint3 b) {
+    return b.x + (long)L->grid.x * (b.y + (long)L->grid.y * b.z);
+}
+
+void prepare_block(Worker* w, long cluster) {
     Launch* L = w->launch;
-    const uint3 b = {(unsigned)(block % L->grid.x), (unsigned)(block / L->grid.x % L->grid.y),
-                     (unsigned)(block / ((long)L->grid.x * L->grid.y))};
     for (int i = 0; i < w->nthreads; ++i) {
         Fiber& f = w->fibers[i];
-        f.view.blockIdx = b;
+        f.view.blockIdx = block_of(L, cluster, f.rank);
         f.state = READY;
         start_fiber(w, &f);
     }
-    for (int i = 0; i < 32; ++i) w->live_lanes[i] = w->existing_lanes[i];
+    const long block = linear_block(L, block_of(L, cluster, 0));
+    for (int i = 0; i < w->nwarps; ++i) w->live_lanes[i] = w->existing_lanes[i];
     w->block_waiting = w->warp_waiting = w->object_waiting = w->done = 0;
+    for (int r = 0; r < w->cluster_size; ++r) w->rank_waiting[r] = 0;
+    w->cluster_arrived = 0;
     instr_block_start(w);
     unsigned long long state = L->seed ^ (0xD1B54A32D192ED03ull * (unsigned long long)(block + 1));
     w->rng = splitmix(state);
@@ -537,15 +600,19 @@ void prepare_block(Worker* w, long block) {
 bool run_block_steps(Worker* w);
 bool check_shared_canaries(Worker* w, long block);
 
-bool run_block(Worker* w, long block) {
+// Runs one block, or the blocks of cluster number `cluster` together.
+bool run_block(Worker* w, long cluster) {
     Launch* L = w->launch;
-    L->shared->running_block[w->index] = block;
-    prepare_block(w, block);
+    L->shared->running_block[w->index] = linear_block(L, block_of(L, cluster, 0));
+    prepare_block(w, cluster);
     bool ok = run_block_steps(w);
-    if (ok && L->bounds_checked) ok = check_shared_canaries(w, block);
+    for (int r = 0; ok && L->bounds_checked && r < w->cluster_size; ++r) {
+        select_rank(w, r);
+        ok = check_shared_canaries(w, linear_block(L, block_of(L, cluster, r)));
+    }
     if (ok) instr_flush(w);
     L->shared->running_block[w->index] = -1;
-    if (ok) L->shared->blocks_done.fetch_add(1, std::memory_order_relaxed);
+    if (ok) L->shared->blocks_done.fetch_add(w->cluster_size, std::memory_order_relaxed);
     return ok;
 }
 
@@ -587,10 +654,13 @@ bool run_block_steps(Worker* w) {
         if (w->object_waiting && release_object_waits(w)) continue;
         if (ready) continue;
         if (w->done == n) return true;
-        if (w->block_waiting == n && !w->object_waiting) {
-            if (!release_block_barrier(w)) return false;
-            continue;
-        }
+        bool released = false;
+        for (int r = 0; r < w->cluster_size && w->block_waiting; ++r)
+            if (w->rank_waiting[r] == w->block_threads) {
+                if (!release_block_barrier(w, r)) return false;
+                released = true;
+            }
+        if (released) continue;
         report_stuck_block(w, w->object_waiting
             ? "its threads can never all go on: some wait for an mbarrier phase that the others can no longer complete"
             : w->warp_waiting
@@ -879,20 +949,31 @@ bool setup_worker(Worker* w) {
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     w->fibers = static_cast<Fiber*>(calloc(n, sizeof(Fiber)));
     w->order = static_cast<int*>(calloc(n, sizeof(int)));
-    w->shared_arrays = static_cast<SharedArray*>(calloc(kMaxSharedArrays + 1, sizeof(SharedArray)));
-    bool dynamic_ok = false;
-    if (w->shared_arrays) {
-        SharedArray& d = w->shared_arrays[kDynamicShared];
+    bool dynamic_ok = true;
+    for (int r = 0; r < w->cluster_size; ++r) {   // each block of a cluster has its own shared memory
+        RankState& state = w->ranks[r];
+        state.shared_arrays = static_cast<SharedArray*>(calloc(kMaxSharedArrays + 1, sizeof(SharedArray)));
+        state.shared_in_use = static_cast<int*>(calloc(kMaxSharedArrays + 1, sizeof(int)));
+        if (!state.shared_arrays || !state.shared_in_use) { dynamic_ok = false; continue; }
+        SharedArray& d = state.shared_arrays[kDynamicShared];
         d.name = "extern __shared__";   // until a thread declares it
         d.type = "";
         d.bytes = L->shared_bytes;
         d.itemsize = d.align = 1;
-        dynamic_ok = map_shared_array(d, L->bounds_checked);
-        if (dynamic_ok) {
-            w->dynamic_shared = d.data;
-            w->shared_in_use[w->nshared_in_use++] = kDynamicShared;
+        if (map_shared_array(d, L->bounds_checked)) {
+            state.dynamic_shared = d.data;
+            state.shared_in_use[state.nshared_in_use++] = kDynamicShared;
+            // Uninitialised shared memory reads as NaN (floats) or 0xff.. (ints), as a hint.
+            memset(state.dynamic_shared, 0xff, L->shared_bytes);
+        } else {
+            dynamic_ok = false;
         }
     }
+    w->rank = 0;
+    w->dynamic_shared = w->ranks[0].dynamic_shared;
+    w->shared_arrays = w->ranks[0].shared_arrays;
+    w->shared_in_use = w->ranks[0].shared_in_use;
+    w->nshared_in_use = w->ranks[0].nshared_in_use;
     if (stacks == MAP_FAILED || !w->fibers || !w->order || !dynamic_ok) {
         if (stacks != MAP_FAILED) munmap(stacks, w->stacks_bytes);
         w->stacks = nullptr;
@@ -900,17 +981,18 @@ bool setup_worker(Worker* w) {
         return false;
     }
     w->stacks = static_cast<char*>(stacks);
-    // Uninitialised shared memory reads as NaN (floats) or 0xff.. (ints), as a hint.
-    memset(w->dynamic_shared, 0xff, L->shared_bytes);
     const unsigned bx = L->block.x, by = L->block.y;
+    const int bt = w->block_threads, warps_per_block = (bt + 31) / 32;
     memset(w->existing_lanes, 0, sizeof w->existing_lanes);
     for (int i = 0; i < n; ++i) {
         Fiber& f = w->fibers[i];
         mprotect(w->stacks + slot * i, page, PROT_NONE);
         f.stack_top = w->stacks + slot * (i + 1);
-        f.warp = i / 32;
-        f.lane = i % 32;
-        f.view.threadIdx = {i % bx, i / bx % by, i / (bx * by)};
+        const unsigned t = (unsigned)(i % bt);      // the thread in its block
+        f.rank = i / bt;
+        f.warp = f.rank * warps_per_block + (int)t / 32;
+        f.lane = (int)t % 32;
+        f.view.threadIdx = {t % bx, t / bx % by, t / (bx * by)};
         f.view.blockDim = L->block;
         f.view.gridDim = L->grid;
         w->existing_lanes[f.warp] |= 1u << f.lane;
@@ -928,11 +1010,16 @@ void teardown_worker(Worker* w) {
     if (w->stacks) munmap(w->stacks, w->stacks_bytes);
     free(w->fibers);
     free(w->order);
-    for (int k = 0; k < w->nshared_in_use; ++k) {
-        const SharedArray& a = w->shared_arrays[w->shared_in_use[k]];
-        if (a.map) munmap(a.map, a.map_bytes);
+    w->ranks[w->rank].nshared_in_use = w->nshared_in_use;
+    for (int r = 0; r < w->cluster_size; ++r) {
+        RankState& state = w->ranks[r];
+        for (int k = 0; k < state.nshared_in_use && state.shared_arrays; ++k) {
+            const SharedArray& a = state.shared_arrays[state.shared_in_use[k]];
+            if (a.map) munmap(a.map, a.map_bytes);
+        }
+        free(state.shared_arrays);
+        free(state.shared_in_use);
     }
-    free(w->shared_arrays);
 }
 
 void* worker_main(void* arg) {
@@ -961,10 +1048,10 @@ void* worker_main(void* arg) {
         } else {
             while (!L->failed.load(std::memory_order_relaxed)) {
                 const long k = L->next_block.fetch_add(1);
-                if (k >= L->nblocks) break;
-                const long block = L->schedule == REVERSE ? L->nblocks - 1 - k
-                                 : L->schedule == SHUFFLE ? (long)L->block_order[k] : k;
-                if (!run_block(w, block)) break;
+                if (k >= L->nclusters) break;
+                const long cluster = L->schedule == REVERSE ? L->nclusters - 1 - k
+                                   : L->schedule == SHUFFLE ? (long)L->block_order[k] : k;
+                if (!run_block(w, cluster)) break;
             }
         }
     }
@@ -1089,11 +1176,13 @@ int barrier(BarrierOp op, int predicate, const char* file, int line) {
     f->wait_line = line;
     f->barrier_predicate = predicate;
     w->block_waiting++;
+    w->rank_waiting[f->rank]++;
     yield_to_scheduler(w, f);
+    const int result = w->rank_barrier_result[f->rank];
     switch (op) {
-        case BAR_COUNT: return w->barrier_result;
-        case BAR_AND: return w->barrier_result == w->nthreads;
-        case BAR_OR: return w->barrier_result > 0;
+        case BAR_COUNT: return result;
+        case BAR_AND: return result == w->block_threads;
+        case BAR_OR: return result > 0;
         default: return 0;
     }
 }
@@ -1159,6 +1248,67 @@ unsigned active_mask() {
 }
 
 void* dynamic_shared() { return current_worker->dynamic_shared; }
+
+// ------------------------------------------------ thread-block clusters
+
+unsigned cluster_rank() { return (unsigned)current_worker->running->rank; }
+
+unsigned cluster_blocks() { return (unsigned)current_worker->cluster_size; }
+
+// mapa: the address in block `rank`'s shared memory of what p is in the running block's, the
+// same offset in the same array. A static __shared__ array a block's threads have not touched
+// yet is mapped for it here.
+void* cluster_map(const void* p, unsigned rank, const char* file, int line) {
+    Worker* w = current_worker;
+    if (rank >= (unsigned)w->cluster_size) {
+        char what[160];
+        snprintf(what, sizeof what, "mapa to block rank %u of a cluster of %d block%s", rank, w->cluster_size,
+                 w->cluster_size == 1 ? "" : "s");
+        trap(what, file, line);
+    }
+    select_rank(w, w->running->rank);
+    const char* a = static_cast<const char*>(p);
+    RankState& peer = w->ranks[rank];
+    if (a >= w->dynamic_shared && a < w->dynamic_shared + w->launch->shared_bytes)
+        return peer.dynamic_shared + (a - w->dynamic_shared);
+    for (int k = 0; k < w->nshared_in_use; ++k) {
+        const int id = w->shared_in_use[k];
+        const SharedArray& mine = w->shared_arrays[id];
+        if (id == kDynamicShared || a < mine.data || a >= mine.data + mine.bytes) continue;
+        if ((int)rank == w->rank) return const_cast<char*>(a);
+        SharedArray& theirs = peer.shared_arrays[id];
+        if (!theirs.map) {
+            theirs = mine;
+            if (!map_shared_array(theirs, w->launch->bounds_checked))
+                trap("out of memory for the CPU backend's copy of a __shared__ array", file, line);
+            peer.shared_in_use[peer.nshared_in_use++] = id;
+        }
+        return theirs.data + (a - mine.data);
+    }
+    trap("mapa of an address that is not in the running block's shared memory", file, line);
+}
+
+namespace {
+bool cluster_phase_passed(const void* phase, unsigned token) {
+    return *static_cast<const unsigned*>(phase) != token;
+}
+}  // namespace
+
+// barrier.cluster.arrive / .wait: a phase completes when every thread of every block of the
+// cluster has arrived; wait returns once the phase this thread arrived in has completed.
+void cluster_arrive(const char*, int) {
+    Worker* w = current_worker;
+    w->running->cluster_token = w->cluster_phase;
+    if (++w->cluster_arrived == w->nthreads) {
+        w->cluster_arrived = 0;
+        w->cluster_phase++;
+    }
+}
+
+void cluster_wait(const char* file, int line) {
+    Worker* w = current_worker;
+    wait_until(cluster_phase_passed, &w->cluster_phase, w->running->cluster_token, file, line);
+}
 
 // The launch's copy of the `bytes` at `address` in one of its pointer arguments as the Python
 // process passed them, or null: a tensor map holds the array's own address, and a bulk tensor
@@ -1300,17 +1450,20 @@ char* symbol_area(Shared* shared) { return reinterpret_cast<char*>(shared) + siz
 // Runs the launch's blocks on worker threads; in the worker process.
 void run_launch(Launch& L, int nworkers) {
     if (nworkers > kMaxWorkers) nworkers = kMaxWorkers;
-    if (nworkers > L.nblocks) nworkers = (int)L.nblocks;
+    if (nworkers > L.nclusters) nworkers = (int)L.nclusters;
     if (nworkers < 1) nworkers = 1;
     L.shared->nworkers = nworkers;
     Worker* workers = static_cast<Worker*>(calloc(nworkers, sizeof(Worker)));
-    const int nthreads = (int)(L.block.x * L.block.y * L.block.z);
+    const int block_threads = (int)(L.block.x * L.block.y * L.block.z);
     install_fault_handler();
     int started = 0;
     for (int i = 0; i < nworkers; ++i) {
         workers[i].launch = &L;
         workers[i].index = i;
-        workers[i].nthreads = nthreads;
+        workers[i].cluster_size = L.cluster_size;
+        workers[i].block_threads = block_threads;
+        workers[i].nthreads = block_threads * L.cluster_size;
+        workers[i].nwarps = (block_threads + 31) / 32 * L.cluster_size;
         if (pthread_create(&workers[i].thread, nullptr, worker_main, &workers[i]) == 0) ++started;
         else break;
     }
@@ -1385,7 +1538,7 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
                                         unsigned long long seed, int nworkers, int nsymbols,
                                         void* const* symbol_address, const size_t* symbol_bytes,
                                         const int* symbol_constant, int instrument, unsigned alarm_seconds,
-                                        char* error, size_t error_size) {
+                                        const unsigned* cluster, char* error, size_t error_size) {
     using namespace gpulab;
     Pending* P = static_cast<Pending*>(calloc(1, sizeof(Pending)));
     size_t symbols_total = 0;
@@ -1424,6 +1577,11 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
     L.schedule = schedule;
     L.seed = seed;
     L.nblocks = (long)grid[0] * grid[1] * grid[2];
+    // The caller (gpulab.cpu) has checked that the cluster divides the grid and has at most
+    // kMaxCluster blocks.
+    L.cluster = dim3(cluster[0], cluster[1], cluster[2]);
+    L.cluster_size = (int)(cluster[0] * cluster[1] * cluster[2]);
+    L.nclusters = L.nblocks / L.cluster_size;
     L.block_order = nullptr;
     L.next_block.store(0);
     L.failed.store(0);
@@ -1473,10 +1631,10 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
         return nullptr;
     }
     if (schedule == SHUFFLE) {
-        L.block_order = static_cast<unsigned*>(malloc(sizeof(unsigned) * L.nblocks));
+        L.block_order = static_cast<unsigned*>(malloc(sizeof(unsigned) * L.nclusters));
         unsigned long long state = seed;
-        for (long i = 0; i < L.nblocks; ++i) L.block_order[i] = (unsigned)i;
-        for (long i = L.nblocks - 1; i > 0; --i) {
+        for (long i = 0; i < L.nclusters; ++i) L.block_order[i] = (unsigned)i;
+        for (long i = L.nclusters - 1; i > 0; --i) {
             const long j = (long)(splitmix(state) % (unsigned long long)(i + 1));
             const unsigned t = L.block_order[i]; L.block_order[i] = L.block_order[j]; L.block_order[j] = t;
         }

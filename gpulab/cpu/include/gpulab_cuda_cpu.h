@@ -30,6 +30,9 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 #define __grid_constant__
+// Compile-time cluster dimensions: gpulab reads them from the kernel's declaration
+// (gpulab.signature) and runs each cluster's blocks together on one worker.
+#define __cluster_dims__(...)
 #define GPULAB_CPU_BACKEND 1
 // Code the counters and race checking must not see (an instrumented build
 // compiles the kernel's source with ThreadSanitizer's hooks and coverage).
@@ -96,6 +99,14 @@ void warp_collective(const char* name, int phase, const char* file, int line);
 void wait_until(bool (*ready)(const void*, unsigned), const void* object, unsigned parity, const char* file,
                 int line);
 void* dynamic_shared();
+// Thread-block clusters (kernels/hopper/cluster.cuh's CPU side, gpulab_cluster_cpu.h): the
+// running block's rank in its cluster and the cluster's size in blocks; mapa (the same place
+// in block `rank`'s shared memory); barrier.cluster.arrive and .wait.
+unsigned cluster_rank();
+unsigned cluster_blocks();
+void* cluster_map(const void* p, unsigned rank, const char* file, int line);
+void cluster_arrive(const char* file, int line);
+void cluster_wait(const char* file, int line);
 // The launch's dynamic shared memory, as the array 'name' of 'type' (for messages).
 void* dynamic_shared(const char* name, const char* type, size_t itemsize);
 // A function's static __shared__ array: the compiler rewrites each

@@ -152,22 +152,28 @@ static inline void mbar_wait(unsigned long long* bar, unsigned parity, GPULAB_HO
     gpulab::wait_until(gpulab::hopper_detail::phase_done, bar, parity, file, line);
 }
 
-GPULAB_UNCOUNTED static inline void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, unsigned long long* bar,
-                               GPULAB_HOPPER_SITE) {
-    using namespace gpulab::hopper_detail;
+namespace gpulab {
+namespace hopper_detail {
+// The box of the 2-D map at (column x, row y) into shared memory at dst, with the map's swizzle
+// (elements outside the array as zeros), as the bulk tensor copy `op` does; returns its bytes.
+GPULAB_UNCOUNTED static inline unsigned load_box_2d(void* dst, const CUtensorMap* map, int x, int y, const char* op,
+                                                    const char* file, int line) {
     CpuTensorMap t;
     memcpy(&t, map, sizeof t);
-    if (t.magic != kTensorMapMagic)
-        gpulab::trap("tma_load_2d: the tensor map was not made by gpulab.tensormap.encode_2d for the CPU backend",
-                     file, line);
+    if (t.magic != kTensorMapMagic) {
+        char what[200];
+        snprintf(what, sizeof what, "%s: the tensor map was not made by gpulab.tensormap.encode_2d for the CPU backend",
+                 op);
+        trap(what, file, line);
+    }
     const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
     const unsigned align = t.swizzle ? 8 * t.swizzle : 128;
     if (start % align) {
-        char what[200];
-        snprintf(what, sizeof what, "tma_load_2d: the destination must be %u-byte aligned for a %u-byte swizzle "
-                 "(so that the pattern starts with the box), got an address %u bytes past", align, t.swizzle,
+        char what[240];
+        snprintf(what, sizeof what, "%s: the destination must be %u-byte aligned for a %u-byte swizzle "
+                 "(so that the pattern starts with the box), got an address %u bytes past", op, align, t.swizzle,
                  (unsigned)(start % align));
-        gpulab::trap(what, file, line);
+        trap(what, file, line);
     }
     const unsigned es = t.elem_bytes, row_bytes = t.box_cols * es;
     const char* global = reinterpret_cast<const char*>(t.address);
@@ -182,7 +188,15 @@ GPULAB_UNCOUNTED static inline void tma_load_2d(void* dst, const CUtensorMap* ma
                 memset(to, 0, es);   // outside the array: zeros
         }
     }
-    complete_tx(bar, (int)(t.box_rows * row_bytes), file, line);
+    return t.box_rows * row_bytes;
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+GPULAB_UNCOUNTED static inline void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, unsigned long long* bar,
+                               GPULAB_HOPPER_SITE) {
+    using namespace gpulab::hopper_detail;
+    complete_tx(bar, (int)load_box_2d(dst, map, x, y, "tma_load_2d", file, line), file, line);
 }
 
 // The bulk tensor store: done at issue (a legal schedule of it), so the bulk_wait functions
@@ -227,12 +241,14 @@ template <int groups> static inline void bulk_wait() {}
 
 namespace gpulab {
 namespace hopper_detail {
-// Named barriers: one set per worker (it runs one block at a time, its threads as fibers).
+// Named barriers: one set per block of the worker (it runs one block, or one cluster's blocks,
+// at a time, their threads as fibers), by the block's rank in its cluster.
 struct NamedBarrier {
     int arrived, threads;
     unsigned generation;
 };
-static thread_local NamedBarrier named_barriers[16];
+static const int kMaxClusterBlocks = 8;
+static thread_local NamedBarrier named_barriers[kMaxClusterBlocks][16];
 GPULAB_UNCOUNTED static inline bool generation_passed(const void* bar, unsigned generation) {
     return static_cast<const NamedBarrier*>(bar)->generation != generation;
 }
@@ -246,7 +262,7 @@ GPULAB_UNCOUNTED static inline void named_barrier_sync(int id, int threads, GPUL
     using namespace gpulab::hopper_detail;
     if (id < 1 || id > 15) gpulab::trap("named_barrier_sync: the id must be 1 to 15 (0 is __syncthreads')", file, line);
     if (threads < 32 || threads % 32) gpulab::trap("named_barrier_sync: threads must be a multiple of 32", file, line);
-    NamedBarrier& b = named_barriers[id];
+    NamedBarrier& b = named_barriers[gpulab::cluster_rank()][id];
     if (b.arrived && b.threads != threads)
         gpulab::trap("named_barrier_sync: threads arrive on one barrier with different counts", file, line);
     b.threads = threads;

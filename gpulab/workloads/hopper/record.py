@@ -33,7 +33,7 @@ from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend, load_module
 from ...timing import Timing, benchmark
-from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, as_float, \
+from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, TYPED_STEP, as_float, \
     in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
 from .steps import check as check_step
 
@@ -300,7 +300,7 @@ def time_in(precision: str):
     """Step 7 and cuBLAS in ``precision`` at each square size (experiment hopper_gemm_<precision>)."""
     def time_precision(rec, ctx) -> None:
         for n in QUICK_SIZES if rec.quick else SIZES:
-            time_case(rec, _square(f"hopper_gemm_{precision}", n, precision), [in_precision(STEPS[-1], precision)])
+            time_case(rec, _square(f"hopper_gemm_{precision}", n, precision), [in_precision(TYPED_STEP, precision)])
     return time_precision
 
 
@@ -311,7 +311,7 @@ def time_shapes(rec, ctx) -> None:
             continue
         for p in PRECISIONS:
             time_case(rec, {"experiment": "hopper_shapes", "size": 0, "shape": name, "M": M, "N": N, "K": K,
-                            "precision": p}, [in_precision(STEPS[-1], p)])
+                            "precision": p}, [in_precision(TYPED_STEP, p)])
 
 
 def vs_best_cublas(rows) -> pd.DataFrame:
@@ -339,7 +339,7 @@ def build_and_check(rec, ctx) -> None:
     """Every step, and step 7 in each other type, built (``resources`` table) and checked at
     :data:`CHECK_SHAPES` on the GPU (``checks`` table; a failure is listed there with its error)."""
     checks, resources = [], []
-    for step in list(STEPS) + [in_precision(STEPS[-1], p) for p in PRECISIONS if p != "fp16"]:
+    for step in list(STEPS) + [in_precision(TYPED_STEP, p) for p in PRECISIONS if p != "fp16"]:
         built = rec.checked(lambda: kernel_resources(step), experiment="build", variant=f"step {step.label}",
                             precision=step.precision)
         if not built:

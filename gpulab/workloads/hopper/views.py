@@ -15,7 +15,7 @@ from ... import datasheet, plots, predictions, roofline, runs
 from ...errors import RecordedRunError
 from ...kernels import get_backend
 from .record import SHAPES, SIZES, benchmark_all, gemm_bytes, gemm_flops
-from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, in_precision, needs_hopper, prediction_steps, \
+from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, TYPED_STEP, in_precision, needs_hopper, prediction_steps, \
     variant_key
 
 CHAPTER = "hopper"
@@ -191,7 +191,7 @@ def prediction_table(run, size: int = MAIN_SIZE) -> pd.DataFrame:
     """The ladder's predictions, then step 7's in bf16 and tf32 (rows "07 bf16", "07 tf32", judged
     against step 7 in fp16; not measured where the run timed only the fp16 ladder, as a live run does)."""
     lad = ladder(run, size)[["step", "median_ms"]]
-    variants = [in_precision(STEPS[-1], p) for p in OTHER_PRECISIONS]
+    variants = [in_precision(TYPED_STEP, p) for p in OTHER_PRECISIONS]
     measured = [lad]
     for v in variants:
         experiment = TYPE_EXPERIMENT.format(v.precision)
@@ -261,6 +261,7 @@ def numbers(run, size: int = MAIN_SIZE) -> dict:
         key = "cublas" if n == VENDOR else n
         out[f"smbusy_{key}"] = float(p.loc[n, "SM Busy"])
         out[f"issue_{key}"] = float(p.loc[n, "Issue Slots Busy"])
+        out[f"l2_{key}"] = float(p.loc[n, "L2 Cache Throughput"])
     out["smbusy_best"] = out.get(f"smbusy_{top['step']}", np.nan)
     if VENDOR in p.index:
         out["cublas_kernel"] = p.loc[VENDOR, "kernel"]
@@ -269,11 +270,29 @@ def numbers(run, size: int = MAIN_SIZE) -> dict:
         if len(parts) > 4 and p.loc[VENDOR, "kernel"].startswith("nvjet"):
             out["cublas_tile"] = parts[3].replace("x", " x ")           # "128x256": the block's tile of C
             out["cublas_k_stages"] = parts[4].replace("x", " k x ") + " stages"   # "64x4": k per slice, stages
-    last = STEPS[-1]
+    last = TYPED_STEP
     out.update(our_tile=f"{last.bm} x {last.bn}", our_k_stages=f"{BK} k x {last.stages} stages")
-    tiles = -(-size // STEPS[-1].bm) * -(-size // STEPS[-1].bn)
+    tiles = -(-size // TYPED_STEP.bm) * -(-size // TYPED_STEP.bn)
     out.update(tiles=tiles, sms=int(run.meta["sms"]), waves=tiles / int(run.meta["sms"]))
+    for step in STEPS:
+        if step.cluster > 1:
+            n = step.number
+            out[f"l2_gb_{n}"] = ring_bytes(step, size) / 1e9
+            out[f"l2_gb_{TYPED_STEP.number}"] = ring_bytes(TYPED_STEP, size) / 1e9
+            out.update(cluster_step=n, cluster_blocks=step.cluster)
+            if f"t{n}" in out:
+                out["cluster_speedup"] = out[f"t{TYPED_STEP.number}"] / out[f"t{n}"]
+                out["cluster_pays"] = "pays" if out["cluster_speedup"] > 1 else "does not pay"
     return out
+
+
+def ring_bytes(step, size: int) -> float:
+    """Bytes a step's copies bring from L2 into shared memory for a size^3 GEMM: every tile's
+    slices of A (bm rows) and B (bn rows, of which a cluster step's block loads bn / cluster for
+    all the blocks of its cluster: one read from L2, multicast)."""
+    tiles = -(-size // step.bm) * -(-size // step.bn)
+    slices = -(-size // step.slice_k)
+    return float(tiles * slices * (step.bm + step.bn // step.cluster) * 128)
 
 
 # ---------------------------------------------------------------------------------- diagrams
@@ -434,7 +453,7 @@ def precision_table(run, sizes=(MAIN_SIZE, LARGE_SIZE)) -> pd.DataFrame:
         for n in sizes:
             here = t[t["size"] == n]
             if precision == "fp16":
-                here = here[(here["step"] == STEPS[-1].number) | (here["step"] == VENDOR)]
+                here = here[(here["step"] == TYPED_STEP.number) | (here["step"] == VENDOR)]
             s = _standing(here)
             out.append({"precision": precision, "size": f"{n}^3", "step 7 (ms)": s["ms"], "step 7 TFLOP/s": s["tflops"],
                         "fastest cuBLAS path": s["vendor"], "cuBLAS TFLOP/s": s["vendor_tflops"],
@@ -466,7 +485,7 @@ def shapes_table(run) -> pd.DataFrame:
     source = _with_experiment(run, SHAPES_EXPERIMENT)
     t = _timed(source, SHAPES_EXPERIMENT)
     sms = int(source.meta["sms"])
-    step = STEPS[-1]
+    step = TYPED_STEP
     out = []
     for (shape, precision), here in t.groupby(["shape", "precision"], sort=False):
         M, N, K = (int(here[c].iloc[0]) for c in ("M", "N", "K"))
