@@ -22,7 +22,11 @@
 #define __host__
 #define __constant__
 // One block runs at a time on an OS thread, so thread-local statics give each
-// running block its own copy of a __shared__ array.
+// running block its own copy of a __shared__ array. The blocks of a cluster run
+// together on one OS thread and would share such a copy: gpulab/cpu/compiler.py
+// rewrites a kernel file's own static __shared__ arrays into per-block copies, so a
+// cluster kernel declares its arrays there (or uses dynamic shared memory), not in
+// an included header.
 #define __shared__ static thread_local
 #define __managed__
 #define __forceinline__ inline __attribute__((always_inline))

@@ -1,6 +1,7 @@
 """The Hopper GEMM chapter's workload, declared once: C = A B^T in half precision with float
 accumulation, from the lab's mma.sync GEMM to the bulk tensor copy engine (TMA), wgmma and warp
-specialization; the best step also in bf16 and tf32 (in_precision).
+specialization, and a 2x1 thread-block cluster with TMA multicast; step 7 also in bf16 and tf32
+(in_precision).
 
 :mod:`.steps` holds the ladder (gpulab.ladder's protocol), its launches and its check against a float64
 reference; :mod:`.record` what a GPU run measures (``python -m gpulab record hopper``).

@@ -210,10 +210,11 @@ PREDICTED = {
                                       "is a few stores and a barrier (the profile's SM busy rose to "
                                       "cuBLAS's)"),
     "08": expect.times(1.0, 1.05, than="07", claim="0-5% faster than step 7",
-                       because="step 7 was already bound by the tensor pipe, not by L2: the cluster takes a "
-                               "third of the L2 reads away (the profile's L2 throughput falls), but the SMs' "
-                               "busy share does not rise, and each ring slot now waits for the slower of two "
-                               "blocks' consumers before either producer refills it"),
+                       because="step 7 was bound by the tensor pipe, not by its L2 reads (the profile's SM busy "
+                               "barely moves): the third of the L2 reads the cluster saves was not what the tensor "
+                               "cores waited for, and the pair now runs in lockstep, each ring slot refilled only "
+                               "once the slower of the two blocks' consumers has released it, through an arrival "
+                               "on the other SM"),
     # Step 7 in the other element types, against step 7 in fp16 (the prediction table's rows
     # "07 bf16" and "07 tf32", from the run's hopper_gemm_bf16 and _tf32 experiments).
     "07 bf16": expect.same(than="07", claim="about step 7's fp16 time"),

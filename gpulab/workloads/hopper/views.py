@@ -262,6 +262,7 @@ def numbers(run, size: int = MAIN_SIZE) -> dict:
         out[f"smbusy_{key}"] = float(p.loc[n, "SM Busy"])
         out[f"issue_{key}"] = float(p.loc[n, "Issue Slots Busy"])
         out[f"l2_{key}"] = float(p.loc[n, "L2 Cache Throughput"])
+        out[f"dram_{key}"] = float(p.loc[n, "DRAM Throughput"])
     out["smbusy_best"] = out.get(f"smbusy_{top['step']}", np.nan)
     if VENDOR in p.index:
         out["cublas_kernel"] = p.loc[VENDOR, "kernel"]
