@@ -230,6 +230,7 @@ class Kernel:
 
     def __call__(self, grid, block, args: Sequence, shared_mem: int = 0) -> None:
         grid3, block3 = check_launch(grid, block, shared_mem, self.shared_limit)
+        self.signature.check_clusters(grid3)
         converted = self.convert_args(args)
         if self.module.backend.name == "gpu":
             try:
@@ -244,6 +245,7 @@ class Kernel:
         """Check the launch once and return a no-argument function that repeats
         it: what the timers call, so argument checks stay out of the timed region."""
         grid3, block3 = check_launch(grid, block, shared_mem, self.shared_limit)
+        self.signature.check_clusters(grid3)
         converted = self.convert_args(args)
         raw, shared = self.raw, int(shared_mem)
 

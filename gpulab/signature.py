@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import KernelArgumentError
+
 # C type spelled in a kernel parameter -> NumPy dtype of the array (for
 # pointers) or of the scalar (for values).  Vector types map to their element
 # type: a ``float4*`` parameter takes a float32 array whose length is a
@@ -86,6 +88,10 @@ class Param:
         return f"'{self.name}' ({self.declaration.strip()}: expects a {kind})"
 
 
+#: The most blocks a cluster may have (the portable limit; sm_90 allows 16 only by opting in).
+MAX_CLUSTER_BLOCKS = 8
+
+
 @dataclass(frozen=True)
 class KernelSignature:
     name: str
@@ -95,6 +101,20 @@ class KernelSignature:
     #: (compile-time cluster dimensions: a plain launch then runs the grid in clusters of this
     #: shape); (1, 1, 1) without one.
     cluster: tuple[int, int, int] = (1, 1, 1)
+
+    def check_clusters(self, grid) -> None:
+        """A kernel with ``__cluster_dims__``: the grid (x, y, z) must be whole clusters of at most
+        :data:`MAX_CLUSTER_BLOCKS` blocks, as CUDA requires; raises KernelArgumentError."""
+        if self.cluster == (1, 1, 1):
+            return
+        blocks = self.cluster[0] * self.cluster[1] * self.cluster[2]
+        if blocks > MAX_CLUSTER_BLOCKS:
+            raise KernelArgumentError(f"kernel '{self.name}': __cluster_dims__{self.cluster} has {blocks} blocks; a "
+                                      f"cluster has at most {MAX_CLUSTER_BLOCKS} (the portable limit)")
+        if any(g % c for g, c in zip(grid, self.cluster)):
+            raise KernelArgumentError(f"kernel '{self.name}' runs in clusters of {self.cluster} blocks "
+                                      f"(__cluster_dims__): grid {tuple(grid)} must be a multiple of that in every "
+                                      "dimension")
 
 
 def strip_comments(source: str) -> str:

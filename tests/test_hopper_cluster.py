@@ -3,6 +3,8 @@ backend's emulation against hand-computed layouts -- a multicast copy lands, swi
 the blocks of its mask and counts its bytes on each one's barrier; a remote arrival completes the
 peer's barrier phase; each block of a cluster keeps its own shared memory and barriers -- and
 step 8 under the race checker. On a Hopper GPU the layout tests run there too."""
+import re
+
 import numpy as np
 import pytest
 
@@ -60,9 +62,12 @@ def test_a_remote_arrival_completes_the_peer_s_phase(backend):
 def test_a_missing_remote_arrival_is_reported_where_the_peer_waits():
     be = get_backend("cpu")
     order = np.zeros(1, dtype=np.int32)
-    with pytest.raises(KernelLaunchError, match=r"mbarrier.*hopper_cluster_units.cu:\d+"):
+    with pytest.raises(KernelLaunchError) as info:
         _units(be).get_function("remote_arrive")(2, 64, (order, np.int32(1)), shared_mem=16)
     assert order[0] == 0
+    # rank 0 waits for the arrival that never comes, rank 1 for rank 0 at the closing barrier.cluster
+    assert re.search(r"block \(0,0,0\):\s+64 threads .* mbarrier .*hopper_cluster_units.cu:\d+", str(info.value))
+    assert re.search(r"block \(1,0,0\):\s+64 threads .* barrier.cluster", str(info.value))
 
 
 def test_each_block_of_a_cluster_has_its_own_shared_memory_and_barrier(backend):
@@ -107,5 +112,10 @@ def test_cluster_dims_are_read_from_the_kernel_s_declaration():
     kernels = parse_kernels(source)
     assert [kernels[k].cluster for k in "abc"] == [(2, 1, 1), (4, 1, 1), (1, 1, 1)]
     assert kernels["a"].params[0].name == "x"
+    kernels["a"].check_clusters((132, 1, 1))
+    with pytest.raises(KernelArgumentError, match="multiple of"):
+        kernels["b"].check_clusters((6, 1, 1))
+    with pytest.raises(KernelArgumentError, match="at most 8"):
+        parse_kernels('extern "C" __global__ void __cluster_dims__(4, 4) e(int* x) {}')["e"].check_clusters((16, 4, 1))
     with pytest.raises(ValueError, match="integer"):
         parse_kernels('extern "C" __global__ void __cluster_dims__(N, 1, 1) d(int* x) {}')

@@ -288,23 +288,6 @@ def _check_config(grid, block, shared_mem) -> None:
             "a GPU gives 48 KiB unless the kernel opts in to more)")
 
 
-#: The most blocks a cluster may have (the portable limit; sm_90 allows 16 only by opting in).
-MAX_CLUSTER_BLOCKS = 8
-
-
-def _check_cluster(kernel: str, grid, cluster) -> None:
-    """A kernel with ``__cluster_dims__``: the grid must be whole clusters, as CUDA requires."""
-    if cluster == (1, 1, 1):
-        return
-    blocks = cluster[0] * cluster[1] * cluster[2]
-    if blocks > MAX_CLUSTER_BLOCKS:
-        raise KernelArgumentError(f"kernel '{kernel}': __cluster_dims__{cluster} has {blocks} blocks; a cluster "
-                                  f"has at most {MAX_CLUSTER_BLOCKS} (the portable limit)")
-    if any(g % c for g, c in zip(grid, cluster)):
-        raise KernelArgumentError(f"kernel '{kernel}' runs in clusters of {cluster} blocks (__cluster_dims__): "
-                                  f"grid {grid} must be a multiple of that in every dimension")
-
-
 class CpuFunction:
     """One kernel; call it like a CuPy RawKernel: ``fn(grid, block, args, shared_mem=0)``."""
 
@@ -319,7 +302,7 @@ class CpuFunction:
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         shared_mem = int(shared_mem)
         _check_config(grid, block, shared_mem)
-        _check_cluster(self.name, grid, self.signature.cluster)
+        self.signature.check_clusters(grid)
         settings = _checking.get()
         collector = counters.active()
         if (settings.races or collector is not None) and not self.module.instrumented:

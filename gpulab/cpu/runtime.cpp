@@ -404,14 +404,18 @@ int append(char* buffer, size_t size, int used, const char* format, ...) {
     return used + (n > 0 ? n : 0);
 }
 
+// The test a thread waiting at barrier.cluster waits on (cluster_wait, below).
+bool cluster_phase_passed(const void* phase, unsigned token);
+
 // Describes where the threads of a block that cannot go on are waiting,
 // one line per distinct (state, barrier site), in thread order.
 void report_stuck_block(Worker* w, const char* headline) {
     Launch* L = w->launch;
     char text[3000];
     const ThreadView& v0 = w->fibers[0].view;
-    int used = append(text, sizeof text, 0, "kernel '%s', block (%u,%u,%u): %s\n", L->kernel,
-                      v0.blockIdx.x, v0.blockIdx.y, v0.blockIdx.z, headline);
+    int used = append(text, sizeof text, 0, "kernel '%s', %sblock (%u,%u,%u): %s\n", L->kernel,
+                      w->cluster_size > 1 ? "the cluster of " : "", v0.blockIdx.x, v0.blockIdx.y, v0.blockIdx.z,
+                      headline);
     static thread_local bool listed[1024 * kMaxCluster];
     for (int i = 0; i < w->nthreads; ++i) listed[i] = false;
     int groups = 0;
@@ -424,13 +428,17 @@ void report_stuck_block(Worker* w, const char* headline) {
             const bool same_warp_op = a.state != WARP_WAIT ||
                 (a.warp_op == WARP_COLLECTIVE ? b.warp_op == WARP_COLLECTIVE
                                               : b.warp_op != WARP_COLLECTIVE && b.warp_mask == a.warp_mask);
-            bool same = b.state == a.state &&
+            bool same = b.state == a.state && b.rank == a.rank &&
                         (a.state == DONE || (b.wait_line == a.wait_line && strcmp(b.wait_file, a.wait_file) == 0 &&
                                              same_warp_op));
             if (same) { listed[j] = true; ++count; last = j; }
         }
         ++groups;
         const uint3 t = a.view.threadIdx, u = w->fibers[last].view.threadIdx;
+        if (w->cluster_size > 1) {       // which block of the cluster
+            const uint3 b = a.view.blockIdx;
+            used = append(text, sizeof text, used, "  block (%u,%u,%u):", b.x, b.y, b.z);
+        }
         used = append(text, sizeof text, used, "  %d thread%s (threadIdx (%u,%u,%u)%s", count,
                       count == 1 ? "" : "s", t.x, t.y, t.z, count == 1 ? "" : " to ");
         if (count > 1) used = append(text, sizeof text, used, "(%u,%u,%u)", u.x, u.y, u.z);
@@ -439,6 +447,10 @@ void report_stuck_block(Worker* w, const char* headline) {
         else if (a.state == BLOCK_WAIT)
             used = append(text, sizeof text, used, ") wait%s at __syncthreads() at %s:%d\n",
                           count == 1 ? "s" : "", a.wait_file, a.wait_line);
+        else if (a.state == MBAR_WAIT && a.wait_ready == cluster_phase_passed)
+            used = append(text, sizeof text, used, ") wait%s at barrier.cluster (cluster_wait) for threads of "
+                          "the cluster that can no longer arrive, at %s:%d\n", count == 1 ? "s" : "", a.wait_file,
+                          a.wait_line);
         else if (a.state == MBAR_WAIT)
             used = append(text, sizeof text, used, ") wait%s for phase parity %u of the mbarrier at %p, "
                           "which no thread can complete any more, at %s:%d\n", count == 1 ? "s" : "",
