@@ -3,6 +3,7 @@ backend's emulation against hand-computed layouts -- a multicast copy lands, swi
 the blocks of its mask and counts its bytes on each one's barrier; a remote arrival completes the
 peer's barrier phase; each block of a cluster keeps its own shared memory and barriers -- and
 step 8 under the race checker. On a Hopper GPU the layout tests run there too."""
+import gc
 import re
 
 import numpy as np
@@ -119,3 +120,23 @@ def test_cluster_dims_are_read_from_the_kernel_s_declaration():
         parse_kernels('extern "C" __global__ void __cluster_dims__(4, 4) e(int* x) {}')["e"].check_clusters((16, 4, 1))
     with pytest.raises(ValueError, match="integer"):
         parse_kernels('extern "C" __global__ void __cluster_dims__(N, 1, 1) d(int* x) {}')
+
+
+def test_the_cluster_step_over_several_clusters_matches_float64(backend):
+    # Three clusters share the pairs of tiles (the check's default is one cluster on the CPU
+    # backend), under a schedule that starts the clusters in another order; C starts as NaN. A and
+    # B are temporaries: the launch must keep the arrays its tensor maps point into alive.
+    from gpulab.check import compare
+    from gpulab.workloads.hopper.steps import poisoned
+    be = _hopper_backend(backend)
+    step = ladder.find(hopper.STEPS, "08")
+    M, N, K = 300, 520, 136                         # 3 tile-rows (a pair and a lone tile), 3 tile-columns
+    A, B = hopper.make_inputs(M, N, K, seed=5)
+    C = poisoned(be.xp, (M, N), "fp16")
+    with cpu.checking(schedule="reverse"):
+        launch = hopper.make_launch(step, be.to_device(A), be.to_device(B), C, be, blocks=6)
+        gc.collect()
+        launch()
+    be.synchronize()
+    result = compare(be.to_host(C).astype(np.float32), hopper.reference(A, B), precision="fp16", name="step 08")
+    assert result.passed and result.unwritten == 0, result
