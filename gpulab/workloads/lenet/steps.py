@@ -7,7 +7,8 @@ epilogue and only the pooled output is written. The fully-connected layers
 (``kernels/lenet/fc_layers.cu``) are the same for every step: they complete
 the network, so that every step's predictions can be compared with the
 reference's. Step 2 changes only the host code (chunks on streams), step 12
-only how the forward pass is launched (one CUDA graph).
+only how the forward pass is launched (one CUDA graph). Step 13 goes back to the kernels:
+conv2 on ``mma.sync`` fed by ``ldmatrix`` from a channels-last copy of each image.
 """
 from __future__ import annotations
 
@@ -112,6 +113,8 @@ STEPS = [
          graph=True),
     Step("12h", "lenet/11_tensor_cores.cu", "fp16 forward pass in one CUDA graph", "wmma", precision="fp16",
          fused=True, graph=True),
+    Step("13", "lenet/13_mma_nhwc.cu", "conv2 on mma.sync + ldmatrix, channels-last (fp16)", "mma",
+         precision="fp16", fused=True),
 ]
 STEP = {s.number: s for s in STEPS}
 #: Exercise 1: step 7 with ReLU and pool in the epilogue (one pooled output per thread).
@@ -133,7 +136,7 @@ def _module(step: Step, layer: Conv, be: Backend):
         return load_module(step.file, be, options=(f"-DLENET_LAYER={layer.name[-1]}",))
     if step.kind in ("unrolled", "tree", "atomic", "exercise"):
         return load_module(step.file, be, options=(f"-DCONV_C={layer.C}",))
-    if step.kind in ("fused", "wmma") and (step.kind == "fused" or layer is CONV1):
+    if step.kind in ("fused", "wmma", "mma") and (step.kind == "fused" or layer is CONV1):
         shape = FUSED_SHAPE[layer.name]
         opts = [f"-DCH={layer.C}", f"-DMF={layer.M}", f"-DIH={layer.H}", f"-DBY={shape['BY']}",
                 f"-DPX={shape['PX']}"]
@@ -181,7 +184,7 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
         module.set_constant("w_const", padded)
         return module.conv_relu_pool_direct.bind((N, layer.M, (-(-layer.P // TILE)) ** 2), (TILE, TILE),
                                                  (out, x, N, layer.M, layer.H, layer.W))
-    if step.kind == "fused" or (step.kind == "wmma" and layer is CONV1):
+    if step.kind == "fused" or (step.kind in ("wmma", "mma") and layer is CONV1):
         shape = FUSED_SHAPE[layer.name]
         fn = module.conv_relu_pool_half if half_out else module.conv_relu_pool
         return fn.bind((-(-layer.P // shape["BY"]), N), (layer.P // shape["PX"], shape["BY"]),
@@ -191,8 +194,38 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
         warps = wmma_warps()               # 8, or fewer where the GPU allows a block less shared memory
         fn.allow_shared_memory(wmma_shared(warps))
         return fn.bind((N,), (warps * 32,), (x, w, out, N), wmma_shared(warps))
+    if step.kind == "mma":
+        packed = be.to_device(pack_conv2_filters(be.to_host(w)))
+        return module.conv2_mma_nhwc_relu_pool.bind((N,), (MMA_WARPS * 32,), (x, packed, out, N))
     raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
 
+
+#: Step 13's warps per block (WARPS in its kernel file).
+MMA_WARPS = 4
+
+
+def pack_conv2_filters(w: np.ndarray) -> np.ndarray:
+    """conv2's filters (16 x 4 x 7 x 7) as step 13's kernel reads them: uint32 registers of two
+    fp16 halves (the lower k in the low bits), in the order of the mma.m16n8k16 B fragments each
+    lane holds, [r][k-half h][n-tile j][lane][register q].
+    Within filter row r, k = 16 h + kl orders the 32 halves a channels-last pixel run gives:
+    s = 4 h + kl // 4, c = kl % 4 (s = 7 is the next pixel: weight 0). Lane 4 g + t holds
+    filter 8 j + g at kl = 2 t + 8 q and 2 t + 8 q + 1 (the fragment layout in common/ptx.h)."""
+    w = np.asarray(w)
+    if w.shape != CONV2.w_shape:
+        raise ValueError(f"conv2's filters should have shape {CONV2.w_shape}, got {w.shape}")
+    padded = np.zeros((CONV2.M, CONV2.C, CONV2.K, 8), np.float16)          # s padded to 8
+    padded[..., :CONV2.K] = w
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    out = np.empty((CONV2.K, 2, 2, 32, 2, 2), np.float16)
+    for h in range(2):
+        for j in range(2):
+            for q in range(2):
+                for e in range(2):
+                    kl = 2 * t + 8 * q + e
+                    out[:, h, j, :, q, e] = padded[8 * j + g, kl % 4, :, 4 * h + kl // 4].T   # (r, lane)
+    return out.view(np.uint32)[..., 0]
 
 def _zero_then(out, kernel: Callable, be: Backend) -> Callable:
     if be.name == "gpu":
