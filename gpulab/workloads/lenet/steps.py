@@ -113,7 +113,7 @@ STEPS = [
          graph=True),
     Step("12h", "lenet/11_tensor_cores.cu", "fp16 forward pass in one CUDA graph", "wmma", precision="fp16",
          fused=True, graph=True),
-    Step("13", "lenet/13_mma_nhwc.cu", "conv2 on mma.sync + ldmatrix, channels-last (fp16)", "mma",
+    Step("13", "lenet/13_both_layers_mma.cu", "both layers on mma.sync, fed from shared memory (fp16)", "mma",
          precision="fp16", fused=True),
 ]
 STEP = {s.number: s for s in STEPS}
@@ -136,7 +136,7 @@ def _module(step: Step, layer: Conv, be: Backend):
         return load_module(step.file, be, options=(f"-DLENET_LAYER={layer.name[-1]}",))
     if step.kind in ("unrolled", "tree", "atomic", "exercise"):
         return load_module(step.file, be, options=(f"-DCONV_C={layer.C}",))
-    if step.kind in ("fused", "wmma", "mma") and (step.kind == "fused" or layer is CONV1):
+    if step.kind in ("fused", "wmma") and (step.kind == "fused" or layer is CONV1):
         shape = FUSED_SHAPE[layer.name]
         opts = [f"-DCH={layer.C}", f"-DMF={layer.M}", f"-DIH={layer.H}", f"-DBY={shape['BY']}",
                 f"-DPX={shape['PX']}"]
@@ -184,7 +184,10 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
         module.set_constant("w_const", padded)
         return module.conv_relu_pool_direct.bind((N, layer.M, (-(-layer.P // TILE)) ** 2), (TILE, TILE),
                                                  (out, x, N, layer.M, layer.H, layer.W))
-    if step.kind == "fused" or (step.kind in ("wmma", "mma") and layer is CONV1):
+    if step.kind == "mma" and layer is CONV1:
+        packed = be.to_device(pack_conv1_filters(be.to_host(w)))
+        return module.conv1_mma_relu_pool.bind((BANDS, N), (MMA_WARPS * 32,), (x, packed, out, N))
+    if step.kind == "fused" or (step.kind == "wmma" and layer is CONV1):
         shape = FUSED_SHAPE[layer.name]
         fn = module.conv_relu_pool_half if half_out else module.conv_relu_pool
         return fn.bind((-(-layer.P // shape["BY"]), N), (layer.P // shape["PX"], shape["BY"]),
@@ -200,8 +203,8 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
     raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
 
 
-#: Step 13's warps per block (WARPS in its kernel file).
-MMA_WARPS = 4
+#: Step 13's warps per block (WARPS in its kernel file) and conv1's blocks per image (BANDS).
+MMA_WARPS, BANDS = 4, 5
 
 
 def pack_conv2_filters(w: np.ndarray) -> np.ndarray:
@@ -225,6 +228,27 @@ def pack_conv2_filters(w: np.ndarray) -> np.ndarray:
                 for e in range(2):
                     kl = 2 * t + 8 * q + e
                     out[:, h, j, :, q, e] = padded[8 * j + g, kl % 4, :, 4 * h + kl // 4].T   # (r, lane)
+    return out.view(np.uint32)[..., 0]
+
+
+def pack_conv1_filters(w: np.ndarray) -> np.ndarray:
+    """conv1's filters (4 x 1 x 7 x 7) as step 13's conv1 kernel reads them: uint32 registers of
+    two fp16 halves, [k-step p][lane][register q]. The product's 8 columns are (filter m, output
+    row offset d), column 2 m + d; k-step p covers input rows 2 p (q = 0) and 2 p + 1 (q = 1),
+    8 taps each. Lane 4 g + t holds column g at taps s = 2 t, 2 t + 1 of input row 2 p + q:
+    w[g // 2][2 p + q - g % 2][s], zero where the filter row is outside 0-6 or s = 7."""
+    w = np.asarray(w)
+    if w.shape != CONV1.w_shape:
+        raise ValueError(f"conv1's filters should have shape {CONV1.w_shape}, got {w.shape}")
+    padded = np.zeros((CONV1.M, CONV1.K + 2, 8), np.float16)          # rows -1..7, s padded to 8
+    padded[:, 1:CONV1.K + 1, :CONV1.K] = w[:, 0]
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    out = np.empty((4, 32, 2, 2), np.float16)
+    for p in range(4):
+        for q in range(2):
+            for e in range(2):
+                out[p, :, q, e] = padded[g // 2, 1 + 2 * p + q - g % 2, 2 * t + e]
     return out.view(np.uint32)[..., 0]
 
 def _zero_then(out, kernel: Callable, be: Backend) -> Callable:
