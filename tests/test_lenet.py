@@ -155,6 +155,39 @@ def test_a_kernel_that_skips_the_last_filter_is_caught():
     assert not result.passed and result.unwritten == 3 * 34 * 34
 
 
+def test_step13_packs_the_filters_in_the_fragment_layout():
+    # Lane 4g + t's B registers (common/ptx.h): register q holds k = 2t + 8q and 2t + 8q + 1 of
+    # column g. conv2: k = 16h + kl orders a channels-last run (s = 4h + kl // 4, c = kl % 4),
+    # column 8j + g is a filter. conv1: k-step p covers input rows 2p + q, taps 2t, 2t + 1;
+    # column g is filter g // 2 shifted down by g % 2 rows.
+    from gpulab.workloads.lenet import steps
+    rng = np.random.default_rng(2)
+    w2 = rng.standard_normal(lenet.CONV2.w_shape).astype(np.float16)
+    halves = steps.pack_conv2_filters(w2).view(np.float16).reshape(7, 2, 2, 32, 2, 2)
+    for r, h, j, lane, q, e in [(0, 0, 0, 0, 0, 0), (6, 1, 1, 31, 1, 1), (3, 1, 0, 13, 0, 1), (5, 0, 1, 22, 1, 0)]:
+        g, t = divmod(lane, 4)
+        kl = 2 * t + 8 * q + e
+        s_, c = 4 * h + kl // 4, kl % 4
+        assert halves[r, h, j, lane, q, e] == (w2[8 * j + g, c, r, s_] if s_ < 7 else 0)
+    s7 = [(lane, q, e) for lane in range(32) for q in range(2) for e in range(2)
+          if 4 + (2 * (lane % 4) + 8 * q + e) // 4 == 7]
+    assert s7 and all((halves[:, 1, :, lane, q, e] == 0).all() for lane, q, e in s7)
+    w1 = rng.standard_normal(lenet.CONV1.w_shape).astype(np.float16)
+    halves1 = steps.pack_conv1_filters(w1).view(np.float16).reshape(4, 32, 2, 2)
+    for p_ in range(4):
+        for lane in range(32):
+            g, t = divmod(lane, 4)
+            for q in range(2):
+                for e in range(2):
+                    r, s_ = 2 * p_ + q - g % 2, 2 * t + e
+                    want = w1[g // 2, 0, r, s_] if 0 <= r < 7 and s_ < 7 else 0
+                    assert halves1[p_, lane, q, e] == want, (p_, lane, q, e)
+    with pytest.raises(ValueError, match=r"conv2's filters should have shape \(16, 4, 7, 7\), got \(4, 1, 7, 7\)"):
+        steps.pack_conv2_filters(w1)
+    with pytest.raises(ValueError, match=r"conv1's filters should have shape \(4, 1, 7, 7\)"):
+        steps.pack_conv1_filters(w2)
+
+
 def test_the_fused_kernel_writes_only_the_pooled_output():
     # Poisoned outputs: step 10 must fill every pooled value of a batch whose pooled rows
     # (17) are not a multiple of anything but the block's own.
@@ -163,7 +196,7 @@ def test_the_fused_kernel_writes_only_the_pooled_output():
 
 
 # ----------------------------------------------------------------- the accuracy pipeline
-@pytest.mark.parametrize("number", ["01", "10", "11"])
+@pytest.mark.parametrize("number", ["01", "10", "11", "13"])
 def test_forward_passes_predict_like_the_reference(backend, number):
     w = lenet.load_weights()
     x, labels = lenet.test_inputs(7)
@@ -254,7 +287,10 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     assert comparison is not None, "both the H100 and the H200 runs of lenet are recorded"
     table = comparison[0].set_index("variant")
     ours = [s.label for s in lenet.STEPS if not (s.streams or s.graph)]
-    assert set(ours) <= set(table.index) and table.index.str.startswith("cuDNN").sum() >= 3
+    # Step 13 is compared once the H200 run is recorded again (the H100's has it).
+    assert set(ours) - set(table.index) <= {lenet.STEP["13"].label}
+    ours = [label for label in ours if label in table.index]
+    assert len(ours) >= 10 and table.index.str.startswith("cuDNN").sum() >= 3
     assert (table["bound"] != "memory").all() and (table["predicted"] == 1.0).all()
     assert (table["memory_use_a"] > 0).all()                  # the vendor rows got their bytes
     mine = table.loc[ours, "ratio"]

@@ -72,10 +72,13 @@ class Conv:
     def flops(self, N: int) -> float:
         return 2.0 * N * self.M * self.E * self.E * self.taps
 
-    def bytes(self, N: int, itemsize: int = 4, fused: bool = False) -> float:
-        """Fewest bytes: read x and w once, write y once (the pooled y when ``fused``)."""
+    def bytes(self, N: int, itemsize: int = 4, fused: bool = False, x_itemsize: int | None = None) -> float:
+        """Fewest bytes: read x and w once, write y once (the pooled y when ``fused``);
+        ``x_itemsize``: x's bytes per element where they differ from the rest's (the fp16
+        steps' conv1 reads the float32 images)."""
         out = self.pooled_shape(N) if fused else self.y_shape(N)
-        return float(itemsize * (np.prod(self.x_shape(N)) + np.prod(self.w_shape) + np.prod(out)))
+        x_bytes = (itemsize if x_itemsize is None else x_itemsize) * np.prod(self.x_shape(N))
+        return float(x_bytes + itemsize * (np.prod(self.w_shape) + np.prod(out)))
 
 
 CONV1 = Conv("conv1", C=1, H=IMAGE, M=4)           # 86 -> 80, pool -> 40

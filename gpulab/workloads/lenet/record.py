@@ -42,7 +42,7 @@ BATCHES = (100, 1_000, 10_000)
 TIMING_BUDGET_MS = 250.0
 PIPELINE_STEPS = ("01", "12", "12h")
 PIPELINE_CHUNKS = (1, 4)
-PROFILE_STEPS = ("01", "03", "05", "07", "08", "09", "10", "11")
+PROFILE_STEPS = ("01", "03", "05", "07", "08", "09", "10", "11", "13")
 PROFILE_N = 1000
 #: cuDNN may use Winograd or FFT for fp32, which round differently from a direct sum.
 CUDNN_FP32_TOLERANCE = 1e-4
@@ -86,7 +86,9 @@ def runnable_batches(batches, limits=None) -> tuple[list[int], list[dict]]:
 
 def _layer_work(layer, N: int, step: Step, phase: str) -> dict:
     itemsize = 2 if step.precision == "fp16" else 4
-    return {"flops": layer.flops(N), "bytes": layer.bytes(N, itemsize, fused=(phase == "layer"))}
+    # conv1 reads the float32 images in every precision
+    return {"flops": layer.flops(N), "bytes": layer.bytes(N, itemsize, fused=(phase == "layer"),
+                                                          x_itemsize=4 if layer is CONV1 else None)}
 
 
 class _Run:

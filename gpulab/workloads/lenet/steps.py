@@ -205,6 +205,11 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
 
 #: Step 13's warps per block (WARPS in its kernel file) and conv1's blocks per image (BANDS).
 MMA_WARPS, BANDS = 4, 5
+#: Step 13's mma.m16n8k16 instructions per image, from its kernel file's tiles: conv1 5 bands x
+#: 40 tiles x 4 k-steps; conv2 37 tiles x 56 (8 input rows x 2 k-halves x 2 filter tiles, less
+#: the 8 that would use filter rows -1 and 7). Each is 16 x 8 x 16 multiply-adds, padding included.
+MMA_PER_IMAGE = {"conv1": BANDS * 40 * 4, "conv2": 37 * 56}
+MMA_FLOPS = 2 * 16 * 8 * 16
 
 
 def pack_conv2_filters(w: np.ndarray) -> np.ndarray:
@@ -476,6 +481,7 @@ def _predicted():
             "and too few warps are left to cover the shared-memory loads (see the profile)"))),
         "11": (p.about_ms(0.4, "conv2", because=tensor_b),
                p.about(4, "10", "conv2", because=tensor_b)),
+        "13": (p.ms_between(0.15, 0.2, "conv1"), p.ms_between(0.15, 0.2, "conv2")),
     }
 
 
