@@ -140,26 +140,18 @@ conv2_mma_nhwc_relu_pool(const __half* __restrict__ x, const uint2* __restrict__
             for (int j = 0; j < 2; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[v][j][e] = 0.0f;
-        // The fragments of input row i + 1 are loaded before row i's products are issued: the
-        // compiler keeps asm volatile statements in source order, so without this each
-        // ldmatrix's latency would sit in front of its own mma.sync (a double buffer, 8 registers).
-        unsigned a[2][2][4];                     // [buffer][k-half: s 0-3, s 4-7]
-        ldmatrix_x4(a[0][0], base);
-        ldmatrix_x4(a[0][1], base + 32);
 #pragma unroll
-        for (int i = 0; i < KS + 1; ++i) {       // input rows oy + i
-            if (i < KS) {
-                ldmatrix_x4(a[(i + 1) % 2][0], base + (i + 1) * ROW_BYTES);
-                ldmatrix_x4(a[(i + 1) % 2][1], base + (i + 1) * ROW_BYTES + 32);
-            }
+        for (int i = 0; i < KS + 1; ++i)         // input rows oy + i
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < 2; ++h) {        // k-halves of the filter row: s 0-3, s 4-7
+                unsigned a[4];
+                ldmatrix_x4(a, base + i * ROW_BYTES + h * 32);
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    if (i < KS) mma_16816(acc[0][j], a[i % 2][h], b[(i * 2 + h) * 2 + j]);
-                    if (i > 0) mma_16816(acc[1][j], a[i % 2][h], b[((i - 1) * 2 + h) * 2 + j]);
+                    if (i < KS) mma_16816(acc[0][j], a, b[(i * 2 + h) * 2 + j]);
+                    if (i > 0) mma_16816(acc[1][j], a, b[((i - 1) * 2 + h) * 2 + j]);
                 }
-        }
+            }
         // Lane (g, t) holds window tile*8 + g: rows g (left) and g + 8 (right) of both
         // output rows, for filters 8j + 2t and 8j + 2t + 1.
         const int w = tile * TILE_W + g;
@@ -194,16 +186,12 @@ conv2_mma_nhwc_relu_pool(const __half* __restrict__ x, const uint2* __restrict__
 #define BAND_ROWS (2 * BAND + KS - 1)       // 22
 #define SLOTS1 88          // halves per row of a copy: 86 pixels, the shift, the s = 7 pad
 #define TILES1 (BAND * PW1 / TILE_W)        // 40 tiles of 8 windows per block, 10 per warp
-#define PAIRS (BAND_ROWS * IH1 / 2)         // 946 float2 loads per block
-#define PAIRS_PER_THREAD ((PAIRS + WARPS * 32 - 1) / (WARPS * 32))   // 8
 
 // wpack1: [k-step 0..3][lane][register q] = (k 2t + 8q, +1; column g), k-step p covering
 // input rows 2p (q = 0) and 2p + 1 (q = 1), taps s = 2t, 2t + 1; column g is filter g / 2 at
 // row offset d = g % 2: the weight w[g / 2][2p + q - d][s] (zero outside r 0-6, s 0-6).
 // See lenet.steps.pack_conv1_filters.
-// 16 blocks of 4 warps fill an SM's 64 warps if a thread keeps to 32 registers (it needs 36
-// unasked, and spills nothing at 32): more blocks in flight to cover each one's copy-in.
-extern "C" __global__ void __launch_bounds__(WARPS * 32, 16)
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
 conv1_mma_relu_pool(const float* __restrict__ x, const uint2* __restrict__ wpack, __half* __restrict__ p, int N)
 {
     __shared__ __align__(16) __half xs[2][BAND_ROWS][SLOTS1];
@@ -212,24 +200,14 @@ conv1_mma_relu_pool(const float* __restrict__ x, const uint2* __restrict__ wpack
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
     // Copy in the band's 22 rows as fp16: pixel c at slot c of copy 0 and slot c + 1 of copy 1.
-    // Every load of the thread is issued before the first store, so the block waits for DRAM
-    // once, not once per pair (PAIRS_PER_THREAD loads in flight; the launch is WARPS x 32 threads).
     const float* xn = x + (size_t)n * IH1 * IH1 + (size_t)2 * BAND * band * IH1;
-    float2 v[PAIRS_PER_THREAD];
-#pragma unroll
-    for (int k = 0; k < PAIRS_PER_THREAD; ++k) {
-        const int i = threadIdx.x + k * WARPS * 32, row = i / (IH1 / 2), col = 2 * (i % (IH1 / 2));
-        if (i < PAIRS) v[k] = *reinterpret_cast<const float2*>(xn + row * IH1 + col);   // 8-byte aligned: all even
-    }
-#pragma unroll
-    for (int k = 0; k < PAIRS_PER_THREAD; ++k) {
-        const int i = threadIdx.x + k * WARPS * 32, row = i / (IH1 / 2), col = 2 * (i % (IH1 / 2));
-        if (i < PAIRS) {
-            const __half lo = __float2half(v[k].x), hi = __float2half(v[k].y);
-            *reinterpret_cast<__half2*>(&xs[0][row][col]) = __halves2half2(lo, hi);
-            xs[1][row][col + 1] = lo;
-            xs[1][row][col + 2] = hi;
-        }
+    for (int i = threadIdx.x; i < BAND_ROWS * IH1 / 2; i += blockDim.x) {
+        const int row = i / (IH1 / 2), col = 2 * (i % (IH1 / 2));
+        const float2 v = *reinterpret_cast<const float2*>(xn + row * IH1 + col);   // 8-byte aligned: all even
+        const __half lo = __float2half(v.x), hi = __float2half(v.y);
+        *reinterpret_cast<__half2*>(&xs[0][row][col]) = __halves2half2(lo, hi);
+        xs[1][row][col + 1] = lo;
+        xs[1][row][col + 2] = hi;
     }
     // Slots no pixel fills; copy 1's slot 87 is read as the s = 7 pad of pixel 79 (weight 0).
     for (int row = threadIdx.x; row < BAND_ROWS; row += blockDim.x) {
