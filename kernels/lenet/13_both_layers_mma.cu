@@ -33,7 +33,7 @@
 // the FP32 pipe (2.5e10 flops, 0.37 ms at its 67 TFLOP/s floor). What is left are the
 // tensor pipe, shared memory and DRAM, each about 0.1 ms per layer at N = 10,000 on the H100:
 //   conv2 tensor: 37 x 56 = 2,072 mma.m16n8k16 (4,096 flops each) per image: 8.5e10 flops
-//                 (17% padding: k 28 -> 32, 289 -> 296 windows) at 989 TFLOP/s: 0.086 ms;
+//                 (85% of it useful: k 28 -> 32, 289 -> 296 windows) at 989 TFLOP/s: 0.086 ms;
 //         shared: 37 x 16 ldmatrix.x4 x 4 wavefronts = 2,368 per image, one per clock per SM
 //                 (132 SMs, 1.98 GHz): 0.091 ms;
 //         DRAM:   fp16 in (128 MB) + pooled fp16 out (92 MB) = 220 MB at 3.35 TB/s: 0.066 ms.

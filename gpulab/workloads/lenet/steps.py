@@ -206,8 +206,9 @@ def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratc
 #: Step 13's warps per block (WARPS in its kernel file) and conv1's blocks per image (BANDS).
 MMA_WARPS, BANDS = 4, 5
 #: Step 13's mma.m16n8k16 instructions per image, from its kernel file's tiles: conv1 5 bands x
-#: 40 tiles x 4 k-steps; conv2 37 tiles x 56 (8 input rows x 2 k-halves x 2 filter tiles, less
-#: the 8 that would use filter rows -1 and 7). Each is 16 x 8 x 16 multiply-adds, padding included.
+#: 40 tiles x 4 k-steps; conv2 37 tiles x 56 (8 input rows x 2 k-halves x 2 filter tiles x 2
+#: output rows, less the 8 that would use filter rows -1 and 7). Each is 16 x 8 x 16
+#: multiply-adds, padding included.
 MMA_PER_IMAGE = {"conv1": BANDS * 40 * 4, "conv2": 37 * 56}
 MMA_FLOPS = 2 * 16 * 8 * 16
 
@@ -476,12 +477,22 @@ def _predicted():
         "09": (p.times(1 / 2, 1 / 1.5, "07", "conv2", claim="conv2 1.5-2x slower than step 7", because=(
             "atomics to the same outputs serialise more than predicted")),
                p.slower("07", "conv1", claim="conv1: step 7's time plus the zeroing of y")),
-        "10": (p.about_ms(0.6, "conv1"), p.about_ms(1.8, "conv2", because=(
+        "10": (p.about_ms(0.6, "conv1", because=(
+            "its float2 loads of the image rows conflict two-way in shared memory (the kernel file says "
+            "why: close to half of its shared wavefronts in the profile), and the FMA pipe is busy only "
+            "about half the time")), p.about_ms(1.8, "conv2", because=(
             "conv2's threads need so many registers for their 64 sums that one block fills an SM, "
             "and too few warps are left to cover the shared-memory loads (see the profile)"))),
         "11": (p.about_ms(0.4, "conv2", because=tensor_b),
                p.about(4, "10", "conv2", because=tensor_b)),
-        "13": (p.ms_between(0.15, 0.2, "conv1"), p.ms_between(0.15, 0.2, "conv2")),
+        "13": (p.ms_between(0.15, 0.2, "conv1", because=(
+                   "conv1 is held by issuing instructions, not by the tensor pipe: each of its products "
+                   "needs 16 four-byte shared loads and their addresses, and the profile has the issue slots "
+                   "far busier than the tensor pipe, and it moves its bytes at about half the measured bandwidth")),
+               p.ms_between(0.15, 0.2, "conv2", because=(
+                   "at 91 registers a thread only 5 blocks of 4 warps fit an SM, too few to cover the wait "
+                   "for each ldmatrix: shared-memory stalls lead the profile and the tensor pipe is busy "
+                   "about half the time"))),
     }
 
 
