@@ -33,7 +33,6 @@ WORKLOAD_MODULES = ("steps", "record", "views")
 #: workload at all, is not listed). tests/test_chapters.py fails once a gap is closed, so that its
 #: entry goes too.
 WORKLOAD_GAPS = {
-    "lenet": {"views": "results.py holds what the notebook shows of a run (to be renamed views.py)"},
     "multigpu": {"steps": "its data-parallel step and the variants it compares (plain, bucketed, overlapped) "
                           "are declared in replicas.py and workers.py, not yet as a ladder of steps "
                           "(gpulab.ladder)"},

@@ -251,23 +251,23 @@ def test_training_gradients_match_finite_differences(monkeypatch):
 
 
 def test_the_recorded_run_has_every_step_and_its_accuracy():
-    from gpulab.workloads.lenet import results
+    from gpulab.workloads.lenet import views
     run = gpulab.load_run(lenet.CHAPTER)
     assert "H100" in run.gpu
-    ladder = results.step_labels(run.experiment("ladder"))
-    forward = results.step_labels(run.experiment("forward"))
+    ladder = views.step_labels(run.experiment("ladder"))
+    forward = views.step_labels(run.experiment("forward"))
     steps = {s.number for s in lenet.STEPS if not (s.streams or s.graph)}
     for N in lenet.BATCHES:
         at_n = ladder[(ladder["size"] == N) & (ladder["phase"] == "layer")]
         for layer in ("conv1", "conv2"):
             assert steps <= set(at_n[at_n["layer"] == layer]["step"]), (N, layer)
-        ours = results.ours(forward[forward["size"] == N])
+        ours = views.ours(forward[forward["size"] == N])
         assert {s.number for s in lenet.STEPS if not s.streams} <= set(ours["step"])
         # Every fp32 step predicts what the float64 reference predicts; fp16 within half a point.
         assert (ours[ours["precision"] == "fp32"]["agree_with_reference"] == 1.0).all(), N
         fp32 = float(ours[ours["precision"] == "fp32"]["accuracy"].iloc[0])
         assert (abs(ours[ours["precision"] == "fp16"]["accuracy"] - fp32) <= 0.005).all(), N
-    assert set(results.both_layers(ladder)["size"]) == set(lenet.BATCHES)
+    assert set(views.both_layers(ladder)["size"]) == set(lenet.BATCHES)
     assert baselines_in(ladder) and baselines_in(forward)
     for name in ("timeline", "profile", "checks", "resources"):
         assert name in run.tables, name
@@ -337,21 +337,21 @@ def test_the_record_skips_a_batch_over_the_memory_budget_with_the_reason():
 
 def test_the_report_comparison_divides_each_ladder_by_its_own_step_1():
     import pandas as pd
-    from gpulab.workloads.lenet import results
+    from gpulab.workloads.lenet import views
     rng = np.random.default_rng(5)
     rows = [{"step": step, "variant": f"step {step}", "size": n, "phase": phase, "layer": layer,
              "median_ms": float(rng.uniform(1, 30))}
-            for step in results.REPORT_OP_TIMES_MS for n in (1000, 10_000) for phase in ("conv", "layer")
+            for step in views.REPORT_OP_TIMES_MS for n in (1000, 10_000) for phase in ("conv", "layer")
             for layer in ("conv1", "conv2")]
     ladder = pd.DataFrame(rows)
-    table = results.report_comparison(ladder)
+    table = views.report_comparison(ladder)
     mine = ladder[(ladder["size"] == 10_000) & (ladder["phase"] == "conv")].set_index(["step", "layer"])["median_ms"]
-    for step, (c1, c2) in results.REPORT_OP_TIMES_MS.items():
-        assert table.loc[step, "report conv2 / step 1"] == pytest.approx(c2 / results.REPORT_OP_TIMES_MS["01"][1])
+    for step, (c1, c2) in views.REPORT_OP_TIMES_MS.items():
+        assert table.loc[step, "report conv2 / step 1"] == pytest.approx(c2 / views.REPORT_OP_TIMES_MS["01"][1])
         assert table.loc[step, "this run conv1 / step 1"] == pytest.approx(mine[step, "conv1"] / mine["01", "conv1"])
     # The H100's recorded run: im2col makes conv2 faster than step 1 there, slower in the report.
     run = gpulab.load_run(lenet.CHAPTER, "H100")
-    h100 = results.report_comparison(results.step_labels(run.experiment("ladder")))
+    h100 = views.report_comparison(views.step_labels(run.experiment("ladder")))
     assert h100.loc["04", "this run conv2 / step 1"] < 1 < h100.loc["04", "report conv2 / step 1"]
 
 

@@ -38,12 +38,12 @@ def _ladders():
 def _tables(chapter: str, run):
     from gpulab.workloads import alexnet, fcnet, measuring
     from gpulab.workloads.convpool import views as convpool_views
-    from gpulab.workloads.lenet import results as lenet_results
+    from gpulab.workloads.lenet import views as lenet_views
     from gpulab.workloads.training import views as training_views
     from gpulab.workloads.hopper import views as hopper_views
     return {"hopper": lambda: hopper_views.prediction_table(run),
             "training": lambda: training_views.prediction_table(run),
-            "lenet": lambda: lenet_results.prediction_table(run.experiment("ladder")),
+            "lenet": lambda: lenet_views.prediction_table(run.experiment("ladder")),
             "convpool": lambda: convpool_views.prediction_table(run, 1),
             "fcnet": lambda: fcnet.prediction_table(run, "large"),
             "measuring": lambda: measuring.prediction_table(run),

@@ -190,7 +190,7 @@ READABLE_FIGURES = [("book/training/training.html", "views.ladder_figure"),
                     ("book/training/training.html", "views.graph_gain_figure"),
                     ("book/convpool/convpool.html", "plots.speedup_ladder"),
                     ("book/convpool/convpool.html", "mapping.pipeline_figure"),
-                    ("book/lenet/lenet.html", "builds_on=results.builds_on")]
+                    ("book/lenet/lenet.html", "builds_on=views.builds_on")]
 #: The smallest share of its own size a figure may be shown at: matplotlib's 10-point labels at
 #: the book's 110 dpi are 15 pixels, at 60% 9.
 MIN_SCALE = 0.6

@@ -78,10 +78,10 @@ CHAPTERS = {
              "kernels.")},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
-                    "if results.batch_note(run, lenet.MAIN_N):   # the predictions are for N = MAIN_N\n"
-                    "    print(results.batch_note(run, lenet.MAIN_N))\n"
+                    "if views.batch_note(run, lenet.MAIN_N):   # the predictions are for N = MAIN_N\n"
+                    "    print(views.batch_note(run, lenet.MAIN_N))\n"
                     "else:\n"
-                    "    display(predictions.styled(results.prediction_table(ladder, lenet.MAIN_N), "
+                    "    display(predictions.styled(views.prediction_table(ladder, lenet.MAIN_N), "
                     "f\"N = {lenet.MAIN_N:,}; \" + run.caption))")},
     ],
     "convpool": [

@@ -2,7 +2,7 @@
 import numpy as np
 
 from gpulab.exercises import Exercise, recorded_run
-from gpulab.workloads.lenet import LAYERS, Conv, results
+from gpulab.workloads.lenet import LAYERS, Conv, views
 
 
 def _inputs_1b(case: dict) -> dict:
@@ -27,8 +27,8 @@ def _inputs_3(case: dict) -> dict:
         h2d, kernel, d2h = rng.uniform(0.01, 10.0, 3)
         return {"h2d_ms": float(h2d), "kernel_ms": float(kernel), "d2h_ms": float(d2h),
                 "streams": int(case.get("streams", rng.integers(2, 9)))}
-    lanes = results.step_labels(recorded_run("lenet", case).tables["timeline"])
-    return {**results.one_stream_ms(lanes, case["step"]), "streams": case["streams"]}
+    lanes = views.step_labels(recorded_run("lenet", case).tables["timeline"])
+    return {**views.one_stream_ms(lanes, case["step"]), "streams": case["streams"]}
 
 
 EXERCISES = [

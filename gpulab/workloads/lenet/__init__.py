@@ -10,7 +10,7 @@ from .record import CHAPTER, benchmark_all, profile_driver
 from .data import CLASSES, IMAGE, TEST_BATCH, DataError, load_digits, test_batch, test_inputs
 from .network import (CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, accuracy, forward, load_weights, pool2,
                       predict)
-from .results import gpu_comparison
+from .views import gpu_comparison
 from .steps import (CHECK_SIZES, EXERCISE, STEP, STEPS, Forward, Step, check_forward,
                     check_steps, layer_launch, run_forward, run_layer)
 
