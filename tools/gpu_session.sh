@@ -24,7 +24,8 @@ if [ "${1:-}" = check ]; then
   limit=${2:-420}
   # The test files with GPU paths (the others test the CPU backend, the site and grading, which CI runs).
   gpu_tests="alexnet alexnet_winograd basics check convpool datasheet device exercises fcnet kernels lenet
-             measuring multigpu prose ptx runs timeline training hopper hopper_dtypes hopper_conv sass convpool_f32 hopper_cluster"
+             measuring multigpu prose ptx runs timeline training hopper hopper_dtypes hopper_conv sass convpool_f32 hopper_cluster
+             alexnet_wgmma32"
   python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
   tail -3 $OUT/tests.log
   python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 --gpu-share 9% --deadline $((limit - SECONDS - 15)) \

@@ -31,54 +31,14 @@
 // Prediction: layers 2-5 at about 450 TFLOP/s each (the convpool step's rate less the rows a
 // tile wastes on these small images), about 0.6 ms together against step 20's 0.96; with layer 1
 // at step 20's 0.31 ms the five layers take about 0.9 ms at N = 128, under 0.95x cuDNN's 1.07.
-#include <common/hopper_conv.cuh>
+#include <alexnet/wgmma_store.cuh>    // the copy to channels-last and the epilogue (steps 26-27's too)
 
 // x (N x C x H x W) -> xt (N x H x W x Cp), no border (the tensor map reads zeros outside), zeros
-// for C <= c < Cp: each image's C x HW matrix transposed through shared memory in tiles of 32
-// channels x 32 pixels, so that both the loads (along pixels) and the stores (along channels)
-// are coalesced. Grid (ceil(HW / 32), ceil(Cp / 32), N), block (32, 8).
+// for C <= c < Cp. Grid (ceil(HW / 32), ceil(Cp / 32), N), block (32, 8).
 extern "C" __global__ void to_nhwc_half(const __half* __restrict__ x, __half* __restrict__ xt, int C, int HW, int Cp)
 {
-    __shared__ __half tile[32][33];                  // one column of padding: no bank conflicts on the way out
-    const int n = blockIdx.z, p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = c0 + threadIdx.y + 8 * i, p = p0 + threadIdx.x;
-        tile[threadIdx.y + 8 * i][threadIdx.x] = c < C && p < HW ? x[((size_t)n * C + c) * HW + p] : __float2half(0.0f);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int p = p0 + threadIdx.y + 8 * i, c = c0 + threadIdx.x;
-        if (p < HW && c < Cp) xt[((size_t)n * HW + p) * Cp + c] = tile[threadIdx.x][threadIdx.y + 8 * i];
-    }
+    to_nhwc_tiles(x, C, HW, Cp, [&](size_t i, __half v) { xt[i] = v; });
 }
-
-// y[n][m][e][f] for a consumer's 64 pixels x BN filters: accumulator row 16 w + g + 8 (i / 2) is
-// pixel p = 64 c + that row of the tile, at (e0 + p / TW, f0 + p % TW).
-template <int TW, int BN>
-struct StoreEpilogue {
-    __half* y;
-    int M, E, F;
-
-    __device__ __forceinline__ void store(const float* acc, int c, int n, int e0, int f0, int m0) const
-    {
-        const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
-#pragma unroll
-        for (int half_rows = 0; half_rows < 2; ++half_rows) {
-            const int p = 64 * c + 16 * w + g + 8 * half_rows, e = e0 + p / TW, f = f0 + p % TW;
-            if (e >= E || f >= F) continue;
-            __half* out = y + (size_t)n * M * E * F + (size_t)e * F + f;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                for (int odd = 0; odd < 2; ++odd) {
-                    const int m = m0 + 8 * j + 2 * q + odd;
-                    if (m < M) out[(size_t)m * E * F] = __float2half(acc[4 * j + 2 * half_rows + odd]);
-                }
-        }
-    }
-};
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
 // its source, so no macro makes them).
@@ -88,7 +48,8 @@ __device__ __forceinline__ void conv_store(const CUtensorMap& map_x, const CUten
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
-    conv_wgmma<TW, BN, StoreEpilogue<TW, BN>, BK>(map_x, map_w, s, StoreEpilogue<TW, BN>{y, M, E, F}, smem_raw);
+    conv_wgmma<TW, BN, StoreEpilogue<TW, BN, __half>, BK>(map_x, map_w, s, StoreEpilogue<TW, BN, __half>{y, M, E, F},
+                                                       smem_raw);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)

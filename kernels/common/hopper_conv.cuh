@@ -215,6 +215,24 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32(float d[64], unsigned long 
 }
 #endif
 
+// One k8 step of tf32 products: m64nBNk8 (BN = 256: hopper.h's; BN = 128: the one above).
+template <int BN>
+__device__ __forceinline__ void conv32_mma(float* acc, unsigned long long desc_a, unsigned long long desc_b, int scale_d)
+{
+    static_assert(BN == 256 || BN == 128, "BN is 256 or 128 filters");
+    if constexpr (BN == 256) wgmma_m64n256k8_tf32(acc, desc_a, desc_b, scale_d);
+    else wgmma_m64n128k8_tf32(acc, desc_a, desc_b, scale_d);
+}
+
+// a rounded to the nearest tf32, ties away from zero (as cvt.rna.tf32.f32): add half of the 13
+// dropped bits' weight, then drop them. The 3xTF32 steps' split of x into tf32_big(x) and the
+// remainder; the filters' split on the host (gpulab.workloads.convpool.steps.tf32_split) is the
+// same bit arithmetic.
+__device__ __forceinline__ float tf32_big(float a)
+{
+    return __uint_as_float((__float_as_uint(a) + 0x1000u) & 0xFFFFE000u);
+}
+
 // The ring of the float steps: TENSORS tiles of A (128 x 32) and of B (BN x 32) per slot.
 template <int BN, int TENSORS, int STAGES>
 struct Conv32Ring {
@@ -223,8 +241,10 @@ struct Conv32Ring {
     static constexpr int SLICE_BYTES = SLICE_FLOATS * 4;
     static constexpr int SHARED_BYTES = STAGES * SLICE_BYTES + 1024;
 };
-using Conv32Tf32 = Conv32Ring<256, 1, 4>;     // step 10: xb, wb; 4 slots of 48 KiB
-using Conv32Split = Conv32Ring<128, 2, 3>;    // step 11: xb, xs, wb, ws; 3 slots of 64 KiB
+// tf32: xb, wb; 4 slots (48 KiB each for BN = 256, 32 KiB for 128).
+template <int BN>
+using Conv32Tf32 = Conv32Ring<BN, 1, 4>;
+using Conv32Split = Conv32Ring<128, 2, 3>;    // 3xTF32: xb, xs, wb, ws; 3 slots of 64 KiB
 
 // The producer of both float steps: one thread walks the tiles and slices, the copy engine
 // fills slot it % STAGES with the slice's A tile(s) then B tile(s) (map_xs / map_ws only when
@@ -258,11 +278,20 @@ __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const C
     }
 }
 
-// Sets up the ring's barriers (full: the copy engine's bytes; empty: one arrival per consumer warp).
-template <int STAGES>
-__device__ __forceinline__ float* conv32_ring(unsigned char* smem_raw, unsigned long long* full,
-                                              unsigned long long* empty)
+// The persistent warp-specialized loop of both float steps: the ring's barriers (full: the copy
+// engine's bytes; empty: one arrival per consumer warp), warpgroup 0's producer, and each
+// consumer warpgroup's walk over its tiles: zero the sums, have slices(acc, c, it, KT, ring,
+// full, empty) run the tile's KT slices into them (it counts the slices over all tiles, so the
+// ring's phases carry on from tile to tile), then Epilogue::store as conv_wgmma's.
+template <int TW, int BN, int TENSORS, int STAGES, class Epilogue, class Slices>
+__device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, const CUtensorMap& map_xs,
+                                                  const CUtensorMap& map_w, const CUtensorMap& map_ws,
+                                                  const ConvShape& s, const Epilogue& epilogue,
+                                                  unsigned char* smem_raw, const Slices& slices)
 {
+    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(&full[i], 1);
@@ -271,26 +300,13 @@ __device__ __forceinline__ float* conv32_ring(unsigned char* smem_raw, unsigned 
         mbar_fence_init();
     }
     __syncthreads();
-    return (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-}
-
-// Step 10: float operands read as tf32, BN = 256; Epilogue as conv_wgmma's. Filters as M x (taps
-// x Cp) floats, Cp = C rounded up to 32.
-template <int TW, class Epilogue>
-__device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
-                                                const Epilogue& epilogue, unsigned char* smem_raw)
-{
-    using P = Conv32Tf32;
-    constexpr int BN = 256, STAGES = 4;
-    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
-    __shared__ __align__(8) unsigned long long full[STAGES];
-    __shared__ __align__(8) unsigned long long empty[STAGES];
-    float* ring = conv32_ring<STAGES>(smem_raw, full, empty);
-    const int tid = threadIdx.x, wg = tid / 128;
+    float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    const int wg = threadIdx.x / 128;
     const int tiles = conv_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
     if (wg == 0) {                                  // the producer
         setmaxnreg_dec<40>();
-        if (tid == 0) conv32_produce<TW, BN, 1, STAGES>(map_x, map_x, map_w, map_w, s, ring, full, empty);
+        if (threadIdx.x == 0)
+            conv32_produce<TW, BN, TENSORS, STAGES>(map_x, map_xs, map_w, map_ws, s, ring, full, empty);
     } else {                                        // the consumers
         setmaxnreg_inc<232>();
         const int c = wg - 1;
@@ -301,28 +317,44 @@ __device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const 
             conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-            for (int t = 0; t < KT; ++t, ++it) {
-                const int slot = it % STAGES;
-                mbar_wait(&full[slot], (it / STAGES) % 2);
-                const float* As = ring + (size_t)slot * P::SLICE_FLOATS + 64 * c * CONV32_BK;
-                const float* Bs = ring + (size_t)slot * P::SLICE_FLOATS + P::A_FLOATS;
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < CONV32_BK / 8; ++kk)
-                    wgmma_m64n256k8_tf32(acc, smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
-                                         smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
-                wgmma_commit();
-                wgmma_wait<1>();                    // slice it - 1's products are done: its slot goes back
-                if (t > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
-            }
-            wgmma_wait<0>();
-            if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            slices(acc, c, it, KT, ring, full, empty);
             epilogue.store(acc, c, n, e0, f0, m0);
         }
     }
 }
 
-// Step 11's products of one slice into the fresh partial accumulator d: per k8 step, xb ws, xs wb,
+// tf32: float operands read as tf32, BN = 256 (convpool step 10) or 128 filters per tile; Epilogue
+// as conv_wgmma's. Filters as M x (taps x Cp) floats, Cp = C rounded up to 32.
+template <int TW, class Epilogue, int BN = 256>
+__device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
+                                                const Epilogue& epilogue, unsigned char* smem_raw)
+{
+    using P = Conv32Tf32<BN>;
+    constexpr int STAGES = 4;
+    // One wgmma group per slice in flight: slice it - 1's slot goes back once slice it is issued.
+    auto slices = [](float* acc, int c, int& it, int KT, const float* ring, unsigned long long* full,
+                     unsigned long long* empty) {
+        for (int t = 0; t < KT; ++t, ++it) {
+            const int slot = it % STAGES;
+            mbar_wait(&full[slot], (it / STAGES) % 2);
+            const float* As = ring + (size_t)slot * P::SLICE_FLOATS + 64 * c * CONV32_BK;
+            const float* Bs = ring + (size_t)slot * P::SLICE_FLOATS + P::A_FLOATS;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < CONV32_BK / 8; ++kk)
+                conv32_mma<BN>(acc, smem_desc(As + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B),
+                               smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
+            wgmma_commit();
+            wgmma_wait<1>();                        // slice it - 1's products are done: its slot goes back
+            if (t > 0 && threadIdx.x % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+        if (threadIdx.x % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+    };
+    conv32_persistent<TW, BN, 1, STAGES>(map_x, map_x, map_w, map_w, s, epilogue, smem_raw, slices);
+}
+
+// 3xTF32's products of one slice into the fresh partial accumulator d: per k8 step, xb ws, xs wb,
 // xb wb, the first with scale_d = 0 (d's old contents dropped).
 __device__ __forceinline__ void conv32_split_slice(float* d, const float* As, const float* Bs)
 {
@@ -341,7 +373,7 @@ __device__ __forceinline__ void conv32_split_slice(float* d, const float* As, co
     wgmma_commit();
 }
 
-// Step 11: 3xTF32 with each slice's products summed apart and added to acc with rounded adds.
+// 3xTF32 (convpool step 11): each slice's products summed apart and added to acc with rounded adds.
 template <int TW, class Epilogue>
 __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
                                                   const CUtensorMap& map_wb, const CUtensorMap& map_ws,
@@ -349,21 +381,10 @@ __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, con
 {
     using P = Conv32Split;
     constexpr int BN = 128, STAGES = 3;
-    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
-    __shared__ __align__(8) unsigned long long full[STAGES];
-    __shared__ __align__(8) unsigned long long empty[STAGES];
-    float* ring = conv32_ring<STAGES>(smem_raw, full, empty);
-    const int tid = threadIdx.x, wg = tid / 128;
-    const int tiles = conv_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
-    if (wg == 0) {                                  // the producer
-        setmaxnreg_dec<40>();
-        if (tid == 0) conv32_produce<TW, BN, 2, STAGES>(map_xb, map_xs, map_wb, map_ws, s, ring, full, empty);
-    } else {                                        // the consumers
-        setmaxnreg_inc<232>();
-        const int c = wg - 1;
-        int it = 0;
-        float acc[BN / 2], part0[BN / 2], part1[BN / 2];
-        // Slice it's tiles (this consumer's 64 pixels of A), once its copies have landed.
+    auto slices = [](float* acc, int c, int& it, int KT, const float* ring, unsigned long long* full,
+                     unsigned long long* empty) {
+        float part0[BN / 2], part1[BN / 2];
+        // Slice i's tiles (this consumer's 64 pixels of A), once its copies have landed.
         auto tiles_of = [&](int i, const float*& As, const float*& Bs) {
             const int slot = i % STAGES;
             mbar_wait(&full[slot], (i / STAGES) % 2);
@@ -372,42 +393,36 @@ __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, con
         };
         // Slice i's products (in part) are done: its slot goes back, part is added to acc.
         auto retire = [&](int i, const float* part) {
-            if (tid % 32 == 0) mbar_arrive(&empty[i % STAGES]);
+            if (threadIdx.x % 32 == 0) mbar_arrive(&empty[i % STAGES]);
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] += part[j];
         };
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int n, e0, f0, m0;
-            conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-            const float *As, *Bs;
-            // Two slices per turn, into part0 then part1, each retired while the next one runs.
-            for (int t = 0; t < KT; t += 2, it += 2) {
-                tiles_of(it, As, Bs);
-                conv32_split_slice(part0, As, Bs);
-                if (t > 0) {
-                    wgmma_wait<1>();
-                    retire(it - 1, part1);
-                }
-                if (t + 1 < KT) {
-                    tiles_of(it + 1, As, Bs);
-                    conv32_split_slice(part1, As, Bs);
-                    wgmma_wait<1>();
-                    retire(it, part0);
-                } else {                            // KT odd: the tile's last slice
-                    wgmma_wait<0>();
-                    retire(it, part0);
-                    it -= 1;                        // it + 2 below counts one slice too many
-                }
-            }
-            if (KT % 2 == 0) {
-                wgmma_wait<0>();
+        const float *As, *Bs;
+        // Two slices per turn, into part0 then part1, each retired while the next one runs.
+        for (int t = 0; t < KT; t += 2, it += 2) {
+            tiles_of(it, As, Bs);
+            conv32_split_slice(part0, As, Bs);
+            if (t > 0) {
+                wgmma_wait<1>();
                 retire(it - 1, part1);
             }
-            epilogue.store(acc, c, n, e0, f0, m0);
+            if (t + 1 < KT) {
+                tiles_of(it + 1, As, Bs);
+                conv32_split_slice(part1, As, Bs);
+                wgmma_wait<1>();
+                retire(it, part0);
+            } else {                                // KT odd: the tile's last slice
+                wgmma_wait<0>();
+                retire(it, part0);
+                it -= 1;                            // it + 2 below counts one slice too many
+            }
         }
-    }
+        if (KT % 2 == 0) {
+            wgmma_wait<0>();
+            retire(it - 1, part1);
+        }
+    };
+    conv32_persistent<TW, BN, 2, STAGES>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw, slices);
 }
 // ---- end hconv32 ----
 #endif  // GPULAB_COMMON_HOPPER_CONV_CUH

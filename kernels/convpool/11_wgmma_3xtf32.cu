@@ -29,14 +29,8 @@
 // 32 ~55 ms, 2x faster than step 6 (107 ms) and ~0.8x cuDNN's fastest fp32 path (67 ms).
 #include <convpool/wgmma_pool.cuh>    // step 9's epilogue
 
-// a rounded to the nearest tf32, ties away from zero (as cvt.rna.tf32.f32): add half of the 13
-// dropped bits' weight, then drop them. The filters' split on the host (gpulab.workloads.convpool.
-// steps.tf32_split) is the same bit arithmetic.
-__device__ __forceinline__ float tf32_big(float a)
-{
-    return __uint_as_float((__float_as_uint(a) + 0x1000u) & 0xFFFFE000u);
-}
-
+// x -> (tf32_big(x), the remainder): tf32_big, the rounding to the nearest tf32, is in
+// kernels/common/hopper_conv.cuh (the AlexNet chapter's step 27 splits its input with it too).
 extern "C" __global__ void split_tf32(const float4* __restrict__ x, float4* __restrict__ big,
                                       float4* __restrict__ small, long long n4)
 {

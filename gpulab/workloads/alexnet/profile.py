@@ -38,11 +38,12 @@ PROFILE_STALL_METRICS = {
     "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
 }
 #: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2,
-#: layer 1's two thread mappings (steps 2 and 10), and steps 20 and 25 on a 13 x 13 layer (3),
-#: where step 25's 128-pixel tiles are fullest of padding rows.
+#: layer 1's two thread mappings (steps 2 and 10), steps 20 and 25 on a 13 x 13 layer (3),
+#: where step 25's 128-pixel tiles are fullest of padding rows, and steps 26-27 on layers 2 and 3.
 PROFILE_RUNS = ([(2, s) for s in ("01", "02", "04", "07", "09", "11", "13", "14", "15", "16", "17",
                                    "18", "19", "20", "21", "22", "25")]
-                + [(1, "02"), (1, "10"), (3, "20"), (3, "25")])
+                + [(1, "02"), (1, "10"), (3, "20"), (3, "25")]
+                + [(layer, s) for layer in (2, 3) for s in ("26", "27")])     # the float steps on wgmma
 PROFILE_N = 32
 
 

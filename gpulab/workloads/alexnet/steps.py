@@ -3,8 +3,9 @@ against the float64 reference, what each step needs of the device (shared memory
 the memory budget), and what each kernel file predicts.
 
 Steps 18-22 are launched by :mod:`.tc`, steps 23-24 by :mod:`.winograd`, step 25 by
-:mod:`.wgmma`; where Winograd (layers 1 and 2) or step 25 (layer 1) does not apply this module
-hands the layer to the fallback step, so none of those modules reads the ladder.
+:mod:`.wgmma`, steps 26-27 (the same GEMM on floats) by :mod:`.wgmma32`; where Winograd (layers 1
+and 2) or steps 25-27 (layer 1) do not apply this module hands the layer to the fallback step, so
+none of those modules reads the ladder.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ...check import compare
 from ...device import limits
 from ...errors import KernelArgumentError
 from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module, resource_table
-from . import tc, wgmma, winograd
+from . import tc, wgmma, wgmma32, winograd
 from .shapes import (BATCHES, CHECK_LAYERS, CHECK_N, LAYERS, MAIN_N, MEMORY_FRACTION, SCALING_BATCHES, Layer,
                      block_shape, k_table, make_inputs, memory_limit, reference)
 
@@ -121,11 +122,22 @@ WGMMA_STEPS = [
     Step("25", "alexnet/25_wgmma_tma.cu",
          "wgmma fed by TMA boxes, warp-specialized (layers 2-5; layer 1 step 20's)",
          ("conv_wgmma_16x128", "to_nhwc_half"), "wgmma", precision="fp16"),
+    # Steps 26-27: step 25's GEMM on float data (gpulab/workloads/wgmma32.py), layer 1 on step 21's
+    # and step 22's kernels (:data:`WGMMA32_FALLBACK`).
+    Step("26", "alexnet/26_wgmma_tf32.cu",
+         "step 25 in tf32 (layers 2-5; layer 1 step 21's)",
+         ("conv_wgmma_tf32_16x128", "to_nhwc_float"), "wgmma", precision="tf32"),
+    Step("27", "alexnet/27_wgmma_3xtf32.cu",
+         "fp32 accuracy: 3xTF32 on wgmma (layers 2-5; layer 1 step 22's)",
+         ("conv_wgmma_3xtf32_16x128", "to_nhwc_split"), "wgmma"),
 ]
 STEPS += WGMMA_STEPS
 STEP = {s.number: s for s in STEPS}
 #: The step whose kernel runs a layer step 25 does not apply to (layer 1: stride 4, 3 channels).
 WGMMA_FALLBACK = "20"
+#: The same for the float steps 26-27: the ladder's fastest kernel of their precision on layer 1
+#: (step 21 in tf32; step 22, split fp16, for fp32 accuracy).
+WGMMA32_FALLBACK = {"26": "21", "27": "22"}
 #: The compute capability step 25's kernels are compiled for (wgmma, TMA, setmaxnreg: sm_90a).
 WGMMA_CAPABILITY = "9."
 #: Exercise 1's kernel, launched like step 2 with a quarter of the blocks along M.
@@ -182,7 +194,10 @@ def scratch_bytes(step: Step, layer: Layer, N: int) -> int:
         return winograd.scratch_bytes(step, layer, N) if ran is step else scratch_bytes(ran, layer, N)
     if step.kind == "wgmma":
         ran = fallback_step(step, layer)
-        return wgmma.scratch_bytes(layer, N) if ran is step else scratch_bytes(ran, layer, N)
+        if ran is not step:
+            return scratch_bytes(ran, layer, N)
+        return wgmma32.scratch_bytes(step.number, layer, N) if step.number in wgmma32.FILES else \
+            wgmma.scratch_bytes(layer, N)
     if step.kind == "gemm_tuned":
         Hp, Wp = layer.H + 2 * layer.P, layer.W + 2 * layer.P
         padded = 4 * N * layer.C * Hp * Wp if layer.P else 0
@@ -293,7 +308,10 @@ def launch_config(step: Step, layer: Layer, N: int) -> dict:
         return winograd.launch_config(step, layer, N) if ran is step else launch_config(ran, layer, N)
     elif step.kind == "wgmma":
         ran = fallback_step(step, layer)
-        return wgmma.launch_config(layer, N) if ran is step else launch_config(ran, layer, N)
+        if ran is not step:
+            return launch_config(ran, layer, N)
+        return wgmma32.launch_config(step.number, layer, N) if step.number in wgmma32.FILES else \
+            wgmma.launch_config(layer, N)
     elif step.kind == "gemm_tuned":
         return {"grid": (-(-N * layer.E * layer.F // GEMM_TILE), -(-layer.M // GEMM_TILE),
                          gemm_splits(layer, N)), "block": (GEMM_THREADS,), "shared_bytes": 0}
@@ -324,6 +342,8 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
         why = wgmma_refusal(step)
         if why:               # refused here, with the reason, rather than by the driver at launch
             raise KernelArgumentError(why)
+        if step.number in wgmma32.FILES:
+            return wgmma32.make_launch(step.number, layer, N, x, w, y, be)
         return wgmma.make_launch(layer, N, x, w, y, be)
     module = load_module(step.file, be)
     main = module.get_function(step.kernels[0])
@@ -423,10 +443,11 @@ def _tuned_gemm_launch(module, main, cfg, layer: Layer, N: int, x, w, y, be: Bac
 
 def fallback_step(step: Step, layer: Layer) -> Step:
     """The step that runs ``layer`` for Winograd step ``step``: itself where F(m x m, 3 x 3)
-    applies, else the step :data:`gpulab.workloads.alexnet.winograd.FALLBACK` names; for step 25,
-    itself on the stride-1 layers, else step :data:`WGMMA_FALLBACK`. Any other step runs itself."""
+    applies, else the step :data:`gpulab.workloads.alexnet.winograd.FALLBACK` names; for steps 25-27,
+    itself on the stride-1 layers, else step :data:`WGMMA_FALLBACK` (:data:`WGMMA32_FALLBACK` for
+    the float steps). Any other step runs itself."""
     if step.kind == "wgmma":
-        return step if wgmma.applies(layer) else STEP[WGMMA_FALLBACK]
+        return step if wgmma.applies(layer) else STEP[WGMMA32_FALLBACK.get(step.number, WGMMA_FALLBACK)]
     if step.kind != "winograd":
         return step
     return step if winograd.applies(layer) else STEP[winograd.FALLBACK[layer.index]]
@@ -453,6 +474,8 @@ def main_kernel(step: Step, layer: Layer) -> str:
         ran = fallback_step(step, layer)
         if ran is not step:
             return main_kernel(ran, layer)
+        if step.number in wgmma32.FILES:
+            return wgmma32.kernel_for(step.number, layer)
         return wgmma.kernel_for(layer) if step.kind == "wgmma" else step.kernels[0]
     if step.kind == "mma":
         return tc.kernel_for(step.number, layer)
@@ -483,7 +506,7 @@ def check_steps(backend: str | Backend | None = None, steps=None, layers=None, N
             x, w = make_inputs(layer, N, seed)
             ran = fallback_step(step, layer)
             note = "" if ran is step else (f"step {ran.number}'s kernel: " + (
-                "Winograd needs 3 x 3, stride 1" if step.kind == "winograd" else "step 25 needs stride 1"))
+                "Winograd needs 3 x 3, stride 1" if step.kind == "winograd" else f"step {step.number} needs stride 1"))
             yield ({"kernel": main_kernel(step, layer), "layer": layer.name, "N": N, "precision": step.precision,
                     "seed": seed, "note": note},
                    compare(run(step, layer, x, w, be), reference(x, w, layer), step.precision,
@@ -615,6 +638,10 @@ def _predicted():
             "the tiles of 128 pixels waste rows on the small images (layer 3-5's 13 x 13 fills 169 of 256 "
             "rows), and each call still copies x to channels-last before its GEMM")),
                p.about_ms(0.6, "layers 2-5")),
+        "26": (p.about_ms(1.85), p.about(1 / 2, "25", "layers 2-5", claim="layers 2-5 take about twice step 25's time"),
+               p.about(1.2, "21")),
+        "27": (p.about_ms(5.4), p.about(1 / 3.25, "26", "layers 2-5",
+                                        claim="layers 2-5 take about 3.25x step 26's time")),
     }
 
 

@@ -1,0 +1,142 @@
+"""Steps 26 and 27 of the AlexNet ladder on its stride-1 layers: step 25's wgmma GEMM on float
+data (issue 26) -- step 26 reads it as tf32 (kernels/alexnet/26_wgmma_tf32.cu), step 27 splits
+each float into two tf32 numbers for fp32 accuracy (3xTF32, kernels/alexnet/27_wgmma_3xtf32.cu).
+The GEMMs are the convpool chapter's steps 10 and 11 (kernels/common/hopper_conv.cuh); this
+module holds their launches, tile shapes and scratch. The tile geometry (128-pixel tiles of
+TW x 128 / TW, one block per SM) is step 25's, read from :mod:`.wgmma`. Layer 1 (stride 4) is
+not run here: the ladder (:mod:`.steps`) hands it to step 21 (tf32) or 22 (fp32 accuracy).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ... import tensormap
+from ...errors import KernelArgumentError
+from ...kernels import get_backend, load_module
+from ..convpool.steps import tf32_split
+from . import wgmma
+from .wgmma import BM, GPU_OPTIONS, THREADS, applies, blocks_here
+
+FILES = {"26": "alexnet/26_wgmma_tf32.cu", "27": "alexnet/27_wgmma_3xtf32.cu"}
+#: Channels per slice: one 128-byte row of floats.
+BK = 32
+#: Slots of the ring (kernels/common/hopper_conv.cuh: Conv32Tf32, Conv32Split) and the tiles of
+#: A (128 x 32) and B (BN x 32) a slot holds: step 26 x and w, step 27 their two tf32 parts each.
+STAGES = {"26": 4, "27": 3}
+TENSORS = {"26": 1, "27": 2}
+#: The tile shapes each kernel file instantiates: (TW, BN) -- TW output columns (128 / TW rows) of
+#: one image times BN filters. Step 27 keeps 128 filters (its two partial accumulators beside the
+#: sums fill the consumer's registers).
+CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32) for bn in (128, 256)),
+              "27": tuple((tw, 128) for tw in (8, 16, 32))}
+#: The shape each stride-1 layer runs with: the fastest of CANDIDATES on each layer at N = 128 when
+#: all were timed on an H100 (a development run of issue 26, gpulab.sweep, not a recorded sweep).
+DEFAULT_TILES = {"26": {2: (32, 256), 3: (8, 128), 4: (8, 128), 5: (16, 256)},
+                 "27": {2: (32, 128), 3: (16, 128), 4: (16, 128), 5: (16, 128)}}
+
+
+def _step(number: str) -> str:
+    if number not in FILES:
+        raise KernelArgumentError(f"step {number!r} is not a float wgmma step; expected one of {sorted(FILES)}")
+    return number
+
+
+def tile_for(number: str, layer, tile=None) -> tuple[int, int]:
+    """(TW, BN) of step ``number`` on ``layer``: ``tile``, else :data:`DEFAULT_TILES`."""
+    tw, bn = tile or DEFAULT_TILES[_step(number)][layer.index]
+    if (tw, bn) not in CANDIDATES[number]:
+        raise KernelArgumentError(f"tile {(tw, bn)} is not compiled for step {number}; "
+                                  f"{FILES[number]} has {CANDIDATES[number]}")
+    return tw, bn
+
+
+def shared_bytes(number: str, bn: int) -> int:
+    """The ring: STAGES slots of TENSORS x (128 + BN) x 32 floats, plus 1 KiB for the swizzle's alignment."""
+    return STAGES[number] * TENSORS[number] * (BM + bn) * BK * 4 + 1024
+
+
+def padded_channels(layer) -> tuple[int, int]:
+    """(channels of the channels-last copy: C rounded up to 4, so that a pixel is whole 16-byte
+    chunks; channels of the filter rows: C rounded up to a slice of 32)."""
+    return -(-layer.C // 4) * 4, -(-layer.C // BK) * BK
+
+
+def filter_rows(w, layer, xp) -> tuple:
+    """The filters as M x (R S Cp) floats, k in (r, s, c) order, zero past C, split into their
+    tf32 part (rounded to nearest) and the remainder: made once per layer. Step 26 reads the
+    first, step 27 both."""
+    _, cp = padded_channels(layer)
+    wp = xp.zeros((layer.M, layer.R * layer.S, cp), dtype=xp.float32)
+    wp[:, :, :layer.C] = xp.asarray(w, dtype=xp.float32).transpose(0, 2, 3, 1).reshape(
+        layer.M, layer.R * layer.S, layer.C)
+    return tf32_split(wp.reshape(layer.M, layer.R * layer.S * cp), xp)
+
+
+def kernel_for(number: str, layer, tile=None) -> str:
+    """The name of the GEMM kernel step ``number`` runs ``layer`` with."""
+    tw, bn = tile_for(number, layer, tile)
+    return f"conv_wgmma_{'tf32' if number == '26' else '3xtf32'}_{tw}x{bn}"
+
+
+def scratch_bytes(number: str, layer, N: int) -> int:
+    """Device memory beyond x, w and y: the channels-last copy of x (step 27: its two parts) and
+    the filter rows (both parts)."""
+    cin, cp = padded_channels(layer)
+    return 4 * (TENSORS[_step(number)] * N * layer.H * layer.W * cin + 2 * layer.M * layer.R * layer.S * cp)
+
+
+def launch_config(number: str, layer, N: int, tile=None, blocks: int = 132) -> dict:
+    """The GEMM's grid (one block per SM, ``blocks``: an H100's 132; fewer for fewer tiles), block
+    and dynamic shared memory."""
+    tw, bn = tile_for(number, layer, tile)
+    return {"grid": (max(1, min(blocks, wgmma.tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
+            "shared_bytes": shared_bytes(number, bn)}
+
+
+def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
+                blocks: int | None = None) -> Callable[[], None]:
+    """y (N x M x E x F, float) = conv(x, w) for a stride-1 ``layer`` on device float arrays (x
+    NCHW, w MCRS) by step ``number``. Binding lays the filters out and makes the tensor maps; each
+    call copies x to channels-last (step 27: split into its two tf32 parts on the way) and runs
+    the GEMM. ``launch.parts``: "layout" (the copy) and "gemm"."""
+    be = get_backend(backend)
+    _step(number)
+    if not applies(layer):
+        raise KernelArgumentError(f"{layer.name} has stride {layer.U}: step {number} runs stride-1 layers only "
+                                  "(a tap's pixels are then one box of the input)")
+    tw, bn = tile_for(number, layer, tile)
+    module = load_module(FILES[number], be, options=GPU_OPTIONS if be.name == "gpu" else ())
+    cin, cp = padded_channels(layer)
+    wb, ws = filter_rows(w, layer, be.xp)
+    box_x, box_w = (BK, tw, BM // tw, 1), (BK, bn)
+    copies = [be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float32) for _ in range(TENSORS[number])]
+    maps = [tensormap.encode_4d(c, box_x) for c in copies]
+    maps_w = [tensormap.encode_2d(part, box_w) for part in (wb, ws)[:TENSORS[number]]]
+    gemm = module.get_function(kernel_for(number, layer, (tw, bn)))
+    gemm.allow_shared_memory(shared_bytes(number, bn))
+    hw = layer.H * layer.W
+    layout = module.get_function("to_nhwc_float" if number == "26" else "to_nhwc_split").bind(
+        (-(-hw // 32), -(-cin // 32), N), (32, 8), (x, *copies, np.int32(layer.C), np.int32(hw), np.int32(cin)))
+    grid = (max(1, min(blocks or blocks_here(be), wgmma.tiles(layer, N, (tw, bn)))),)
+    # step 26: (x, w); step 27: (xb, xs, wb, ws), the order of conv_wgmma_3xtf32's maps
+    run = gemm.bind(grid, (THREADS,), (*maps, *maps_w, y, *(np.int32(v) for v in (
+        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(number, bn))
+
+    def launch():
+        layout()
+        run()
+    launch.keep = (copies, wb, ws, maps, maps_w)
+    launch.parts = {"layout": (layout,), "gemm": run}
+    return launch
+
+
+def run(number: str, layer, x, w, backend=None, tile=None, blocks=None) -> np.ndarray:
+    """conv(x, w) by step ``number`` on host float inputs with a NaN-poisoned output; y on the host."""
+    be = get_backend(backend)
+    y = be.poisoned(layer.y_shape(x.shape[0]), np.float32)
+    make_launch(number, layer, x.shape[0], be.to_device(np.asarray(x, np.float32)),
+                be.to_device(np.asarray(w, np.float32)), y, be, tile, blocks)()
+    be.synchronize()
+    return be.to_host(y)

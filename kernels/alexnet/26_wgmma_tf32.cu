@@ -1,0 +1,97 @@
+// Step 26 -- step 25 in tf32: float input and filters on wgmma, read by the tensor cores as tf32.
+//
+// What changed from step 25: the element type, as the convpool chapter's step 10 changed its
+// step 9. x and w are floats (step 21's data); the filters are laid out once per layer as M x
+// (R S Cp) floats, Cp = C rounded up to 32, each rounded to the nearest tf32 (10 mantissa bits);
+// each call copies x to channels-last floats (to_nhwc_float), and the tensor cores drop the low
+// 13 mantissa bits of each x they read. wgmma takes 8 k per tf32 instruction (m64nBNk8) where
+// halves gave 16, so a slice -- still one 128-byte swizzled row per tile row, the same box
+// shape, the same ring of 4 slots, producer and consumers -- is 32 channels, and a layer has
+// twice as many slices. The GEMM is kernels/common/hopper_conv.cuh's conv_wgmma_tf32 (convpool's
+// step 10), here with 128 or 256 filters per tile; the epilogue and the copy of x are in
+// kernels/alexnet/wgmma_store.cuh. Layer 1 (stride 4, 3 channels) keeps step 21's kernel, the
+// ladder's fastest tf32 one for it (0.42 ms at N = 128 in the last H100 run, against cuDNN's
+// fastest tf32 path's 0.66 ms on that layer).
+//
+// Why faster than step 21: the same reasons step 25 beat step 20 (the copy engine feeds the
+// tiles, one thread issues the copies, 128 x BN tiles per two warpgroups, no ldmatrix).
+//
+// Prediction (with its arithmetic): a slice of 32 floats is as many bytes as step 25's slice of
+// 64 halves, for half the multiply-adds, and the H100's dense tf32 rate is half its fp16 rate
+// (495 against 989 TFLOP/s on the datasheet): whether step 25's time on layers 2-5 is set by the
+// tensor cores or by the bytes each slice brings from L2, both halve, so layers 2-5 take about
+// twice step 25's 0.72 ms: ~1.4 ms; with layer 1 (0.42 ms) the five layers take ~1.85 ms at N =
+// 128, 1.2x faster than step 21 (2.2 ms), but ~1.35x cuDNN's fastest tf32 path (1.34 ms: its
+// channels-last kernels under a CUDA graph run layers 2-5 in 0.68 ms): the target (at most
+// cuDNN) is predicted to be missed on layers 2-5, by about the factor of 2 the tile's bytes per
+// multiply-add lost.
+//
+// Accuracy: tf32 keeps ~3 decimal digits of each operand: ~3e-4 against the float64 reference,
+// as step 21 and cuDNN's tf32 paths (tolerance 2e-3).
+//
+// Launch (per layer): to_nhwc_float, grid (ceil(H W / 32), ceil(Cin / 32), N), block (32, 8)
+// (Cin = C rounded up to 4: a pixel is whole 16-byte chunks); then conv_wgmma_tf32_<TW>x<BN>,
+// one block of 384 threads per SM (fewer for fewer tiles), 4 x (128 + BN) x 128 + 1024 bytes of
+// dynamic shared memory, a 4-D tensor map of the copy (box {32, TW, 128 / TW, 1}, 128-byte
+// swizzle) and a 2-D one of the filters (box {32, BN}), made once per layer. TW and BN per layer
+// from timing every instantiation (gpulab.workloads.alexnet.wgmma32.DEFAULT_TILES). Needs sm_90a.
+#include <alexnet/wgmma_store.cuh>
+
+extern "C" __global__ void to_nhwc_float(const float* __restrict__ x, float* __restrict__ xt, int C, int HW, int Cp)
+{
+    to_nhwc_tiles(x, C, HW, Cp, [&](size_t i, float v) { xt[i] = v; });
+}
+
+template <int TW, int BN>
+__device__ __forceinline__ void conv_tf32_store(const CUtensorMap& map_x, const CUtensorMap& map_w, float* y, int N,
+                                                int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    extern __shared__ unsigned char smem_raw[];
+    const ConvShape s{N, C, Cp, M, E, F, R, S, P};
+    conv_wgmma_tf32<TW, StoreEpilogue<TW, BN, float>, BN>(map_x, map_w, s, StoreEpilogue<TW, BN, float>{y, M, E, F},
+                                                           smem_raw);
+}
+
+// The kernels are written out one per tile shape (the lab reads each kernel's parameters from
+// its source, so no macro makes them).
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_8x128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<8, 128>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_8x256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<8, 256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_16x128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                       float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<16, 128>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_16x256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                       float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<16, 256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_32x128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                       float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<32, 128>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_32x256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                       float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store<32, 256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}

@@ -1,0 +1,130 @@
+"""AlexNet's float steps on wgmma (issue 26): step 26 (tf32) and step 27 (3xTF32, fp32 accuracy),
+gpulab.workloads.alexnet.wgmma32 on kernels/common/hopper_conv.cuh's float GEMMs, against the
+float64 reference with NaN-poisoned outputs, on layers whose channels, filters and images fill
+no slice, tile or box. On a Hopper GPU the same tests run there."""
+import numpy as np
+import pytest
+
+import gpulab
+from gpulab.errors import KernelArgumentError
+from gpulab.workloads import alexnet
+from gpulab.workloads.alexnet import shapes, wgmma32
+from gpulab.workloads.convpool.steps import tf32_split
+
+from test_hopper import _hopper_backend
+
+PRECISION = {"26": "tf32", "27": "fp32"}
+#: 40 channels: two slices of 32 per tap, the second mostly zeros; 140 filters: two tiles of 128;
+#: a 9 x 11 image fills no box; K = 9 taps x 2 slices = 18 slices per tile, an even count (the
+#: check layers' 9 and 25 are odd: step 27's loop retires its two partial sums differently).
+TWO_SLICES = shapes.Layer(3, C=40, H=9, W=11, M=140, R=3, S=3, U=1, P=1)
+
+
+def _check(number, layer, be, tile=None, N=shapes.CHECK_N, seed=None):
+    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
+    x, w = shapes.make_inputs(layer, N, seed)
+    y = wgmma32.run(number, layer, x, w, be, tile=tile, blocks=2)
+    result = gpulab.compare(y, shapes.reference(x, w, layer), PRECISION[number],
+                            name=f"step {number} {layer.name} tile {tile} seed {seed}")
+    assert result.passed and result.unwritten == 0, result
+    return result
+
+
+@pytest.mark.parametrize("number", ["26", "27"])
+@pytest.mark.parametrize("index", [2, 3, 4, 5])
+def test_each_step_matches_the_reference_on_the_check_layers_with_its_tiles(backend, number, index):
+    # The check layers' 10, 17, 20, 19 channels (17 and 19 not even a 16-byte pixel: the copy
+    # rounds them up to 20), 17-20 filters, 15 x 15 and 7 x 7 images; the zero border (P = 2, 1)
+    # read at negative coordinates of the copy, which has none written out.
+    be = _hopper_backend(backend)
+    layer = shapes.CHECK_LAYERS[index - 1]
+    tiles = wgmma32.CANDIDATES[number] if index in (2, 3) else [None]
+    for tile in tiles:
+        _check(number, layer, be, tile)
+
+
+@pytest.mark.parametrize("number", ["26", "27"])
+def test_two_slices_per_tap_and_two_filter_tiles(backend, number):
+    be = _hopper_backend(backend)
+    for tile in wgmma32.CANDIDATES[number][:2]:
+        _check(number, TWO_SLICES, be, tile, N=1)
+
+
+def test_3xtf32_keeps_float_accuracy_where_tf32_does_not(backend):
+    # The same inputs through both steps: tf32 alone keeps ~3 digits, the split ~6-7.
+    be = _hopper_backend(backend)
+    layer, seed = TWO_SLICES, 5
+    tf32 = _check("26", layer, be, N=1, seed=seed, tile=(8, 128))
+    split = _check("27", layer, be, N=1, seed=seed, tile=(8, 128))
+    assert tf32.rel_error > 1e-4
+    assert split.rel_error < 1e-6 and split.rel_error < tf32.rel_error / 100
+
+
+def test_the_copies_are_channels_last_and_step_27s_is_split_as_the_host_splits(backend):
+    # The layout kernels alone, on the poisoned copies: every element written (C = 17 rounded up
+    # to 20 channels, zeros past C), x as it was for step 26, xb + xs = x for step 27, bit for bit
+    # the host's split.
+    be = _hopper_backend(backend)
+    layer = shapes.CHECK_LAYERS[2]
+    x, w = shapes.make_inputs(layer, shapes.CHECK_N, seed=3)
+    want = np.zeros((shapes.CHECK_N, layer.H, layer.W, 20), np.float32)
+    want[..., :layer.C] = x.transpose(0, 2, 3, 1)
+    for number in ("26", "27"):
+        y = be.poisoned(layer.y_shape(shapes.CHECK_N), np.float32)
+        launch = wgmma32.make_launch(number, layer, shapes.CHECK_N, be.to_device(x), be.to_device(w), y, be, blocks=1)
+        copies = launch.keep[0]
+        for copy in copies:
+            copy[...] = np.nan
+        launch.parts["layout"][0]()
+        be.synchronize()
+        got = [be.to_host(copy) for copy in copies]
+        if number == "26":
+            np.testing.assert_array_equal(got[0], want)
+        else:
+            big, small = tf32_split(want)
+            np.testing.assert_array_equal(got[0].view(np.uint32), big.view(np.uint32))
+            np.testing.assert_array_equal(got[1].view(np.uint32), small.view(np.uint32))
+
+
+def test_refusals_name_what_was_expected():
+    layer1, layer2 = shapes.CHECK_LAYERS[0], shapes.CHECK_LAYERS[1]
+    x, w = shapes.make_inputs(layer1, 1, seed=1)
+    with pytest.raises(KernelArgumentError, match="stride 4"):
+        wgmma32.run("26", layer1, x, w, "cpu")
+    x, w = shapes.make_inputs(layer2, 1, seed=1)
+    with pytest.raises(KernelArgumentError, match="not compiled for step 27"):
+        wgmma32.run("27", layer2, x, w, "cpu", tile=(8, 256))       # 3xTF32 has 128 filters per tile
+    with pytest.raises(KernelArgumentError, match="not a float wgmma step"):
+        wgmma32.run("25", layer2, x, w, "cpu")
+
+
+@pytest.mark.parametrize("number, layer1_step", [("26", "21"), ("27", "22")])
+def test_the_ladder_runs_layer1_on_the_fastest_kernel_of_the_same_precision(number, layer1_step):
+    from gpulab import device
+    step, fallback = alexnet.STEP[number], alexnet.STEP[layer1_step]
+    layer1, layer2 = alexnet.LAYERS[0], alexnet.LAYERS[1]
+    assert step.precision == fallback.precision == PRECISION[number]
+    assert alexnet.fallback_step(step, layer1) is fallback
+    assert alexnet.main_kernel(step, layer1) == alexnet.main_kernel(fallback, layer1)
+    assert alexnet.launch_config(step, layer1, 128) == alexnet.launch_config(fallback, layer1, 128)
+    assert [alexnet.main_kernel(step, layer) for layer in alexnet.LAYERS[1:]] == \
+        [wgmma32.kernel_for(number, layer) for layer in alexnet.LAYERS[1:]]
+    # The checks of the ladder (layer 1 through the fallback) pass with poisoned outputs.
+    table = gpulab.assert_ok(alexnet.check_steps("cpu", steps=[step]))
+    assert (table["unwritten"] == 0).all() and len(table) == 5
+    assert table.iloc[0]["note"].startswith(f"step {layer1_step}'s kernel")
+    with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
+        why = alexnet.unfit_reason(step, layer2, 128)
+        assert "sm_90a" in why and l4.name in why
+        assert alexnet.unfit_reason(step, layer1, 128) is None
+
+
+def test_shared_memory_and_scratch_as_the_rings_hold_them():
+    layer4 = alexnet.LAYERS[3]
+    # step 26: 4 slots of (128 + 256) x 32 floats; step 27: 3 slots of xb, xs, wb, ws (128 + 128 rows)
+    assert wgmma32.shared_bytes("26", 256) == 4 * 384 * 32 * 4 + 1024 == 197_632
+    assert wgmma32.shared_bytes("27", 128) == 3 * 2 * 256 * 32 * 4 + 1024 == 197_632
+    # layer 4 (384 channels, 13 x 13) at N = 128: the copies (two for step 27) and both filter parts
+    copy, filters = 128 * 13 * 13 * 384 * 4, 2 * 384 * 9 * 384 * 4
+    assert wgmma32.scratch_bytes("26", layer4, 128) == copy + filters
+    assert wgmma32.scratch_bytes("27", layer4, 128) == 2 * copy + filters
