@@ -226,6 +226,24 @@ INPUT_RULES = (
 )
 
 
+def per_layer(ladder: pd.DataFrame, steps, precision: str, N: int = MAIN_N) -> pd.DataFrame:
+    """Per layer at ``N`` (index 1-5): the time of each of ``steps`` ("step NN (ms)") and of cuDNN's
+    fastest path of ``precision`` over the five layers (:func:`vendor_best`; the column is its name).
+    A step the run lacks is a column of NaN."""
+    rows = ladder[ladder["size"] == N]
+    table = pd.DataFrame(index=pd.Index([layer.index for layer in LAYERS], name="layer"))
+
+    def times(selected):
+        return selected.assign(layer=selected["layer"].astype(int)).set_index("layer")["median_ms"]
+    for step in steps:
+        table[f"step {step} (ms)"] = times(rows[rows["step"].astype(str) == step])
+    best = vendor_best(layer_totals(ladder), N, precision)
+    if best is not None:
+        table[f"{best['variant']} (ms)"] = times(rows[(rows["step"].astype(str) == "cuDNN")
+                                                     & (rows["variant"] == best["variant"])])
+    return table
+
+
 def input_rules(run, steps=("20", "25"), N: int = MAIN_N) -> pd.DataFrame:
     """Steps ``steps`` (fp16) and cuDNN's fastest fp16/bf16 path, all five layers at ``N``, under
     each rule of :data:`INPUT_RULES`. Under the NCHW rule cuDNN's candidates are its NCHW paths and
