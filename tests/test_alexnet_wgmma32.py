@@ -128,3 +128,25 @@ def test_shared_memory_and_scratch_as_the_rings_hold_them():
     copy, filters = 128 * 13 * 13 * 384 * 4, 2 * 384 * 9 * 384 * 4
     assert wgmma32.scratch_bytes("26", layer4, 128) == copy + filters
     assert wgmma32.scratch_bytes("27", layer4, 128) == 2 * copy + filters
+
+
+def test_the_per_layer_table_and_the_channels_last_rule_read_the_run():
+    # The chapter's tables for steps 26-27, on the recorded H100 run (steps it has in any version):
+    # each step's column sums to its five-layer time, cuDNN's column is its fastest path of the
+    # precision, a step the run lacks is NaN, and the channels-last rule agrees with input_rules'.
+    run = gpulab.load_run(alexnet.CHAPTER, "H100")
+    ladder = run.experiment("ladder")
+    totals = alexnet.layer_totals(ladder)
+    table = alexnet.views.per_layer(ladder, ["20", "21", "99"], "tf32")
+    best = alexnet.views.vendor_best(totals, alexnet.MAIN_N, "tf32")
+    assert list(table.index) == [1, 2, 3, 4, 5]
+    assert list(table.columns) == ["step 20 (ms)", "step 21 (ms)", "step 99 (ms)", f"{best['variant']} (ms)"]
+    for step in ("20", "21"):
+        assert table[f"step {step} (ms)"].sum() == pytest.approx(alexnet.views.step_ms(totals, step))
+    assert table["step 99 (ms)"].isna().all()
+    assert table.iloc[:, -1].sum() == pytest.approx(best["median_ms"])
+    nhwc = alexnet.input_rules(run).iloc[2]
+    rule = alexnet.views.channels_last_rule(run, "25", "fp16")
+    assert rule["step ms"] == pytest.approx(nhwc["step 25 ms"]) and rule["cuDNN ms"] == pytest.approx(nhwc["cuDNN ms"])
+    rule = alexnet.views.channels_last_rule(run, "21", "tf32")
+    assert "tf32, NHWC" in rule["cuDNN's fastest"] and rule["step ms"] < alexnet.views.step_ms(totals, "21")

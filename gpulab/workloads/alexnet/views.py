@@ -226,6 +226,25 @@ INPUT_RULES = (
 )
 
 
+def channels_last_rule(run, step: str, precision: str, N: int = MAIN_N) -> dict:
+    """The last rule of :data:`INPUT_RULES` for one step of any precision: ``step`` given x already
+    channels-last (its call without the copy) and cuDNN's fastest channels-last path of ``precision``
+    (x converted before timing), all five layers at ``N``. NaN times where the run lacks the rows."""
+    _, ours_experiment, vendor_experiments, _ = INPUT_RULES[2]
+    have = set(run.timings["experiment"])
+    out = {"step ms": np.nan, "cuDNN's fastest": "", "cuDNN ms": np.nan}
+    if ours_experiment in have:
+        mine = totals_at(layer_totals(run.experiment(ours_experiment)), N, [step])
+        out["step ms"] = float(mine["median_ms"].iloc[0]) if len(mine) else np.nan
+    vendor = pd.concat([totals_at(layer_totals(run.experiment(e)), N, ["cuDNN"]) for e in vendor_experiments])
+    members = ("fp16", "bf16") if precision == "fp16" else (precision,)      # as input_rules' classes
+    vendor = vendor[vendor["variant"].str.contains(", NHWC,") & vendor["precision"].isin(members)]
+    if len(vendor):
+        best = vendor.loc[vendor["median_ms"].idxmin()]
+        out.update({"cuDNN's fastest": best["variant"], "cuDNN ms": float(best["median_ms"])})
+    return out
+
+
 def per_layer(ladder: pd.DataFrame, steps, precision: str, N: int = MAIN_N) -> pd.DataFrame:
     """Per layer at ``N`` (index 1-5): the time of each of ``steps`` ("step NN (ms)") and of cuDNN's
     fastest path of ``precision`` over the five layers (:func:`vendor_best`; the column is its name).
