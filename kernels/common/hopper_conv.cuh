@@ -166,7 +166,7 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 
 // Dynamic shared memory of conv_wgmma: the ring, plus 1 KiB to align it to the swizzle's period.
 #define CONV_SHARED_BYTES(BN) (CONV_STAGES * CONV_SLICE_BYTES(BN, CONV_BK) + 1024)
-// ---- hconv32: float operands on the tf32 tensor cores (convpool steps 10 and 11) ----
+// ---- hconv32: float operands on the tf32 tensor cores (convpool steps 10 and 11, alexnet steps 26 and 27) ----
 // Additive: everything above, and so step 9's and alexnet's fp16 instantiations, is unchanged.
 //
 // conv_wgmma_tf32: the same persistent warp-specialized loop over float NHWC input and float
