@@ -281,17 +281,23 @@ def baselines_in(rows) -> bool:
 
 def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     # The H200 against the H100 at N = 10,000: every step that has its own kernels and every
-    # cuDNN path, none memory-bound, and only step 4 (im2col's round trip through memory) of ours
-    # gaining more than a few percent -- what the notebook's text says of the recorded runs.
+    # cuDNN path; none memory-bound but step 13, which the roofline reads as memory-bound (its bytes
+    # nearer their roof than its products) yet uses under half of the bandwidth and gains nothing;
+    # and only step 4 (im2col's round trip through memory) of ours gaining more than a few
+    # percent -- what the notebook's text says of the recorded runs.
     comparison = lenet.gpu_comparison()
     assert comparison is not None, "both the H100 and the H200 runs of lenet are recorded"
     table = comparison[0].set_index("variant")
     ours = [s.label for s in lenet.STEPS if not (s.streams or s.graph)]
-    # Step 13 is compared once the H200 run is recorded again (the H100's has it).
-    assert set(ours) - set(table.index) <= {lenet.STEP["13"].label}
+    assert set(ours) <= set(table.index)
     ours = [label for label in ours if label in table.index]
     assert len(ours) >= 10 and table.index.str.startswith("cuDNN").sum() >= 3
-    assert (table["bound"] != "memory").all() and (table["predicted"] == 1.0).all()
+    s13 = lenet.STEP["13"].label
+    others = table.drop(index=[s13], errors="ignore")
+    assert (others["bound"] != "memory").all() and (others["predicted"] == 1.0).all()
+    if s13 in table.index:
+        assert table.loc[s13, "bound"] == "memory" and table.loc[s13, "predicted"] < 0.8
+        assert table.loc[s13, "memory_use_a"] < 0.5 and table.loc[s13, "ratio"] > 0.97
     assert (table["memory_use_a"] > 0).all()                  # the vendor rows got their bytes
     mine = table.loc[ours, "ratio"]
     assert mine.idxmin() == lenet.STEP["04"].label and mine.drop(lenet.STEP["04"].label).between(0.97, 1.03).all()
