@@ -55,6 +55,36 @@ def test_the_channels_last_copy_has_its_border_and_aligned_runs():
                 or (g.Cp * itemsize) % 16 == 0
 
 
+@pytest.mark.parametrize("C, H, W, Cp, Hp, Wp, P", [
+    (3, 9, 7, 4, 11, 10, 1),      # layer 1's form: 4 channels, two pixels per chunk, a border, extra columns
+    (3, 5, 5, 4, 5, 6, 0),
+    (13, 5, 7, 16, 5, 7, 0),      # step 25's form: no border, channels padded past C
+    (19, 4, 3, 24, 6, 5, 1),
+], ids=["c4_border", "c4", "c16", "c24_border"])
+def test_step28s_copy_writes_every_chunk_of_the_channels_last_layout(backend, C, H, W, Cp, Hp, Wp, P):
+    be = gpulab.get_backend(backend)
+    N = 3
+    x = np.random.default_rng(C * H + P).standard_normal((N, C, H, W)).astype(np.float16)
+    want = np.zeros((N, Hp, Wp, Cp), np.float16)
+    want[:, P:P + H, P:P + W, :C] = x.transpose(0, 2, 3, 1)
+    xt = be.poisoned((N, Hp, Wp, Cp), np.float16)
+    alexnet.copies.copy_launch(be.to_device(x), xt, C, H, W, P, be)()
+    be.synchronize()
+    np.testing.assert_array_equal(be.to_host(xt), want)     # a copy: exact, and no NaN left
+
+
+def test_step28s_copy_refuses_layouts_it_cannot_write():
+    x = np.zeros((1, 3, 5, 5), np.float16)
+    with pytest.raises(gpulab.KernelArgumentError, match="multiple of 8"):
+        alexnet.copies.copy_launch(x, np.zeros((1, 5, 5, 4), np.float16), 3, 5, 5, 0, "cpu")   # 25 pixels: odd
+    with pytest.raises(gpulab.KernelArgumentError, match="multiple of 8"):
+        alexnet.copies.copy_launch(x, np.zeros((1, 5, 6, 2), np.float16), 3, 5, 5, 0, "cpu")  # fewer than C
+    with pytest.raises(gpulab.KernelArgumentError, match="border"):
+        alexnet.copies.copy_launch(x, np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 1, "cpu")
+    with pytest.raises(gpulab.KernelArgumentError, match="float16"):
+        alexnet.copies.copy_launch(x.astype(np.float32), np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 0, "cpu")
+
+
 def test_the_checks_use_shapes_that_break_sloppy_tiling():
     for layer in alexnet.CHECK_LAYERS:
         assert layer.M % 16 and layer.C % 8 or layer.index == 1     # not multiples of the tiles
@@ -125,7 +155,8 @@ def test_the_recorded_run_has_every_experiment():
     ladder = run.experiment("ladder")
     # Steps added after the run was recorded have no rows at all; every view says "not recorded yet".
     unrecorded = alexnet.unrecorded_steps(ladder)
-    assert set(unrecorded) <= {s.number for s in alexnet.WINOGRAD_STEPS} | set(alexnet.steps.WGMMA32_FALLBACK)
+    assert set(unrecorded) <= ({s.number for s in alexnet.WINOGRAD_STEPS + alexnet.COPY_STEPS}
+                               | set(alexnet.steps.WGMMA32_FALLBACK))
     expected = {s.label for s in alexnet.STEPS if s.number not in unrecorded}
     for N in alexnet.BATCHES:
         at_n = ladder[ladder["size"] == N]
@@ -236,3 +267,16 @@ def test_the_input_rules_compare_on_one_input_and_say_what_a_run_lacks():
     assert old["step 25 ms"].isna().all() and old["note"].str.contains("not recorded").all()
     assert old["note"].iloc[0] == "step(s) 25 not recorded in this run"
     assert old["note"].iloc[1:].str.contains("no ladder_n").all()
+
+
+def test_the_copy_table_splits_each_call_into_its_copy_and_its_gemm():
+    run = gpulab.load_run(alexnet.CHAPTER, "H100")
+    t = alexnet.copy_table(run, steps=("20", "25"))
+    assert list(t["layer"].unique()) == [layer.index for layer in alexnet.LAYERS] and len(t) == 10
+    np.testing.assert_allclose(t["copy (ms)"], t["given NCHW x (ms)"] - t["given channels-last x (ms)"])
+    assert (t["copy (ms)"] > 0).all()          # the GEMM alone is faster than copy + GEMM
+    # Step 25 runs layer 1 with step 20's kernel and copy: the same call, timed twice.
+    layer1 = t[t["layer"] == 1].set_index("step")["given NCHW x (ms)"]
+    assert layer1["25"] == pytest.approx(layer1["20"], rel=0.1)
+    assert alexnet.copy_table(run, steps=("99",))[["given NCHW x (ms)", "copy (ms)"]].isna().all().all()
+

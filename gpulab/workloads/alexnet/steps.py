@@ -3,9 +3,9 @@ against the float64 reference, what each step needs of the device (shared memory
 the memory budget), and what each kernel file predicts.
 
 Steps 18-22 are launched by :mod:`.tc`, steps 23-24 by :mod:`.winograd`, step 25 by
-:mod:`.wgmma`, steps 26-27 (the same GEMM on floats) by :mod:`.wgmma32`; where Winograd (layers 1
-and 2) or steps 25-27 (layer 1) do not apply this module hands the layer to the fallback step, so
-none of those modules reads the ladder.
+:mod:`.wgmma`, steps 26-27 (the same GEMM on floats) by :mod:`.wgmma32`, step 28 as step 25 with
+layer 1's copy from :mod:`.copies`; where Winograd (layers 1 and 2) or steps 25-28 (layer 1) do not
+apply this module hands the layer to the fallback step, so none of those modules reads the ladder.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ...check import compare
 from ...device import limits
 from ...errors import KernelArgumentError
 from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module, resource_table
-from . import tc, wgmma, wgmma32, winograd
+from . import copies, tc, wgmma, wgmma32, winograd
 from .shapes import (BATCHES, CHECK_LAYERS, CHECK_N, LAYERS, MAIN_N, MEMORY_FRACTION, SCALING_BATCHES, Layer,
                      block_shape, k_table, make_inputs, memory_limit, reference)
 
@@ -132,6 +132,16 @@ WGMMA_STEPS = [
          ("conv_wgmma_3xtf32_16x128", "to_nhwc_split"), "wgmma"),
 ]
 STEPS += WGMMA_STEPS
+#: Step 28: step 25 with layer 1's copy to channels-last made in one pass of 16-byte stores
+#: (gpulab/workloads/alexnet/copies.py); the GEMMs, and layers 2-5's copies, are step 25's.
+COPY_STEPS = [
+    Step("28", "alexnet/28_vector_copies.cu",
+         "step 25 + layer 1's copy in 16-byte chunks",
+         ("to_nhwc_chunks_half",), "wgmma", precision="fp16"),
+]
+STEPS += COPY_STEPS
+#: The step each of COPY_STEPS changes only layer 1's copy of.
+COPY_OF = {"28": "25"}
 STEP = {s.number: s for s in STEPS}
 #: The step whose kernel runs a layer step 25 does not apply to (layer 1: stride 4, 3 channels).
 WGMMA_FALLBACK = "20"
@@ -335,6 +345,15 @@ def make_launch(step: Step, layer: Layer, N: int, x, w, y, backend: str | Backen
         if ran is not step:
             return make_launch(ran, layer, N, x, w, y, be)
         return winograd.make_launch(step, layer, N, x, w, y, be)
+    if step.number in COPY_OF:
+        # The step it changes, bound as that step binds it; on layer 1 (step 20's kernel, whose
+        # layout has the layer's zero border written out) its copy replaced. On layers 2-5 the
+        # chunked copy was slower than step 25's own (see the kernel file).
+        base = STEP[COPY_OF[step.number]]
+        launch = make_launch(base, layer, N, x, w, y, be)
+        if fallback_step(base, layer) is base:
+            return launch
+        return copies.with_chunk_copy(launch, x, layer, layer.P, be)
     if step.kind == "wgmma":
         ran = fallback_step(step, layer)
         if ran is not step:
@@ -647,6 +666,7 @@ def _predicted():
                    "step 26's layers 2-5, which the prediction scaled by convpool's 3.25, took less than predicted, "
                    "and step 27 took less than 3.25x of them")),
                p.about(1 / 3.25, "26", "layers 2-5", claim="layers 2-5 take about 3.25x step 26's time")),
+        "28": (p.about_ms(0.96), p.about(1.25, "25", "layer 1"), p.same("25", "layers 2-5")),
     }
 
 

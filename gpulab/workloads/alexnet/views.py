@@ -298,3 +298,24 @@ def input_rules(run, steps=("20", "25"), N: int = MAIN_N) -> pd.DataFrame:
         row[f"step {int(steps[-1])} / cuDNN"] = row[last] / row["cuDNN ms"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def copy_table(run, steps=("25", "28"), N: int = MAIN_N) -> pd.DataFrame:
+    """Per layer at ``N``, each of ``steps``' time given NCHW x (the ladder's rule), given x
+    already channels-last (``ladder_nhwc_input``: its GEMM alone), and the difference: the copy
+    to channels-last that each call makes before its GEMM. NaN where the run has no row."""
+    def times(experiment):
+        rows = run.experiment(experiment) if experiment in set(run.timings["experiment"]) else None
+        if rows is None or rows.empty:
+            return pd.Series(dtype=float)
+        rows = rows[(rows["size"] == N) & rows["step"].astype(str).isin(list(steps))]
+        return rows.set_index([rows["layer"].astype(int), rows["step"].astype(str)])["median_ms"]
+    given_nchw, given_nhwc = times("ladder"), times("ladder_nhwc_input")
+    out = []
+    for layer in LAYERS:
+        for step in steps:
+            nchw = float(given_nchw.get((layer.index, step), np.nan))
+            nhwc = float(given_nhwc.get((layer.index, step), np.nan))
+            out.append({"layer": layer.index, "step": step, "given NCHW x (ms)": nchw,
+                        "given channels-last x (ms)": nhwc, "copy (ms)": nchw - nhwc})
+    return pd.DataFrame(out)
