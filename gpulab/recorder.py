@@ -310,23 +310,3 @@ def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: 
 def _as_pair(result) -> tuple[list[dict], dict]:
     """A chapter's result as (rows, tables): a bare list of rows has no side tables."""
     return result if isinstance(result, tuple) else (result, {})
-
-
-# ------------------------------------------------------------------------------------------------
-# ADAPTER, temporary: multigpu does not yet declare its run as a Recording. This gives their benchmark_all the one signature, as `python -m gpulab record` called
-# them before: repeats and quick, and the budget under their old name, deadline_s, where they take
-# one. Remove a chapter from the set when it converts; remove the adapter when none is left.
-_NOT_YET_RECORDINGS = {"multigpu": "deadline_s"}
-
-
-def benchmark_all_of(module) -> Callable:
-    """``module.benchmark_all`` with the one signature (see the adapter above)."""
-    fn = module.benchmark_all
-    budget_name = _NOT_YET_RECORDINGS.get(module.CHAPTER, "")
-    if isinstance(fn, Recording) or budget_name == "":
-        return fn
-
-    def adapted(repeats: int = 100, quick: bool = False, budget_s: float | None = None, log: Callable = print):
-        budget = {budget_name: budget_s} if budget_name and budget_s is not None else {}
-        return fn(repeats=repeats, quick=quick, **budget)
-    return adapted

@@ -373,6 +373,66 @@ def alexnet(fail):
     r.compare = compare
 
 
+def multigpu(fail):
+    """Two "GPUs" (the count), no NCCL, no worker processes, no PyTorch: the one-process
+    all-reduce curve, the NCCL-settings sweep, the workers' run and DDP stubbed as what they
+    return (rows, checks, choices, a timeline); real: the order of the experiments, the settings
+    kept, the side tables and the refusal of a run whose checks failed (``--fail ddp``: DDP's
+    processes fail and the run lists why in its problems table instead)."""
+    from gpulab.errors import GpulabError
+    from gpulab.workloads.multigpu import ddp, record as r, workers
+    device.gpu_count = r.gpu_count = lambda: 2
+    r.DOCS = 2048
+    r.data.sample = lambda docs, vocab, stream=0: types.SimpleNamespace(docs=docs, vocab=vocab)
+    r.reference.init_params = lambda: {"W1": np.ones((2, 2), np.float32)}
+
+    class Nccl:
+        def __init__(self, devices=(0, 1)):
+            self.devices, self.comms = tuple(devices), [types.SimpleNamespace(destroy=lambda: None)] * len(devices)
+    r.Nccl = Nccl
+    r.time_allreduce = lambda comm, repeats, sizes=None, log=print: [
+        row for n in (sizes or r.ALLREDUCE_BYTES[:2])
+        for row in fake_rows("allreduce", r.ONE_PROCESS, n, phase="allreduce", bytes=float(n), gpus=2)]
+    r.topology = lambda: [{"from": a, "to": 1 - a, "peer_access": True, "name": "Stub GPU"} for a in (0, 1)]
+
+    def run_workers(corpus, params, batches, sizes, repeats, world, timeline_batches=(), env=None, sweep_only=False):
+        nccl = workers.nccl_label(env or {})
+        experiment = "nccl settings" if sweep_only else "overlap"
+        rows, checks, choices, timeline = [], [], [], []
+        for b in ((max(batches),) if sweep_only else batches):
+            for config in (workers.Overlap(2, None, True), workers.Overlap(2, None, False),
+                           workers.Overlap(2, 8, True, "parameters", overlapped=False)):
+                rows += fake_rows(experiment, f"{world} GPUs, bucketed: {config.label}; {nccl}", b, phase="step",
+                                  gpus=world, rank=0, form=config.form, overlapped=int(config.overlapped))
+                checks.append({"batch": b, "variant": f"bucketed: {config.label}; {nccl}",
+                               "quantity": "summed gradient vs the plain step's", "rel_error": 0.0,
+                               "tolerance": 1e-5, "passed": fail != "checks"})
+            for row in rows[-3:]:
+                row["slowest_rank_ms"] = row["median_ms"]
+            best = workers.Overlap(2, None, False)
+            choices.append({"batch": b, "nccl": nccl, "buckets": best.buckets, "blocks_per_sm": best.blocks_per_sm,
+                            "priority": best.priority, "form": best.form, "rare_share": best.rare_share,
+                            "overlapped": best.overlapped, "label": best.label, "plain": "split gradient"})
+            if not sweep_only:
+                rows += [row for mode in workers.MODES
+                         for row in fake_rows("step", workers.variant(mode, world), b, phase="step", gpus=world)]
+                timeline += [{"batch": b, "mode": "plain", "gpu": g, "lane": "compute", "operation": "forward",
+                              "start_us": 0.0, "end_us": 1.0} for g in range(world) if b in timeline_batches]
+        if not sweep_only:
+            rows += [row for n in sizes for row in fake_rows("allreduce", workers.variant("plain", world), n)]
+        return {"rows": rows, "checks": checks, "choices": choices, "digests": [], "timeline": timeline}
+    workers.run_workers = r.run_workers = run_workers
+
+    def time_ddp(corpus, params, batches, repeats=30, world=2):
+        if fail == "ddp":
+            raise GpulabError("DDP's processes did not start")
+        return ([row for b in batches for row in fake_rows("ddp", "PyTorch DDP (EmbeddingBag, 2 processes)", b)],
+                [{"batch": b, "variant": "PyTorch DDP", "quantity": "W1's gradient vs float64", "rel_error": 0.0,
+                  "tolerance": 1e-5, "passed": True} for b in batches])
+    ddp.time_ddp = r.time_ddp = time_ddp
+
+
+
 #: Options a chapter's stubs add to the record's command line.
 RECORD_OPTIONS: list = []
 

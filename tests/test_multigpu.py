@@ -512,7 +512,7 @@ def test_a_run_without_the_baseline_says_why(tmp_path):
     run, _ = _synthetic_run()
     rows = run.timings[run.timings["experiment"] != "ddp"]
     save_run("multigpu", rows, dict(run.meta), root=tmp_path,
-             tables={"problems": [{"experiment": "ddp", "problem": "SYNTHETIC: the processes did not start"}]})
+             tables={"problems": [{"experiment": "ddp", "error": "SYNTHETIC: the processes did not start"}]})
     loaded = views.recorded(root=tmp_path)
     assert views.problems(loaded)["experiment"].tolist() == ["ddp"]
     assert views.DDP not in views.step_table(loaded) and len(views.targets(loaded)) == 2

@@ -281,30 +281,11 @@ def test_the_command_line_calls_every_chapter_the_same_way(monkeypatch, tmp_path
     assert "lenet: 1 check(s) FAILED" in capsys.readouterr().err
 
 
-def test_every_chapter_is_a_recording_or_in_the_marked_adapter():
-    """The adapter lists exactly the chapters not yet converted: a converted chapter must leave it."""
+def test_every_chapter_is_a_recording():
+    """Every chapter with a workload declares its recorded run as a Recording (no adapter is left)."""
     for name in names(with_workload=True):
-        module = workload(name)
-        converted = isinstance(module.benchmark_all, Recording)
-        assert converted != (name in recorder._NOT_YET_RECORDINGS), name
-        if converted:
-            assert recorder.benchmark_all_of(module) is module.benchmark_all
-
-
-def test_the_adapter_passes_the_budget_under_the_old_name():
-    got = []
-
-    class Legacy:
-        CHAPTER = "multigpu"
-
-        @staticmethod
-        def benchmark_all(repeats=100, quick=False, deadline_s=300.0):
-            got.append((repeats, quick, deadline_s))
-            return [], {}
-    adapted = recorder.benchmark_all_of(Legacy)
-    adapted(repeats=5, quick=True, budget_s=12.0)
-    adapted()
-    assert got == [(5, True, 12.0), (100, False, 300.0)]
+        assert isinstance(workload(name).benchmark_all, Recording), name
+    assert not hasattr(recorder, "benchmark_all_of")
 
 
 def test_one_profiler_entry_point(capsys):

@@ -65,7 +65,7 @@ def run_or_fail(chapter: str, out: Path, *options: str, code: int = 0) -> dict:
                                      pytest.param("lenet", marks=pytest.mark.slow),
                                      pytest.param("convpool", marks=pytest.mark.slow),
                                      pytest.param("alexnet", marks=pytest.mark.slow),
-                                     "training"])
+                                     "training", "multigpu"])
 def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
     expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
     found = run_or_fail(chapter, tmp_path)
@@ -176,6 +176,20 @@ def test_a_failed_check_is_not_timed_alexnet(tmp_path):
     assert checks.loc[checks["step"] != "14", "passed"].all()
     failed = [row[:3] for row in found["alexnet.skipped.csv"]["rows"] if row[3].startswith("FAILED: CheckFailed")]
     assert failed == [["14", str(layer), str(N)] for layer in range(1, 6) for N in (1, 8)]
+
+
+def test_the_multigpu_record_refuses_a_run_whose_checks_failed(tmp_path):
+    done = record("multigpu", tmp_path, "--fail", "checks")
+    assert done.returncode == 2 and "the multi-GPU steps failed their checks" in done.stderr, done.stderr[-2000:]
+    assert not list(tmp_path.rglob("multigpu.*"))
+
+
+def test_the_multigpu_record_keeps_its_measurements_when_ddp_fails(tmp_path):
+    """PyTorch DDP's processes fail: the lab's own rows are kept and the problems table says why."""
+    found = run_or_fail("multigpu", tmp_path, "--fail", "ddp")
+    expected = json.loads((FIXTURES / "multigpu.json").read_text())
+    assert found["multigpu.csv"]["rows"] == [row for row in expected["multigpu.csv"]["rows"] if row[0] != "ddp"]
+    assert found["multigpu.problems.csv"]["rows"] == [["ddp", "GpulabError: DDP's processes did not start"]]
 
 
 if __name__ == "__main__":          # rewrite a chapter's fixture from this checkout's record

@@ -232,7 +232,7 @@ def record(chapter: str, out: Path, budget_s: float | None, precheck: list[str])
                     A.profile.PROFILE_RUNS = [run for run in A.profile.PROFILE_RUNS if run[1] != number]
                     break
     start = time.perf_counter()
-    path, rows, failed = recorder.record(chapter, recorder.benchmark_all_of(module), repeats=100, budget_s=budget_s,
+    path, rows, failed = recorder.record(chapter, module.benchmark_all, repeats=100, budget_s=budget_s,
                                          root=out)
     log(f"{chapter}: {rows} rows, {failed} check(s) FAILED, in {time.perf_counter() - start:.0f} s -> {path}")
 

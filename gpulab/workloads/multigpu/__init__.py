@@ -4,26 +4,20 @@ data-parallel on two GPUs, declared once.
 * :mod:`.replicas`: the data-parallel step (replicas, flat gradient buffers,
   buckets) and its CPU-backend stand-in with the all-reduce in NumPy;
 * :mod:`.costmodel`: the ring all-reduce cost model, its fit and predictions;
-* :mod:`.record`: the benchmarks ``python -m gpulab record multigpu`` runs on a
-  machine with two GPUs (NCCL through CuPy, one process driving both);
+* :mod:`.record`: the recorded run (:data:`benchmark_all`, a
+  :class:`gpulab.recorder.Recording`) that ``python -m gpulab record multigpu``
+  makes on a machine with two GPUs or more;
+* :mod:`.workers`: one process per GPU, each driving its GPU's replica and NCCL;
 * :mod:`.ddp`: PyTorch DistributedDataParallel on the same model, the baseline;
 * :mod:`.views`: the recorded run's figures.
 """
 from .costmodel import RingModel, allreduce_time_ms, bus_bandwidth_gbs, fit, predictions, scaling_efficiency
+from .record import CHAPTER, benchmark_all
 from .replicas import Bucket, DataParallel, Layout, Replica, numpy_allreduce, split_batch
 
-CHAPTER = "multigpu"
 TITLE = "When one GPU is not enough: data-parallel training on two GPUs with NCCL"
 #: The GPUs the recorded run needs.
 GPUS_NEEDED = 2
-
-
-def benchmark_all(repeats: int = 100, quick: bool = False, deadline_s: float | None = None):
-    """Every experiment of the chapter on two GPUs (see :mod:`.record`); fails
-    at once, clearly, on a machine with fewer."""
-    from .record import benchmark_all as run
-    return run(repeats=repeats, quick=quick, deadline_s=deadline_s)
-
 
 __all__ = ["CHAPTER", "TITLE", "GPUS_NEEDED", "Bucket", "DataParallel", "Layout", "Replica", "RingModel",
            "allreduce_time_ms", "benchmark_all", "bus_bandwidth_gbs", "fit", "numpy_allreduce", "predictions",

@@ -1,4 +1,6 @@
-"""The recorded run: what ``python -m gpulab record multigpu`` measures on a machine with several GPUs.
+"""The recorded run: what ``python -m gpulab record multigpu`` measures on a machine with several GPUs,
+as a :class:`gpulab.recorder.Recording` (:data:`benchmark_all`; its experiments ``one process``, ``nccl
+settings``, ``two GPUs`` and ``ddp``, in that order; DDP is left out once the run's budget is spent).
 
 The number of GPUs is the machine's (``p``, at least 2 for the record). The
 lab's steps run one process per GPU (:mod:`.workers`): each process binds its
@@ -52,26 +54,20 @@ checked before it is timed.
 """
 from __future__ import annotations
 
-import ctypes
-import time
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from ...device import gpu_count
 from ...errors import CheckFailed, GpulabError
+from ...recorder import Experiment, Recording
 from ..training import data, reference
+from .ddp import time_ddp
 from .replicas import Layout
+from .workers import NCCL_SETTINGS, nccl, nccl_env, nccl_label, run_workers
 
+CHAPTER = "multigpu"
 BATCHES = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_BATCHES = (1024, 65536)
 ALLREDUCE_BYTES = tuple(2 ** k for k in range(10, 29, 2))          # 1 KiB .. 256 MiB
-CHECK_STEPS = 3
-#: The two GPUs' summed gradient against one GPU's on the whole batch (relative,
-#: whole gradient): the same float32 sums in another order.
-GRADIENT_TOLERANCE = 1e-5
-#: The same for the parameter-averaging form, whose gradient is read back as (W before -
-#: W after) / lr: each of a row's atomic adds into W1 rounds at W's float32 spacing, not the
-#: gradient's (step 9 on one GPU carries the same rounding).
-UPDATE_TOLERANCE = 1e-4
 TIMING_BUDGET_MS = 1500.0
 #: The documents the run samples (more than the training set: B goes to 65,536).
 DOCS = max(BATCHES)
@@ -92,29 +88,6 @@ def require_gpus(n: int = GPUS) -> int:
         raise NeedsTwoGpus(f"the multigpu chapter's run needs {n} GPUs, found {found}. Record it on a machine "
                            f"with two GPUs or more: python -m gpulab record multigpu")
     return found
-
-
-def nccl():
-    """``cupy.cuda.nccl``. CuPy's wheels do not ship NCCL: the library of the
-    ``nvidia-nccl-cu*`` wheel (the one PyTorch uses) is loaded first, globally,
-    so that CuPy's bindings find the same copy."""
-    import importlib
-    import sys
-    if "cupy.cuda.nccl" not in sys.modules:
-        for name in ("nvidia.nccl",):
-            try:
-                pkg = importlib.import_module(name)
-            except ImportError:
-                continue
-            for root in pkg.__path__:
-                lib = Path(root) / "lib" / "libnccl.so.2"
-                if lib.exists():
-                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-    mod = importlib.import_module("cupy.cuda.nccl")
-    if not getattr(mod, "available", False):
-        raise GpulabError("CuPy cannot load NCCL (cupy.cuda.nccl.available is False); install the NCCL wheel "
-                          "matching your CUDA (nvidia-nccl-cu12 or nvidia-nccl-cu13)")
-    return mod
 
 
 class Nccl:
@@ -147,13 +120,6 @@ def _synchronize_all(devices=(0, 1)) -> None:
     for dev in devices:
         with cupy.cuda.Device(dev):
             cupy.cuda.Device(dev).synchronize()
-
-
-def _work(batch: data.Corpus) -> dict:
-    from ..training.record import bytes_per_step, flops_per_step
-    from ..training.steps import Dims
-    d = Dims(batch.docs, batch.vocab)
-    return {"flops": flops_per_step(d, batch.nnz), "bytes": bytes_per_step(d, batch.nnz)}
 
 
 ONE_PROCESS = "NCCL all-reduce, lab (CuPy), 1 process driving all GPUs"
@@ -223,60 +189,93 @@ def topology() -> list[dict]:
     return rows
 
 
-def benchmark_all(repeats: int = 30, quick: bool = False, deadline_s: float | None = None, log=print):
-    """Every experiment on all the machine's GPUs (at least two): (rows, side tables)."""
-    from .workers import NCCL_SETTINGS, nccl_env, nccl_label, run_workers
+@dataclass
+class Planned:
+    """What :func:`setup` decided: the machine's GPUs, the batches, the corpus and the weights,
+    the repeats (at most 30: each is a step of every GPU), the NCCL settings kept (by the
+    ``nccl settings`` experiment) and every check the experiments made."""
+
+    world: int
+    batches: tuple
+    corpus: data.Corpus
+    params: dict
+    repeats: int
+    env: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)
+
+
+def setup(rec) -> Planned:
+    """Every GPU of the machine (at least two, else a clear error), NVLink multicast off."""
     world = require_gpus(GPUS)
     nccl_env()
-    start = time.perf_counter()
-    batches = QUICK_BATCHES if quick else BATCHES
-    corpus = data.sample(max(batches), data.VOCAB, stream=400)
-    params = reference.init_params()
-    repeats = max(5, min(repeats, 30))
-    # One process driving every GPU: measured first, then its communicators destroyed.
-    comm = Nccl(tuple(range(world)))
-    rows = time_allreduce(comm, repeats, log=log)
+    batches = QUICK_BATCHES if rec.quick else BATCHES
+    planned = Planned(world, batches, data.sample(max(batches), data.VOCAB, stream=400), reference.init_params(),
+                      max(5, min(rec.repeats, 30)))
+    rec.table("checks", planned.checks)          # filled by the experiments, DDP's last
+    return planned
+
+
+def one_process(rec, ctx: Planned) -> None:
+    """The all-reduce curve of one process driving every GPU, measured first; its communicators
+    are destroyed before the workers start theirs."""
+    comm = Nccl(tuple(range(ctx.world)))
+    rec.add(time_allreduce(comm, ctx.repeats, log=rec.progress))
     for c in comm.comms:
         c.destroy()
-    del comm
-    # NCCL's settings are read once per process: each is tried in a fresh pair of processes, at the
-    # largest batch, and the run keeps the one with the fastest two-GPU step there.
-    checks, swept = [], []
+
+
+def nccl_settings(rec, ctx: Planned) -> None:
+    """NCCL's settings are read once per process: each is tried in a fresh pair of processes, at
+    the largest batch, and the run keeps the one with the fastest two-GPU step there."""
+    swept = []
     for env in NCCL_SETTINGS:
-        got = run_workers(corpus, params, (max(batches),), (), repeats, world, env=env, sweep_only=True)
-        rows += got["rows"]
-        checks += got["checks"]
+        got = run_workers(ctx.corpus, ctx.params, (max(ctx.batches),), (), ctx.repeats, ctx.world, env=env,
+                          sweep_only=True)
+        rec.add(got["rows"])
+        ctx.checks += got["checks"]
         best = min(r.get("slowest_rank_ms", r["median_ms"]) for r in got["rows"]
                    if r["experiment"] == "nccl settings" and r.get("overlapped", 1))
         swept.append((best, env))
-    env = min(swept, key=lambda t: t[0])[1]
-    log(f"NCCL settings kept: {nccl_label(env)}", flush=True)
-    got = run_workers(corpus, params, batches, allreduce_sizes(), repeats, world,
-                      timeline_batches=[b for b in TIMELINE_BATCHES if b in batches], env=env)
-    rows += got["rows"]
-    checks += got["checks"]
-    failed = [c for c in checks if not c["passed"]]
+    ctx.env = min(swept, key=lambda t: t[0])[1]
+    rec.progress(f"NCCL settings kept: {nccl_label(ctx.env)}")
+
+
+def two_gpus(rec, ctx: Planned) -> None:
+    """The workers' run under the settings kept: the sweep, the steps, the pieces, the timeline and
+    the all-reduce curves (see :mod:`.workers`). A run whose checks failed is refused whole."""
+    got = run_workers(ctx.corpus, ctx.params, ctx.batches, allreduce_sizes(), ctx.repeats, ctx.world,
+                      timeline_batches=[b for b in TIMELINE_BATCHES if b in ctx.batches], env=ctx.env)
+    rec.add(got["rows"])
+    ctx.checks += got["checks"]
+    failed = [c for c in ctx.checks if not c["passed"]]
     if failed:
         raise CheckFailed(f"the multi-GPU steps failed their checks: {failed}")
-    log(f"{world} workers done in {time.perf_counter() - start:.0f} s ({len(checks)} checks passed)", flush=True)
-    problems = []
-    if deadline_s is not None and time.perf_counter() - start >= deadline_s:
-        problems.append({"experiment": "ddp", "problem": f"left out: the deadline of {deadline_s:g} s was reached"})
-    else:
-        # The baseline runs in other processes: if it fails, the lab's own measurements are kept
-        # and the run says why the baseline is missing (the notebook shows the problems table).
-        from .ddp import time_ddp
-        try:
-            ddp_rows, ddp_checks = time_ddp(corpus, params, batches, repeats=repeats, world=world)
-            rows += ddp_rows
-            checks += ddp_checks
-        except Exception as exc:       # noqa: BLE001 -- recorded, not hidden
-            problems.append({"experiment": "ddp", "problem": f"{type(exc).__name__}: {exc}"[:2000]})
-            log(f"PyTorch DDP failed: {problems[-1]['problem']}", flush=True)
+    rec.progress(f"{ctx.world} workers done ({len(ctx.checks)} checks passed)")
+    rec.table("topology", topology())
+    rec.table("timeline", got["timeline"])
     # None (one block per document; equal work) as numbers: 0 blocks per SM, and the share itself.
-    choices = [{**c, "blocks_per_sm": c["blocks_per_sm"] or 0, "rare_share": c["rare_share"] or 1 / c["buckets"]}
-               for c in got["choices"]]
-    tables = {"checks": checks, "topology": topology(), "timeline": got["timeline"], "choices": choices}
-    if problems:
-        tables["problems"] = problems
-    return rows, tables
+    rec.table("choices", [{**c, "blocks_per_sm": c["blocks_per_sm"] or 0,
+                           "rare_share": c["rare_share"] or 1 / c["buckets"]} for c in got["choices"]])
+
+
+def pytorch_ddp(rec, ctx: Planned) -> None:
+    """The baseline, in processes of its own: if it fails, the lab's own measurements are kept
+    and the run's problems table says why the baseline is missing (the notebook shows it)."""
+    try:
+        rows, checks = time_ddp(ctx.corpus, ctx.params, ctx.batches, repeats=ctx.repeats, world=ctx.world)
+    except Exception as exc:       # noqa: BLE001 -- recorded, not hidden
+        rec.problem("ddp", f"{type(exc).__name__}: {exc}"[:2000])
+        rec.progress(f"PyTorch DDP failed: {type(exc).__name__}: {exc}"[:2000])
+        return
+    rec.add(rows)
+    ctx.checks += checks
+
+
+#: Every experiment of the chapter on all the machine's GPUs (at least two), in order; PyTorch DDP
+#: is left out (a row of the problems table) once the run's budget is spent.
+benchmark_all = Recording(CHAPTER, [
+    Experiment("one process", one_process),
+    Experiment("nccl settings", nccl_settings),
+    Experiment("two GPUs", two_gpus),
+    Experiment("ddp", pytorch_ddp, optional=True),
+], setup=setup)

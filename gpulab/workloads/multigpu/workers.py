@@ -28,6 +28,7 @@ different numbers of collectives and leave one waiting for the other forever.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -56,11 +57,50 @@ def variant(mode: str, p: int) -> str:
 STEP_LAUNCHES = 10           # steps per CUDA graph in the step timings
 ALLREDUCE_LAUNCHES = 10      # all-reduces per CUDA graph in the all-reduce curve
 WAIT_S = 540                  # the parent gives up on the workers after this long
+#: Steps each mode runs before its copies are compared bit for bit across the GPUs.
+CHECK_STEPS = 3
+#: The two GPUs' summed gradient against one GPU's on the whole batch (relative,
+#: whole gradient): the same float32 sums in another order.
+GRADIENT_TOLERANCE = 1e-5
+#: The same for the parameter-averaging form, whose gradient is read back as (W before -
+#: W after) / lr: each of a row's atomic adds into W1 rounds at W's float32 spacing, not the
+#: gradient's (step 9 on one GPU carries the same rounding).
+UPDATE_TOLERANCE = 1e-4
 
 
 def nccl_env() -> None:
     """NVLink multicast (NVLS) stays off on the lab's machines: set before NCCL loads."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+
+
+def nccl():
+    """``cupy.cuda.nccl``. CuPy's wheels do not ship NCCL: the library of the
+    ``nvidia-nccl-cu*`` wheel (the one PyTorch uses) is loaded first, globally,
+    so that CuPy's bindings find the same copy."""
+    import importlib
+    import sys
+    if "cupy.cuda.nccl" not in sys.modules:
+        for name in ("nvidia.nccl",):
+            try:
+                pkg = importlib.import_module(name)
+            except ImportError:
+                continue
+            for root in pkg.__path__:
+                lib = Path(root) / "lib" / "libnccl.so.2"
+                if lib.exists():
+                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    mod = importlib.import_module("cupy.cuda.nccl")
+    if not getattr(mod, "available", False):
+        raise GpulabError("CuPy cannot load NCCL (cupy.cuda.nccl.available is False); install the NCCL wheel "
+                          "matching your CUDA (nvidia-nccl-cu12 or nvidia-nccl-cu13)")
+    return mod
+
+
+def _work(batch: data.Corpus) -> dict:
+    from ..training.record import bytes_per_step, flops_per_step
+    from ..training.steps import Dims
+    d = Dims(batch.docs, batch.vocab)
+    return {"flops": flops_per_step(d, batch.nnz), "bytes": bytes_per_step(d, batch.nnz)}
 
 
 @dataclass(frozen=True)
@@ -146,7 +186,6 @@ class GpuStep:
                  lr: float = LEARNING_RATE, config: "Overlap | None" = None, ranges: list | None = None,
                  split: bool = False, form: str = "gradient", world: int | None = None):
         import cupy
-        from .record import nccl
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if comm is None and mode != "compute only":
@@ -354,7 +393,6 @@ def _one_gpu_gradient(batch: data.Corpus, params: dict):
 
 
 def _tolerance(form: str) -> float:
-    from .record import GRADIENT_TOLERANCE, UPDATE_TOLERANCE
     return GRADIENT_TOLERANCE if form == "gradient" else UPDATE_TOLERANCE
 
 
@@ -368,7 +406,6 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
     W after) / lr, which also carries W's float32 rounding (UPDATE_TOLERANCE)."""
     import cupy
     from ...check import compare
-    from .record import CHECK_STEPS
     rows, digests = [], []
     g_one = _one_gpu_gradient(batch, params) if rank == 0 else None
     form, split = plain
@@ -421,8 +458,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
     max-reduced over NCCL first, so every rank picks the same (their
     all-reduces must match)."""
     import cupy
-    from .record import nccl as nccl_lib
-    lib = nccl_lib()
+    lib = nccl()
     rows, checks, medians = [], [], []
     buckets, ranges = bk.get(2)
     reference_step = GpuStep(bk.part, params, batch.docs, comm, "plain", buckets, ranges=ranges, world=world)
@@ -475,7 +511,6 @@ def _allreduce_curve(rank, world, comm, sizes, repeats, log) -> list:
     import torch
     import torch.distributed as dist
     from ...timing import benchmark, graph_benchmark
-    from .record import nccl
     lib = nccl()
     rows = []
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -520,7 +555,6 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
     from ...kernels import get_backend
     from ...timing import benchmark, graph_benchmark
     from ..training.steps import BoundStep, Config, Dims, buffers, step
-    from .record import _work
     rows, b, work = [], batch.docs, _work(batch)
     d = Dims(b, batch.vocab)
     s9 = step(9)
@@ -630,10 +664,9 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
         import torch
         import torch.distributed as dist
         from ...timing import benchmark
-        from .record import _work, nccl as nccl_lib
         cupy.cuda.Device(rank).use()
         torch.cuda.set_device(rank)
-        lib = nccl_lib()
+        lib = nccl()
         comm = lib.NcclCommunicator(world, uid, rank)
         if not sweep_only:
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -730,7 +763,6 @@ def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int,
     loads). ``sweep_only``: only the bucketed configurations and the plain
     step at the largest batch (the record's NCCL-settings sweep)."""
     import multiprocessing as mp
-    from .record import nccl
     nccl_env()
     uid = nccl().get_unique_id()
     ctx = mp.get_context("spawn")
@@ -767,7 +799,6 @@ def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int,
               "digests": [d for r in results for d in r["digests"]],
               "timeline": [t for r in results for t in r["timeline"]]}
     # The ranks' copies after the all-reduce and after CHECK_STEPS steps: bit for bit the same.
-    from .record import CHECK_STEPS
     by = {}
     for d in merged["digests"]:
         by.setdefault((d["batch"], d["variant"]), []).append(d)
