@@ -717,3 +717,127 @@ def test_split_verdict_says_where_the_split_forms_time_goes():
     text = views.split_verdict(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
     assert "takes 1.01x" in text and "32,768 documents: 1.02x" in text and "with the all-reduce: 1.10x" in text
     assert text.endswith("comes with the all-reduce, not from the computation.")
+
+
+class _Ranks:
+    """Ranks of one "communicator" on the CPU backend, each in a thread, taking turns: a rank runs
+    (holding the baton) until its all-reduce, where every rank's [lo, hi) is reduced in NumPy as
+    NCCL would (:func:`numpy_allreduce`); then the ranks go on, one at a time again."""
+
+    def __init__(self, world):
+        import threading
+        self.world, self.baton, self.barrier = world, threading.Lock(), threading.Barrier(world)
+        self.buffers, self.calls = [None] * world, [[] for _ in range(world)]
+
+    def allreduce(self, rank, step, lo, hi):
+        self.buffers[rank] = step.replica.reduced
+        self.calls[rank].append((lo, hi))
+        self.baton.release()
+        if self.barrier.wait() == 0:
+            numpy_allreduce(self.buffers, multigpu.Bucket("span", lo, hi), step.replica.op)
+        self.barrier.wait()
+        self.baton.acquire()
+
+    def run(self, fn):
+        import threading
+        errors = []
+
+        def rank(r):
+            with self.baton:
+                try:
+                    fn(r)
+                except BaseException as exc:      # noqa: BLE001 (raised in the test's thread)
+                    errors.append(exc)
+                    self.barrier.abort()
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        if errors:
+            raise errors[0]
+
+
+def _fake_cupy(monkeypatch):
+    """CuPy's streams and events as no-ops (the CPU backend runs each launch when it is made),
+    its device queries answered for a small GPU, and "gpu" served by the CPU backend."""
+    import sys
+    import types
+    from gpulab import kernels
+
+    class Stream:
+        ptr = 0
+
+        def __init__(self, *args, **options):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        def __init__(self, *args, **options):
+            pass
+
+        def record(self, stream=None):
+            pass
+    runtime = types.SimpleNamespace(getDeviceProperties=lambda d: {"multiProcessorCount": 3},
+                                    deviceGetStreamPriorityRange=lambda: (0, -1))
+    cupy = types.ModuleType("cupy")
+    cupy.float64, cupy.float32 = np.float64, np.float32
+    cupy.cuda = types.SimpleNamespace(Stream=Stream, Event=Event, runtime=runtime, get_current_stream=Stream,
+                                      Device=lambda *a: types.SimpleNamespace(id=0))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    real = kernels.Backend.__init__
+    monkeypatch.setattr(kernels.Backend, "__init__", lambda self, name: real(self, "cpu" if name == "gpu" else name))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("config", [
+    dict(lean=True), dict(lean=True, form="parameters", blocks_per_sm=2), dict(lean=True, overlapped=False),
+    dict(lean=True, buckets=4, form="parameters"), dict(), dict(form="parameters", overlapped=False)],
+    ids=["lean", "lean, parameters, grid-stride", "one stream", "lean, 4 buckets, parameters", "four streams",
+         "four streams, parameters, not overlapped"])
+def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
+    """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
+    launch as it is made), on ``world`` ranks: every rank sends the same spans in the same order,
+    together the whole buffer once; the summed gradient it applied equals one replica's on the
+    whole batch, and the copies stay bit-identical over three steps."""
+    from gpulab.workloads.multigpu import workers
+    _fake_cupy(monkeypatch)
+    batch = data.sample(12 * world, V, stream=303)
+    params = reference.init_params(V)
+    config = workers.Overlap(**{"buckets": 2, **config})
+    buckets = Layout(V).buckets(config.buckets, multigpu.replicas.row_work(batch), config.rare_share)
+    ranks = _Ranks(world)
+    monkeypatch.setattr(workers, "nccl", lambda: None)
+    steps, snapshots = [None] * world, [None] * world
+
+    def run(r):
+        step = steps[r] = workers.GpuStep(split_batch(batch, world)[r], params, batch.docs, object(), "bucketed",
+                                          buckets, config=config, world=world)
+        step.allreduce = lambda lo, hi, stream: ranks.allreduce(r, step, lo, hi)
+        snapshots[r] = np.full(step.replica.layout.size, np.nan, np.float32)
+        step(snapshot=snapshots[r])
+        for _ in range(2):
+            step()
+    ranks.run(run)
+    assert all(calls == ranks.calls[0] for calls in ranks.calls)
+    covered = np.zeros(Layout(V).size, int)
+    for lo, hi in ranks.calls[0]:
+        covered[lo:hi] += 1
+    assert (covered == 3).all()                  # three steps, each span once a step
+    assert len(ranks.calls[0]) == 3 * config.buckets
+    one = Replica(batch, params, batch.docs, "cpu")
+    one.forward_backward()
+    one.backward_plain()
+    want = one.grad.astype(np.float64)
+    got = steps[0].effective_gradient(snapshots[0])
+    tolerance = workers.GRADIENT_TOLERANCE if config.form == "gradient" else workers.UPDATE_TOLERANCE
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) <= tolerance
+    assert all(np.array_equal(s.replica.flat.view(np.uint32), steps[0].replica.flat.view(np.uint32)) for s in steps)

@@ -74,7 +74,7 @@ DOCS = max(BATCHES)
 #: The fewest GPUs the record needs; it uses every GPU the machine has.
 GPUS = 2
 #: The batches whose eager steps are traced operation by operation (the timeline side table).
-TIMELINE_BATCHES = (1024, 65536)
+TIMELINE_BATCHES = (1024, 8192, 65536)
 
 
 class NeedsTwoGpus(GpulabError):

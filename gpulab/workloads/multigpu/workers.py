@@ -115,7 +115,10 @@ class Overlap:
     :meth:`~.replicas.Layout.buckets`). ``overlapped`` False: the same buckets,
     all-reduces and launches, but every all-reduce waits for the whole scatter
     (a measurement of what splitting costs without the overlap, never the
-    step the run keeps)."""
+    step the run keeps). ``lean``: the step on the caller's stream and one
+    communication stream only (see :meth:`GpuStep.lean_step`): two
+    cross-stream dependencies per step instead of about eight; not
+    overlapped, everything on the caller's stream, none."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
@@ -123,6 +126,7 @@ class Overlap:
     form: str = "gradient"
     rare_share: float | None = None
     overlapped: bool = True
+    lean: bool = False
 
     @property
     def share(self) -> float:
@@ -138,21 +142,29 @@ class Overlap:
         what = "" if self.form == "gradient" else "parameter average, "
         share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
         what = what if self.overlapped else "not overlapped, " + what
+        streams = "" if not self.lean else ", two streams" if self.overlapped else ", one stream"
         return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
-                f"{'high' if self.priority else 'equal'} priority")
+                f"{'high' if self.priority else 'equal'} priority{streams}")
 
 
 #: The rare-word bucket's share of the work in the sweep's unequal cuts: its all-reduce (89% of W1's
 #: bytes) starts after a quarter of the scatter instead of half, and the frequent words' bucket
 #: left for the last all-reduce grows from ~0.26 to ~1.9 MB (counted on the CPU for this corpus).
 RARE_SHARE = 0.25
+#: The lean steps (:meth:`GpuStep.lean_step`): at B = 1,024 the split step not overlapped cost 28 µs
+#: more than the plain one on the H200s where its kernels and its second all-reduce add up to 9 µs,
+#: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams)
+#: and not (one stream: what splitting costs with no cross-stream dependency at all).
+LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gradient") for k in (None, 8)) + \
+    tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
 OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for p in (True, False)) + \
     tuple(Overlap(n, k, True, "parameters") for n in (2, 4) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE) for k in (None, 8)) + \
-    tuple(Overlap(2, k, True, "parameters", overlapped=False) for k in (None, 8))
+    tuple(Overlap(2, k, True, "parameters", overlapped=False) for k in (None, 8)) + \
+    LEAN
 #: NCCL settings tried at the largest batch, each in a fresh pair of processes (NCCL reads them once):
 #: fewer channels or threads (less contention with the scatter beside it), or more channels (a faster
 #: all-reduce of the 16.8 MB at the cost of more SMs).
@@ -256,6 +268,9 @@ class GpuStep:
         that receives the summed gradient before the updates zero it (gradient
         form), or the averaged parameters (parameter form): checks."""
         import cupy
+        if self.mode == "bucketed" and self.config.lean:
+            self.lean_step(trace, snapshot)
+            return
         r, main = self.replica, cupy.cuda.get_current_stream()
         params = self.form == "parameters"
         what = "all-reduce (average)" if params else "all-reduce"
@@ -324,6 +339,52 @@ class GpuStep:
         for s, e in zip((self.compute, self.small, self.side, self.upd), self.joins):
             e.record(s)
             main.wait_event(e)
+
+    def lean_step(self, trace: list | None = None, snapshot=None) -> None:
+        """The bucketed step with as few cross-stream dependencies as overlap allows: the
+        computation, the last all-reduce and the update run on the caller's stream (no fork,
+        no join), and only the earlier buckets' all-reduces on the communication stream.
+
+        On the caller's stream: the forward pass, each W1 bucket's scatter (rarest words
+        first; after each but the last, an event the communication stream waits for before
+        that bucket's all-reduce), then the small parameters' gradient; then it waits once
+        for the communication stream's last all-reduce and sends the last bucket with the
+        small parameters, and (gradient form) applies one update to the whole buffer. Two
+        cross-stream dependencies per step (one per earlier bucket, and one back), where
+        :meth:`step` has about eight (a fork to four streams, the small gradients' stream,
+        each bucket's ready and reduced events, a join of four). Not overlapped
+        (``config.overlapped`` False): everything on the caller's stream, the earlier
+        buckets' all-reduces after the whole scatter, none at all."""
+        import cupy
+        r, main = self.replica, cupy.cuda.get_current_stream()
+        params = self.form == "parameters"
+        what = "all-reduce (average)" if params else "all-reduce"
+        last = len(r.buckets) - 1
+        self._on(main, "compute", "forward + backward to dZ1", r.forward_backward, trace)
+        for k in range(1, last + 1):
+            self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
+            if k < last and self.config.overlapped:
+                self.ready[k].record(main)
+                self.side.wait_event(self.ready[k])
+                self._on(self.side, "communication", f"{what}: {r.buckets[k].name}",
+                         lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, self.side), trace)
+        self._on(main, "compute", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0), trace)
+        if self.config.overlapped and last > 1:
+            self.reduced[last - 1].record(self.side)
+            main.wait_event(self.reduced[last - 1])
+        elif not self.config.overlapped:
+            for k in range(1, last):
+                self._on(main, "communication", f"{what}: {r.buckets[k].name}",
+                         lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, main), trace)
+        span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
+        self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
+                 trace)
+        whole = r.layout.whole()
+        if snapshot is not None:
+            with main:
+                snapshot[whole.start:whole.stop] = r.reduced[whole.start:whole.stop]
+        if not params:
+            self._on(main, "update", "update: whole", r.update(whole), trace)
 
     __call__ = step
 
