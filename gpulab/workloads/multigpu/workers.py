@@ -153,9 +153,11 @@ class Overlap:
 RARE_SHARE = 0.25
 #: The lean steps (:meth:`GpuStep.lean_step`): at B = 1,024 the split step not overlapped cost 28 µs
 #: more than the plain one on the H200s where its kernels and its second all-reduce add up to 9 µs,
-#: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams)
-#: and not (one stream: what splitting costs with no cross-stream dependency at all).
+#: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams),
+#: the rare-word bucket's quarter cut, and not overlapped (one stream: what splitting costs with no
+#: cross-stream dependency at all).
 LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gradient") for k in (None, 8)) + \
+    tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
