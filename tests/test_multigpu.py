@@ -199,6 +199,8 @@ def test_bucket_ranges_find_each_documents_words_of_the_bucket():
         bucket_ranges(shuffled, (0, 10))
     with pytest.raises(ValueError, match="scatter_blocks"):
         Replica(batch, reference.init_params(V), 29, "cpu", scatter_blocks=0)
+    with pytest.raises(ValueError, match="one per W1 bucket \\(4\\)"):
+        Replica(batch, reference.init_params(V), 29, "cpu", scatter_blocks=[None, 3])
 
 
 def _covers_once(L, buckets):
@@ -800,11 +802,10 @@ def _fake_cupy(monkeypatch):
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("config", [
     dict(lean=True), dict(lean=True, form="parameters", blocks_per_sm=2), dict(lean=True, overlapped=False),
-    dict(lean=True, buckets=4, form="parameters"), dict(lean=True, form="parameters", rare_share=0.25), dict(),
-    dict(form="parameters", overlapped=False)],
+    dict(lean=True, buckets=4, form="parameters"), dict(lean=True, form="parameters", rare_share=0.25),
+    dict(lean=True, blocks_per_sm=1, spare_sms=1, buckets=3), dict(), dict(form="parameters", overlapped=False)],
     ids=["lean", "lean, parameters, grid-stride", "one stream", "lean, 4 buckets, parameters", "lean, quarter cut",
-         "four streams",
-         "four streams, parameters, not overlapped"])
+         "lean, spare SMs", "four streams", "four streams, parameters, not overlapped"])
 def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
     """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
     launch as it is made), on ``world`` ranks: every rank sends the same spans in the same order,
@@ -815,6 +816,8 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     batch = data.sample(12 * world, V, stream=303)
     params = reference.init_params(V)
     config = workers.Overlap(**{"buckets": 2, **config})
+    if config.spare_sms:       # the first bucket on one block per document, the later ones beside the spare SMs
+        assert config.blocks(3) == [None] + [config.blocks_per_sm * 2] * (config.buckets - 1)
     buckets = Layout(V).buckets(config.buckets, multigpu.replicas.row_work(batch), config.rare_share)
     ranks = _Ranks(world)
     monkeypatch.setattr(workers, "nccl", lambda: None)

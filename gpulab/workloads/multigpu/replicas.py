@@ -276,10 +276,15 @@ class Replica:
         # Every replica must use the same buckets (their all-reduces must match):
         # pass the list that Layout.buckets made from the whole batch.
         self.buckets = L.buckets(buckets) if isinstance(buckets, int) else list(buckets)
-        if scatter_blocks is not None and scatter_blocks < 1:
-            raise ValueError(f"scatter_blocks must be at least 1 (or None: one block per document), got {scatter_blocks}")
-        #: Blocks of each bucket's scatter (a grid-stride loop over the documents); None: one per document.
-        self.scatter_blocks = scatter_blocks
+        # Blocks of each W1 bucket's scatter (a grid-stride loop over the documents; None: one per
+        # document): one number for every bucket, or one per W1 bucket (a bucket scattered beside an
+        # all-reduce may leave SMs to it; the first bucket, scattered before any, need not).
+        per_bucket = list(scatter_blocks) if isinstance(scatter_blocks, (list, tuple)) else \
+            [scatter_blocks] * (len(self.buckets) - 1)
+        if len(per_bucket) != len(self.buckets) - 1 or any(b is not None and b < 1 for b in per_bucket):
+            raise ValueError(f"scatter_blocks must be at least 1 (or None: one block per document), one number or one "
+                             f"per W1 bucket ({len(self.buckets) - 1}), got {scatter_blocks}")
+        self.scatter_blocks = per_bucket
         # Each W1 bucket's range of every document's words (host arrays, found once per batch:
         # ``ranges`` may pass them in, as bucket_ranges gives them for self.buckets[1:]).
         ranges = ranges if ranges is not None else [bucket_ranges(part, k.rows) for k in self.buckets[1:]]
@@ -321,11 +326,12 @@ class Replica:
         self.small_gradients = self._small.bind((min(B, SMALL_BLOCKS),), (THREADS,), (
             B, H, C, -lr_arg, s["h"], s["dz2"], s["dz1"], s["loss_terms"], t["W2"], t["b1"], t["b2"], s["loss"]))
         # W1's whole gradient alone (every document's whole CSR row), for the split form of the step.
-        grid = B if self.scatter_blocks is None else min(B, self.scatter_blocks)
-        self.w1_gradient = self._rows.bind((grid,), (THREADS,), (B, H, -lr_arg, b["indptr"][:-1], b["indptr"][1:],
-                                                                 b["indices"], b["values"], s["dz1"], t["W1"]))
+        grids = [B if k is None else min(B, k) for k in self.scatter_blocks]
+        self.w1_gradient = self._rows.bind((grids[0],), (THREADS,), (B, H, -lr_arg, b["indptr"][:-1], b["indptr"][1:],
+                                                                     b["indices"], b["values"], s["dz1"], t["W1"]))
         self.bucket_gradients = [self._rows.bind((grid,), (THREADS,), (
-            B, H, -lr_arg, first, last, b["indices"], b["values"], s["dz1"], t["W1"])) for first, last in self.ranges]
+            B, H, -lr_arg, first, last, b["indices"], b["values"], s["dz1"], t["W1"]))
+            for grid, (first, last) in zip(grids, self.ranges)]
         self._updates = {}
 
     def update(self, bucket: Bucket):

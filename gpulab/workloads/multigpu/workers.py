@@ -118,7 +118,12 @@ class Overlap:
     step the run keeps). ``lean``: the step on the caller's stream and one
     communication stream only (see :meth:`GpuStep.lean_step`): two
     cross-stream dependencies per step instead of about eight; not
-    overlapped, everything on the caller's stream, none."""
+    overlapped, everything on the caller's stream, none. ``spare_sms``: the
+    scatter's grid is ``blocks_per_sm`` blocks on each SM but that many (one
+    block per SM: the block scheduler places a grid smaller than the SM count
+    one block per SM, so ``spare_sms`` SMs stay empty for NCCL's blocks, which
+    need most of an SM's registers each), from the second bucket on: the
+    first is scattered before any all-reduce, on one block per document)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
@@ -127,6 +132,7 @@ class Overlap:
     rare_share: float | None = None
     overlapped: bool = True
     lean: bool = False
+    spare_sms: int = 0
 
     @property
     def share(self) -> float:
@@ -134,11 +140,21 @@ class Overlap:
         return 1.0 / self.buckets if self.rare_share is None else self.rare_share
 
     def blocks(self, sms: int) -> int | None:
-        return None if self.blocks_per_sm is None else self.blocks_per_sm * sms
+        if self.blocks_per_sm is None:
+            return None
+        if self.spare_sms == 0:
+            return self.blocks_per_sm * sms
+        if not 0 < self.spare_sms < sms:
+            raise ValueError(f"spare_sms must leave the scatter at least one of the {sms} SMs, got {self.spare_sms}")
+        # The first bucket is scattered before any all-reduce has started: one block per document.
+        return [None] + [self.blocks_per_sm * (sms - self.spare_sms)] * (self.buckets - 1)
 
     @property
     def label(self) -> str:
-        grid = "one block per document" if self.blocks_per_sm is None else f"{self.blocks_per_sm} blocks per SM"
+        k = self.blocks_per_sm
+        grid = "one block per document" if k is None else f"{k} block{'s' if k != 1 else ''} per SM"
+        if self.spare_sms:
+            grid = f"one block per document, then {grid} on all but {self.spare_sms} SMs"
         what = "" if self.form == "gradient" else "parameter average, "
         share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
         what = what if self.overlapped else "not overlapped, " + what
@@ -151,14 +167,21 @@ class Overlap:
 #: bytes) starts after a quarter of the scatter instead of half, and the frequent words' bucket
 #: left for the last all-reduce grows from ~0.26 to ~1.9 MB (counted on the CPU for this corpus).
 RARE_SHARE = 0.25
+#: SMs the narrow scatter leaves empty for NCCL's blocks: as many as NCCL's channels at most (32 with
+#: NCCL_MIN_NCHANNELS=32, the setting the H200 run kept), each channel one block.
+SPARE_SMS = 32
 #: The lean steps (:meth:`GpuStep.lean_step`): at B = 1,024 the split step not overlapped cost 28 µs
 #: more than the plain one on the H200s where its kernels and its second all-reduce add up to 9 µs,
 #: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams),
 #: the rare-word bucket's quarter cut, and not overlapped (one stream: what splitting costs with no
-#: cross-stream dependency at all).
+#: cross-stream dependency at all); and the scatter on one block per SM of all but SPARE_SMS (slower
+#: alone, but it never holds the SMs NCCL's all-reduce needs: an all-reduce beside a scatter on every
+#: SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s).
 LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gradient") for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True) for k in (None, 8)) + \
-    tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8))
+    tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8)) + \
+    tuple(Overlap(2, 1, True, "parameters", share, lean=True, spare_sms=SPARE_SMS) for share in (None, RARE_SHARE)) + \
+    (Overlap(2, 1, True, "gradient", lean=True, spare_sms=SPARE_SMS),)
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
@@ -548,6 +571,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
         t = time_step(step, repeats)
         medians.append(t.median_ms if err <= tol else float("inf"))
         extra = {} if config is None else {"buckets": config.buckets, "blocks_per_sm": config.blocks_per_sm or 0,
+                                           "spare_sms": config.spare_sms,
                                            "priority": int(config.priority), "rare_share": config.share,
                                            "overlapped": int(config.overlapped)}
         rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl}", batch.docs, phase="step", gpus=world,
