@@ -803,9 +803,11 @@ def _fake_cupy(monkeypatch):
 @pytest.mark.parametrize("config", [
     dict(lean=True), dict(lean=True, form="parameters", blocks_per_sm=2), dict(lean=True, overlapped=False),
     dict(lean=True, buckets=4, form="parameters"), dict(lean=True, form="parameters", rare_share=0.25),
-    dict(lean=True, blocks_per_sm=1, spare_sms=1, buckets=3), dict(), dict(form="parameters", overlapped=False)],
+    dict(lean=True, blocks_per_sm=1, spare_sms=1, buckets=3), dict(lean=True, comm_first=True),
+    dict(lean=True, comm_first=True, buckets=4, form="parameters"), dict(), dict(form="parameters", overlapped=False)],
     ids=["lean", "lean, parameters, grid-stride", "one stream", "lean, 4 buckets, parameters", "lean, quarter cut",
-         "lean, spare SMs", "four streams", "four streams, parameters, not overlapped"])
+         "lean, spare SMs", "all-reduce first", "all-reduce first, 4 buckets, parameters", "four streams",
+         "four streams, parameters, not overlapped"])
 def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
     """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
     launch as it is made), on ``world`` ranks: every rank sends the same spans in the same order,

@@ -495,7 +495,7 @@ def plot_predictions(model: costmodel.RingModel, caption: str):
     return plots._finish(fig, ax, "MODEL: what would an all-reduce cost on 8 GPUs, or across 2 nodes?", caption)
 
 
-LANES = ("compute", "compute (small)", "communication", "update")
+LANES = ("compute", "compute (small)", "compute (second stream)", "communication", "update")
 COLOURS = {"forward": "#4c72b0", "gradient": "#55a868", "all-reduce": "#c44e52", "update": "#8172b2"}
 
 

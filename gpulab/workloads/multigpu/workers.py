@@ -123,7 +123,12 @@ class Overlap:
     block per SM: the block scheduler places a grid smaller than the SM count
     one block per SM, so ``spare_sms`` SMs stay empty for NCCL's blocks, which
     need most of an SM's registers each), from the second bucket on: the
-    first is scattered before any all-reduce, on one block per document)."""
+    first is scattered before any all-reduce, on one block per document).
+    ``comm_first`` (lean, overlapped): the all-reduces run on the caller's
+    stream, straight after the first bucket's scatter, and the later buckets'
+    scatters on the second stream, so NCCL's kernel is launched first and its
+    blocks take their SMs before the scatter's fill them (see
+    :meth:`GpuStep.lean_step`)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
@@ -133,6 +138,7 @@ class Overlap:
     overlapped: bool = True
     lean: bool = False
     spare_sms: int = 0
+    comm_first: bool = False
 
     @property
     def share(self) -> float:
@@ -158,7 +164,8 @@ class Overlap:
         what = "" if self.form == "gradient" else "parameter average, "
         share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
         what = what if self.overlapped else "not overlapped, " + what
-        streams = "" if not self.lean else ", two streams" if self.overlapped else ", one stream"
+        streams = "" if not self.lean else ", one stream" if not self.overlapped else \
+            ", two streams, all-reduce first" if self.comm_first else ", two streams"
         return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
                 f"{'high' if self.priority else 'equal'} priority{streams}")
 
@@ -176,12 +183,18 @@ SPARE_SMS = 32
 #: the rare-word bucket's quarter cut, and not overlapped (one stream: what splitting costs with no
 #: cross-stream dependency at all); and the scatter on one block per SM of all but SPARE_SMS (slower
 #: alone, but it never holds the SMs NCCL's all-reduce needs: an all-reduce beside a scatter on every
-#: SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s).
+#: SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s); and with the all-reduce launched
+#: first (comm_first: its kernel, not the next scatter, is what follows the first bucket's scatter on
+#: the caller's stream; in a graph the scatter on the other stream starts a cross-stream dependency
+#: later, and NCCL's blocks are placed before the scatter's fill the SMs).
 LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gradient") for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8)) + \
     tuple(Overlap(2, 1, True, "parameters", share, lean=True, spare_sms=SPARE_SMS) for share in (None, RARE_SHARE)) + \
-    (Overlap(2, 1, True, "gradient", lean=True, spare_sms=SPARE_SMS),)
+    (Overlap(2, 1, True, "gradient", lean=True, spare_sms=SPARE_SMS),) + \
+    tuple(Overlap(2, k, True, "parameters", lean=True, comm_first=True) for k in (None, 8)) + \
+    (Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True),
+     Overlap(2, None, True, "gradient", lean=True, comm_first=True))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
@@ -386,6 +399,9 @@ class GpuStep:
         what = "all-reduce (average)" if params else "all-reduce"
         last = len(r.buckets) - 1
         self._on(main, "compute", "forward + backward to dZ1", r.forward_backward, trace)
+        if self.config.comm_first and self.config.overlapped and last > 1:
+            self._comm_first(main, trace, snapshot, what)
+            return
         for k in range(1, last + 1):
             self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
             if k < last and self.config.overlapped:
@@ -409,6 +425,40 @@ class GpuStep:
             with main:
                 snapshot[whole.start:whole.stop] = r.reduced[whole.start:whole.stop]
         if not params:
+            self._on(main, "update", "update: whole", r.update(whole), trace)
+
+    def _comm_first(self, main, trace, snapshot, what: str) -> None:
+        """:meth:`lean_step` with the streams' roles swapped after the first bucket: the caller's
+        stream runs the first bucket's scatter and then every all-reduce; the later buckets'
+        scatters and the small gradients run on the second stream (at the lowest priority),
+        each all-reduce waiting for its bucket's scatter there. The host launches each
+        all-reduce before the next scatter, and in a graph that scatter starts a cross-stream
+        dependency after the all-reduce: NCCL's blocks are placed first."""
+        r = self.replica
+        last = len(r.buckets) - 1
+        scatter = self.small                  # a lowest-priority stream
+        self._on(main, "compute", f"gradient: {r.buckets[1].name}", lambda: r.backward_bucket(1), trace)
+        self.ready[1].record(main)
+        scatter.wait_event(self.ready[1])
+        for k in range(1, last):
+            if k > 1:
+                main.wait_event(self.ready[k])
+            self._on(main, "communication", f"{what}: {r.buckets[k].name}",
+                     lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, main), trace)
+            self._on(scatter, "compute (second stream)", f"gradient: {r.buckets[k + 1].name}",
+                     lambda k=k: r.backward_bucket(k + 1), trace)
+            self.ready[k + 1].record(scatter)
+        self._on(scatter, "compute (second stream)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0), trace)
+        self.small_done.record(scatter)
+        main.wait_event(self.small_done)
+        span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
+        self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
+                 trace)
+        whole = r.layout.whole()
+        if snapshot is not None:
+            with main:
+                snapshot[whole.start:whole.stop] = r.reduced[whole.start:whole.stop]
+        if self.form != "parameters":
             self._on(main, "update", "update: whole", r.update(whole), trace)
 
     __call__ = step
