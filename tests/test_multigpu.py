@@ -848,3 +848,29 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     tolerance = workers.GRADIENT_TOLERANCE if config.form == "gradient" else workers.UPDATE_TOLERANCE
     assert np.linalg.norm(got - want) / np.linalg.norm(want) <= tolerance
     assert all(np.array_equal(s.replica.flat.view(np.uint32), steps[0].replica.flat.view(np.uint32)) for s in steps)
+
+
+def test_streams_verdict_compares_the_lean_step_with_the_four_stream_one():
+    # SYNTHETIC sweep rows (µs below the plain step's 100): four streams, lean, all-reduce first, spare SMs.
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads import multigpu
+    from gpulab.workloads.multigpu import views, workers
+    run, _ = _synthetic_run()
+    assert views.streams_verdict(run).startswith("This run does not time the lean step")
+    base = {k: v for k, v in run.timings.iloc[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
+    configs = {workers.Overlap(2, 8, True, "parameters"): (0.110, 0.300),
+               workers.Overlap(2, 8, True, "parameters", overlapped=False): (0.120, 0.320),
+               workers.Overlap(2, 8, True, "parameters", lean=True): (0.104, 0.301),
+               workers.Overlap(2, 8, True, "parameters", overlapped=False, lean=True): (0.111, 0.318),
+               workers.Overlap(2, None, True, "parameters", lean=True, comm_first=True): (0.095, 0.305),
+               workers.Overlap(2, 1, True, "parameters", lean=True, spare_sms=multigpu.workers.SPARE_SMS): (0.106, 0.290)}
+    rows = [{**base, "experiment": "overlap", "variant": f"2 GPUs, bucketed: {c.label}; NCCL defaults", "size": b,
+             "median_ms": ms, "slowest_rank_ms": ms} for c, times in configs.items() for b, ms in zip((1024, 8192), times)]
+    swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta))
+    text = views.streams_verdict(swept)
+    # lean overlapped: min(0.104, 0.095, 0.106) vs 0.110 at 1,024 (+15.0); min(.301, .305, .290) vs .300 at 8,192 (+10.0)
+    assert "faster than the fastest four-stream configuration at 2 of 2 batch sizes (by +10.0 to +15.0 µs" in text
+    assert "on one stream took +9.0 µs less than on four at B = 1,024, +2.0 µs at 8,192" in text
+    # against the others (four streams, the lean one on 8 blocks per SM): 0.104 at 1,024, 0.300 at 8,192
+    assert "launching the all-reduce first won at B = 1,024 (+9.0 µs)" in text
+    assert f"leaving NCCL {workers.SPARE_SMS} empty SMs at 8,192 (+10.0 µs)" in text

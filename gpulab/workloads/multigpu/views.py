@@ -19,7 +19,7 @@ from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
-from .workers import PLAIN_FORMS, Overlap
+from .workers import PLAIN_FORMS, SPARE_SMS, Overlap
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
@@ -333,6 +333,40 @@ def bound_verdict(bound: pd.DataFrame, kept_table: pd.DataFrame | None = None) -
                      f"{best['ideal saving (µs)']:.1f} µs ideally; the sweep measured {best['measured saving (µs)']:+.1f} µs.")
         out.append(text)
     return " ".join(out)
+
+
+LEAN_MARKS = (", two streams", ", one stream")
+
+
+def streams_verdict(run: RecordedRun) -> str:
+    """What the lean step (two streams; one, not overlapped; see ``workers.GpuStep.lean_step``) changed
+    against the four-stream step, from the sweep: per batch, the fastest overlapped configuration of
+    each kind, and the split step not overlapped on one stream against four."""
+    sweep = overlap_table(run)
+    if sweep is None or not sweep.index.str.contains("|".join(LEAN_MARKS)).any():
+        return ("This run does not time the lean step, so what the four streams' events and dependencies cost "
+                "is not measured here.")
+    lean = sweep.index.str.contains("|".join(LEAN_MARKS))
+    bucketed = sweep.index.str.startswith("bucketed") & ~sweep.index.str.contains("not overlapped")
+    serial = sweep.index.str.contains("not overlapped")
+    gain = (sweep[bucketed & ~lean].min() - sweep[bucketed & lean].min()) * 1e3          # µs, > 0: lean faster
+    serial_gain = (sweep[serial & ~lean].min() - sweep[serial & lean].min()) * 1e3
+    fmt = lambda b: f"{int(b):,}"       # noqa: E731
+    first = sweep[bucketed & sweep.index.str.contains("all-reduce first")].min()
+    spare = sweep[bucketed & sweep.index.str.contains("on all but")].min()
+    other = sweep[bucketed & ~sweep.index.str.contains("all-reduce first|on all but")].min()
+    text = (f"The lean step (two streams, two cross-stream dependencies) was faster than the fastest four-stream "
+            f"configuration at {int((gain > 0).sum())} of {len(gain)} batch sizes (by {gain.min():+.1f} to "
+            f"{gain.max():+.1f} µs; at B = {fmt(gain.index[0])}, {gain.iloc[0]:+.1f} µs). Not overlapped, the split "
+            f"step on one stream took {serial_gain.iloc[0]:+.1f} µs less than on four at B = {fmt(gain.index[0])}, "
+            f"{serial_gain.iloc[-1]:+.1f} µs at {fmt(gain.index[-1])}")
+    if first.notna().any() and spare.notna().any():
+        def at(series):
+            return ", ".join(f"{fmt(b)} ({(other[b] - series[b]) * 1e3:+.1f} µs)" for b in series.index
+                             if series[b] < other[b]) or "no batch"
+        text += (f". Against every other overlapped configuration, launching the all-reduce first won at B = "
+                 f"{at(first)}, and leaving NCCL {SPARE_SMS} empty SMs at {at(spare)}")
+    return text + "."
 
 
 def split_verdict(run: RecordedRun) -> str:

@@ -121,8 +121,8 @@ class Overlap:
     overlapped, everything on the caller's stream, none. ``spare_sms``: the
     scatter's grid is ``blocks_per_sm`` blocks on each SM but that many (one
     block per SM: the block scheduler places a grid smaller than the SM count
-    one block per SM, so ``spare_sms`` SMs stay empty for NCCL's blocks, which
-    need most of an SM's registers each), from the second bucket on: the
+    one block per SM, so ``spare_sms`` SMs stay empty for NCCL's blocks, up
+    to 640 threads each, one per channel), from the second bucket on: the
     first is scattered before any all-reduce, on one block per document).
     ``comm_first`` (lean, overlapped): the all-reduces run on the caller's
     stream, straight after the first bucket's scatter, and the later buckets'
@@ -182,8 +182,8 @@ SPARE_SMS = 32
 #: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams),
 #: the rare-word bucket's quarter cut, and not overlapped (one stream: what splitting costs with no
 #: cross-stream dependency at all); and the scatter on one block per SM of all but SPARE_SMS (slower
-#: alone, but it never holds the SMs NCCL's all-reduce needs: an all-reduce beside a scatter on every
-#: SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s); and with the all-reduce launched
+#: alone, but it never holds the SMs NCCL's blocks of up to 640 threads need: an all-reduce beside a
+#: scatter on every SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s); and with the all-reduce launched
 #: first (comm_first: its kernel, not the next scatter, is what follows the first bucket's scatter on
 #: the caller's stream; in a graph the scatter on the other stream starts a cross-stream dependency
 #: later, and NCCL's blocks are placed before the scatter's fill the SMs).
