@@ -126,9 +126,9 @@ class Overlap:
     first is scattered before any all-reduce, on one block per document).
     ``comm_first`` (lean, overlapped): the all-reduces run on the caller's
     stream, straight after the first bucket's scatter, and the later buckets'
-    scatters on the second stream, so NCCL's kernel is launched first and its
-    blocks take their SMs before the scatter's fill them (see
-    :meth:`GpuStep.lean_step`)."""
+    scatters on a second stream (the small gradients beside them on a third),
+    so NCCL's kernel is launched first and its blocks take their SMs before
+    the scatter's fill them (see :meth:`GpuStep._comm_first`)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
@@ -264,6 +264,7 @@ class GpuStep:
                              "be Layout.buckets' (the small parameters, then W1's rows, rarest words first)")
         high = greatest if self.config.priority else least
         self.compute, self.small = _stream(least), _stream(least)
+        self.beside = _stream(least) if self.config.comm_first else None     # the lean step's small gradients
         self.side, self.upd = _stream(high), _stream(high)
         n = len(self.replica.buckets)
         ev = lambda: cupy.cuda.Event(disable_timing=True)     # noqa: E731
@@ -430,16 +431,19 @@ class GpuStep:
     def _comm_first(self, main, trace, snapshot, what: str) -> None:
         """:meth:`lean_step` with the streams' roles swapped after the first bucket: the caller's
         stream runs the first bucket's scatter and then every all-reduce; the later buckets'
-        scatters and the small gradients run on the second stream (at the lowest priority),
-        each all-reduce waiting for its bucket's scatter there. The host launches each
-        all-reduce before the next scatter, and in a graph that scatter starts a cross-stream
-        dependency after the all-reduce: NCCL's blocks are placed first."""
+        scatters run on a second stream and the small gradients beside them on a third (both
+        at the lowest priority), each all-reduce waiting for its bucket's scatter. The host
+        launches each all-reduce before the next scatter, and in a graph that scatter starts a
+        cross-stream dependency after the all-reduce: NCCL's blocks are placed first. (The
+        small gradients on a stream of their own: after the frequent words' scatter they would
+        add their whole time to the step at the large batches.)"""
         r = self.replica
         last = len(r.buckets) - 1
         scatter = self.small                  # a lowest-priority stream
         self._on(main, "compute", f"gradient: {r.buckets[1].name}", lambda: r.backward_bucket(1), trace)
         self.ready[1].record(main)
         scatter.wait_event(self.ready[1])
+        self.beside.wait_event(self.ready[1])
         for k in range(1, last):
             if k > 1:
                 main.wait_event(self.ready[k])
@@ -448,9 +452,11 @@ class GpuStep:
             self._on(scatter, "compute (second stream)", f"gradient: {r.buckets[k + 1].name}",
                      lambda k=k: r.backward_bucket(k + 1), trace)
             self.ready[k + 1].record(scatter)
-        self._on(scatter, "compute (second stream)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0), trace)
-        self.small_done.record(scatter)
+        self._on(self.beside, "compute (small)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0),
+                 trace)
+        self.small_done.record(self.beside)
         main.wait_event(self.small_done)
+        main.wait_event(self.ready[last])
         span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
         self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
                  trace)
