@@ -11,14 +11,7 @@ from pathlib import Path
 from gpulab import paths
 
 #: Function-local imports known to close a cycle: (module, imported module) -> why it is left.
-#: (An entry that no longer closes one is harmless, but goes: multigpu's work on #22 removes this one.)
-KNOWN_CYCLES = {
-    ("gpulab.workloads.multigpu.record", "gpulab.workloads.multigpu.workers"):
-        "record.benchmark_all starts the workers, and the workers read record's NCCL loader, tolerances, "
-        "check steps and work counts: left to the multigpu chapter's owner (#22); what both read belongs "
-        "in one module that both import",
-    ("gpulab.workloads.multigpu.workers", "gpulab.workloads.multigpu.record"): "the same pair",
-}
+KNOWN_CYCLES: dict[tuple[str, str], str] = {}
 
 
 def module_names(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
