@@ -1,5 +1,7 @@
 """The multigpu chapter: data-parallel logic on one backend, the bucketed
 gradient kernel, the all-reduce cost model."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -697,6 +699,27 @@ def test_overlap_bound_from_synthetic_pieces():
     assert "-4.0 µs is the split step's own cost" in verdict and "add up to 13.0" in verdict
     assert "7.0 µs is what the all-reduce" in verdict and "gained 5.0 µs of the 12.0 µs" in verdict
     assert "The best cut timed piece by piece" in verdict and "could save 4.0 µs ideally" in verdict
+    # The lean steps run the small gradients (4 µs alone) beside the all-reduce: they count among what can be
+    # hidden, and the lean step not overlapped (one stream) runs them after the scatter.
+    rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + "small gradients, coalesced",
+                 "size": 1024, "median_ms": 4e-3, "bytes": 0.0, "blocks_per_sm": 0, "rare_share": 0.5})
+    lean = workers.Overlap(2, 8, True, "parameters", lean=True)
+    for config, ms in ((lean, 0.097), (replace(lean, overlapped=False), 0.106), (replace(lean, comm_first=True), 0.095)):
+        rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, bucketed: {config.label}; NCCL defaults",
+                     "size": 1024, "median_ms": ms, "slowest_rank_ms": ms})
+    b = views.overlap_bound(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
+    assert len(b) == 6 and sorted(b["streams"]) == ["four"] * 4 + ["two (lean)", "two, all-reduce first"]
+    row = b[b["configuration"] == lean.label].iloc[0]
+    assert row["hideable (µs)"] == pytest.approx(9.0) and row["ideal saving (µs)"] == pytest.approx(3.0)
+    assert row["measured saving (µs)"] == pytest.approx(3.0) and row["split, not overlapped (µs)"] == pytest.approx(-6.0)
+    assert b[b["streams"] == "two, all-reduce first"]["measured saving (µs)"].iloc[0] == pytest.approx(5.0)
+    kept = pd.DataFrame({"label": [lean.label]}, index=[1024])
+    assert "leaving at most 9.0 µs of work" in views.bound_text(b, kept)
+    verdict = views.bound_verdict(b, kept)
+    # the pieces predict 6 + (15 + 12 - 20) + 4 = 17 µs for the one-stream step, measured 6: -11 of excess;
+    # the overlap gained 9 of the 16 µs of work beside the all-reduce: 7 lost side by side.
+    assert "-11.0 µs is the split step's own cost" in verdict and "add up to 17.0" in verdict
+    assert "gained 9.0 µs of the 16.0 µs of work" in verdict
 
 
 def test_split_verdict_says_where_the_split_forms_time_goes():
