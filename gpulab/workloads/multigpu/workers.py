@@ -396,8 +396,7 @@ class GpuStep:
         buckets' all-reduces after the whole scatter, none at all."""
         import cupy
         r, main = self.replica, cupy.cuda.get_current_stream()
-        params = self.form == "parameters"
-        what = "all-reduce (average)" if params else "all-reduce"
+        what = "all-reduce (average)" if self.form == "parameters" else "all-reduce"
         last = len(r.buckets) - 1
         self._on(main, "compute", "forward + backward to dZ1", r.forward_backward, trace)
         if self.config.comm_first and self.config.overlapped and last > 1:
@@ -418,6 +417,13 @@ class GpuStep:
             for k in range(1, last):
                 self._on(main, "communication", f"{what}: {r.buckets[k].name}",
                          lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, main), trace)
+        self._last_bucket(main, trace, snapshot, what)
+
+    def _last_bucket(self, main, trace, snapshot, what: str) -> None:
+        """The lean steps' end, on the caller's stream: the last bucket's all-reduce with the small
+        parameters, the snapshot (checks), and (gradient form) one update of the whole buffer."""
+        r = self.replica
+        last = len(r.buckets) - 1
         span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
         self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
                  trace)
@@ -425,7 +431,7 @@ class GpuStep:
         if snapshot is not None:
             with main:
                 snapshot[whole.start:whole.stop] = r.reduced[whole.start:whole.stop]
-        if not params:
+        if self.form != "parameters":
             self._on(main, "update", "update: whole", r.update(whole), trace)
 
     def _comm_first(self, main, trace, snapshot, what: str) -> None:
@@ -457,15 +463,7 @@ class GpuStep:
         self.small_done.record(self.beside)
         main.wait_event(self.small_done)
         main.wait_event(self.ready[last])
-        span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
-        self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
-                 trace)
-        whole = r.layout.whole()
-        if snapshot is not None:
-            with main:
-                snapshot[whole.start:whole.stop] = r.reduced[whole.start:whole.stop]
-        if self.form != "parameters":
-            self._on(main, "update", "update: whole", r.update(whole), trace)
+        self._last_bucket(main, trace, snapshot, what)
 
     __call__ = step
 
