@@ -827,9 +827,12 @@ def _fake_cupy(monkeypatch):
     dict(lean=True), dict(lean=True, form="parameters", blocks_per_sm=2), dict(lean=True, overlapped=False),
     dict(lean=True, buckets=4, form="parameters"), dict(lean=True, form="parameters", rare_share=0.25),
     dict(lean=True, blocks_per_sm=1, spare_sms=1, buckets=3), dict(lean=True, comm_first=True),
-    dict(lean=True, comm_first=True, buckets=4, form="parameters"), dict(), dict(form="parameters", overlapped=False)],
+    dict(lean=True, comm_first=True, buckets=4, form="parameters"),
+    dict(lean=True, comm_first=True, blocks_per_sm=1, spare_sms=2, buckets=3), dict(),
+    dict(form="parameters", overlapped=False)],
     ids=["lean", "lean, parameters, grid-stride", "one stream", "lean, 4 buckets, parameters", "lean, quarter cut",
-         "lean, spare SMs", "all-reduce first", "all-reduce first, 4 buckets, parameters", "four streams",
+         "lean, spare SMs", "all-reduce first", "all-reduce first, 4 buckets, parameters",
+         "all-reduce first, spare SMs", "four streams",
          "four streams, parameters, not overlapped"])
 def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
     """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
@@ -842,7 +845,7 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     params = reference.init_params(V)
     config = workers.Overlap(**{"buckets": 2, **config})
     if config.spare_sms:       # the first bucket on one block per document, the later ones beside the spare SMs
-        assert config.blocks(3) == [None] + [config.blocks_per_sm * 2] * (config.buckets - 1)
+        assert config.blocks(3) == [None] + [config.blocks_per_sm * (3 - config.spare_sms)] * (config.buckets - 1)
     buckets = Layout(V).buckets(config.buckets, multigpu.replicas.row_work(batch), config.rare_share)
     ranks = _Ranks(world)
     monkeypatch.setattr(workers, "nccl", lambda: None)

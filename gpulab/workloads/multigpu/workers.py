@@ -194,7 +194,8 @@ LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gr
     (Overlap(2, 1, True, "gradient", lean=True, spare_sms=SPARE_SMS),) + \
     tuple(Overlap(2, k, True, "parameters", lean=True, comm_first=True) for k in (None, 8)) + \
     (Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True),
-     Overlap(2, None, True, "gradient", lean=True, comm_first=True))
+     Overlap(2, None, True, "gradient", lean=True, comm_first=True),
+     Overlap(2, 1, True, "parameters", lean=True, spare_sms=SPARE_SMS, comm_first=True))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
