@@ -1,10 +1,16 @@
 """The student version of each chapter notebook, executed when pytest collects the notebook
 (``python -m pytest`` collects book/, as pyproject's testpaths say): in the student copy of the lab,
 the one the published site shows, whose build then reuses these executed notebooks
-(:mod:`gpulab.site`) instead of executing them again. The notebooks as they are run once too, in
-a second item of the same file (:class:`GluedNumbersRun`); both compare the numbers they glue
-with tests/fixtures/glued. nbmake's test runs with ``--nbmake``. Every notebook test is ``slow``; the
-student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
+(:mod:`gpulab.site`) instead of executing them again. It compares the numbers it glues with
+tests/fixtures/glued, every one of them (the same names and values the notebook as it is glues).
+
+The notebook as it is (its solution cells in place) is a second item of the same file
+(:class:`GluedNumbersRun`, marker ``as_is``), left out unless asked for with ``--as-is`` or a
+``-m`` expression naming ``as_is`` (``-m as_is`` runs only those): the student version checks the
+same glued numbers, and the solution cells are graded by tests/test_grading.py (the lab's answers
+are read from those cells), so the default run does not pay for every notebook twice.
+tools/gpu_session.sh's ``check`` runs them. nbmake's test runs with ``--nbmake``. Every notebook
+test is ``slow``; the student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
 import resource
@@ -27,11 +33,20 @@ def pytest_collect_file(file_path: Path, parent):
     return None
 
 
+def _as_is_asked(config) -> bool:
+    return bool(config.getoption("as_is")) or "as_is" in (config.getoption("markexpr") or "")
+
+
 @pytest.hookimpl(tryfirst=True)      # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+    if not _as_is_asked(config):
+        left_out = [item for item in items if item.get_closest_marker("as_is")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("as_is")]
     _longest_first(config, items)
 
 
@@ -42,6 +57,9 @@ def pytest_collection_modifyitems(config, items):
 # time is what a change of the suite moves. Each phase's time travels in the report's
 # user_properties, so it comes back from pytest-xdist's workers too.
 def pytest_addoption(parser):
+    parser.addoption("--as-is", action="store_true", default=False,
+                     help="also execute every chapter notebook as it is, solutions in place, and compare "
+                          "the numbers it glues (marker as_is; -m as_is runs only those)")
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="list the N tests (0: all) that used the most CPU time, their own and "
                           "their child processes' (compilers, notebook kernels)")
@@ -166,8 +184,13 @@ def _glued_values():
 class GluedNumbersRun(pytest.Item):
     """The chapter's notebook as it is runs without an error (as nbmake would check) and glues
     exactly the numbers of tests/fixtures/glued/<chapter>.json (tools/glued_values.py): a change
-    of the package cannot move a number the book quotes. A unit of xdist's work of its own
-    (see "the longest work first" above), as is the student version."""
+    of the package cannot move a number the book quotes. Marker ``as_is``: run only when asked
+    (``--as-is``, ``-m as_is``; see the module's text). A unit of xdist's work of its own (see
+    "the longest work first" above), as is the student version."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.as_is)
 
     def runtest(self):
         _glued_values().assert_unchanged(self.path.stem)

@@ -12,7 +12,8 @@
 # each scanned for stderr, errors, "nan" and raw dicts (tools/run_notebooks.py). Each notebook
 # may hold 9% of the GPU's memory (CUPY_GPU_MEMORY_LIMIT), so batches over its share are
 # skipped with the reason, as on a smaller GPU; gpu_record.sh measures them, one chapter at a time.
-# $OUT gets tests.log, notebooks/summary.txt and the executed notebooks (notebooks.tgz).
+# Beside them, every notebook as it is on the CPU backend, its glued numbers compared (as_is.log).
+# $OUT gets tests.log, as_is.log, notebooks/summary.txt and the executed notebooks (notebooks.tgz).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD MPLBACKEND=Agg
 if [ -d .whl ]; then
@@ -30,10 +31,15 @@ if [ "${1:-}" = check ]; then
   tail -3 $OUT/tests.log
   python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 --gpu-share 9% --deadline $((limit - SECONDS - 15)) \
     > $OUT/notebooks.log 2>&1 &
+  # Every notebook as it is, solutions in place, on the CPU backend (the GPU hidden), its glued numbers
+  # compared with tests/fixtures/glued (conftest.py, marker as_is): CI executes only the student versions.
+  CUDA_VISIBLE_DEVICES= timeout $((limit - SECONDS - 10)) python3 -m pytest -q -o addopts="-ra" -p no:cacheprovider \
+    -n 2 -m as_is book/ > $OUT/as_is.log 2>&1 &
   timeout $((limit - SECONDS - 10)) python3 -m pytest -q -o addopts="-ra" -p no:cacheprovider -n 4 \
     --dist loadfile $(for t in $gpu_tests; do echo tests/test_$t.py; done) >> $OUT/tests.log 2>&1
   echo "tests: rc=$?"; tail -15 $OUT/tests.log
   wait
+  echo "notebooks as they are (CPU backend, glued numbers):"; tail -4 $OUT/as_is.log
   cat $OUT/notebooks/summary.txt
   tar czf $OUT/notebooks.tgz -C $OUT notebooks && rm -rf $OUT/notebooks/*.ipynb
   exit 0
