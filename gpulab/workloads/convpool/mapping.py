@@ -10,7 +10,12 @@ columns b + 0..3, b + 16..19 with b = (warp / 2) * 32 + (lane % 4) * 4.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
+
+from ... import diagrams, predictions
+from .shapes import LAYER
 
 #: The kernels' compile-time constants the maps and counts use (their #defines).
 RS = 5                     # filter side
@@ -68,7 +73,6 @@ def step6_maps(PF: int = 112) -> dict:
 
 
 def step3_figure(caption: str | None = None):
-    from ... import diagrams
     m, c = step3_maps(), load_counts()
     s3, s2 = c["03"], c["02"]
     text = (f"Per input channel a thread issues {s3['global loads']} coalesced weight loads and "
@@ -102,7 +106,6 @@ def step3_figure(caption: str | None = None):
 
 
 def step6_figure(caption: str | None = None):
-    from ... import diagrams
     m, c = step6_maps(), load_counts()
     s6, s5 = c["06"], c["05"]
     text = (f"Per slice of {BK} taps a thread issues {s6['shared loads']} shared and {s6['global loads']} global "
@@ -140,8 +143,6 @@ TC_TYPES = {"07 tf32": {"bytes": 4, "FK": 8}, "08 fp16": {"bytes": 2, "FK": 16}}
 def tc_constants() -> dict:
     """The integer ``#define`` lines of steps 7-8's header (STAGES, TC_BN, TC_BM, TC_THREADS, TC_WM,
     TC_CHUNKS: the ring and tile as compiled by default), and TC_WN = TC_BN / 4 as it defines it."""
-    import re
-    from ... import predictions
     path = predictions.kernel_path(TC_HEADER)
     found = {m.group(1): int(m.group(2))
              for m in re.finditer(r"^#define\s+(\w+)\s+(\d+)\b", path.read_text(), re.M)}
@@ -155,7 +156,6 @@ def tc_counts(K: int | None = None) -> dict:
     """Per element type: k per slice, slices to cover K (default: the chapter's layer, 25 C), and per
     warp and slice the fragment loads from shared memory and the ``mma_sync`` products, with each
     thread's 16-byte ``cp.async`` copies -- from the header's constants and its loops."""
-    from .shapes import LAYER
     c = tc_constants()
     K = K or RS * RS * LAYER.C
     out = {}
@@ -201,7 +201,6 @@ def pipeline_figure(caption: str | None = None):
     the tensor cores, being filled, in flight), and which warps copy the filter rows warp 0 reads;
     the caption counts the copies, fragment loads and products per slice, and the slices each type
     needs (the count behind step 8's prediction)."""
-    from ... import diagrams
     c, m, n = tc_constants(), pipeline_maps(), tc_counts()
     tf, fp = n["07 tf32"], n["08 fp16"]
     text = (f"Per slice each thread issues {fp['copies per thread']} 16-byte cp.async copies, and each warp "

@@ -14,6 +14,9 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
+
+from ...roofline import floors_ms as roofline_floors
 
 RS = 5        # filter height and width
 BORDER = 2    # zero border on each side: the convolution keeps the image's size
@@ -168,14 +171,12 @@ def reference(x, w, b, xp=np):
 def floors_ms(shape: Shape, fp32_gflops: float, gbs: float, itemsize: int = 4) -> dict:
     """The arithmetic floor (FLOPs at ``fp32_gflops``) and the memory floor (compulsory bytes at
     ``gbs``) of one layer, in ms."""
-    from ...roofline import floors_ms as roofline_floors
     return roofline_floors(shape.flops, shape.bytes(itemsize), peak_gflops=fp32_gflops, peak_gbs=gbs)
 
 
 def work_table(batches=BATCHES, shape: Shape = LAYER):
     """The layer's work at each batch size: GFLOP, compulsory MB, and the pre-pool tensor an
     unfused layer writes and reads back."""
-    import pandas as pd
     return pd.DataFrame([{
         "N": N, "GFLOP": shape.batch(N).flops / 1e9, "compulsory MB (fp32)": shape.batch(N).bytes() / 1e6,
         "pre-pool tensor MB (fp32)": shape.batch(N).prepool_bytes() / 2e6,

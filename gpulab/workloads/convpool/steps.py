@@ -14,8 +14,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ... import ladder
+from ... import ladder, predictions, tensormap
 from ...check import compare
+from ...device import limits as device_limits
 from ...errors import CheckFailed, KernelArgumentError
 from ...kernels import DEFAULT_SHARED_LIMIT, Backend, get_backend, load_module
 from .shapes import CHECK, RS, Shape, make_inputs, reference
@@ -216,7 +217,6 @@ def unfit_reason(step: Step, shape: Shape, options=None, limits=None) -> str | N
     instructions, more dynamic shared memory per block than the device allows, or more device
     memory than :data:`MEMORY_FRACTION` of it. None when it can (and always on the CPU backend
     with no profile simulated)."""
-    from ...device import limits as device_limits
     here = limits if limits is not None else device_limits()
     if here is None:
         return None
@@ -351,7 +351,6 @@ def _wgmma_launch(step: Step, shape: Shape, x, forms: dict, weights, b, y, be: B
     """Steps 9-11: tensor maps of the channels-last input and the filters, one persistent block
     per SM. Step 11 (fp32 on tf32 tensor cores) splits x into its tf32 big part and remainder
     first (split_tf32, in the launch: it is part of the step's time) and passes four maps."""
-    from ... import tensormap
     bk = wgmma_bk(step)
     box_x, box_w = (bk, WGMMA_TILE_W, WGMMA_TILE_H, 1), (bk, wgmma_filters(step))
     cfg = launch_config(step, shape, opts, blocks or persistent_blocks(be), threads)
@@ -423,7 +422,7 @@ def check_steps(backend: str | Backend | None = None, steps=None, shape: Shape =
 # The kernel files' predictions as claims a run can check at one image (gpulab.predictions states
 # the rules); a reason is shown only when the run says the claim failed in that direction.
 def _predicted():
-    from ... import predictions as p
+    p = predictions
     return {
         "01": p.about_ms(60, because_faster=(
             "the estimate's ceiling of about 3 issued instructions per FMA was pessimistic: step 1's "

@@ -19,10 +19,13 @@ import numpy as np
 import pandas as pd
 
 from ...check import compare
-from ...kernels import get_backend, load_module
+from ...device import limits
+from ...errors import RecordedRunError
+from ...kernels import get_backend, load_module, occupancy
 from ...sweep import best, sweep
 from .shapes import LAYER, Shape, make_inputs, reference
-from .steps import STEP, input_forms, input_name, make_launch, strips, weight_forms
+from .steps import (MEMORY_FRACTION, STEP, footprint_bytes, input_forms, input_name, make_launch, strips,
+                    tc_shared_bytes, unfit_reason, weight_forms)
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 Q_VALUES = (1, 2, 4, 8, 16)
@@ -70,7 +73,6 @@ def occupancy_columns(step, threads: int, options=(), shared: int = 0, backend=N
     be = get_backend(backend)
     if be.name != "gpu":
         return {}
-    from ...kernels import occupancy
     kernel = load_module(step.file, be, options=tuple(options)).get_function(step.kernel)
     attrs = kernel.raw.attributes
     row = {"registers": attrs["num_regs"], "max_threads_per_block": attrs["max_threads_per_block"]}
@@ -124,8 +126,6 @@ def tile_sweep(backend=None, batches=TILE_BATCHES, stages=STAGES, pixels=TILE_PI
                shape: Shape = LAYER, seed: int = 0, log=None) -> pd.DataFrame:
     """The tensor-core steps over tile width (128 or 256 pixels) x STAGES (cp.async slices in
     flight), at each batch size."""
-    from ...device import limits
-    from .steps import MEMORY_FRACTION, footprint_bytes, tc_shared_bytes, unfit_reason
     frames = []
     for N in batches:
         at_n = shape.batch(N)
@@ -177,7 +177,6 @@ def sweep_table(run, name: str) -> pd.DataFrame:
     if name not in ("shape", "blocks", "tiles"):
         raise ValueError(f"name must be 'shape', 'blocks' or 'tiles', got {name!r}")
     if "sweeps" not in run.tables:
-        from ...errors import RecordedRunError
         raise RecordedRunError(f"the {run.chapter} run on {run.gpu} has no sweeps table; re-record it with "
                                f"`python -m gpulab record {run.chapter}` on a GPU machine")
     table = run.tables["sweeps"]

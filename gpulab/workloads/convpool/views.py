@@ -7,12 +7,17 @@ missing value rather than raising, :func:`known` turns those into :data:`NOT_MEA
 prose, and :func:`caption` adds to a figure's or table's caption what the run skipped."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from ... import baselines, roofline
+from ... import baselines, paths, predictions, roofline
+from ...runs import gpu_comparison as compare_gpus
+from ...sweep import best, point_row
+from .record import WHOLE_BATCH
 from .shapes import LAYER
-from .steps import STEP, STEPS
+from .steps import BATCH_STEPS, PREDICTED, STEP, STEPS
 
 #: The chapter's targets: (batch, precision) -> what our best kernel must at least match.
 TARGETS = [(1, "fp32"), (1, "tf32"), (1, "fp16"), (32, "tf32"), (32, "fp16")]
@@ -81,7 +86,6 @@ def side(run, table: str, number: str, column: str) -> float:
 def skip_note(run, sizes=None, steps=None) -> str:
     """What the run skipped among our ``steps`` (numbers; None: all) at batch ``sizes`` (None:
     any), whole batches included, with the reasons from its ``skipped`` table: "" when nothing."""
-    from .record import WHOLE_BATCH
     table = run.tables.get("skipped")
     if table is None or not len(table):
         return ""
@@ -105,7 +109,6 @@ def caption(run, sizes=None, steps=None) -> str:
 def best_point(table: pd.DataFrame) -> pd.Series:
     """A sweep's best checked-and-timed point, or a row of NaN when it has none (every point
     invalid on this GPU)."""
-    from ...sweep import best
     try:
         return best(table)
     except (ValueError, KeyError):
@@ -114,7 +117,6 @@ def best_point(table: pd.DataFrame) -> pd.Series:
 
 def point(table: pd.DataFrame, **where) -> pd.Series:
     """The sweep point with these parameter values, or a row of NaN when the run lacks it."""
-    from ...sweep import point_row
     try:
         row = point_row(table, **where)
     except KeyError:
@@ -197,7 +199,6 @@ def gpu_comparison(N: int = 1, root=None):
     """Per step and eager cuDNN path at batch ``N``, the H200's recorded time over the H100's
     against the roofline's prediction (:func:`gpulab.runs.gpu_comparison`): (table, figure),
     or None until both runs exist."""
-    from ...runs import gpu_comparison as compare_gpus
     return compare_gpus("convpool", lambda run: gpu_comparison_rows(run, N), root=root,
                         title=f"Does each step gain what the roofline predicts on the H200? "
                               f"({'one image' if N == 1 else f'N = {N}'})")
@@ -214,7 +215,6 @@ def vendor_ms(run, N: int, precision: str, column: str = "median_ms") -> float:
 def batch_lines(run, precisions=("fp32", "tf32", "fp16")) -> pd.DataFrame:
     """The fused steps at every batch the run timed, and per precision class the fastest cuDNN
     path at each batch (variant "fastest cuDNN path, <precision>"): the batch figure's lines."""
-    from .steps import BATCH_STEPS
     rows = run.experiment("ladder")
     fused = rows[rows["step"].astype(str).isin(list(BATCH_STEPS))]
     lines = [fused]
@@ -228,8 +228,6 @@ def batch_lines(run, precisions=("fp32", "tf32", "fp16")) -> pd.DataFrame:
 
 def prediction_table(run, N: int = 1) -> pd.DataFrame:
     """Each step's prediction (from its kernel file) against its time at batch ``N`` in ``run``."""
-    from ... import predictions
-    from .steps import PREDICTED
     rows = ladder(run, N, vendor=False)
     return predictions.table([(s.number, s.title, s.file) for s in STEPS], rows[["step", "median_ms"]],
                              PREDICTED)
@@ -239,8 +237,6 @@ def input_loads(launches, kernels: dict) -> pd.DataFrame:
     """The global loads of the input ``x`` in CPU-backend launches counted by
     :func:`gpulab.cpu.counting`, per step: ``kernels`` maps a step to its kernel's name. The
     loads of x are the counted source lines that index ``x`` (or its row pointer ``x_c``)."""
-    import re
-    from ... import paths
     rows = {}
     for step, name in kernels.items():
         found = [launch for launch in launches if launch.kernel == name]

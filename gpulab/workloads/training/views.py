@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import textwrap
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from ... import baselines as vendor_mod
+from ... import plots, predictions, roofline, runs, timeline
+from ...errors import RecordedRunError
 from ...runs import RecordedRun
 from . import data
-from .steps import STEPS, Dims, step
+from .record import benchmark_all
+from .steps import PREDICTED, STEPS, Dims, step
 
 MAIN_BATCH = 1024
 
 
 def _table(run: RecordedRun, name: str) -> pd.DataFrame:
     """A side table of the run, or a clear error naming what the run lacks."""
-    from ...errors import RecordedRunError
     if name not in run.tables:
         problems = run.tables.get("problems")
         why = "" if problems is None else " Its problems table says:\n" + problems.to_string(index=False)
@@ -153,7 +157,6 @@ def _saving_text(row) -> str:
 def graph_gain_figure(run: RecordedRun, batch: int = MAIN_BATCH):
     """:func:`graph_gain` drawn: the share of each step that the graph saves, each bar labelled
     with the microseconds saved."""
-    import matplotlib.pyplot as plt
     gain = graph_gain(run, batch)
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(gain) + 1.6))
     labels = [f"{textwrap.shorten(v, 40, placeholder='...')} ({k} kernels)" for v, k in zip(gain["variant"], gain["kernels"])]
@@ -189,7 +192,6 @@ SCALING_STEPS = (1, 6, 7, 10)
 def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
     """Time per epoch against batch size for a few steps (:data:`SCALING_STEPS`), and PyTorch's
     fastest path where the run timed it at several batch sizes."""
-    from ... import plots
     rows = epoch_times(run).rename(columns={"size": "batch"})
     labels = [step(n).label for n in steps]
     rows = rows[rows["variant"].isin(labels)]
@@ -206,7 +208,6 @@ def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
                          title=f"How does the batch size change the time of an epoch? (steps {shown}; each "
                                "step's table above has its times at every batch size)")
     # a tick at every batch size measured (a log axis from 32 to 2,048 would label only 100 and 1,000)
-    from matplotlib.ticker import NullFormatter
     sizes = sorted(int(b) for b in rows["batch"].unique())
     fig.axes[0].set_xticks(sizes, [f"{b:,}" for b in sizes])
     fig.axes[0].xaxis.set_minor_formatter(NullFormatter())
@@ -216,7 +217,6 @@ def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
 def ladder_figure(run: RecordedRun, batch: int = MAIN_BATCH):
     """The ladder at one batch size, with PyTorch's fastest eager path and fastest path in a CUDA
     graph as reference lines (every path: :func:`vendor_table`)."""
-    from ... import plots
     table = ladder(run, batch)
     v = vendor(run, batch)
     # "PyTorch eager fp32, ..., CUDA graph" names the eager code, captured: in a legend beside
@@ -243,8 +243,6 @@ def breakdown(run: RecordedRun, number: int) -> pd.DataFrame:
 
 def breakdown_figure(run: RecordedRun, numbers=(1, 6, 7, 9)):
     """Where the time of a step goes, kernel by kernel, for a few steps."""
-    import matplotlib.pyplot as plt
-    from ... import plots
     rows = run.experiment("breakdown")
     # Two panels a row, about 1,050 pixels wide: four in a row were shown at 40% on a book page,
     # their kernel names at 4 pixels.
@@ -265,8 +263,6 @@ def breakdown_figure(run: RecordedRun, numbers=(1, 6, 7, 9)):
 
 def timeline_figure(run: RecordedRun):
     """Steps 2 and 3 as timelines: the same kernels, on one stream and on three."""
-    import matplotlib.pyplot as plt
-    from ... import timeline
     t = _table(run, "timeline")
     fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
     for ax, n in zip(axes, (2, 3)):
@@ -278,7 +274,6 @@ def timeline_figure(run: RecordedRun):
 
 def overlap(run: RecordedRun) -> pd.DataFrame:
     """Steps 2 and 3 from their timelines: wall time, and the kernels' busy time."""
-    from ... import timeline
     t = _table(run, "timeline")
     out = []
     for n in (2, 3):
@@ -296,8 +291,6 @@ def sweep_table(run: RecordedRun) -> pd.DataFrame:
 def sweep_figure(run: RecordedRun):
     """The batch size x block shape sweep: test accuracy per point, our bounds
     test and the report's side by side, broken points marked."""
-    import matplotlib.pyplot as plt
-    from ... import plots
     sw = _table(run, "sweep")
     guards = list(dict.fromkeys(sw["guard"]))
     fig, axes = plt.subplots(1, len(guards), figsize=(7 * len(guards), 4.6))
@@ -346,8 +339,6 @@ def accuracy_table(run: RecordedRun) -> pd.DataFrame:
 
 def curves_figure(run: RecordedRun):
     """Loss per SGD step and test accuracy per epoch, against the Bayes-optimal accuracy."""
-    import matplotlib.pyplot as plt
-    from ... import plots
     c = _table(run, "curves")
     b = bayes(run)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.6))
@@ -415,8 +406,6 @@ def overfitting_figure(run: RecordedRun, bayes_loss: float):
     """Training loss against the Bayes-optimal cross-entropy (``bayes_loss``, the
     least expected loss on unseen documents), and test accuracy per epoch with
     its peak marked (the training figures too, where the run recorded them)."""
-    import matplotlib.pyplot as plt
-    from ... import plots
     name, _ = _reference_curve(run)
     t = overfitting(run)
     b = bayes(run)
@@ -482,7 +471,6 @@ def targets(run: RecordedRun) -> pd.DataFrame:
 def roofline_figure(run: RecordedRun):
     """Every step at batch 1,024 on the roofline (the dense steps' 17 GFLOP; the
     sparse steps' FLOPs are the gather's and scatter's)."""
-    from ... import plots, roofline
     ceilings = roofline.ceilings_table(run.timings, run.gpu)
     fp32, gbs = ceilings.loc["FP32 rate (GFLOP/s)", "measured"], ceilings.loc["memory bandwidth (GB/s)", "measured"]
     rows = run.experiment("ladder")
@@ -520,8 +508,7 @@ def gpu_comparison(root=None):
     """Per step at batch 1,024 (and PyTorch's paths), the H200's recorded time over
     the H100's against the roofline's prediction (:func:`gpulab.runs.gpu_comparison`):
     (table, figure), or None until both GPUs' runs are recorded."""
-    from ...runs import gpu_comparison as compare_gpus
-    return compare_gpus("training", _comparison_rows, root=root,
+    return runs.gpu_comparison("training", _comparison_rows, root=root,
                         title=f"Does each step gain what the roofline predicts on the H200? (batch {MAIN_BATCH:,})")
 
 
@@ -553,11 +540,8 @@ def load(gpu: str | None = None):
     """The chapter's run: measured now on a GPU, else the recorded one (``gpu``:
     whose, "H100" or "H200"; None: the book's GPU, the H100); None (with the
     reason printed) where neither exists yet."""
-    from ...errors import RecordedRunError
-    from ...runs import live_or_recorded
-    from . import benchmark_all
     try:
-        return live_or_recorded("training", benchmark_all, gpu=gpu)
+        return runs.live_or_recorded("training", benchmark_all, gpu=gpu)
     except RecordedRunError as exc:
         print(f"No run of this chapter to show: {exc}")
         return None
@@ -566,7 +550,6 @@ def load(gpu: str | None = None):
 def show(fn, run, *args, **kwargs):
     """``fn(run, ...)``, or a note where there is no run to read or the run
     lacks the part ``fn`` reads (an experiment that failed or ran out of time)."""
-    from ...errors import RecordedRunError
     if run is None:
         print("(no recorded run of this chapter yet: the timings and figures appear once one is recorded)")
         return None
@@ -701,7 +684,6 @@ def profile_numbers(run: RecordedRun | None) -> dict:
     """What the profiler section quotes, by glue name: per step, its two largest
     kernels' share of its kernel time, and their FP32 rate, bandwidth and
     occupancy against the datasheet's peaks for the run's GPU."""
-    from ... import roofline
     keys = ["pr_s6_share", "pr_s6_fwd_tflops", "pr_s6_bwd_conflicts", "pr_s6_xt_gbs", "pr_s7_share",
             "pr_s7_fwd_tflops", "pr_s7_bwd_tflops", "pr_s7_fp32_pct", "pr_s7_occ", "pr_s7_regs", "pr_s7_gbs",
             "pr_s8_share", "pr_s8_fwd_us", "pr_s8_bwd_us", "pr_s8_fwd_gbs", "pr_s8_bwd_gbs", "pr_s8_mem_pct",
@@ -774,8 +756,6 @@ def profile_numbers(run: RecordedRun | None) -> dict:
 def prediction_table(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
     """Each step's prediction (from its kernel file) against its time in ``run`` at ``batch``,
     with the verdict (see :mod:`gpulab.predictions`)."""
-    from ... import predictions
-    from .steps import PREDICTED
     measured = ladder(run, batch)[["step", "median_ms"]]
     steps = [(s.ordinal, s.title, s.file) for s in STEPS]
     return predictions.table(steps, measured, PREDICTED)
@@ -783,14 +763,12 @@ def prediction_table(run: RecordedRun, batch: int = MAIN_BATCH) -> pd.DataFrame:
 
 def prediction_styled(run: RecordedRun, batch: int = MAIN_BATCH):
     """:func:`prediction_table` as the notebook shows it (see :func:`gpulab.predictions.styled`)."""
-    from ... import predictions
     return predictions.styled(prediction_table(run, batch), f"Batch {batch:,}; " + run.caption)
 
 
 def prediction_numbers(run) -> dict:
     """Each step's verdict line (``verdict_NN``) and the counts of held and failed predictions,
     for the prose (a dash for each where there is no run)."""
-    from ... import predictions
     keys = [f"verdict_{n:02d}" for n in range(1, len(STEPS) + 1)] + ["predictions_held", "predictions_failed",
                                                                       "predictions_judged"]
     if run is None:
@@ -822,7 +800,6 @@ def streams_numbers(run) -> dict:
     """The numbers of step 3's lesson (streams made the step slower): the forward product's time
     alone (step 2) and beside the other streams' kernels (step 3), the transpose the streams were
     to hide, and the step's wall time against the sum of its kernels (from the timeline)."""
-    from ...errors import RecordedRunError
     keys = ("z1_alone", "z1_beside", "z1_lost", "xt_alone", "streams_wall", "streams_kernel_sum", "slower_pct")
     if run is None:
         return dict.fromkeys(keys, "-")
