@@ -247,7 +247,7 @@ def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_me
     # case (5,120,000 vectors need 8.3 GB). Execute every cell against the H100's run cut to that
     # profile and read the outputs: no error, no stderr, no "nan", the reason shown, and the
     # numbers of the large case glued as "not measured on this GPU".
-    run = execute_on_profile("fcnet", "8GB", monkeypatch, gpu="H100", timeout=900)
+    run = execute_on_profile("fcnet", "8GB", monkeypatch, gpu="H100", timeout=900, kernel_checks=False)
     for key in ("step5_gain", "large_vs_11", "s14_ms", "s14_registers", "vendor32_label", "s15_ms", "s17_ms",
                 "s18_ms", "rtx_worst_step", "rtx_step7_gbs"):
         assert run.glued[key] == "not measured on this GPU", key

@@ -371,7 +371,7 @@ def test_the_notebook_reads_an_8gb_run_without_an_error_and_says_what_was_not_me
     from gpulab.device import PROFILES
     from gpulab.workloads.lenet import record
     assert record.runnable_batches(lenet.BATCHES, PROFILES["8GB"])[0] != list(lenet.BATCHES)   # MAIN_N is cut
-    run = execute_on_profile("lenet", "8GB", monkeypatch)
+    run = execute_on_profile("lenet", "8GB", monkeypatch, kernel_checks=False)
     for key in ("step1_conv1", "s10_total", "s11_vs_s10_conv2", "fp32_forward", "fp16_changed"):
         assert run.glued[key] == "not measured on this GPU", key
     assert ">nan<" not in run.text and " nan " not in run.text
