@@ -21,8 +21,7 @@ from gpulab import exercises, grading, paths, sandbox
 from test_grading import FIXTURES, WRONG, _hidden_inputs, handed_in, submission
 
 WHY_NO_SANDBOX = sandbox.problem()
-pytestmark = [pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox here: {WHY_NO_SANDBOX}"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox here: {WHY_NO_SANDBOX}")
 
 ATTACKS = FIXTURES / "attacks"
 KERNEL, CELL = exercises.get("measuring.1"), exercises.get("fcnet.2")
@@ -147,6 +146,7 @@ def attacked(tmp_path_factory) -> Run:
     return Run(tmp_path_factory.mktemp("attacked"), with_attackers=True)
 
 
+@pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
 def test_every_attack_scores_zero_on_what_it_attacks(attacked):
     for student, exercise in attacked.attacks.items():
         row = attacked.grades.loc[(student, exercise)]
@@ -168,6 +168,7 @@ def test_every_attack_scores_zero_on_what_it_attacks(attacked):
     assert "not graded: _skipped" in attacked.result.stdout
 
 
+@pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
 def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_paths(attacked):
     from gpulab.workloads import measuring
     # Numbers of the hidden cases that the public check's own table shows too (its sizes) are not secret.
@@ -192,6 +193,7 @@ def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_p
         assert not leaked, f"{name} shows hidden inputs {leaked}"
 
 
+@pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
 def test_honest_grades_are_the_same_with_and_without_attackers(honest_only, attacked):
     columns = ["points", "status", "passed_checks", "message"]
     alone = honest_only.grades.loc[honest_only.honest, columns]
@@ -202,6 +204,7 @@ def test_honest_grades_are_the_same_with_and_without_attackers(honest_only, atta
     assert alone.loc[("dora", KERNEL.id), "points"] == 0
 
 
+@pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
 def test_no_submission_file_changes_and_nothing_outlives_the_grader(honest_only, attacked):
     for run in (honest_only, attacked):
         assert not run.changed, run.changed
@@ -213,6 +216,7 @@ def test_no_submission_file_changes_and_nothing_outlives_the_grader(honest_only,
     assert ada["sha256"].tolist() == [hashlib.sha256(handed_in(KERNEL).encode()).hexdigest()]
 
 
+@pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
 def test_the_run_ends_within_its_limits(attacked):
     # Every item ended and says what it used: no child computed past its CPU limit (the grader
     # checks four times a second; RLIMIT_CPU, at the limit plus 2 s, stops each process anyway).
