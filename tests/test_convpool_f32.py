@@ -54,7 +54,7 @@ def test_the_kernels_split_is_the_hosts_bit_for_bit(backend):
 # C = 72: Cp = 96, three slices of 32 channels per tap, 75 per tile (odd: step 11's last slice
 # alone); C = 64: two per tap, 50 per tile (even). M = 260: a partial filter tile for both steps
 # (256 + 4 for step 10, 2 x 128 + 4 for step 11); 4 x 10 pixels: one partial 16 x 8 tile row.
-@pytest.mark.parametrize("C, M", [(72, 260), (64, 130)])
+@pytest.mark.parametrize("C, M", [pytest.param(72, 260, marks=pytest.mark.slow), (64, 130)])   # 72: the larger case
 def test_steps_10_and_11_match_the_reference_on_partial_tiles_and_any_grid(backend, C, M):
     be = _hopper_backend(backend)
     shape = convpool.Shape(N=1, C=C, H=4, W=10, M=M)

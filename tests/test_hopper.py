@@ -293,6 +293,7 @@ def test_wgmma_steps_compile_to_hopper_instructions():
             assert op in text, f"step {step.number}: no {op} in its SASS"
 
 
+@pytest.mark.slow          # the race checker runs each block alone, instrumented (~6 CPU-s)
 def test_race_checking_sees_no_race_in_the_mbarrier_ordered_steps():
     # The copy engine's writes and wgmma's reads are ordered by mbarrier phases, which the race
     # checker does not model: it must not report them. Step 7 has no __syncthreads() after its

@@ -133,9 +133,13 @@ def test_the_trained_network_reproduces_its_stored_predictions():
 
 # ----------------------------------------------------------------- every kernel
 KERNEL_STEPS = [s for s in lenet.STEPS if not (s.streams or s.graph)] + [lenet.EXERCISE]
+#: The steps slowest to check on the CPU backend (8-12 CPU-s each): marked slow, so the quick loop
+#: (-m "not slow") checks the others; the whole suite checks every one.
+SLOW_TO_CHECK = ("04", "05", "08")
 
 
-@pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
+@pytest.mark.parametrize("step", [pytest.param(s, marks=pytest.mark.slow) if s.number in SLOW_TO_CHECK else s
+                                  for s in KERNEL_STEPS], ids=lambda s: s.number)
 def test_every_kernel_matches_the_reference_on_odd_batches(backend, step):
     checks = lenet.check_steps(backend, steps=[step], sizes=lenet.CHECK_SIZES)
     gpulab.assert_ok(checks)

@@ -82,7 +82,7 @@ def test_parameter_averaging_leaves_untouched_rows_bit_for_bit(corpus):
     assert np.all(np.any(w1[touched] != p0["W1"][touched], axis=1))
 
 
-@pytest.mark.parametrize("replicas", [3, 4])
+@pytest.mark.parametrize("replicas", [3, pytest.param(4, marks=pytest.mark.slow)])    # 4: the larger case, ~6 CPU-s
 def test_more_replicas_equal_one_replica(corpus, replicas):
     # Any replica count: 3 does not divide 74, so the batch is 72 documents (24 or 18 each).
     b = 72
