@@ -90,6 +90,7 @@ def test_race_checker_tells_the_blocks_shared_memory_apart_and_still_finds_a_rac
         kernel(4, 128, (out, np.int32(1)))
 
 
+@pytest.mark.slow          # the race checker runs each block alone, instrumented (~20 CPU-s)
 def test_race_checking_sees_no_race_in_the_cluster_step():
     # Step 8's multicast copies, remote arrivals and cluster barriers are ordered by mbarrier
     # phases and barrier.cluster, which the race checker does not model: no race may be reported.
