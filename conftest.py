@@ -139,10 +139,16 @@ def pytest_terminal_summary(terminalreporter, config):
 COSTS = ROOT / "tests" / "cpu_seconds.json"
 
 
+#: Test files whose tests share no module fixture and each run a whole recording in a process of
+#: its own (~300 CPU-s in all): each test is a unit, so one worker does not take them all.
+EACH_TEST_A_UNIT = ("tests/test_recording.py",)
+
+
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: its file, or itself for a notebook's item."""
+    """The unit of work a test belongs to: its file, or itself for a notebook's item and for the
+    tests of :data:`EACH_TEST_A_UNIT`."""
     path = nodeid.split("::", 1)[0]
-    return nodeid if path.endswith(".ipynb") else path
+    return nodeid if path.endswith(".ipynb") or path in EACH_TEST_A_UNIT else path
 
 
 def _costs() -> dict[str, float]:
