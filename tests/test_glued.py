@@ -69,3 +69,15 @@ def test_a_moved_dropped_or_added_number_fails(monkeypatch, tmp_path):
 # The comparison of every chapter (each notebook executed as it is) runs beside that chapter's
 # student version, as a second test of book/<chapter>/<chapter>.ipynb (conftest.py): pytest-xdist
 # then spreads the chapters over the workers instead of running eight notebooks on one.
+
+
+def test_a_name_glued_twice_is_named_before_the_site_build_fails_on_it():
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    record = glued_values.GLUE_MIME
+    glue = lambda name, value: new_output("display_data", data={record: value},   # noqa: E731
+                                          metadata={"scrapbook": {"name": name, "mime_prefix": ""}})
+    once = [new_code_cell("glue(a=1)", outputs=[glue("a", "1")]), new_code_cell("glue(b=2)", outputs=[glue("b", "2")])]
+    assert glued_values.glued_twice(nbformat.from_dict(new_notebook(cells=once))) == []
+    again = once + [new_code_cell("glue(a=1)", outputs=[glue("a", "1")])]
+    assert glued_values.glued_twice(nbformat.from_dict(new_notebook(cells=again))) == ["a"]

@@ -9,6 +9,7 @@ Usage: PYTHONPATH=. python tools/glued_values.py [CHAPTER ...]      (default: ev
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 import sys
@@ -36,6 +37,15 @@ def glued(nb) -> dict[str, str]:
             if name is not None and GLUE_MIME in output.get("data", {}):
                 out[name] = output["data"][GLUE_MIME]
     return out
+
+
+def glued_twice(nb) -> list[str]:
+    """The names an executed notebook glued more than once: myst-nb warns of each ("glue key ...
+    duplicate"), so the site build, warnings as errors, fails on them."""
+    seen = collections.Counter(output.get("metadata", {}).get("scrapbook", {}).get("name")
+                               for cell in nb.cells if cell.cell_type == "code"
+                               for output in cell.get("outputs", []) if GLUE_MIME in output.get("data", {}))
+    return sorted(name for name, count in seen.items() if name is not None and count > 1)
 
 
 def execute(chapter: str, timeout: int = 900):
@@ -71,7 +81,10 @@ def assert_unchanged(chapter: str, nb=None) -> None:
     """``chapter``'s executed notebook (executed here if not given) glues exactly the fixture's
     values: no number moved, dropped or added."""
     expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
-    got = glued(execute(chapter) if nb is None else nb)
+    nb = execute(chapter) if nb is None else nb
+    twice = glued_twice(nb)
+    assert not twice, f"{chapter}: glued more than once (the site build fails on it): {twice}"
+    got = glued(nb)
     changed = {k: (expected[k], got[k]) for k in expected.keys() & got.keys()
                if not same(chapter, k, expected[k], got[k])}
     assert not changed, f"{chapter}: glued values changed (before, after): {changed}"
