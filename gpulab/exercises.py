@@ -58,6 +58,7 @@ import json
 import math
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -156,23 +157,29 @@ def measured_ceilings(run) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------- the chapters' declarations
+_LOADING = threading.RLock()
+
+
 def _chapter_module(chapter: str, filename: str):
     """The module ``book/<chapter>/<filename>``, loaded once (None when the file is not there)."""
     path = paths.REPO / "book" / chapter / filename
     name = f"gpulab._book.{chapter}.{Path(filename).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    # One lock: the module enters sys.modules before its code has run, so without it a second
+    # grading thread (grade --jobs) could read a half-built module (no HIDDEN yet).
+    with _LOADING:
+        if name in sys.modules:
+            return sys.modules[name]
+        if not path.is_file():
+            return None
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return module
 
 
 def _declared(chapter: str) -> list[Exercise]:
