@@ -590,7 +590,7 @@ PLAIN_FORMS = {("gradient", False): "step 9's gradient kernel", ("gradient", Tru
                ("parameters", True): "parameter average, split"}
 
 
-def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl: str, experiment: str):
+def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl_settings: str, experiment: str):
     """The plain step in every form (:data:`PLAIN_FORMS`) and the bucketed
     step in every configuration, at this batch: each checked (the summed
     gradient it applied against the plain gradient step's, on rank 0) and
@@ -620,7 +620,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
         tol = _tolerance(step.form)
         label = f"one all-reduce, {PLAIN_FORMS[(form, split)]}" if config is None else f"bucketed: {config.label}"
         if rank == 0:
-            checks.append({"batch": batch.docs, "variant": f"{label}; {nccl}",
+            checks.append({"batch": batch.docs, "variant": f"{label}; {nccl_settings}",
                            "quantity": "summed gradient vs the plain step's", "rel_error": err,
                            "tolerance": tol, "passed": err <= tol})
         t = time_step(step, repeats)
@@ -629,7 +629,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
                                            "spare_sms": config.spare_sms,
                                            "priority": int(config.priority), "rare_share": config.share,
                                            "overlapped": int(config.overlapped)}
-        rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl}", batch.docs, phase="step", gpus=world,
+        rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl_settings}", batch.docs, phase="step", gpus=world,
                           rank=rank, form=step.form, rel_error=err, **extra))
         del step, got
     worst = cupy.asarray(medians, cupy.float64)
@@ -798,7 +798,7 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             timeline_batches, env: dict, sweep_only: bool) -> None:
     nccl_env()
     os.environ.update(env)
-    nccl = nccl_label(env)
+    nccl_settings = nccl_label(env)
     out = Path(tmp, f"rank{rank}.json")
     log = (lambda msg: print(msg, flush=True)) if rank == 0 else (lambda msg: None)
     try:
@@ -821,13 +821,13 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             b = max(batches)
             batch = corpus.rows(0, b)
             bk = Buckets(batch, split_batch(batch, world)[rank])
-            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl,
+            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl_settings,
                                                 "nccl settings")
             result["rows"] += rows
             result["checks"] += checks
-            result["choices"].append({"batch": b, "nccl": nccl, **asdict(best), "label": best.label,
+            result["choices"].append({"batch": b, "nccl": nccl_settings, **asdict(best), "label": best.label,
                                       "plain": PLAIN_FORMS[plain]})
-            log(f"{nccl}: B={b} " + ", ".join(f"{r['variant']} {r['slowest_rank_ms']:.4f}" for r in rows))
+            log(f"{nccl_settings}: B={b} " + ", ".join(f"{r['variant']} {r['slowest_rank_ms']:.4f}" for r in rows))
             out.write_text(json.dumps(result, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
             return
         start = time.perf_counter()
@@ -839,11 +839,11 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
                     result["rows"] += _bucket_pieces(batch, params, world, repeats)
             barrier.wait()
             bk = Buckets(batch, split_batch(batch, world)[rank])
-            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl,
+            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl_settings,
                                                 "overlap")
             result["rows"] += rows
             result["checks"] += checks
-            result["choices"].append({"batch": b, "nccl": nccl, **asdict(best), "label": best.label,
+            result["choices"].append({"batch": b, "nccl": nccl_settings, **asdict(best), "label": best.label,
                                       "plain": PLAIN_FORMS[plain]})
             rows, digests = _checks(rank, world, comm, batch, params, bk, best, plain, b == batches[0], barrier)
             result["checks"] += rows
