@@ -252,6 +252,10 @@ class Kernel:
         def launch():
             raw(grid3, block3, converted, shared_mem=shared)
         launch.__name__ = f"launch_{self.name}"
+        # A tensor map is converted to its 128 bytes, which hold only its array's address: the
+        # launch keeps the arguments themselves (each map keeps its array), so that an array made
+        # for the launch alone is not freed, and its memory handed out again, before the launch runs.
+        launch.args = tuple(args)
         return launch
 
     def allow_shared_memory(self, nbytes: int) -> None:

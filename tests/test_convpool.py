@@ -1,4 +1,7 @@
 """The conv + ReLU + max-pool chapter's kernels, through the same checks the book runs."""
+import gc
+import mmap
+
 import numpy as np
 import pytest
 
@@ -212,3 +215,41 @@ def test_the_notebook_reads_a_t4_run_without_an_error_and_says_what_was_skipped(
     assert float(run.glued["step6_ms"]) > 0 and run.glued["fp32_met"] == "met"
     assert "needs compute capability 8.0 or newer for step 07" in run.text and "Tesla T4 has 7.5" in run.text
     assert "skipped: N = 32, every step and cuDNN path: needs 8.8 GB of device memory" in run.text   # the targets
+
+
+
+def _own_mapping(be, a):
+    """A device copy of ``a``. On the CPU backend in memory of its own (an anonymous mmap), which
+    the operating system unmaps as soon as the array is collected: a launch that reads it after
+    that crashes or reads whatever was mapped there next, whatever the allocator does."""
+    if be.name == "gpu":
+        return be.to_device(a)
+    out = np.frombuffer(mmap.mmap(-1, max(a.nbytes, 1)), dtype=a.dtype, count=a.size).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("number", ["09", "10", "11"])
+def test_a_tensor_map_step_launched_from_temporaries_reads_its_own_inputs(backend, number):
+    # A tensor map holds only its array's address: the launch must keep x and the filters alive.
+    # They are temporaries here, collected before the launch runs; new arrays of the same sizes
+    # (CuPy's pool hands a freed block out again; the kernel maps a freed range again), filled with
+    # other values, then take their place; y starts as NaN.
+    from test_hopper import _hopper_backend
+    be = _hopper_backend(backend)
+    step = convpool.STEP[number]
+    shape = convpool.Shape(N=1, C=24, H=4, W=10, M=20)
+    x, w, b = convpool.make_inputs(shape, seed=int(np.random.SeedSequence().entropy % 2**31))
+    y = be.poisoned(shape.y_shape, np.float32)
+    inputs = {k: _own_mapping(be, v) for k, v in st.weight_forms(w, shape).items()}
+    inputs["x"] = _own_mapping(be, st.input_forms(x, [step])[st.input_name(step)])
+    sizes = [(v.shape, v.dtype) for v in inputs.values()]
+    launch = st.make_launch(step, shape, inputs.pop("x"), inputs, be.to_device(b), y, be)
+    del inputs
+    gc.collect()
+    squatters = [_own_mapping(be, np.full(s, 1e4, dtype=d)) for s, d in sizes]
+    launch()
+    be.synchronize()
+    result = gpulab.compare(be.to_host(y), convpool.reference(x, w, b), step.precision, name=f"step {number}")
+    assert result.passed and result.unwritten == 0, result
+    del squatters

@@ -326,10 +326,8 @@ def make_launch(step: Step, A, B, C, backend=None, blocks: int | None = None):
     else:
         inputs = (A, B)
     blocks = persistent_blocks(be) if blocks is None else blocks
-    launch = kernel.bind(step.grid(M, N, blocks), (step.threads,), (*inputs, C, np.int32(M), np.int32(N), np.int32(K)),
-                         shared_mem=step.shared_bytes)
-    launch.arrays = (A, B)      # a tensor map holds only its array's address: keep A and B alive with it
-    return launch
+    return kernel.bind(step.grid(M, N, blocks), (step.threads,), (*inputs, C, np.int32(M), np.int32(N), np.int32(K)),
+                       shared_mem=step.shared_bytes)
 
 
 def poisoned(xp, shape, precision: str):
