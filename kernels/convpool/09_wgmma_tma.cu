@@ -31,33 +31,7 @@
 //
 // Prediction: at batch 32 about 600 TFLOP/s (8.8 ms; the GEMM's 682 less its tail of 95.03 tile
 // waves and the epilogue), 2.3x step 8 and 10% under cuDNN's fp16 channels-last 9.8 ms.
-#include <common/hopper_conv.cuh>
-
-// Bias, ReLU and the 2 x 2 max-pool of a consumer's 64 pixels x 256 filters, written pooled.
-struct PoolEpilogue {
-    const float* b;
-    float* y;
-    int M, PE, PF;
-
-    __device__ __forceinline__ void store(const float* acc, int c, int n, int e0, int f0, int m0) const
-    {
-        const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
-        const int pe = (e0 + 8 * c + 2 * w) / 2, pf = (f0 + g) / 2;   // this window's pooled pixel
-        const bool inside = pe < PE && pf < PF;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            // rows 2 w and 2 w + 1 of the window: accumulators e and e + 2 of the same thread
-            float v0 = fmaxf(acc[4 * j], acc[4 * j + 2]), v1 = fmaxf(acc[4 * j + 1], acc[4 * j + 3]);
-            // columns g and g ^ 1: lanes 4 apart (every lane takes part: no divergence before)
-            v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, 4));
-            v1 = fmaxf(v1, __shfl_xor_sync(0xffffffffu, v1, 4));
-            // both lanes of the pair now hold both filters' maxima: each writes one
-            const int m = m0 + 8 * j + 2 * q + (g & 1);
-            if (inside && m < M)
-                y[(((size_t)n * M + m) * PE + pe) * PF + pf] = fmaxf((g & 1 ? v1 : v0) + b[m], 0.0f);
-        }
-    }
-};
+#include <convpool/wgmma_pool.cuh>    // the epilogue above, shared with steps 10-11
 
 extern "C" __global__ void __launch_bounds__(CONV_THREADS, 1)
 conv_wgmma_pool(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
@@ -65,5 +39,5 @@ conv_wgmma_pool(const __grid_constant__ CUtensorMap map_x, const __grid_constant
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, 5, 5, 0};
-    conv_wgmma<8, 256>(map_x, map_w, s, PoolEpilogue{b, y, M, E / 2, F / 2}, smem_raw);
+    conv_wgmma<8, 256>(map_x, map_w, s, WgmmaPoolEpilogue<256>{b, y, M, E / 2, F / 2}, smem_raw);
 }

@@ -23,7 +23,7 @@
 //
 // Prediction: at batch 32 about twice step 9's time (the same work at half the tensor rate): ~17
 // ms, 4x faster than step 7 and about cuDNN's tf32 channels-last (17.2 ms in the last H100 run).
-#include <convpool/wgmma_pool.cuh>    // step 9's epilogue
+#include <convpool/wgmma_pool.cuh>    // steps 9-11's epilogue
 
 extern "C" __global__ void __launch_bounds__(CONV_THREADS, 1)
 conv_wgmma_tf32_pool(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,

@@ -27,7 +27,7 @@
 // Prediction: three times step 10's tensor-core work, less well fed (a 128-filter tile reads its
 // A tiles twice as often) plus the split (read 1.7 GB, write 3.4 GB at batch 32: ~2 ms): at batch
 // 32 ~55 ms, 2x faster than step 6 (107 ms) and ~0.8x cuDNN's fastest fp32 path (67 ms).
-#include <convpool/wgmma_pool.cuh>    // step 9's epilogue
+#include <convpool/wgmma_pool.cuh>    // steps 9-11's epilogue
 
 // x -> (tf32_big(x), the remainder): tf32_big, the rounding to the nearest tf32, is in
 // kernels/common/hopper_conv.cuh (the AlexNet chapter's step 27 splits its input with it too).

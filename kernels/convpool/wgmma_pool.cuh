@@ -1,8 +1,9 @@
-// Steps 10-11's epilogue: step 9's PoolEpilogue (kernels/convpool/09_wgmma_tma.cu explains it),
-// here in a header because a kernel file that includes another kernel file cannot be built by the
-// CPU backend (it rewrites the dynamic shared-memory declaration of the file it compiles only).
+// Steps 9-11's epilogue: bias, ReLU and the 2 x 2 max-pool of a consumer's 64 pixels x BN filters
+// in registers, written pooled (kernels/convpool/09_wgmma_tma.cu explains the layout it relies on).
+// A header because a kernel file that includes another kernel file cannot be built by the CPU
+// backend (it rewrites the dynamic shared-memory declaration of the file it compiles only).
 // The float steps' accumulators are laid out as step 9's (wgmma's m64n256 f32 layout whatever the
-// operands' type), so the same bias, ReLU and 2 x 2 max-pool in registers apply unchanged.
+// operands' type), so the same code applies unchanged.
 #ifndef GPULAB_CONVPOOL_WGMMA_POOL_CUH
 #define GPULAB_CONVPOOL_WGMMA_POOL_CUH
 #include <common/hopper_conv.cuh>
@@ -22,10 +23,12 @@ struct WgmmaPoolEpilogue {
         const bool inside = pe < PE && pf < PF;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
-            // the window's two rows: accumulators e and e + 2 of one thread; its two columns: lanes 4 apart
+            // rows 2 w and 2 w + 1 of the window: accumulators e and e + 2 of the same thread
             float v0 = fmaxf(acc[4 * j], acc[4 * j + 2]), v1 = fmaxf(acc[4 * j + 1], acc[4 * j + 3]);
+            // columns g and g ^ 1: lanes 4 apart (every lane takes part: no divergence before)
             v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, 4));
             v1 = fmaxf(v1, __shfl_xor_sync(0xffffffffu, v1, 4));
+            // both lanes of the pair now hold both filters' maxima: each writes one
             const int m = m0 + 8 * j + 2 * q + (g & 1);
             if (inside && m < M)
                 y[(((size_t)n * M + m) * PE + pe) * PF + pf] = fmaxf((g & 1 ? v1 : v0) + b[m], 0.0f);
