@@ -72,16 +72,26 @@ extern "C" __global__ void spin(float* x)
     }
 }
 
-// Thread 5 of block 1 frees a pointer malloc never returned: the C library aborts. (It frees
-// the middle of its own zeroed block, so the header the C library reads is zeros, every time:
-// freeing an argument's address instead made it read whatever lay before the array -- another
-// thread's store, a canary or a guard page -- and so crash differently from run to run.)
+// Thread 5 of block 1 frees a pointer malloc never returned: the C library aborts. It frees the
+// middle of its own block after zeroing it, so the chunk header the C library reads there is
+// zeros, every time. (Freeing an argument's address made it read whatever lay before the array.)
+// The zeros are written through a volatile pointer: g++ drops a memset just before free() as a
+// dead store, and the header was then whatever the heap held there before -- in a worker forked
+// from a process with other threads, old data of their arenas: free() then took it for a chunk
+// and returned, or waited forever on a lock at a garbage address (the launch stopped by the
+// clock after 180 s). So the block is first left holding a plausible header (an 80-byte chunk in
+// use), as a busy heap leaves it: were the zeros lost again, free() would return, and the launch
+// would not abort at thread 5.
 extern "C" __global__ void free_argument(float* x)
 {
     if (blockIdx.x == 1 && threadIdx.x == 5) {
-        unsigned char* block = (unsigned char*)malloc(64);
-        memset(block, 0, 64);
-        free(block + 32);
+        volatile unsigned long long* used = (volatile unsigned long long*)malloc(64);
+        used[3] = 0x51;               // the size word of a chunk at used + 16: 80 bytes, previous in use
+        free((void*)used);
+        // The same block again: the thread's cache of freed blocks is last in, first out.
+        volatile unsigned char* block = (volatile unsigned char*)malloc(64);
+        for (int i = 0; i < 64; ++i) block[i] = 0;
+        free((void*)(block + 32));
     }
     x[threadIdx.x] = 1.0f;
 }
