@@ -21,9 +21,6 @@ from ...device import limits
 CHAPTER = "alexnet"
 
 
-CHAPTER = "alexnet"
-
-
 @dataclass(frozen=True)
 class Layer:
     """One convolution layer's shape (the batch size N is chosen per run)."""
