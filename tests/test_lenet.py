@@ -192,6 +192,72 @@ def test_step13_packs_the_filters_in_the_fragment_layout():
         steps.pack_conv1_filters(w2)
 
 
+def test_each_layer_lists_the_kernels_it_launches():
+    # layer_kernels names what layer_launch launches (it looks the kernel up there), so the
+    # resources table shows each layer its own kernel: step 13's file holds both layers'.
+    from gpulab.workloads.lenet import steps, views
+    cpu = gpulab.get_backend("cpu")
+    for step in KERNEL_STEPS:
+        for layer in lenet.LAYERS:
+            assert set(steps.layer_kernels(step, layer)) <= set(steps._module(step, layer, cpu).kernel_names)
+    assert steps.layer_kernels(lenet.STEP["13"], lenet.CONV1) == ("conv1_mma_relu_pool",)
+    assert steps.layer_kernels(lenet.STEP["13"], lenet.CONV2) == ("conv2_mma_nhwc_relu_pool",)
+    assert steps.layer_kernels(lenet.STEP["10"], lenet.CONV1) == ("conv_relu_pool",)
+    assert steps.layer_kernels(lenet.STEP["11"], lenet.CONV1) == ("conv_relu_pool_half",)
+    resources = views.step_labels(gpulab.load_run(lenet.CHAPTER).tables["resources"])
+    for (number, layer), rows in resources.groupby(["step", "layer"]):
+        assert tuple(rows["kernel"]) == steps.layer_kernels(lenet.STEP[number], getattr(lenet, layer.upper()))
+
+
+def test_padding_the_channels_for_cudnn_leaves_the_real_channels_unchanged():
+    # What the padded cuDNN paths compute, in float64: conv1 on the images padded to 4 or 8
+    # channels with its filters padded to 8, then conv2 on that padded output as it is. The real
+    # channels are the unpadded layers' outputs, the padded ones zero (so ReLU and the pool keep
+    # them zero, and conv2's zero filter channels read them without slicing).
+    from gpulab.workloads.lenet import baselines as lb
+    w = lenet.load_weights()
+    x = np.random.default_rng(5).random((3, 1, 86, 86))
+    for channels in lb.IMAGE_CHANNELS:
+        padded = np.zeros((3, channels, 86, 86))
+        padded[:, :1] = x
+        y1 = network.conv(padded, lb.pad_filters(w["conv1"], lb.PAD_CHANNELS, channels))
+        assert y1.shape == (3, lb.PAD_CHANNELS, 80, 80) and (y1[:, lenet.CONV1.M:] == 0).all()
+        np.testing.assert_allclose(y1[:, :lenet.CONV1.M], network.conv(x, w["conv1"]), rtol=1e-12, atol=1e-12)
+        a = network.pool2(np.maximum(y1, 0))
+        y2 = network.conv(a, lb.pad_filters(w["conv2"], lenet.CONV2.M, lb.PAD_CHANNELS))
+        np.testing.assert_allclose(y2, network.conv(a[:, :lenet.CONV1.M], w["conv2"]), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"M <= 8 and C <= 8, got \(16, 4, 7, 7\)"):
+        lb.pad_filters(w["conv2"], 8, 8)
+
+
+def test_the_padded_cudnn_paths_match_the_reference_or_say_why_not():
+    # GPU-only paths: without CuPy and PyTorch each is skipped with the reason, never timed;
+    # with them, each (eager and in a CUDA graph) passes its fp16 check on 7 images.
+    from gpulab import baselines
+    from gpulab.workloads.lenet import baselines as lb
+    w = lenet.load_weights()
+    x, _ = lenet.test_inputs(7)
+    ref = network.forward(x, w)
+    cases = [(lb.padded_layer_paths(lenet.CONV1, x, w["conv1"], pooled=True), ref["pool1"]),
+             (lb.padded_layer_paths(lenet.CONV2, ref["pool1"].astype(np.float32), w["conv2"], pooled=True),
+              ref["pool2"]),
+             (lb.padded_forward_paths(x, w), ref["logits"])]
+    for paths, reference in cases:
+        assert paths and all(p.precision == "fp16" and p.layout == "NHWC" for p in paths)
+        assert sum(p.graph for p in paths) == len(paths) // 2
+        missing = paths[0].missing()
+        if missing is None:
+            import cupy
+            reference = cupy.asarray(reference)
+        rows, skipped = baselines.measure(paths, reference=reference, experiment="ladder", size=7,
+                                          on_failure="skip", budget_ms=20.0, log=lambda *_: None)
+        if missing is None:
+            assert not skipped and len(rows) == len(paths)
+        else:
+            assert not rows and [s["variant"] for s in skipped] == [p.label for p in paths]
+            assert all(s["reason"].startswith("unavailable: ") for s in skipped)
+
+
 def test_the_fused_kernel_writes_only_the_pooled_output():
     # Poisoned outputs: step 10 must fill every pooled value of a batch whose pooled rows
     # (17) are not a multiple of anything but the block's own.
@@ -281,6 +347,36 @@ def test_the_recorded_run_has_every_step_and_its_accuracy():
 def baselines_in(rows) -> bool:
     from gpulab import baselines
     return bool(baselines.is_vendor(rows).any())
+
+
+def test_the_padded_cudnn_paths_read_as_the_chapter_says():
+    # Step 13's text on the H100's run: every padded path was checked and timed at every batch;
+    # at N = 10,000 padding makes neither layer faster (so the fastest fp16 path is one on the
+    # layers as given), at N = 1,000 it makes conv1 faster; every fp16 path, padded or not, runs
+    # cuDNN's sm80 "indexed, without shared memory" implicit GEMM with tiles of 16 or 32 filters;
+    # step 13g (the graph) is timed beside step 13.
+    from gpulab import baselines
+    from gpulab.workloads.lenet import views
+    run = gpulab.load_run(lenet.CHAPTER)
+    ladder = views.step_labels(run.experiment("ladder"))
+    conv = ladder[baselines.is_vendor(ladder) & (ladder["phase"] == "conv")]
+    padded = views.is_padded(conv)
+    for N in lenet.BATCHES:
+        assert padded[conv["size"] == N].sum() == 2 * 2 + 2, N        # conv1: 4 or 8 image channels; conv2; x graph
+
+    def fastest(layer, is_padded, N):
+        return float(baselines.fastest(conv[padded == is_padded], "fp16", size=N, layer=layer)["median_ms"])
+    for layer in ("conv1", "conv2"):
+        assert fastest(layer, True, 10_000) > fastest(layer, False, 10_000), layer
+    assert fastest("conv1", True, 1_000) < fastest("conv1", False, 1_000)
+    assert "padded" not in views.vendor_convs_ms(ladder, 10_000, "fp16", "conv")[1]
+    table = views.cudnn_kernel_table(run.tables["cudnn_kernels"])
+    assert len(table) == 7 and views.is_padded(table).sum() == 3
+    for name in table["convolution kernel"]:
+        assert name.startswith("sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_"), name
+        assert re.search(r"_tilesize128x(16|32)x\d+_", name), name
+    forward = views.step_labels(run.experiment("forward"))
+    assert {"13", "13g"} <= set(forward["step"])
 
 
 def test_the_second_gpu_comparison_matches_what_the_chapter_says():

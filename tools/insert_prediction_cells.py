@@ -74,8 +74,8 @@ CHAPTERS = {
          "source": TABLE_INTRO + (
              " Here the times are both layers' (convolution, ReLU and pool) at $N$ = 10,000; a claim "
              "about one layer is judged on that layer's time. Step 2 changes only the host side and is "
-             "measured in the section on overlapping copies; steps 12 and 12h reuse steps 10 and 11's "
-             "kernels.")},
+             "measured in the section on overlapping copies; steps 12, 12h and 13g reuse steps 10, 11 and "
+             "13's kernels.")},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
                     "if views.batch_note(run, lenet.MAIN_N):   # the predictions are for N = MAIN_N\n"

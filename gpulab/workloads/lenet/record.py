@@ -189,16 +189,19 @@ def time_ladder(rec, run: _Run):
 
 
 def time_vendor(rec, run: _Run, N: int):
-    """cuDNN's paths (conv alone, and conv + ReLU + pool) and PyTorch's forward passes at batch N."""
+    """cuDNN's paths (conv alone, and conv + ReLU + pool) and PyTorch's forward passes at batch N,
+    the layers as given and with their channels padded for cuDNN's fp16 tensor-core kernels
+    (:func:`.baselines.padded_layer_paths`: conv2's padded paths read the reference's pooled conv1
+    output padded in setup, as the padded conv1 would write it)."""
     import cupy
 
     x, ref, weights = run.x_all[:N], run.ref, run.weights
-    for layer, layer_in, w in ((CONV1, x, weights["conv1"]),
-                               (CONV2, ref["pool1"][:N].astype(cupy.float32), weights["conv2"])):
+    for layer, layer_in, w in _vendor_inputs(run, N):
         y64 = forward_conv64(layer_in, w)
         pooled64 = _pool_relu(y64)
         for pooled, reference, phase in ((False, y64, "conv"), (True, pooled64, "layer")):
-            paths = lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
+            paths = (lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
+                     + lenet_baselines.padded_layer_paths(layer, layer_in, w, pooled=pooled))
             got, miss = vendor.measure(paths, reference=reference, experiment="ladder", size=N,
                                        flops=layer.flops(N), phase=phase, budget_ms=TIMING_BUDGET_MS,
                                        labels={"layer": layer.name, "step": "cuDNN"}, on_failure="skip",
@@ -207,7 +210,8 @@ def time_vendor(rec, run: _Run, N: int):
             for entry in miss:
                 rec.skip(**entry)
         del y64, pooled64
-    got, miss = vendor.measure(lenet_baselines.forward_paths(x, weights), reference=ref["logits"][:N],
+    forward_paths = lenet_baselines.forward_paths(x, weights) + lenet_baselines.padded_forward_paths(x, weights)
+    got, miss = vendor.measure(forward_paths, reference=ref["logits"][:N],
                                experiment="forward", size=N, flops=sum(flops(N).values()), phase="forward",
                                budget_ms=TIMING_BUDGET_MS, labels={"layer": "all", "step": "PyTorch"},
                                on_failure="skip", log=rec.progress)
@@ -216,6 +220,30 @@ def time_vendor(rec, run: _Run, N: int):
         rec.skip(**entry)
     _torch_empty_cache()
     cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _vendor_inputs(run: _Run, N: int) -> list:
+    """(layer, its input, its filters) of the vendor paths at batch N: conv2 reads the
+    reference's pooled conv1 output, so that both layers' paths start from the same input."""
+    import cupy
+    return [(CONV1, run.x_all[:N], run.weights["conv1"]),
+            (CONV2, run.ref["pool1"][:N].astype(cupy.float32), run.weights["conv2"])]
+
+
+def cudnn_kernels_table(run: _Run) -> pd.DataFrame:
+    """The GPU kernels each fp16 convolution path (conv alone, eager; the layers as given and
+    padded) runs at the largest batch, and the algorithm their names say (tensor cores or not)."""
+    N = max(run.batches)
+    rows = []
+    for layer, layer_in, w in _vendor_inputs(run, N):
+        paths = [p for p in lenet_baselines.layer_paths(layer, layer_in, w, pooled=False) if p.precision == "fp16"]
+        paths += lenet_baselines.padded_layer_paths(layer, layer_in, w, pooled=False, graphs=False)
+        for path in paths:
+            names = vendor.path_kernels(path)
+            rows.append({"layer": layer.name, "variant": path.label, "size": N,
+                         "family": vendor.algorithm_family(names), "kernels": "; ".join(names)})
+    _torch_empty_cache()
+    return pd.DataFrame(rows, columns=["layer", "variant", "size", "family", "kernels"])
 
 
 def time_copies(rec, run: _Run):
@@ -246,9 +274,12 @@ def time_ceilings(rec, run: _Run):
 
 
 def side_tables(rec, run: _Run):
-    """Every check's error (and the forward passes' accuracy), and every kernel's resources."""
+    """Every check's error (and the forward passes' accuracy), every kernel's resources, and the
+    kernels cuDNN runs for the fp16 convolutions."""
     rec.table("checks", pd.DataFrame(run.checks))
     rec.table("resources", resources_table())
+    rec.progress("cuDNN's kernels")
+    rec.table("cudnn_kernels", cudnn_kernels_table(run))
 
 
 def profile_counters(rec, run: _Run):
@@ -378,16 +409,17 @@ def transfer_rows(step: Step, x_host: np.ndarray, weights: dict, repeats: int) -
 
 
 def resources_table() -> pd.DataFrame:
-    """Registers, shared and local memory of every kernel, as compiled for this GPU, per layer."""
+    """Registers, shared and local memory of the kernels each step launches for each layer, as
+    compiled for this GPU (a file's other kernels, such as step 13's other layer, are left out)."""
     from ...kernels import get_backend, resource_table
-    from .steps import _module
+    from .steps import _module, layer_kernels
     be = get_backend("gpu")
     frames = []
     for step in STEPS:
         if step.streams or step.graph:
             continue
         for layer in LAYERS:
-            table = resource_table(_module(step, layer, be)).reset_index()
+            table = resource_table(_module(step, layer, be)).loc[list(layer_kernels(step, layer))].reset_index()
             frames.append(table.assign(step=step.number, layer=layer.name))
     return pd.concat(frames, ignore_index=True)
 

@@ -8,7 +8,8 @@ epilogue and only the pooled output is written. The fully-connected layers
 the network, so that every step's predictions can be compared with the
 reference's. Step 2 changes only the host code (chunks on streams), step 12
 only how the forward pass is launched (one CUDA graph). Step 13 goes back to the kernels:
-conv2 on ``mma.sync`` fed by ``ldmatrix`` from a channels-last copy of each image.
+conv2 on ``mma.sync`` fed by ``ldmatrix`` from a channels-last copy of each image; step 13g
+launches its forward pass as one CUDA graph, as step 12 does steps 10 and 11's.
 """
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ STEPS = [
          fused=True, graph=True),
     Step("13", "lenet/13_both_layers_mma.cu", "both layers on mma.sync, fed from shared memory (fp16)", "mma",
          precision="fp16", fused=True),
+    Step("13g", "lenet/13_both_layers_mma.cu", "step 13's forward pass in one CUDA graph", "mma",
+         precision="fp16", fused=True, graph=True),
 ]
 STEP = {s.number: s for s in STEPS}
 #: Exercise 1: step 7 with ReLU and pool in the epilogue (one pooled output per thread).
@@ -147,60 +150,72 @@ def _module(step: Step, layer: Conv, be: Backend):
     return load_module(step.file, be)
 
 
+#: The one kernel each kind of step launches for a layer, where it is the same for both layers
+#: and both precisions.
+_KERNEL = {"direct": "conv_direct_global", "tiled": "conv_shared_tiled", "gemm": "conv_implicit_gemm",
+           "constant": "conv_constant_weights", "unrolled": "conv_restrict_unroll", "tree": "conv_channel_tree",
+           "atomic": "conv_channel_atomics", "exercise": "conv_relu_pool_direct"}
+
+
+def layer_kernels(step: Step, layer: Conv) -> tuple[str, ...]:
+    """The kernels of ``step``'s module (:func:`_module`) that :func:`layer_launch` launches for
+    ``layer``, in launch order: a file may hold others (step 13's holds both layers' kernels,
+    step 10's an fp32 and an fp16-output one)."""
+    half = step.precision == "fp16"
+    if step.kind in _KERNEL:
+        return (_KERNEL[step.kind],)
+    if step.kind == "im2col":
+        return ("im2col", "matmul_tiled")
+    if step.kind == "mma":
+        return ("conv1_mma_relu_pool",) if layer is CONV1 else ("conv2_mma_nhwc_relu_pool",)
+    if step.kind == "fused" or (step.kind == "wmma" and layer is CONV1):
+        return ("conv_relu_pool_half" if half else "conv_relu_pool",)
+    if step.kind == "wmma":
+        return ("conv2_wmma_relu_pool_half" if half else "conv2_wmma_relu_pool",)
+    raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
+
+
 def layer_launch(step: Step, layer: Conv, N: int, x, w, out, be: Backend, scratch: dict | None = None) -> Callable:
     """A no-argument function computing ``step``'s convolution of ``layer`` on device
     arrays: into ``out`` = y (N x M x E x E, pre-pool) for unfused steps, into the pooled
     output (N x M x P x P) for fused ones. ``w`` is float32 (fp16 for step 11's conv2)."""
-    half_out = step.precision == "fp16"
     module = _module(step, layer, be)
+    kernel = getattr(module, layer_kernels(step, layer)[0])
     dims = (N, layer.M, layer.C, layer.H, layer.W, layer.K)
     grid, block = (N, layer.M, _tiles(layer)), (TILE, TILE)
     if step.kind == "direct":
-        return module.conv_direct_global.bind(grid, block, (out, x, w, *dims))
+        return kernel.bind(grid, block, (out, x, w, *dims))
     if step.kind == "tiled":
         shared = 4 * ((TILE + layer.K - 1) ** 2 + layer.K ** 2)
-        return module.conv_shared_tiled.bind(grid, block, (out, x, w, *dims), shared)
+        return kernel.bind(grid, block, (out, x, w, *dims), shared)
     if step.kind == "im2col":
         return _im2col_launch(module, layer, N, x, w, out, be, scratch)
     if step.kind == "gemm":
-        return module.conv_implicit_gemm.bind((-(-layer.E * layer.E // TILE), -(-layer.M // TILE), N), block,
-                                              (x, w, out, *dims))
-    if step.kind in ("constant", "unrolled", "tree", "atomic"):
+        return kernel.bind((-(-layer.E * layer.E // TILE), -(-layer.M // TILE), N), block, (x, w, out, *dims))
+    if step.kind in ("constant", "unrolled", "tree", "atomic", "exercise"):
         padded = np.zeros(CONSTANT_FLOATS, np.float32)
         padded[:w.size] = be.to_host(w).ravel()
         module.set_constant("w_const", padded)
-        if step.kind == "constant":
-            return module.conv_constant_weights.bind(grid, block, (out, x, *dims))
         args = (out, x, N, layer.M, layer.H, layer.W)
+        if step.kind == "constant":
+            return kernel.bind(grid, block, (out, x, *dims))
         if step.kind == "unrolled":
-            return module.conv_restrict_unroll.bind(grid, block, args)
+            return kernel.bind(grid, block, args)
         if step.kind == "tree":
-            return module.conv_channel_tree.bind(grid, (TILE, TILE, layer.C), args)
-        kernel = module.conv_channel_atomics.bind(grid, (TILE, TILE, layer.C), args)
-        return _zero_then(out, kernel, be)
-    if step.kind == "exercise":
-        padded = np.zeros(CONSTANT_FLOATS, np.float32)
-        padded[:w.size] = be.to_host(w).ravel()
-        module.set_constant("w_const", padded)
-        return module.conv_relu_pool_direct.bind((N, layer.M, (-(-layer.P // TILE)) ** 2), (TILE, TILE),
-                                                 (out, x, N, layer.M, layer.H, layer.W))
-    if step.kind == "mma" and layer is CONV1:
-        packed = be.to_device(pack_conv1_filters(be.to_host(w)))
-        return module.conv1_mma_relu_pool.bind((BANDS, N), (MMA_WARPS * 32,), (x, packed, out, N))
-    if step.kind == "fused" or (step.kind == "wmma" and layer is CONV1):
-        shape = FUSED_SHAPE[layer.name]
-        fn = module.conv_relu_pool_half if half_out else module.conv_relu_pool
-        return fn.bind((-(-layer.P // shape["BY"]), N), (layer.P // shape["PX"], shape["BY"]),
-                                          (x, w, out, N))
-    if step.kind == "wmma":
-        fn = module.conv2_wmma_relu_pool_half if half_out else module.conv2_wmma_relu_pool
-        warps = wmma_warps()               # 8, or fewer where the GPU allows a block less shared memory
-        fn.allow_shared_memory(wmma_shared(warps))
-        return fn.bind((N,), (warps * 32,), (x, w, out, N), wmma_shared(warps))
+            return kernel.bind(grid, (TILE, TILE, layer.C), args)
+        if step.kind == "exercise":
+            return kernel.bind((N, layer.M, (-(-layer.P // TILE)) ** 2), (TILE, TILE), args)
+        return _zero_then(out, kernel.bind(grid, (TILE, TILE, layer.C), args), be)
     if step.kind == "mma":
-        packed = be.to_device(pack_conv2_filters(be.to_host(w)))
-        return module.conv2_mma_nhwc_relu_pool.bind((N,), (MMA_WARPS * 32,), (x, packed, out, N))
-    raise ValueError(f"step {step.number}: unknown kind {step.kind!r}")
+        pack = pack_conv1_filters if layer is CONV1 else pack_conv2_filters
+        packed = be.to_device(pack(be.to_host(w)))
+        return kernel.bind((BANDS, N) if layer is CONV1 else (N,), (MMA_WARPS * 32,), (x, packed, out, N))
+    if step.kind == "fused" or layer is CONV1:
+        shape = FUSED_SHAPE[layer.name]
+        return kernel.bind((-(-layer.P // shape["BY"]), N), (layer.P // shape["PX"], shape["BY"]), (x, w, out, N))
+    warps = wmma_warps()               # step 11's conv2: 8, or fewer where a block may have less shared memory
+    kernel.allow_shared_memory(wmma_shared(warps))
+    return kernel.bind((N,), (warps * 32,), (x, w, out, N), wmma_shared(warps))
 
 
 #: Step 13's warps per block (WARPS in its kernel file) and conv1's blocks per image (BANDS).
@@ -448,7 +463,7 @@ def check_forward(step: Step, x: np.ndarray, weights: dict, backend=None) -> dic
 # ------------------------------------------------------------ what each step's prediction claims
 # The kernel files' predictions as claims a run can check (gpulab.predictions states the rules),
 # on both layers' time ("both"), or on one layer, at N = 10,000; a reason is shown only when the
-# run says the claim failed in that direction. Steps 12 and 12h reuse steps 10 and 11's kernels.
+# run says the claim failed in that direction. Steps 12, 12h and 13g reuse steps 10, 11 and 13's kernels.
 def _predicted():
     from ... import predictions as p
     conflicts = ("its tiles cost shared-memory bank conflicts and two barriers per channel, and step 1 "

@@ -8,6 +8,8 @@ pick the fastest step or vendor path of a precision, and state the targets.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -101,17 +103,49 @@ def fastest_step(totals: pd.DataFrame, N: int, precision: str) -> pd.Series:
     return rows.loc[rows["median_ms"].idxmin()]
 
 
-def vendor_convs_ms(ladder: pd.DataFrame, N: int, precision: str, phase: str) -> tuple[float, str]:
+def is_padded(rows: pd.DataFrame) -> pd.Series:
+    """Which rows are vendor paths with the channels padded for cuDNN's tensor-core kernels
+    (:func:`.baselines.padded_layer_paths`; a run recorded before them has none)."""
+    return rows["variant"].astype(str).str.contains(", padded to ", regex=False)
+
+
+def vendor_convs_ms(ladder: pd.DataFrame, N: int, precision: str, phase: str,
+                    padded: bool = True) -> tuple[float, str]:
     """The fastest vendor path of matching precision for each layer at N, summed over the
-    two layers (ms), and the paths' names."""
+    two layers (ms), and the paths' names; ``padded=False``: of the paths on the layers as
+    given (no channel padding)."""
     total, names = 0.0, []
+    rows = ladder if padded else ladder[~is_padded(ladder)]
     for layer in ("conv1", "conv2"):
-        best = baselines.fastest(ladder, precision, size=N, layer=layer, phase=phase)
+        best = baselines.fastest(rows, precision, size=N, layer=layer, phase=phase)
         if best is None:
             return np.nan, "none recorded"
         total += float(best["median_ms"])
         names.append(f"{layer}: {best['variant']}")
     return total, "; ".join(names)
+
+
+def _short_kernel_name(name: str) -> str:
+    """A library kernel's name without its namespaces and template arguments (the cast PyTorch
+    runs is named after the copy it makes)."""
+    copy = re.search(r"\w+_copy_kernel\w*", name)
+    if copy:
+        return copy.group(0)
+    return re.sub(r"^void\s+", "", name).split("<")[0].split("(")[0].split("::")[-1]
+
+
+def cudnn_kernel_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The run's ``cudnn_kernels`` table for reading: per fp16 path (conv alone), the convolution
+    kernel cuDNN ran, whose name says the algorithm, the GPU generation it was built for and its
+    tile (pixels x filters x reduction), and the other kernels of the call by short name (layout
+    transposes, the cast of the images)."""
+    rows = []
+    for _, row in kernels.iterrows():
+        names = [n.strip() for n in str(row["kernels"]).split(";") if n.strip()]
+        conv = [n for n in names if "fprop" in n or "implicit_gemm" in n]
+        rows.append({"layer": row["layer"], "variant": row["variant"], "convolution kernel": "; ".join(conv),
+                     "other kernels": "; ".join(_short_kernel_name(n) for n in names if n not in conv)})
+    return pd.DataFrame(rows, columns=["layer", "variant", "convolution kernel", "other kernels"])
 
 
 def forward_table(forward: pd.DataFrame, N: int) -> pd.DataFrame:
