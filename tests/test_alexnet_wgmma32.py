@@ -50,6 +50,30 @@ def test_two_slices_per_tap_and_two_filter_tiles(backend, number):
         _check(number, TWO_SLICES, be, tile, N=1)
 
 
+@pytest.mark.parametrize("number", ["26", "27"])
+def test_flat_tiles_run_across_rows_and_images(backend, number):
+    # Flat tiles of 128 slots of the N x (H + P) x (W + P) copy: at N = 3 on the 9 x 11 layer
+    # (10 x 12 = 120 slots an image) and on the 15 x 15, P = 2 one (17 x 17 = 289) tiles start
+    # mid-row and mid-image and the last one runs past the last image; every output written.
+    be = _hopper_backend(backend)
+    for tile in [t for t in wgmma32.CANDIDATES[number] if t[0] == wgmma32.FLAT]:
+        _check(number, TWO_SLICES, be, tile, N=3)
+        _check(number, shapes.CHECK_LAYERS[1], be, tile, N=3)
+
+
+def test_flat_tiles_count_the_slots_of_the_copy():
+    layer3, layer2 = alexnet.LAYERS[2], alexnet.LAYERS[1]
+    assert wgmma32.flat_dims(layer3) == (14, 14) and wgmma32.flat_dims(layer2) == (29, 29)
+    # 128 images x 196 slots = 196 runs of 128, times 3 tiles of 128 of the 384 filters
+    assert wgmma32.tiles(layer3, 128, (wgmma32.FLAT, 128)) == 196 * 3
+    # against 2 rectangles of 16 x 8 an image: 169 of 196 slots used, 169 of 256 pixels
+    assert wgmma32.row_use(layer3, 128, (wgmma32.FLAT, 128)) == pytest.approx(169 / 196)
+    assert wgmma32.row_use(layer3, 128, (16, 128)) == pytest.approx(169 / 256)
+    assert wgmma32.row_use(layer2, 128, (wgmma32.FLAT, 256)) == pytest.approx(128 * 729 / (841 * 128))
+    assert wgmma32.kernel_for("26", layer3, (wgmma32.FLAT, 256)) == "conv_wgmma_tf32_flat_256"
+    assert wgmma32.kernel_for("27", layer3, (wgmma32.FLAT, 128)) == "conv_wgmma_3xtf32_flat_128"
+
+
 def test_3xtf32_keeps_float_accuracy_where_tf32_does_not(backend):
     # The same inputs through both steps: tf32 alone keeps ~3 digits, the split ~6-7.
     be = _hopper_backend(backend)
@@ -78,6 +102,31 @@ def test_the_copies_are_channels_last_and_step_27s_is_split_as_the_host_splits(b
         launch.parts["layout"][0]()
         be.synchronize()
         got = [be.to_host(copy) for copy in copies]
+        if number == "26":
+            np.testing.assert_array_equal(got[0], want)
+        else:
+            big, small = tf32_split(want)
+            np.testing.assert_array_equal(got[0].view(np.uint32), big.view(np.uint32))
+            np.testing.assert_array_equal(got[1].view(np.uint32), small.view(np.uint32))
+
+
+def test_the_flat_copies_put_each_pixel_in_its_slot_and_keep_the_zeros(backend):
+    # The flat layout kernels alone, on copies whose zero rows and columns are made by binding:
+    # image n's pixel (h, w) at slot (n (H + P) + h) (W + P) + w, zeros everywhere else.
+    be = _hopper_backend(backend)
+    layer, N = shapes.CHECK_LAYERS[1], 2                           # 15 x 15, P = 2, 10 channels
+    hp, wp = wgmma32.flat_dims(layer)
+    x, w = shapes.make_inputs(layer, N, seed=4)
+    want = np.zeros((N, hp, wp, 12), np.float32)
+    want[:, :layer.H, :layer.W, :layer.C] = x.transpose(0, 2, 3, 1)
+    want = want.reshape(N * hp * wp, 12)
+    for number in ("26", "27"):
+        y = be.poisoned(layer.y_shape(N), np.float32)
+        launch = wgmma32.make_launch(number, layer, N, be.to_device(x), be.to_device(w), y, be,
+                                     tile=(wgmma32.FLAT, 128), blocks=1)
+        launch.parts["layout"][0]()
+        be.synchronize()
+        got = [be.to_host(copy) for copy in launch.keep[0]]
         if number == "26":
             np.testing.assert_array_equal(got[0], want)
         else:
@@ -128,6 +177,8 @@ def test_shared_memory_and_scratch_as_the_rings_hold_them():
     copy, filters = 128 * 13 * 13 * 384 * 4, 2 * 384 * 9 * 384 * 4
     assert wgmma32.scratch_bytes("26", layer4, 128) == copy + filters
     assert wgmma32.scratch_bytes("27", layer4, 128) == 2 * copy + filters
+    flat = 128 * 14 * 14 * 384 * 4                  # flat tiles: 14 x 14 slots an image
+    assert wgmma32.scratch_bytes("27", layer4, 128, (wgmma32.FLAT, 128)) == 2 * flat + filters
 
 
 def test_the_per_layer_table_and_the_channels_last_rule_read_the_run():

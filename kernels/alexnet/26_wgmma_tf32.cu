@@ -42,6 +42,17 @@ extern "C" __global__ void to_nhwc_float(const float* __restrict__ x, float* __r
     to_nhwc_tiles(x, C, HW, Cp, [&](size_t i, float v) { xt[i] = v; });
 }
 
+// The flat copy (flat tiles, kernels/common/hopper_conv.cuh): pixel p of image n at slot (n Hp +
+// p / W) Wp + p % W of N x Hp x Wp, Cp channels a slot; the zero rows and columns are the
+// buffer's zeros, written once when it is made.
+extern "C" __global__ void to_flat_float(const float* __restrict__ x, float* __restrict__ xt, int C, int HW, int Cp,
+                                         int W, int Hp, int Wp)
+{
+    to_channels_last_tiles(x, C, HW, Cp, [&](int n, int p, int c, float v) {
+        xt[(((size_t)n * Hp + p / W) * Wp + p % W) * Cp + c] = v;
+    });
+}
+
 template <int TW, int BN>
 __device__ __forceinline__ void conv_tf32_store(const CUtensorMap& map_x, const CUtensorMap& map_w, float* y, int N,
                                                 int C, int Cp, int M, int E, int F, int R, int S, int P)
@@ -50,6 +61,17 @@ __device__ __forceinline__ void conv_tf32_store(const CUtensorMap& map_x, const 
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
     conv_wgmma_tf32<TW, StoreEpilogue<TW, BN, float>, BN>(map_x, map_w, s, StoreEpilogue<TW, BN, float>{y, M, E, F},
                                                            smem_raw);
+}
+
+// Flat tiles (TW = 0): map_x is a 2-D map of the flat copy, box {32, 128}.
+template <int BN>
+__device__ __forceinline__ void conv_tf32_store_flat(const CUtensorMap& map_x, const CUtensorMap& map_w, float* y,
+                                                     int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    extern __shared__ unsigned char smem_raw[];
+    const ConvShape s{N, C, Cp, M, E, F, R, S, P};
+    const FlatStoreEpilogue<BN, float> epilogue{y, N, M, E, F, E + R - 1 - P, F + S - 1 - P};
+    conv_wgmma_tf32<0, FlatStoreEpilogue<BN, float>, BN>(map_x, map_w, s, epilogue, smem_raw);
 }
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
@@ -94,4 +116,18 @@ conv_wgmma_tf32_32x256(const __grid_constant__ CUtensorMap map_x, const __grid_c
                        float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     conv_tf32_store<32, 256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_flat_128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<128>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_flat_256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
 }

@@ -45,6 +45,18 @@ extern "C" __global__ void to_nhwc_split(const float* __restrict__ x, float* __r
     });
 }
 
+// The flat copy (flat tiles, as step 26's to_flat_float), split on the way.
+extern "C" __global__ void to_flat_split(const float* __restrict__ x, float* __restrict__ xb, float* __restrict__ xs,
+                                         int C, int HW, int Cp, int W, int Hp, int Wp)
+{
+    to_channels_last_tiles(x, C, HW, Cp, [&](int n, int p, int c, float v) {
+        const size_t i = (((size_t)n * Hp + p / W) * Wp + p % W) * Cp + c;
+        const float big = tf32_big(v);
+        xb[i] = big;
+        xs[i] = v - big;
+    });
+}
+
 template <int TW>
 __device__ __forceinline__ void conv_3xtf32_store(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
                                                   const CUtensorMap& map_wb, const CUtensorMap& map_ws, float* y,
@@ -53,6 +65,17 @@ __device__ __forceinline__ void conv_3xtf32_store(const CUtensorMap& map_xb, con
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
     conv_wgmma_3xtf32<TW>(map_xb, map_xs, map_wb, map_ws, s, StoreEpilogue<TW, 128, float>{y, M, E, F}, smem_raw);
+}
+
+// Flat tiles (TW = 0): the maps of xb and xs are 2-D maps of the flat copies, box {32, 128}.
+__device__ __forceinline__ void conv_3xtf32_store_flat(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
+                                                       const CUtensorMap& map_wb, const CUtensorMap& map_ws, float* y,
+                                                       int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    extern __shared__ unsigned char smem_raw[];
+    const ConvShape s{N, C, Cp, M, E, F, R, S, P};
+    const FlatStoreEpilogue<128, float> epilogue{y, N, M, E, F, E + R - 1 - P, F + S - 1 - P};
+    conv_wgmma_3xtf32<0>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw);
 }
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
@@ -79,4 +102,12 @@ conv_wgmma_3xtf32_32x128(const __grid_constant__ CUtensorMap map_xb, const __gri
                          float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     conv_3xtf32_store<32>(map_xb, map_xs, map_wb, map_ws, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_3xtf32_flat_128(const __grid_constant__ CUtensorMap map_xb, const __grid_constant__ CUtensorMap map_xs,
+                           const __grid_constant__ CUtensorMap map_wb, const __grid_constant__ CUtensorMap map_ws,
+                           float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_3xtf32_store_flat(map_xb, map_xs, map_wb, map_ws, y, N, C, Cp, M, E, F, R, S, P);
 }

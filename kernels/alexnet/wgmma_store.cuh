@@ -6,13 +6,15 @@
 #define GPULAB_ALEXNET_WGMMA_STORE_CUH
 #include <common/hopper_conv.cuh>
 
-// x (N x C x H x W) -> channels-last: put(i, v) for element i = (n HW + p) Cp + c of the copy,
-// every pixel p < HW and channel c < Cp (v = 0 for C <= c < Cp). Each image's C x HW matrix is
-// transposed through shared memory in tiles of 32 channels x 32 pixels, so that both the loads
-// (along pixels) and the stores (along channels) are coalesced. Grid (ceil(HW / 32), ceil(Cp /
+// x (N x C x H x W) -> channels-last: put(n, p, c, v) for every image n, pixel p < HW and channel
+// c < Cp (v = 0 for C <= c < Cp); to_nhwc_tiles below puts element (n HW + p) Cp + c of a dense
+// copy, the flat copies of steps 26-27 element ((n Hp + p / W) Wp + p % W) Cp + c (flat tiles:
+// kernels/common/hopper_conv.cuh). Each image's C x HW matrix is transposed through shared
+// memory in tiles of 32 channels x 32 pixels, so that both the loads (along pixels) and the
+// stores (along channels) are coalesced. Grid (ceil(HW / 32), ceil(Cp /
 // 32), N), block (32, 8).
 template <class T, class Put>
-__device__ __forceinline__ void to_nhwc_tiles(const T* __restrict__ x, int C, int HW, int Cp, const Put& put)
+__device__ __forceinline__ void to_channels_last_tiles(const T* __restrict__ x, int C, int HW, int Cp, const Put& put)
 {
     __shared__ T tile[32][33];                       // one column of padding: no bank conflicts on the way out
     const int n = blockIdx.z, p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
@@ -25,8 +27,15 @@ __device__ __forceinline__ void to_nhwc_tiles(const T* __restrict__ x, int C, in
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int p = p0 + threadIdx.y + 8 * i, c = c0 + threadIdx.x;
-        if (p < HW && c < Cp) put(((size_t)n * HW + p) * Cp + c, tile[threadIdx.x][threadIdx.y + 8 * i]);
+        if (p < HW && c < Cp) put(n, p, c, tile[threadIdx.x][threadIdx.y + 8 * i]);
     }
+}
+
+// The dense copy: put(i, v) for element i = (n HW + p) Cp + c.
+template <class T, class Put>
+__device__ __forceinline__ void to_nhwc_tiles(const T* __restrict__ x, int C, int HW, int Cp, const Put& put)
+{
+    to_channels_last_tiles(x, C, HW, Cp, [&](int n, int p, int c, T v) { put(((size_t)n * HW + p) * Cp + c, v); });
 }
 
 // y[n][m][e][f] (type T) for a consumer's 64 pixels x BN filters: accumulator row 16 w + g + 8
@@ -44,6 +53,34 @@ struct StoreEpilogue {
         for (int half_rows = 0; half_rows < 2; ++half_rows) {
             const int p = 64 * c + 16 * w + g + 8 * half_rows, e = e0 + p / TW, f = f0 + p % TW;
             if (e >= E || f >= F) continue;
+            T* out = y + (size_t)n * M * E * F + (size_t)e * F + f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int odd = 0; odd < 2; ++odd) {
+                    const int m = m0 + 8 * j + 2 * q + odd;
+                    if (m < M) out[(size_t)m * E * F] = T(acc[4 * j + 2 * half_rows + odd]);
+                }
+        }
+    }
+};
+
+// The same for flat tiles (hopper_conv.cuh): accumulator row p of the tile is slot q = q0 + p of
+// the flat copy, image q / (Hp Wp), row and column of that image's Hp x Wp slots; the slots on the
+// zero rows and columns (e >= E or f >= F) and past the last image are not outputs.
+template <int BN, class T>
+struct FlatStoreEpilogue {
+    T* y;
+    int N, M, E, F, Hp, Wp;
+
+    __device__ __forceinline__ void store_flat(const float* acc, int c, int q0, int m0) const
+    {
+        const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
+#pragma unroll
+        for (int half_rows = 0; half_rows < 2; ++half_rows) {
+            const int slot = q0 + 64 * c + 16 * w + g + 8 * half_rows, n = slot / (Hp * Wp),
+                      e = slot % (Hp * Wp) / Wp, f = slot % Wp;
+            if (n >= N || e >= E || f >= F) continue;
             T* out = y + (size_t)n * M * E * F + (size_t)e * F + f;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j)

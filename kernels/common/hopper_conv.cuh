@@ -233,6 +233,41 @@ __device__ __forceinline__ float tf32_big(float a)
     return __uint_as_float((__float_as_uint(a) + 0x1000u) & 0xFFFFE000u);
 }
 
+// Flat tiles (TW = 0; alexnet steps 26 and 27 on the 13 x 13 and 27 x 27 layers): a tile is 128
+// consecutive pixels of a "flat" copy of the input, the images one after another, each row
+// followed by P zero columns and each image by P zero rows (Wp = W + P columns, Hp = H + P rows a
+// picture; the copy writes the pixels, the zeros are written once). Output pixel (n, e, f) sits
+// at q = (n Hp + e) Wp + f, and its tap (r, s) reads the input at q + (r - P) Wp + (s - P): left of
+// column 0 lands in the previous row's zero columns, above row 0 in the previous image's zero
+// rows, before the first image at negative q, which the copy engine reads as zeros. So a tap's
+// A slice for 128 consecutive q is ONE box {32 channels, 128 pixels} of a 2-D tensor map of the
+// copy, for any position of the tile: tiles run across rows and images, and only the q that
+// fall on zero columns and rows are wasted -- 169 of 14 x 14 = 196 for 13 x 13 (86%), 729 of 29
+// x 29 for 27 x 27 (87%), where a 128-pixel rectangle keeps 169 of 256 (66%) and 729 of 896.
+// Wp = F + S - 1 - P and Hp = E + R - 1 - P for a stride-1 layer (W = F + S - 1 - 2P).
+__device__ __forceinline__ int conv_flat_wp(const ConvShape& s) { return s.F + s.S - 1 - s.pad; }
+__device__ __forceinline__ int conv_flat_hp(const ConvShape& s) { return s.E + s.R - 1 - s.pad; }
+
+// The tiles of a layer: as conv_tiles for TW > 0; for flat tiles (TW = 0) the N Hp Wp slots of
+// the copy in runs of 128, times the filter tiles.
+template <int TW, int BN>
+__device__ __forceinline__ int conv32_tiles(const ConvShape& s)
+{
+    if constexpr (TW == 0)
+        return (s.N * conv_flat_hp(s) * conv_flat_wp(s) + CONV_BM - 1) / CONV_BM * ((s.M + BN - 1) / BN);
+    else
+        return conv_tiles<TW, BN>(s);
+}
+
+// Flat tile number -> (first slot q0, first filter m0); filters vary fastest, as conv_tile's.
+template <int BN>
+__device__ __forceinline__ void conv_flat_tile(const ConvShape& s, int tile, int& q0, int& m0)
+{
+    const int tiles_m = (s.M + BN - 1) / BN;
+    m0 = (tile % tiles_m) * BN;
+    q0 = (tile / tiles_m) * CONV_BM;
+}
+
 // The ring of the float steps: TENSORS tiles of A (128 x 32) and of B (BN x 32) per slot.
 template <int BN, int TENSORS, int STAGES>
 struct Conv32Ring {
@@ -256,11 +291,12 @@ __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const C
                                                unsigned long long* empty)
 {
     using P = Conv32Ring<BN, TENSORS, STAGES>;
-    const int tiles = conv_tiles<TW, BN>(s), chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
+    const int tiles = conv32_tiles<TW, BN>(s), chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int n, e0, f0, m0;
-        conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+        int n = 0, e0 = 0, f0 = 0, m0;               // flat tiles: e0 holds q0, the tile's first slot
+        if constexpr (TW == 0) conv_flat_tile<BN>(s, tile, e0, m0);
+        else conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
         for (int t = 0; t < KT; ++t, ++it) {
             const int slot = it % STAGES, tap = t / chunks, c0 = (t % chunks) * CONV32_BK;
             const int col = f0 + tap % s.S - s.pad, row = e0 + tap / s.S - s.pad;
@@ -268,12 +304,16 @@ __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const C
             float* As = ring + (size_t)slot * P::SLICE_FLOATS;
             float* Bs = As + TENSORS * P::A_FLOATS;
             mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);
-            tma_load_4d(As, &map_x, c0, col, row, n, &full[slot]);
-            tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
-            if constexpr (TENSORS == 2) {
-                tma_load_4d(As + P::A_FLOATS, &map_xs, c0, col, row, n, &full[slot]);
-                tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
+            if constexpr (TW == 0) {                // the tap's 128 slots: q0 shifted by (r - P) Wp + s - P
+                const int q = e0 + (tap / s.S - s.pad) * conv_flat_wp(s) + tap % s.S - s.pad;
+                tma_load_2d(As, &map_x, c0, q, &full[slot]);
+                if constexpr (TENSORS == 2) tma_load_2d(As + P::A_FLOATS, &map_xs, c0, q, &full[slot]);
+            } else {
+                tma_load_4d(As, &map_x, c0, col, row, n, &full[slot]);
+                if constexpr (TENSORS == 2) tma_load_4d(As + P::A_FLOATS, &map_xs, c0, col, row, n, &full[slot]);
             }
+            tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+            if constexpr (TENSORS == 2) tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
         }
     }
 }
@@ -282,14 +322,16 @@ __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const C
 // engine's bytes; empty: one arrival per consumer warp), warpgroup 0's producer, and each
 // consumer warpgroup's walk over its tiles: zero the sums, have slices(acc, c, it, KT, ring,
 // full, empty) run the tile's KT slices into them (it counts the slices over all tiles, so the
-// ring's phases carry on from tile to tile), then Epilogue::store as conv_wgmma's.
+// ring's phases carry on from tile to tile), then Epilogue::store as conv_wgmma's (flat tiles, TW
+// = 0: Epilogue::store_flat(acc, consumer, q0, m0)).
 template <int TW, int BN, int TENSORS, int STAGES, class Epilogue, class Slices>
 __device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, const CUtensorMap& map_xs,
                                                   const CUtensorMap& map_w, const CUtensorMap& map_ws,
                                                   const ConvShape& s, const Epilogue& epilogue,
                                                   unsigned char* smem_raw, const Slices& slices)
 {
-    static_assert(CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0, "TW must divide 128 into an even number of rows");
+    static_assert(TW == 0 || (CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0),
+                  "TW must divide 128 into an even number of rows (or be 0: flat tiles)");
     __shared__ __align__(8) unsigned long long full[STAGES];
     __shared__ __align__(8) unsigned long long empty[STAGES];
     if (threadIdx.x == 0) {
@@ -302,7 +344,7 @@ __device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, cons
     __syncthreads();
     float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
     const int wg = threadIdx.x / 128;
-    const int tiles = conv_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
+    const int tiles = conv32_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
     if (wg == 0) {                                  // the producer
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
@@ -313,12 +355,18 @@ __device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, cons
         int it = 0;
         float acc[BN / 2];
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int n, e0, f0, m0;
-            conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             slices(acc, c, it, KT, ring, full, empty);
-            epilogue.store(acc, c, n, e0, f0, m0);
+            if constexpr (TW == 0) {
+                int q0, m0;
+                conv_flat_tile<BN>(s, tile, q0, m0);
+                epilogue.store_flat(acc, c, q0, m0);
+            } else {
+                int n, e0, f0, m0;
+                conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+                epilogue.store(acc, c, n, e0, f0, m0);
+            }
         }
     }
 }

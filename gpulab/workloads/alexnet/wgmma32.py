@@ -26,11 +26,15 @@ BK = 32
 #: A (128 x 32) and B (BN x 32) a slot holds: step 26 x and w, step 27 their two tf32 parts each.
 STAGES = {"26": 4, "27": 3}
 TENSORS = {"26": 1, "27": 2}
+#: TW of a flat tile: 128 consecutive slots of a copy that lays the images one after another, each
+#: row followed by P zero columns and each image by P zero rows (kernels/common/hopper_conv.cuh),
+#: so that a tile runs across rows and images and one box of a 2-D map is a tap's A slice.
+FLAT = 0
 #: The tile shapes each kernel file instantiates: (TW, BN) -- TW output columns (128 / TW rows) of
-#: one image times BN filters. Step 27 keeps 128 filters (its two partial accumulators beside the
-#: sums fill the consumer's registers).
-CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32) for bn in (128, 256)),
-              "27": tuple((tw, 128) for tw in (8, 16, 32))}
+#: one image, or a flat tile (TW = FLAT), times BN filters. Step 27 keeps 128 filters (its two
+#: partial accumulators beside the sums fill the consumer's registers).
+CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32, FLAT) for bn in (128, 256)),
+              "27": tuple((tw, 128) for tw in (8, 16, 32, FLAT))}
 #: The shape each stride-1 layer runs with: the fastest of CANDIDATES on each layer at N = 128 when
 #: all were timed on an H100 (a development run of issue 26, gpulab.sweep, not a recorded sweep).
 DEFAULT_TILES = {"26": {2: (32, 256), 3: (8, 128), 4: (8, 128), 5: (16, 256)},
@@ -50,6 +54,28 @@ def tile_for(number: str, layer, tile=None) -> tuple[int, int]:
         raise KernelArgumentError(f"tile {(tw, bn)} is not compiled for step {number}; "
                                   f"{FILES[number]} has {CANDIDATES[number]}")
     return tw, bn
+
+
+def flat_dims(layer) -> tuple[int, int]:
+    """(Hp, Wp) of a flat copy: H + P rows and W + P columns a picture, the last P of each zeros
+    (a tap reaches P pixels past either edge, and the zeros after one row or image are the ones
+    before the next)."""
+    return layer.H + layer.P, layer.W + layer.P
+
+
+def tiles(layer, N: int, tile) -> int:
+    """Tiles of (TW, BN) ``tile`` on ``layer`` at batch N: step 25's count for TW > 0; flat tiles
+    cover the N Hp Wp slots of the flat copy in runs of 128."""
+    tw, bn = tile
+    if tw != FLAT:
+        return wgmma.tiles(layer, N, (tw, bn))
+    hp, wp = flat_dims(layer)
+    return -(-N * hp * wp // BM) * -(-layer.M // bn)
+
+
+def row_use(layer, N: int, tile) -> float:
+    """The share of the tiles' pixel rows and filter columns that are real outputs."""
+    return N * layer.E * layer.F * layer.M / (tiles(layer, N, tile) * BM * tile[1])
 
 
 def shared_bytes(number: str, bn: int) -> int:
@@ -77,21 +103,23 @@ def filter_rows(w, layer, xp) -> tuple:
 def kernel_for(number: str, layer, tile=None) -> str:
     """The name of the GEMM kernel step ``number`` runs ``layer`` with."""
     tw, bn = tile_for(number, layer, tile)
-    return f"conv_wgmma_{'tf32' if number == '26' else '3xtf32'}_{tw}x{bn}"
+    shape = f"flat_{bn}" if tw == FLAT else f"{tw}x{bn}"
+    return f"conv_wgmma_{'tf32' if number == '26' else '3xtf32'}_{shape}"
 
 
-def scratch_bytes(number: str, layer, N: int) -> int:
-    """Device memory beyond x, w and y: the channels-last copy of x (step 27: its two parts) and
-    the filter rows (both parts)."""
+def scratch_bytes(number: str, layer, N: int, tile=None) -> int:
+    """Device memory beyond x, w and y: the channels-last copy of x (step 27: its two parts; flat
+    tiles: N Hp Wp slots a copy) and the filter rows (both parts)."""
     cin, cp = padded_channels(layer)
-    return 4 * (TENSORS[_step(number)] * N * layer.H * layer.W * cin + 2 * layer.M * layer.R * layer.S * cp)
+    hp, wp = flat_dims(layer) if tile_for(number, layer, tile)[0] == FLAT else (layer.H, layer.W)
+    return 4 * (TENSORS[_step(number)] * N * hp * wp * cin + 2 * layer.M * layer.R * layer.S * cp)
 
 
 def launch_config(number: str, layer, N: int, tile=None, blocks: int = 132) -> dict:
     """The GEMM's grid (one block per SM, ``blocks``: an H100's 132; fewer for fewer tiles), block
     and dynamic shared memory."""
     tw, bn = tile_for(number, layer, tile)
-    return {"grid": (max(1, min(blocks, wgmma.tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
+    return {"grid": (max(1, min(blocks, tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
             "shared_bytes": shared_bytes(number, bn)}
 
 
@@ -110,16 +138,24 @@ def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
     module = load_module(FILES[number], be, options=GPU_OPTIONS if be.name == "gpu" else ())
     cin, cp = padded_channels(layer)
     wb, ws = filter_rows(w, layer, be.xp)
-    box_x, box_w = (BK, tw, BM // tw, 1), (BK, bn)
-    copies = [be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float32) for _ in range(TENSORS[number])]
-    maps = [tensormap.encode_4d(c, box_x) for c in copies]
-    maps_w = [tensormap.encode_2d(part, box_w) for part in (wb, ws)[:TENSORS[number]]]
+    hw = layer.H * layer.W
+    if tw == FLAT:
+        # the zero rows and columns are written here, once: each call's copy writes the pixels only
+        hp, wp = flat_dims(layer)
+        copies = [be.xp.zeros((N * hp * wp, cin), dtype=np.float32) for _ in range(TENSORS[number])]
+        maps = [tensormap.encode_2d(c, (BK, BM)) for c in copies]
+        name, extra = ("to_flat_float" if number == "26" else "to_flat_split"), (layer.W, hp, wp)
+    else:
+        copies = [be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float32) for _ in range(TENSORS[number])]
+        maps = [tensormap.encode_4d(c, (BK, tw, BM // tw, 1)) for c in copies]
+        name, extra = ("to_nhwc_float" if number == "26" else "to_nhwc_split"), ()
+    maps_w = [tensormap.encode_2d(part, (BK, bn)) for part in (wb, ws)[:TENSORS[number]]]
     gemm = module.get_function(kernel_for(number, layer, (tw, bn)))
     gemm.allow_shared_memory(shared_bytes(number, bn))
-    hw = layer.H * layer.W
-    layout = module.get_function("to_nhwc_float" if number == "26" else "to_nhwc_split").bind(
-        (-(-hw // 32), -(-cin // 32), N), (32, 8), (x, *copies, np.int32(layer.C), np.int32(hw), np.int32(cin)))
-    grid = (max(1, min(blocks or blocks_here(be), wgmma.tiles(layer, N, (tw, bn)))),)
+    layout = module.get_function(name).bind(
+        (-(-hw // 32), -(-cin // 32), N), (32, 8),
+        (x, *copies, *(np.int32(v) for v in (layer.C, hw, cin, *extra))))
+    grid = (max(1, min(blocks or blocks_here(be), tiles(layer, N, (tw, bn)))),)
     # step 26: (x, w); step 27: (xb, xs, wb, ws), the order of conv_wgmma_3xtf32's maps
     run = gemm.bind(grid, (THREADS,), (*maps, *maps_w, y, *(np.int32(v) for v in (
         N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(number, bn))
