@@ -20,10 +20,10 @@ PRECISION = {"26": "tf32", "27": "fp32"}
 TWO_SLICES = shapes.Layer(3, C=40, H=9, W=11, M=140, R=3, S=3, U=1, P=1)
 
 
-def _check(number, layer, be, tile=None, N=shapes.CHECK_N, seed=None):
+def _check(number, layer, be, tile=None, N=shapes.CHECK_N, seed=None, blocks=2):
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
     x, w = shapes.make_inputs(layer, N, seed)
-    y = wgmma32.run(number, layer, x, w, be, tile=tile, blocks=2)
+    y = wgmma32.run(number, layer, x, w, be, tile=tile, blocks=blocks)
     result = gpulab.compare(y, shapes.reference(x, w, layer), PRECISION[number],
                             name=f"step {number} {layer.name} tile {tile} seed {seed}")
     assert result.passed and result.unwritten == 0, result
@@ -54,11 +54,12 @@ def test_two_slices_per_tap_and_two_filter_tiles(backend, number):
 def test_flat_tiles_run_across_rows_and_images(backend, number):
     # Flat tiles of 128 slots of the N x (H + P) x (W + P) copy: at N = 3 on the 9 x 11 layer
     # (10 x 12 = 120 slots an image) and on the 15 x 15, P = 2 one (17 x 17 = 289) tiles start
-    # mid-row and mid-image and the last one runs past the last image; every output written.
+    # mid-row and mid-image and the last one runs past the last image; every output written. Pairs
+    # (two blocks a cluster sharing B by multicast): 4 blocks, so that each walks two pairs.
     be = _hopper_backend(backend)
-    for tile in [t for t in wgmma32.CANDIDATES[number] if t[0] == wgmma32.FLAT]:
-        _check(number, TWO_SLICES, be, tile, N=3)
-        _check(number, shapes.CHECK_LAYERS[1], be, tile, N=3)
+    for tile in [t for t in wgmma32.CANDIDATES[number] if t[0] in (wgmma32.FLAT, wgmma32.PAIR)]:
+        _check(number, TWO_SLICES, be, tile, N=3, blocks=4)
+        _check(number, shapes.CHECK_LAYERS[1], be, tile, N=3, blocks=4)
 
 
 def test_flat_tiles_count_the_slots_of_the_copy():
@@ -72,6 +73,13 @@ def test_flat_tiles_count_the_slots_of_the_copy():
     assert wgmma32.row_use(layer2, 128, (wgmma32.FLAT, 256)) == pytest.approx(128 * 729 / (841 * 128))
     assert wgmma32.kernel_for("26", layer3, (wgmma32.FLAT, 256)) == "conv_wgmma_tf32_flat_256"
     assert wgmma32.kernel_for("27", layer3, (wgmma32.FLAT, 128)) == "conv_wgmma_3xtf32_flat_128"
+    # pairs: layer 2's 841 runs of 128 slots make 421 pairs; an even grid, at least two blocks
+    assert wgmma32.tiles(layer2, 128, (wgmma32.PAIR, 256)) == 842
+    assert wgmma32.grid_blocks(layer2, 128, (wgmma32.PAIR, 256), 132) == 132
+    assert wgmma32.grid_blocks(layer2, 1, (wgmma32.PAIR, 256), 1) == 2
+    assert wgmma32.grid_blocks(layer3, 1, (wgmma32.PAIR, 256), 132) == 4      # 2 runs x 2 filter tiles
+    assert wgmma32.kernel_for("26", layer3, (wgmma32.PAIR, 128)) == "conv_wgmma_tf32_pair_128"
+    assert wgmma32.shared_bytes("26", 256, wgmma32.PAIR) == wgmma32.shared_bytes("26", 256) + 4 * 16
 
 
 def test_3xtf32_keeps_float_accuracy_where_tf32_does_not(backend):

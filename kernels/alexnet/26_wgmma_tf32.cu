@@ -63,15 +63,16 @@ __device__ __forceinline__ void conv_tf32_store(const CUtensorMap& map_x, const 
                                                            smem_raw);
 }
 
-// Flat tiles (TW = 0): map_x is a 2-D map of the flat copy, box {32, 128}.
-template <int BN>
+// Flat tiles (TW = 0): map_x is a 2-D map of the flat copy, box {32, 128}. CLUSTER = 2: pairs of
+// blocks sharing B by multicast (map_w's box {32, BN / 2}: each block's half).
+template <int BN, int CLUSTER>
 __device__ __forceinline__ void conv_tf32_store_flat(const CUtensorMap& map_x, const CUtensorMap& map_w, float* y,
                                                      int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
     const FlatStoreEpilogue<BN, float> epilogue{y, N, M, E, F, E + R - 1 - P, F + S - 1 - P};
-    conv_wgmma_tf32<0, FlatStoreEpilogue<BN, float>, BN>(map_x, map_w, s, epilogue, smem_raw);
+    conv_wgmma_tf32<0, FlatStoreEpilogue<BN, float>, BN, CLUSTER>(map_x, map_w, s, epilogue, smem_raw);
 }
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
@@ -122,12 +123,26 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 conv_wgmma_tf32_flat_128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                          float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
-    conv_tf32_store_flat<128>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+    conv_tf32_store_flat<128, 1>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
 conv_wgmma_tf32_flat_256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                          float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
-    conv_tf32_store_flat<256>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+    conv_tf32_store_flat<256, 1>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+conv_wgmma_tf32_pair_128(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<128, 2>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+conv_wgmma_tf32_pair_256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<256, 2>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
 }

@@ -68,6 +68,8 @@ __device__ __forceinline__ void conv_3xtf32_store(const CUtensorMap& map_xb, con
 }
 
 // Flat tiles (TW = 0): the maps of xb and xs are 2-D maps of the flat copies, box {32, 128}.
+// CLUSTER = 2: pairs of blocks sharing B by multicast (wb's and ws's boxes {32, 64}).
+template <int CLUSTER>
 __device__ __forceinline__ void conv_3xtf32_store_flat(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
                                                        const CUtensorMap& map_wb, const CUtensorMap& map_ws, float* y,
                                                        int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
@@ -75,7 +77,7 @@ __device__ __forceinline__ void conv_3xtf32_store_flat(const CUtensorMap& map_xb
     extern __shared__ unsigned char smem_raw[];
     const ConvShape s{N, C, Cp, M, E, F, R, S, P};
     const FlatStoreEpilogue<128, float> epilogue{y, N, M, E, F, E + R - 1 - P, F + S - 1 - P};
-    conv_wgmma_3xtf32<0>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw);
+    conv_wgmma_3xtf32<0, FlatStoreEpilogue<128, float>, CLUSTER>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw);
 }
 
 // The kernels are written out one per tile shape (the lab reads each kernel's parameters from
@@ -109,5 +111,13 @@ conv_wgmma_3xtf32_flat_128(const __grid_constant__ CUtensorMap map_xb, const __g
                            const __grid_constant__ CUtensorMap map_wb, const __grid_constant__ CUtensorMap map_ws,
                            float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
-    conv_3xtf32_store_flat(map_xb, map_xs, map_wb, map_ws, y, N, C, Cp, M, E, F, R, S, P);
+    conv_3xtf32_store_flat<1>(map_xb, map_xs, map_wb, map_ws, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+conv_wgmma_3xtf32_pair_128(const __grid_constant__ CUtensorMap map_xb, const __grid_constant__ CUtensorMap map_xs,
+                           const __grid_constant__ CUtensorMap map_wb, const __grid_constant__ CUtensorMap map_ws,
+                           float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_3xtf32_store_flat<2>(map_xb, map_xs, map_wb, map_ws, y, N, C, Cp, M, E, F, R, S, P);
 }

@@ -24,6 +24,7 @@
 #define GPULAB_COMMON_HOPPER_CONV_CUH
 #include <cuda_fp16.h>
 #include <common/hopper.h>
+#include <hopper/cluster.cuh>       // the pairs of flat tiles (CLUSTER = 2) share B by multicast
 
 #ifndef GPULAB_CPU_BACKEND
 // The bulk tensor copy of one box of a 4-D tensor map (gpulab.tensormap.encode_4d); coordinates
@@ -248,24 +249,37 @@ __device__ __forceinline__ float tf32_big(float a)
 __device__ __forceinline__ int conv_flat_wp(const ConvShape& s) { return s.F + s.S - 1 - s.pad; }
 __device__ __forceinline__ int conv_flat_hp(const ConvShape& s) { return s.E + s.R - 1 - s.pad; }
 
-// The tiles of a layer: as conv_tiles for TW > 0; for flat tiles (TW = 0) the N Hp Wp slots of
-// the copy in runs of 128, times the filter tiles.
-template <int TW, int BN>
-__device__ __forceinline__ int conv32_tiles(const ConvShape& s)
+// Pairs of flat tiles (CLUSTER = 2, the hopper chapter's step 8 on the convolution): the two
+// blocks of a cluster take the tiles at slots 256 p and 256 p + 128 with the same filters m0, so
+// they need the same B slices; each block's producer loads its own A and HALF of B (BN / 2
+// filters) with one multicast copy that lands in both blocks' slots. From L2 a block then reads
+// 16 + 16 KiB a slice instead of 16 + 32 (tf32, BN = 256), 32 + 16 instead of 32 + 32 (3xTF32).
+// A slot is refilled only when the consumers of BOTH blocks are done with it (empty counts 2 x 8
+// warps, each consumer warp arrives in both blocks). A "unit" of work is a flat tile (CLUSTER = 1)
+// or a pair of them, filters fastest; rank = the block's place in its cluster. A pair's second
+// tile past the last slot reads zeros and writes nothing.
+template <int BN, int CLUSTER>
+__device__ __forceinline__ int conv_flat_units(const ConvShape& s)
 {
-    if constexpr (TW == 0)
-        return (s.N * conv_flat_hp(s) * conv_flat_wp(s) + CONV_BM - 1) / CONV_BM * ((s.M + BN - 1) / BN);
-    else
-        return conv_tiles<TW, BN>(s);
+    const int tiles_q = (s.N * conv_flat_hp(s) * conv_flat_wp(s) + CONV_BM - 1) / CONV_BM;
+    return (tiles_q + CLUSTER - 1) / CLUSTER * ((s.M + BN - 1) / BN);
 }
 
-// Flat tile number -> (first slot q0, first filter m0); filters vary fastest, as conv_tile's.
-template <int BN>
-__device__ __forceinline__ void conv_flat_tile(const ConvShape& s, int tile, int& q0, int& m0)
+template <int BN, int CLUSTER>
+__device__ __forceinline__ void conv_flat_unit(const ConvShape& s, int unit, unsigned rank, int& q0, int& m0)
 {
     const int tiles_m = (s.M + BN - 1) / BN;
-    m0 = (tile % tiles_m) * BN;
-    q0 = (tile / tiles_m) * CONV_BM;
+    m0 = (unit % tiles_m) * BN;
+    q0 = ((unit / tiles_m) * CLUSTER + (int)rank) * CONV_BM;
+}
+
+// A consumer warp's release of a slot: to its own block's producer, or (pairs) to both blocks'.
+template <int CLUSTER>
+__device__ __forceinline__ void conv_release(unsigned long long* bar)
+{
+    if constexpr (CLUSTER == 1) mbar_arrive(bar);
+    else
+        for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
 }
 
 // The ring of the float steps: TENSORS tiles of A (128 x 32) and of B (BN x 32) per slot.
@@ -281,29 +295,40 @@ template <int BN>
 using Conv32Tf32 = Conv32Ring<BN, 1, 4>;
 using Conv32Split = Conv32Ring<128, 2, 3>;    // 3xTF32: xb, xs, wb, ws; 3 slots of 64 KiB
 
+// Units of work of a float step's block: rectangles (TW > 0) or flat tiles, one or (CLUSTER = 2)
+// a pair of them; the block walks units blockIdx.x / CLUSTER, + gridDim.x / CLUSTER, ...
+template <int TW, int BN, int CLUSTER>
+__device__ __forceinline__ int conv32_units(const ConvShape& s)
+{
+    static_assert(CLUSTER == 1 || TW == 0, "pairs of blocks share B on flat tiles only");
+    if constexpr (TW == 0) return conv_flat_units<BN, CLUSTER>(s);
+    else return conv_tiles<TW, BN>(s);
+}
+
 // The producer of both float steps: one thread walks the tiles and slices, the copy engine
 // fills slot it % STAGES with the slice's A tile(s) then B tile(s) (map_xs / map_ws only when
-// TENSORS = 2).
-template <int TW, int BN, int TENSORS, int STAGES>
+// TENSORS = 2; with CLUSTER = 2 this block's half of each B tile, into both blocks).
+template <int TW, int BN, int TENSORS, int STAGES, int CLUSTER>
 __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const CUtensorMap& map_xs,
                                                const CUtensorMap& map_w, const CUtensorMap& map_ws,
                                                const ConvShape& s, float* ring, unsigned long long* full,
-                                               unsigned long long* empty)
+                                               unsigned long long* empty, unsigned rank)
 {
     using P = Conv32Ring<BN, TENSORS, STAGES>;
-    const int tiles = conv32_tiles<TW, BN>(s), chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
+    constexpr int B_PART = BN / CLUSTER;            // filters of B this block's copy brings
+    const int units = conv32_units<TW, BN, CLUSTER>(s), chunks = s.Cp / CONV32_BK, KT = s.R * s.S * chunks;
     int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int unit = blockIdx.x / CLUSTER; unit < units; unit += gridDim.x / CLUSTER) {
         int n = 0, e0 = 0, f0 = 0, m0;               // flat tiles: e0 holds q0, the tile's first slot
-        if constexpr (TW == 0) conv_flat_tile<BN>(s, tile, e0, m0);
-        else conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+        if constexpr (TW == 0) conv_flat_unit<BN, CLUSTER>(s, unit, rank, e0, m0);
+        else conv_tile<TW, BN>(s, unit, n, e0, f0, m0);
         for (int t = 0; t < KT; ++t, ++it) {
             const int slot = it % STAGES, tap = t / chunks, c0 = (t % chunks) * CONV32_BK;
             const int col = f0 + tap % s.S - s.pad, row = e0 + tap / s.S - s.pad;
             mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);
             float* As = ring + (size_t)slot * P::SLICE_FLOATS;
             float* Bs = As + TENSORS * P::A_FLOATS;
-            mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);
+            mbar_arrive_expect_tx(&full[slot], P::SLICE_BYTES);    // with CLUSTER = 2, half of B from the peer
             if constexpr (TW == 0) {                // the tap's 128 slots: q0 shifted by (r - P) Wp + s - P
                 const int q = e0 + (tap / s.S - s.pad) * conv_flat_wp(s) + tap % s.S - s.pad;
                 tma_load_2d(As, &map_x, c0, q, &full[slot]);
@@ -312,19 +337,28 @@ __device__ __forceinline__ void conv32_produce(const CUtensorMap& map_x, const C
                 tma_load_4d(As, &map_x, c0, col, row, n, &full[slot]);
                 if constexpr (TENSORS == 2) tma_load_4d(As + P::A_FLOATS, &map_xs, c0, col, row, n, &full[slot]);
             }
-            tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
-            if constexpr (TENSORS == 2) tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
+            if constexpr (CLUSTER == 1) {
+                tma_load_2d(Bs, &map_w, tap * s.Cp + c0, m0, &full[slot]);
+                if constexpr (TENSORS == 2) tma_load_2d(Bs + P::B_FLOATS, &map_ws, tap * s.Cp + c0, m0, &full[slot]);
+            } else {
+                const int part = (int)rank * B_PART;
+                tma_load_2d_multicast(Bs + part * CONV32_BK, &map_w, tap * s.Cp + c0, m0 + part, &full[slot],
+                                      (1u << CLUSTER) - 1);
+                if constexpr (TENSORS == 2)
+                    tma_load_2d_multicast(Bs + P::B_FLOATS + part * CONV32_BK, &map_ws, tap * s.Cp + c0, m0 + part,
+                                          &full[slot], (1u << CLUSTER) - 1);
+            }
         }
     }
 }
 
 // The persistent warp-specialized loop of both float steps: the ring's barriers (full: the copy
-// engine's bytes; empty: one arrival per consumer warp), warpgroup 0's producer, and each
-// consumer warpgroup's walk over its tiles: zero the sums, have slices(acc, c, it, KT, ring,
-// full, empty) run the tile's KT slices into them (it counts the slices over all tiles, so the
-// ring's phases carry on from tile to tile), then Epilogue::store as conv_wgmma's (flat tiles, TW
-// = 0: Epilogue::store_flat(acc, consumer, q0, m0)).
-template <int TW, int BN, int TENSORS, int STAGES, class Epilogue, class Slices>
+// engine's bytes; empty: one arrival per consumer warp, of both blocks for CLUSTER = 2),
+// warpgroup 0's producer, and each consumer warpgroup's walk over its tiles: zero the sums, have
+// slices(acc, c, it, KT, ring, full, empty) run the tile's KT slices into them (it counts the
+// slices over all tiles, so the ring's phases carry on from tile to tile), then Epilogue::store
+// as conv_wgmma's (flat tiles, TW = 0: Epilogue::store_flat(acc, consumer, q0, m0)).
+template <int TW, int BN, int TENSORS, int STAGES, int CLUSTER, class Epilogue, class Slices>
 __device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, const CUtensorMap& map_xs,
                                                   const CUtensorMap& map_w, const CUtensorMap& map_ws,
                                                   const ConvShape& s, const Epilogue& epilogue,
@@ -332,48 +366,70 @@ __device__ __forceinline__ void conv32_persistent(const CUtensorMap& map_x, cons
 {
     static_assert(TW == 0 || (CONV_BM % TW == 0 && (CONV_BM / TW) % 2 == 0),
                   "TW must divide 128 into an even number of rows (or be 0: flat tiles)");
-    __shared__ __align__(8) unsigned long long full[STAGES];
-    __shared__ __align__(8) unsigned long long empty[STAGES];
+    // The barriers: static shared memory for one block; for pairs after the ring in the dynamic
+    // shared memory (2 x STAGES x 8 bytes more), where mapa finds the peer's at the same offset.
+    __shared__ __align__(8) unsigned long long full_here[CLUSTER == 1 ? STAGES : 1];
+    __shared__ __align__(8) unsigned long long empty_here[CLUSTER == 1 ? STAGES : 1];
+    float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    unsigned long long* full = full_here;
+    unsigned long long* empty = empty_here;
+    if constexpr (CLUSTER > 1) {
+        full = (unsigned long long*)(ring + (size_t)STAGES * Conv32Ring<BN, TENSORS, STAGES>::SLICE_FLOATS);
+        empty = full + STAGES;
+    }
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(&full[i], 1);
-            mbar_init(&empty[i], CONV_CONSUMER_WARPS);
+            mbar_init(&empty[i], CLUSTER * CONV_CONSUMER_WARPS);
         }
         mbar_fence_init();
     }
-    __syncthreads();
-    float* ring = (float*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    unsigned rank = 0;
+    if constexpr (CLUSTER == 1) __syncthreads();
+    else {
+        rank = cluster_ctarank();
+        __syncwarp();
+        cluster_arrive();                           // both blocks' barriers exist before any copy or arrival
+        cluster_wait();
+    }
     const int wg = threadIdx.x / 128;
-    const int tiles = conv32_tiles<TW, BN>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
+    const int units = conv32_units<TW, BN, CLUSTER>(s), KT = s.R * s.S * (s.Cp / CONV32_BK);
     if (wg == 0) {                                  // the producer
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            conv32_produce<TW, BN, TENSORS, STAGES>(map_x, map_xs, map_w, map_ws, s, ring, full, empty);
+            conv32_produce<TW, BN, TENSORS, STAGES, CLUSTER>(map_x, map_xs, map_w, map_ws, s, ring, full, empty,
+                                                              rank);
     } else {                                        // the consumers
         setmaxnreg_inc<232>();
         const int c = wg - 1;
         int it = 0;
         float acc[BN / 2];
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        for (int unit = blockIdx.x / CLUSTER; unit < units; unit += gridDim.x / CLUSTER) {
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             slices(acc, c, it, KT, ring, full, empty);
             if constexpr (TW == 0) {
                 int q0, m0;
-                conv_flat_tile<BN>(s, tile, q0, m0);
+                conv_flat_unit<BN, CLUSTER>(s, unit, rank, q0, m0);
                 epilogue.store_flat(acc, c, q0, m0);
             } else {
                 int n, e0, f0, m0;
-                conv_tile<TW, BN>(s, tile, n, e0, f0, m0);
+                conv_tile<TW, BN>(s, unit, n, e0, f0, m0);
                 epilogue.store(acc, c, n, e0, f0, m0);
             }
         }
     }
+    if constexpr (CLUSTER > 1) {
+        __syncwarp();
+        cluster_arrive();                           // the peer may still arrive on or copy into us
+        cluster_wait();
+    }
 }
 
 // tf32: float operands read as tf32, BN = 256 (convpool step 10) or 128 filters per tile; Epilogue
-// as conv_wgmma's. Filters as M x (taps x Cp) floats, Cp = C rounded up to 32.
-template <int TW, class Epilogue, int BN = 256>
+// as conv_wgmma's. Filters as M x (taps x Cp) floats, Cp = C rounded up to 32. CLUSTER = 2: pairs
+// of flat tiles sharing B (the kernel must be declared __cluster_dims__(2, 1, 1)).
+template <int TW, class Epilogue, int BN = 256, int CLUSTER = 1>
 __device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const CUtensorMap& map_w, const ConvShape& s,
                                                 const Epilogue& epilogue, unsigned char* smem_raw)
 {
@@ -394,12 +450,12 @@ __device__ __forceinline__ void conv_wgmma_tf32(const CUtensorMap& map_x, const 
                                smem_desc(Bs + 8 * kk, 1, 1024, SMEM_SWIZZLE_128B), 1);
             wgmma_commit();
             wgmma_wait<1>();                        // slice it - 1's products are done: its slot goes back
-            if (t > 0 && threadIdx.x % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            if (t > 0 && threadIdx.x % 32 == 0) conv_release<CLUSTER>(&empty[(it - 1) % STAGES]);
         }
         wgmma_wait<0>();
-        if (threadIdx.x % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (threadIdx.x % 32 == 0) conv_release<CLUSTER>(&empty[(it - 1) % STAGES]);
     };
-    conv32_persistent<TW, BN, 1, STAGES>(map_x, map_x, map_w, map_w, s, epilogue, smem_raw, slices);
+    conv32_persistent<TW, BN, 1, STAGES, CLUSTER>(map_x, map_x, map_w, map_w, s, epilogue, smem_raw, slices);
 }
 
 // 3xTF32's products of one slice into the fresh partial accumulator d: per k8 step, xb ws, xs wb,
@@ -422,7 +478,8 @@ __device__ __forceinline__ void conv32_split_slice(float* d, const float* As, co
 }
 
 // 3xTF32 (convpool step 11): each slice's products summed apart and added to acc with rounded adds.
-template <int TW, class Epilogue>
+// CLUSTER as conv_wgmma_tf32's.
+template <int TW, class Epilogue, int CLUSTER = 1>
 __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, const CUtensorMap& map_xs,
                                                   const CUtensorMap& map_wb, const CUtensorMap& map_ws,
                                                   const ConvShape& s, const Epilogue& epilogue, unsigned char* smem_raw)
@@ -441,7 +498,7 @@ __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, con
         };
         // Slice i's products (in part) are done: its slot goes back, part is added to acc.
         auto retire = [&](int i, const float* part) {
-            if (threadIdx.x % 32 == 0) mbar_arrive(&empty[i % STAGES]);
+            if (threadIdx.x % 32 == 0) conv_release<CLUSTER>(&empty[i % STAGES]);
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) acc[j] += part[j];
         };
@@ -470,7 +527,7 @@ __device__ __forceinline__ void conv_wgmma_3xtf32(const CUtensorMap& map_xb, con
             retire(it - 1, part1);
         }
     };
-    conv32_persistent<TW, BN, 2, STAGES>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw, slices);
+    conv32_persistent<TW, BN, 2, STAGES, CLUSTER>(map_xb, map_xs, map_wb, map_ws, s, epilogue, smem_raw, slices);
 }
 // ---- end hconv32 ----
 #endif  // GPULAB_COMMON_HOPPER_CONV_CUH

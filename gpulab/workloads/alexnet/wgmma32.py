@@ -30,11 +30,14 @@ TENSORS = {"26": 1, "27": 2}
 #: row followed by P zero columns and each image by P zero rows (kernels/common/hopper_conv.cuh),
 #: so that a tile runs across rows and images and one box of a 2-D map is a tap's A slice.
 FLAT = 0
+#: TW of a pair of flat tiles: two blocks of a cluster on neighbouring flat tiles with the same
+#: filters, each loading half of B for both by TMA multicast (the hopper chapter's step 8).
+PAIR = -2
 #: The tile shapes each kernel file instantiates: (TW, BN) -- TW output columns (128 / TW rows) of
 #: one image, or a flat tile (TW = FLAT), times BN filters. Step 27 keeps 128 filters (its two
 #: partial accumulators beside the sums fill the consumer's registers).
-CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32, FLAT) for bn in (128, 256)),
-              "27": tuple((tw, 128) for tw in (8, 16, 32, FLAT))}
+CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32, FLAT, PAIR) for bn in (128, 256)),
+              "27": tuple((tw, 128) for tw in (8, 16, 32, FLAT, PAIR))}
 #: The shape each stride-1 layer runs with: the fastest of CANDIDATES on each layer at N = 128 when
 #: all were timed on an H100 (a development run of issue 26, gpulab.sweep, not a recorded sweep).
 DEFAULT_TILES = {"26": {2: (32, 256), 3: (8, 128), 4: (8, 128), 5: (16, 256)},
@@ -67,10 +70,13 @@ def tiles(layer, N: int, tile) -> int:
     """Tiles of (TW, BN) ``tile`` on ``layer`` at batch N: step 25's count for TW > 0; flat tiles
     cover the N Hp Wp slots of the flat copy in runs of 128."""
     tw, bn = tile
-    if tw != FLAT:
+    if tw > 0:
         return wgmma.tiles(layer, N, (tw, bn))
     hp, wp = flat_dims(layer)
-    return -(-N * hp * wp // BM) * -(-layer.M // bn)
+    runs = -(-N * hp * wp // BM)
+    if tw == PAIR:
+        runs += runs % 2
+    return runs * -(-layer.M // bn)
 
 
 def row_use(layer, N: int, tile) -> float:
@@ -78,9 +84,17 @@ def row_use(layer, N: int, tile) -> float:
     return N * layer.E * layer.F * layer.M / (tiles(layer, N, tile) * BM * tile[1])
 
 
-def shared_bytes(number: str, bn: int) -> int:
-    """The ring: STAGES slots of TENSORS x (128 + BN) x 32 floats, plus 1 KiB for the swizzle's alignment."""
-    return STAGES[number] * TENSORS[number] * (BM + bn) * BK * 4 + 1024
+def grid_blocks(layer, N: int, tile, blocks: int) -> int:
+    """Blocks of the persistent GEMM: ``blocks`` (one per SM), fewer for fewer tiles; for pairs an
+    even count (two blocks a cluster), at least 2."""
+    n = max(1, min(blocks, tiles(layer, N, tile)))
+    return max(2, n - n % 2) if tile[0] == PAIR else n
+
+
+def shared_bytes(number: str, bn: int, tw: int = 8) -> int:
+    """The ring: STAGES slots of TENSORS x (128 + BN) x 32 floats, plus 1 KiB for the swizzle's
+    alignment; pairs (tw = PAIR) keep their full and empty barriers after it (8 bytes each a slot)."""
+    return STAGES[number] * TENSORS[number] * (BM + bn) * BK * 4 + 1024 + (16 * STAGES[number] if tw == PAIR else 0)
 
 
 def padded_channels(layer) -> tuple[int, int]:
@@ -103,7 +117,7 @@ def filter_rows(w, layer, xp) -> tuple:
 def kernel_for(number: str, layer, tile=None) -> str:
     """The name of the GEMM kernel step ``number`` runs ``layer`` with."""
     tw, bn = tile_for(number, layer, tile)
-    shape = f"flat_{bn}" if tw == FLAT else f"{tw}x{bn}"
+    shape = {FLAT: f"flat_{bn}", PAIR: f"pair_{bn}"}.get(tw, f"{tw}x{bn}")
     return f"conv_wgmma_{'tf32' if number == '26' else '3xtf32'}_{shape}"
 
 
@@ -111,7 +125,7 @@ def scratch_bytes(number: str, layer, N: int, tile=None) -> int:
     """Device memory beyond x, w and y: the channels-last copy of x (step 27: its two parts; flat
     tiles: N Hp Wp slots a copy) and the filter rows (both parts)."""
     cin, cp = padded_channels(layer)
-    hp, wp = flat_dims(layer) if tile_for(number, layer, tile)[0] == FLAT else (layer.H, layer.W)
+    hp, wp = flat_dims(layer) if tile_for(number, layer, tile)[0] <= 0 else (layer.H, layer.W)
     return 4 * (TENSORS[_step(number)] * N * hp * wp * cin + 2 * layer.M * layer.R * layer.S * cp)
 
 
@@ -119,8 +133,8 @@ def launch_config(number: str, layer, N: int, tile=None, blocks: int = 132) -> d
     """The GEMM's grid (one block per SM, ``blocks``: an H100's 132; fewer for fewer tiles), block
     and dynamic shared memory."""
     tw, bn = tile_for(number, layer, tile)
-    return {"grid": (max(1, min(blocks, tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
-            "shared_bytes": shared_bytes(number, bn)}
+    return {"grid": (grid_blocks(layer, N, (tw, bn), blocks),), "block": (THREADS,),
+            "shared_bytes": shared_bytes(number, bn, tw)}
 
 
 def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
@@ -139,7 +153,7 @@ def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
     cin, cp = padded_channels(layer)
     wb, ws = filter_rows(w, layer, be.xp)
     hw = layer.H * layer.W
-    if tw == FLAT:
+    if tw <= 0:
         # the zero rows and columns are written here, once: each call's copy writes the pixels only
         hp, wp = flat_dims(layer)
         copies = [be.xp.zeros((N * hp * wp, cin), dtype=np.float32) for _ in range(TENSORS[number])]
@@ -149,16 +163,17 @@ def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
         copies = [be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float32) for _ in range(TENSORS[number])]
         maps = [tensormap.encode_4d(c, (BK, tw, BM // tw, 1)) for c in copies]
         name, extra = ("to_nhwc_float" if number == "26" else "to_nhwc_split"), ()
-    maps_w = [tensormap.encode_2d(part, (BK, bn)) for part in (wb, ws)[:TENSORS[number]]]
+    # pairs: each block's copy brings half of a B tile (into both blocks)
+    maps_w = [tensormap.encode_2d(part, (BK, bn // 2 if tw == PAIR else bn)) for part in (wb, ws)[:TENSORS[number]]]
     gemm = module.get_function(kernel_for(number, layer, (tw, bn)))
-    gemm.allow_shared_memory(shared_bytes(number, bn))
+    gemm.allow_shared_memory(shared_bytes(number, bn, tw))
     layout = module.get_function(name).bind(
         (-(-hw // 32), -(-cin // 32), N), (32, 8),
         (x, *copies, *(np.int32(v) for v in (layer.C, hw, cin, *extra))))
-    grid = (max(1, min(blocks or blocks_here(be), tiles(layer, N, (tw, bn)))),)
+    grid = (grid_blocks(layer, N, (tw, bn), blocks or blocks_here(be)),)
     # step 26: (x, w); step 27: (xb, xs, wb, ws), the order of conv_wgmma_3xtf32's maps
     run = gemm.bind(grid, (THREADS,), (*maps, *maps_w, y, *(np.int32(v) for v in (
-        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(number, bn))
+        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(number, bn, tw))
 
     def launch():
         layout()
