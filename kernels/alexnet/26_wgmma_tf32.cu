@@ -127,6 +127,13 @@ conv_wgmma_tf32_flat_128(const __grid_constant__ CUtensorMap map_x, const __grid
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
+conv_wgmma_tf32_flat_192(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<192, 1>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
 conv_wgmma_tf32_flat_256(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                          float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
@@ -138,6 +145,13 @@ conv_wgmma_tf32_pair_128(const __grid_constant__ CUtensorMap map_x, const __grid
                          float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
 {
     conv_tf32_store_flat<128, 2>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+conv_wgmma_tf32_pair_192(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         float* __restrict__ y, int N, int C, int Cp, int M, int E, int F, int R, int S, int P)
+{
+    conv_tf32_store_flat<192, 2>(map_x, map_w, y, N, C, Cp, M, E, F, R, S, P);
 }
 
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)

@@ -466,6 +466,12 @@ static inline void wgmma_m64n128k8_tf32(float d[64], unsigned long long desc_a, 
     gpulab::hopper_detail::wgmma_typed<128, 8>(d, desc_a, desc_b, scale_d, 4, gpulab::hopper_detail::tf32_operand,
                                                file, line);
 }
+// m64n192k8 in tf32 (alexnet step 26's 192-filter tiles: 384 filters in two), likewise.
+static inline void wgmma_m64n192k8_tf32(float d[96], unsigned long long desc_a, unsigned long long desc_b,
+                                        int scale_d, GPULAB_HOPPER_SITE) {
+    gpulab::hopper_detail::wgmma_typed<192, 8>(d, desc_a, desc_b, scale_d, 4, gpulab::hopper_detail::tf32_operand,
+                                               file, line);
+}
 // ---- end hconv32 ----
 #undef GPULAB_HOPPER_SITE
 #endif  // GPULAB_HOPPER_CPU_H
