@@ -29,12 +29,37 @@
 // Accuracy: tf32 keeps ~3 decimal digits of each operand: ~3e-4 against the float64 reference,
 // as step 21 and cuDNN's tf32 paths (tolerance 2e-3).
 //
+// Flat tiles and pairs (issue 26, after the first recorded run missed the target by 19%): that
+// run's tiles of 128 pixels of one image filled only 169 of 256 rows on the 13 x 13 layers 3-5
+// and 729 of 896 on layer 2. Two more kinds of tile (kernels/common/hopper_conv.cuh):
+//   flat_BN  128 consecutive slots of a "flat" copy (to_flat_float) that lays the images one after
+//            another, each row followed by P zero columns and each image by P zero rows: a tap's
+//            A slice is then one box {32, 128} of a 2-D map for ANY 128 slots, so tiles run
+//            across rows and images; 169 of 14 x 14 = 196 slots are outputs (86%), 729 of 841.
+//   pair_BN  flat tiles taken two at a time by the two blocks of a 2 x 1 cluster, with the same
+//            filters: each block loads its own A and half of B, multicast into both (the hopper
+//            chapter's step 8), so a block reads 16 + 16 KiB of L2 a slice instead of 16 + 32.
+// and BN = 192 (wgmma m64n192k8) for them: 384 filters in two tiles instead of three of 128.
+// Prediction (tile counts; one block per SM, 132 SMs, a block's time ~ its tiles' products):
+// layer 3 (384 filters) took 6 rounds of 128 x 128 tiles (768 tiles); flat 128 x 192 tiles are
+// 196 x 2 = 392, 3 rounds of 1.5 times the work = 4.5: 0.75 of its time, layer 4 the same; layer
+// 5's 256 filters: 256 rectangles of 128 x 256 in 2 rounds against 392 flat 128 x 128 tiles in 3
+// rounds of half the work: 0.75; layer 2: 841 flat tiles of 128 x 256 still take 7 rounds, as
+// the 896 rectangles did: no gain from the rows alone, so the pairs' third less L2 traffic is
+// what could move it (the pipe was busy 74% of the time there: at most ~1.3x). Together, with
+// layer 1 unchanged: 0.417 + 0.443 + 0.75 x (0.225 + 0.309 + 0.193) = 1.40 ms at N = 128 from
+// the recorded 1.587, 1.05x cuDNN's fastest tf32 path (1.334): the target is met only if the
+// pairs take about 0.07 ms off layer 2 (0.443 -> 0.37).
+//
 // Launch (per layer): to_nhwc_float, grid (ceil(H W / 32), ceil(Cin / 32), N), block (32, 8)
 // (Cin = C rounded up to 4: a pixel is whole 16-byte chunks); then conv_wgmma_tf32_<TW>x<BN>,
 // one block of 384 threads per SM (fewer for fewer tiles), 4 x (128 + BN) x 128 + 1024 bytes of
 // dynamic shared memory, a 4-D tensor map of the copy (box {32, TW, 128 / TW, 1}, 128-byte
 // swizzle) and a 2-D one of the filters (box {32, BN}), made once per layer. TW and BN per layer
-// from timing every instantiation (gpulab.workloads.alexnet.wgmma32.DEFAULT_TILES). Needs sm_90a.
+// from timing every instantiation (gpulab.workloads.alexnet.wgmma32.DEFAULT_TILES). Flat tiles
+// and pairs: to_flat_float into a zeroed N (H + P) (W + P) x Cin copy (its zeros made once), a 2-D
+// map of it (box {32, 128}); pairs: an even grid, __cluster_dims__(2, 1, 1), the filters' map in
+// boxes {32, BN / 2}, 64 bytes more shared memory (the barriers). Needs sm_90a.
 #include <alexnet/wgmma_store.cuh>
 
 extern "C" __global__ void to_nhwc_float(const float* __restrict__ x, float* __restrict__ xt, int C, int HW, int Cp)

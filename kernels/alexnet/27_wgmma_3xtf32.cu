@@ -27,12 +27,22 @@
 // Accuracy: the operands' error is ~2^-21 and the truncated sums run over 32 channels only:
 // ~1e-6 against the float64 reference, as cuDNN's fp32 paths (tolerance 1e-5).
 //
+// Flat tiles and pairs (as step 26's, whose file says what they are; kernels/common/hopper_conv.cuh):
+// flat_128 (to_flat_split's copies, 2-D maps) and pair_128 (a 2 x 1 cluster, each block loading
+// half of wb and ws for both: 32 + 16 KiB of L2 a slice instead of 32 + 32). Prediction from
+// the tile counts (132 blocks, one round = one tile a block): layer 2's 1,792 tiles of 32 x 4
+// pixels took 14 rounds, its 1,682 flat tiles take 13 (0.93); layers 3-4's 768 took 6, 588 flat
+// take 5 (0.83); layer 5's 512 took 4, 392 take 3 (0.75). With layer 1 unchanged, from the first
+// recorded run: 0.831 + 0.93 x 1.214 + 0.83 x (0.515 + 0.754) + 0.75 x 0.523 = 3.41 ms, 1.11x
+// cuDNN's fastest fp32 path (3.08): still missed, unless the pairs' quarter less L2 traffic
+// takes about 0.3 ms more off layers 2-5 (the pipe was busy 75% of the time: at most ~1.3x).
+//
 // Launch (per layer): to_nhwc_split, grid (ceil(H W / 32), ceil(Cin / 32), N), block (32, 8)
 // (Cin = C rounded up to 4); then conv_wgmma_3xtf32_<TW>x128, one block of 384 threads per SM
 // (fewer for fewer tiles), 3 x 64 KiB + 1024 bytes of dynamic shared memory, four tensor maps
 // (xb, xs: box {32, TW, 128 / TW, 1}; wb, ws: box {32, 128}; 128-byte swizzle), made once per
-// layer. TW per layer from timing every instantiation (gpulab.workloads.alexnet.wgmma32). Needs
-// sm_90a.
+// layer. TW per layer from timing every instantiation (gpulab.workloads.alexnet.wgmma32). Flat
+// tiles and pairs launch as step 26's. Needs sm_90a.
 #include <alexnet/wgmma_store.cuh>
 
 extern "C" __global__ void to_nhwc_split(const float* __restrict__ x, float* __restrict__ xb, float* __restrict__ xs,
