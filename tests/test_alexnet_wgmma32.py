@@ -79,6 +79,8 @@ def test_flat_tiles_count_the_slots_of_the_copy():
     assert wgmma32.grid_blocks(layer2, 1, (wgmma32.PAIR, 256), 1) == 2
     assert wgmma32.grid_blocks(layer3, 1, (wgmma32.PAIR, 256), 132) == 4      # 2 runs x 2 filter tiles
     assert wgmma32.kernel_for("26", layer3, (wgmma32.PAIR, 128)) == "conv_wgmma_tf32_pair_128"
+    assert [wgmma32.tile_name(t) for t in ((32, 256), (wgmma32.FLAT, 192), (wgmma32.PAIR, 128))] == \
+        ["32 x 256", "flat x 192", "pair x 128"]
     assert wgmma32.shared_bytes("26", 256, wgmma32.PAIR) == wgmma32.shared_bytes("26", 256) + 4 * 16
 
 

@@ -80,6 +80,12 @@ def tiles(layer, N: int, tile) -> int:
     return runs * -(-layer.M // bn)
 
 
+def tile_name(tile) -> str:
+    """(TW, BN) in words: "32 x 256" (TW columns of one image x BN filters), "flat x 192", "pair x 256"."""
+    tw, bn = tile
+    return f"{ {FLAT: 'flat', PAIR: 'pair'}.get(tw, tw)} x {bn}"
+
+
 def row_use(layer, N: int, tile) -> float:
     """The share of the tiles' pixel rows and filter columns that are real outputs."""
     return N * layer.E * layer.F * layer.M / (tiles(layer, N, tile) * BM * tile[1])
