@@ -40,9 +40,15 @@ CANDIDATES = {"26": tuple((tw, bn) for tw in (8, 16, 32) for bn in (128, 256))
               + tuple((tw, bn) for tw in (FLAT, PAIR) for bn in (128, 192, 256)),
               "27": tuple((tw, 128) for tw in (8, 16, 32, FLAT, PAIR))}
 #: The shape each stride-1 layer runs with: the fastest of CANDIDATES on each layer at N = 128 when
-#: all were timed on an H100 (a development run of issue 26, gpulab.sweep, not a recorded sweep).
-DEFAULT_TILES = {"26": {2: (32, 256), 3: (8, 128), 4: (8, 128), 5: (16, 256)},
-                 "27": {2: (32, 128), 3: (16, 128), 4: (16, 128), 5: (16, 128)}}
+#: all were timed on an H100 (development runs of issue 26 with gpulab.sweep, not a recorded sweep;
+#: the flat tiles and pairs on 2026-11-26 09:58 UTC, each checked against float64 first). Flat tiles
+#: won on the 13 x 13 layers (layers 3-4 in two tiles of 192 filters: 0.178 and 0.228 ms against
+#: 0.235 and 0.306 for the best rectangles; layer 5: 0.177 against 0.195), while layer 2's 27 x 27
+#: gained nothing (flat 128: 0.440, 32 x 256: 0.438 ms); pairs were never the fastest (layer 2:
+#: 0.467 against flat's 0.453 for BN = 256; faster than flat only at BN = 256 on layers 3-4, where
+#: both lose to BN = 192). Step 27: flat on every layer (pairs 1-5% slower).
+DEFAULT_TILES = {"26": {2: (32, 256), 3: (FLAT, 192), 4: (FLAT, 192), 5: (FLAT, 128)},
+                 "27": {2: (FLAT, 128), 3: (FLAT, 128), 4: (FLAT, 128), 5: (FLAT, 128)}}
 
 
 def _step(number: str) -> str:
