@@ -660,11 +660,13 @@ def _predicted():
         "26": (p.about_ms(1.85),
                p.about(1 / 2, "25", "layers 2-5", claim="layers 2-5 take about twice step 25's time", because_faster=(
                    "step 25 left the tensor pipe idle more than a third of the time, and step 26 keeps it busier "
-                   "(see the profile), so half the rate cost less than twice the time")),
+                   "(see the profile), so half the rate cost less than twice the time; and step 26's layers 3-5 "
+                   "run in flat tiles (169 of 196 rows real), step 25's in rectangles (169 of 256)")),
                p.about(1.2, "21", because_faster="layers 2-5 took less than twice step 25's time (the claim above)")),
         "27": (p.about_ms(5.4, because_faster=(
                    "step 26's layers 2-5, which the prediction scaled by convpool's 3.25, took less than predicted, "
-                   "and step 27 took less than 3.25x of them")),
+                   "step 27 took less than 3.25x of them, and its layers 2-5 now run in flat tiles, which the "
+                   "prediction did not count")),
                p.about(1 / 3.25, "26", "layers 2-5", claim="layers 2-5 take about 3.25x step 26's time")),
         "28": (p.about_ms(0.96), p.about(1.25, "25", "layer 1"), p.same("25", "layers 2-5")),
     }
