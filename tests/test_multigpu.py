@@ -214,13 +214,16 @@ def _covers_once(L, buckets):
 def test_layout_buckets_cover_the_gradient_once_rare_words_first():
     L = Layout(V=1001)
     buckets = L.buckets(4)
-    # W2, b1, b2 (644 floats), padded so that W1 starts on a 128-byte line.
-    assert L.offsets["W1"] == (672, L.size) and L.size == 672 + 1001 * 128
+    # W1 at the buffer's start (as step 9's W1 in its own allocation), then W2, b1, b2 (644 floats).
+    assert L.offsets["W1"] == (0, 1001 * 128) and L.size == 1001 * 128 + 644 and L.small == 644
+    assert L.offsets["W2"] == (1001 * 128, 1001 * 128 + 512) and L.offsets["b2"][1] == L.size
     _covers_once(L, buckets)
-    assert buckets[0].rows is None and buckets[0].stop == L.small
-    # Word ids are frequency ranks: the highest ids (rarest words) come first, row 0 last.
+    assert buckets[0].rows is None and (buckets[0].start, buckets[0].stop) == (1001 * 128, L.size)
+    # Word ids are frequency ranks: the highest ids (rarest words) come first, row 0 last; the first
+    # W1 bucket ends where the small parameters begin (one all-reduce sends both).
     assert buckets[1].rows == (751, 1001) and buckets[-1].rows == (0, 250)
-    assert Layout(V=data.VOCAB).offsets["W1"][1] * 4 - Layout(V=data.VOCAB).small * 4 == 32_754 * 128 * 4
+    assert buckets[1].stop == buckets[0].start and buckets[-1].start == 0
+    assert Layout(V=data.VOCAB).size * 4 - Layout(V=data.VOCAB).small * 4 == 32_754 * 128 * 4
     with pytest.raises(ValueError, match="at least 1"):
         L.buckets(0)
     with pytest.raises(ValueError, match="flat buffer must hold"):
@@ -639,9 +642,28 @@ def test_the_bucket_pieces_add_up_to_the_whole_scatter(corpus):
         # The same atomic adds into W in another order: each rounds at W's float32 spacing.
         np.testing.assert_allclose(both, whole, rtol=0, atol=4 * np.spacing(np.abs(whole).max()))
         assert np.abs(whole - w0).max() > 100 * np.spacing(np.abs(whole).max())     # the step is far larger
+        # The first bucket with the small gradients in one launch (04_first_bucket_and_small.cu) writes what
+        # the rare bucket's scatter and the coalesced small gradients write, and nothing else.
+        before = r.backend.to_host(r.flat).copy()
+        r.flat[...] = r.backend.to_device(before)
+        r.p["W1"][...] = r.backend.to_device(w0)
+        r.bucket_gradients[0]()
+        r.small_gradients()
+        apart = r.backend.to_host(r.flat).copy()
+        loss_apart = r.loss
+        r.flat[...] = r.backend.to_device(before)
+        r.p["W1"][...] = r.backend.to_device(w0)
+        r.scratch["loss"][...] = np.nan
+        r.first_bucket_and_small()
+        fused = r.backend.to_host(r.flat)
+        np.testing.assert_array_equal(fused[:a[0] * r.layout.H], w0[:a[0]].ravel())      # the frequent rows untouched
+        np.testing.assert_allclose(fused, apart, rtol=0, atol=4 * np.spacing(np.abs(apart).max()))
+        assert not np.allclose(fused[r.layout.size - r.layout.small:], before[r.layout.size - r.layout.small:])
+        assert r.loss == pytest.approx(loss_apart, rel=1e-6)
     floats = {g[0]: g[2] for g in got if g[4] == 0.5}
     assert floats["W1's scatter, rare-word bucket"] + floats["W1's scatter, frequent-word bucket"] == \
         floats["W1's scatter, every row"] == V * reference.HIDDEN
+    assert floats[workers.FIRST_PIECE] == floats["W1's scatter, rare-word bucket"] + Layout(V).small
 
 
 def test_overlap_bound_from_synthetic_pieces():
@@ -720,6 +742,25 @@ def test_overlap_bound_from_synthetic_pieces():
     # the overlap gained 9 of the 16 µs of work beside the all-reduce: 7 lost side by side.
     assert "-11.0 µs is the split step's own cost" in verdict and "add up to 17.0" in verdict
     assert "gained 9.0 µs of the 16.0 µs of work" in verdict
+    # A run that times the rare bucket with the small gradients in one launch (17 µs, the small parameters'
+    # bytes with the rare rows): the first all-reduce waits for that launch in every step, and no step runs
+    # the small gradients beside the all-reduce.
+    small_bytes = 4.0 * L.small
+    for per_sm in (0, 8):
+        for share, nbytes in ((0.5, 16.5e6), (workers.RARE_SHARE, 14.8e6)):
+            rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + workers.FIRST_PIECE,
+                         "size": 1024, "median_ms": 17e-3, "bytes": nbytes + small_bytes, "blocks_per_sm": per_sm,
+                         "rare_share": share})
+    b = views.overlap_bound(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
+    assert (b["small gradients beside it (µs)"] == 0).all() and (b["first all-reduce after (µs)"] == 17.0).all()
+    row = b[b["configuration"] == lean.label].iloc[0]
+    assert row["hideable (µs)"] == pytest.approx(3.0) and row["ideal saving (µs)"] == pytest.approx(-3.0)
+    assert row["last all-reduce (MB)"] == pytest.approx((grad - 16.5e6 - small_bytes) / 1e6)
+    text = views.bound_text(b, kept)
+    assert "17.0 µs with the small parameters' gradient in the same launch" in text
+    assert "leaving at most 3.0 µs of scatter" in text
+    # one stream: 6 + (17 + 12 - 20) = 15 µs predicted, 6 measured
+    assert "add up to 15.0" in views.bound_verdict(b, kept)
 
 
 def test_split_verdict_says_where_the_split_forms_time_goes():

@@ -51,15 +51,25 @@
 #include <training/scatter_rows.cuh>   // step 9's scatter loop, shared with 09_sparse_first_layer.cu
 
 // target (V x H, row-major) += scale * x_n * dZ1[i, :] for every non-zero n of
-// document i in [first[i], last[i]). Threads stride over H (128 threads: one
-// per unit). target: a zeroed gradient buffer with scale = 1, or the replica's
-// own W1 with scale = -p * lr (the parameter-averaging form: see GpuStep).
+// document i in [first[i], last[i]), for the documents b, b + nb, ... of one of
+// nb blocks (a grid-stride loop; 04_first_bucket_and_small.cu runs it on some of
+// its blocks). Threads stride over H (128 threads: one per unit). target: a
+// zeroed gradient buffer with scale = 1, or the replica's own W1 with scale =
+// -p * lr (the parameter-averaging form: see GpuStep). word and step: the
+// block's shared arrays of SCATTER_CHUNK elements.
+__device__ __forceinline__ void w1_rows_block(int b, int nb, int B, int H, float scale, const int* __restrict__ first,
+                                              const int* __restrict__ last, const int* __restrict__ indices,
+                                              const float* __restrict__ values, const float* __restrict__ dz1,
+                                              float* __restrict__ target, int* word, float* step) {
+    for (int i = b; i < B; i += nb)
+        scatter_rows(first[i], last[i], H, scale, indices, values, dz1 + (long)i * H, target, word, step);
+}
+
 extern "C" __global__ void w1_gradient_rows(int B, int H, float scale, const int* __restrict__ first,
                                             const int* __restrict__ last, const int* __restrict__ indices,
                                             const float* __restrict__ values, const float* __restrict__ dz1,
                                             float* __restrict__ target) {
     __shared__ int word[SCATTER_CHUNK];
     __shared__ float step[SCATTER_CHUNK];
-    for (int i = blockIdx.x; i < B; i += gridDim.x)
-        scatter_rows(first[i], last[i], H, scale, indices, values, dz1 + (long)i * H, target, word, step);
+    w1_rows_block(blockIdx.x, gridDim.x, B, H, scale, first, last, indices, values, dz1, target, word, step);
 }

@@ -44,23 +44,24 @@ __device__ __forceinline__ float block_total(float v, float* red) {
 }
 
 // gW2 (H x C) += scale * h^T dZ2, gb1 (H) += scale * sum_i dZ1[i, :], gb2 (C) +=
-// scale * sum_i dZ2[i, :] over this block's documents; *loss = mean of loss_terms
-// (block 0). scale = 1 into zeroed gradient buffers; scale = -p * lr into the
-// replica's own W2, b1, b2 (the parameter-averaging form: see GpuStep).
-// blockDim.x >= H (one thread per hidden unit; the others only help with the loss).
-extern "C" __global__ void small_gradients(int B, int H, int C, float scale, const float* __restrict__ h,
-                                           const float* __restrict__ dz2, const float* __restrict__ dz1,
-                                           const float* __restrict__ loss_terms, float* __restrict__ gW2,
-                                           float* __restrict__ gb1, float* __restrict__ gb2,
-                                           float* __restrict__ loss) {
-    __shared__ float red[MAX_WARPS];
+// scale * sum_i dZ2[i, :] over the documents b, b + nb, ... of one of nb blocks;
+// *loss = mean of loss_terms (block 0). scale = 1 into zeroed gradient buffers;
+// scale = -p * lr into the replica's own W2, b1, b2 (the parameter-averaging
+// form: see GpuStep). blockDim.x >= H (one thread per hidden unit; the others
+// only help with the loss). red: the block's shared array of MAX_WARPS floats.
+__device__ __forceinline__ void small_gradients_block(int b, int nb, int B, int H, int C, float scale,
+                                                      const float* __restrict__ h, const float* __restrict__ dz2,
+                                                      const float* __restrict__ dz1,
+                                                      const float* __restrict__ loss_terms, float* __restrict__ gW2,
+                                                      float* __restrict__ gb1, float* __restrict__ gb2,
+                                                      float* __restrict__ loss, float* red) {
     int j = threadIdx.x;
     float gw[MAX_CLASSES], gb[MAX_CLASSES];
 #pragma unroll
     for (int c = 0; c < MAX_CLASSES; ++c) gw[c] = gb[c] = 0.0f;
     float g1 = 0.0f;
     if (j < H) {
-        for (int i = blockIdx.x; i < B; i += gridDim.x) {
+        for (int i = b; i < B; i += nb) {
             float hij = h[(long)i * H + j];
             g1 += dz1[(long)i * H + j];
 #pragma unroll
@@ -78,10 +79,19 @@ extern "C" __global__ void small_gradients(int B, int H, int C, float scale, con
             for (int c = 0; c < MAX_CLASSES; ++c) if (c < C) atomicAdd(&gb2[c], scale * gb[c]);
         }
     }
-    if (blockIdx.x == 0) {
+    if (b == 0) {
         float l = 0.0f;
         for (int i = threadIdx.x; i < B; i += blockDim.x) l += loss_terms[i];
         float t = block_total(l, red);
         if (threadIdx.x == 0) *loss = t / B;
     }
+}
+
+extern "C" __global__ void small_gradients(int B, int H, int C, float scale, const float* __restrict__ h,
+                                           const float* __restrict__ dz2, const float* __restrict__ dz1,
+                                           const float* __restrict__ loss_terms, float* __restrict__ gW2,
+                                           float* __restrict__ gb1, float* __restrict__ gb2,
+                                           float* __restrict__ loss) {
+    __shared__ float red[MAX_WARPS];
+    small_gradients_block(blockIdx.x, gridDim.x, B, H, C, scale, h, dz2, dz1, loss_terms, gW2, gb1, gb2, loss, red);
 }

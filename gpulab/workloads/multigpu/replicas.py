@@ -14,7 +14,7 @@ One step:
    ``sgd_update``) to its own copy: the copies stay bit-identical.
 
 The parameters and the gradients each live in one flat float32 buffer, laid
-out by :class:`Layout` (small parameters first, then W1 row by row), so an
+out by :class:`Layout` (W1 row by row, then the small parameters), so an
 all-reduce covers any contiguous range: the whole gradient, or one *bucket*.
 The bucketed variant forms W1's gradient one bucket of rows at a time
 (``kernels/multigpu/01_w1_gradient_buckets.cu``) so that each bucket's
@@ -53,13 +53,12 @@ SPARSE = "training/09_sparse_first_layer.cu"       # the lab's best training-ste
 BUCKETS = "multigpu/01_w1_gradient_buckets.cu"     # W1's gradient for a range of rows
 UPDATE = "multigpu/02_update_and_zero.cu"          # w -= lr * g; g = 0 over a flat range
 SMALL = "multigpu/03_small_gradients.cu"           # W2, b1, b2's gradient, coalesced
+FIRST = "multigpu/04_first_bucket_and_small.cu"    # the first bucket's scatter and the small gradients, one launch
 #: Blocks of the small parameters' gradient (each sums its documents, then adds with atomics):
 #: two per SM of an H100.
 SMALL_BLOCKS = 264
 THREADS = 128                                      # threads per block, one per hidden unit
 UPDATE_THREADS = 256
-#: W1's offset in the flat buffers is a multiple of this many floats (128 bytes, one cache line).
-ALIGN_FLOATS = 32
 #: Blocks of the update: enough to fill an H100 (132 SMs x 8 blocks of 256), each
 #: thread then loops over the rest (a grid-stride loop).
 UPDATE_BLOCKS_MAX = 132 * 8
@@ -89,9 +88,19 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each parameter sits in the flat buffers: W2, b1, b2 (644 floats
-    for the chapter's network, ready first in the backward pass), then W1
-    (V x H, 16.8 MB)."""
+    """Where each parameter sits in the flat buffers: W1 (V x H, 16.8 MB)
+    first, at the buffer's start, then W2, b1, b2 (644 floats for the
+    chapter's network) after W1's last row.
+
+    W1 at offset 0 lies in its buffer as step 9's W1 lies in its own
+    allocation: the scatter-add's atomics, the step's longest kernel, are
+    sensitive to where W1's rows fall (they were 45% slower with W1 at 644
+    floats, rows straddling cache lines; with W1 at 2,688 bytes, 128-byte
+    aligned, the recorded H100 run still timed step 9's own kernel 5% slower
+    into the replica's buffer than into step 9's W1: 0.855 against 0.809 ms
+    at 32,768 documents). The small parameters after W1's last row (the
+    rarest word) travel with the first bucket's all-reduce (see
+    :meth:`buckets`)."""
 
     V: int
     H: int = HIDDEN
@@ -99,18 +108,12 @@ class Layout:
 
     @property
     def shapes(self) -> dict:
-        return {"W2": (self.H, self.C), "b1": (self.H,), "b2": (self.C,), "W1": (self.V, self.H)}
+        return {"W1": (self.V, self.H), "W2": (self.H, self.C), "b1": (self.H,), "b2": (self.C,)}
 
     @property
     def offsets(self) -> dict:
         out, at = {}, 0
         for name, shape in self.shapes.items():
-            if name == "W1":
-                # W1 starts on a 128-byte boundary: the 644 small floats would leave every
-                # 512-byte row of W1 straddling five cache lines instead of four, and each
-                # warp's 128-byte access two lines, which made the scatter-add's atomics
-                # 45% slower on the H100 (measured: 1.17 against 0.81 ms at 32,768 documents).
-                at = -(-at // ALIGN_FLOATS) * ALIGN_FLOATS
             n = int(np.prod(shape))
             out[name] = (at, at + n)
             at += n
@@ -118,12 +121,12 @@ class Layout:
 
     @property
     def size(self) -> int:
-        return self.offsets["W1"][1]
+        return self.offsets["b2"][1]
 
     @property
     def small(self) -> int:
-        """Floats before W1: the small parameters and the padding that aligns W1."""
-        return self.offsets["W1"][0]
+        """Floats of the small parameters (W2, b1, b2), which follow W1."""
+        return self.size - self.offsets["W1"][1]
 
     def views(self, flat) -> dict:
         """Each parameter as a view of ``flat`` (NumPy or CuPy), in its own shape."""
@@ -146,7 +149,9 @@ class Layout:
 
     def buckets(self, n: int, row_work=None, rare_share: float | None = None) -> list[Bucket]:
         """The small parameters as one bucket, then W1's rows in ``n`` buckets,
-        the rarest words' rows first.
+        the rarest words' rows first (the small parameters follow W1's last
+        row, so the first W1 bucket and they form one contiguous range: the
+        GPU step sends them in one all-reduce).
 
         Word ids are frequency ranks (id 0 is the most frequent word), so the
         scatter-add's work per row falls steeply with the id: cut into equal
@@ -190,10 +195,8 @@ class Layout:
             for e in inner:             # every bucket keeps at least one row
                 edges.append(int(min(max(e, edges[-1] + 1), self.V - (n - len(edges)))))
             edges.append(self.V)
-        w0 = self.small
-        rows = [Bucket(f"W1 rows {a}-{b - 1}", w0 + a * self.H, w0 + b * self.H, (a, b))
-                for a, b in zip(edges[:-1], edges[1:])]
-        return [Bucket("W2, b1, b2", 0, w0)] + rows[::-1]
+        rows = [Bucket(f"W1 rows {a}-{b - 1}", a * self.H, b * self.H, (a, b)) for a, b in zip(edges[:-1], edges[1:])]
+        return [Bucket("W2, b1, b2", self.offsets["W1"][1], self.size)] + rows[::-1]
 
     def whole(self) -> Bucket:
         return Bucket("whole gradient", 0, self.size)
@@ -273,6 +276,7 @@ class Replica:
         self._rows = load_module(BUCKETS, be).get_function("w1_gradient_rows")
         self._upd = load_module(UPDATE, be).get_function("sgd_update_zero")
         self._small = load_module(SMALL, be).get_function("small_gradients")
+        self._first = load_module(FIRST, be).get_function("first_bucket_and_small")
         # Every replica must use the same buckets (their all-reduces must match):
         # pass the list that Layout.buckets made from the whole batch.
         self.buckets = L.buckets(buckets) if isinstance(buckets, int) else list(buckets)
@@ -332,6 +336,13 @@ class Replica:
         self.bucket_gradients = [self._rows.bind((grid,), (THREADS,), (
             B, H, -lr_arg, first, last, b["indices"], b["values"], s["dz1"], t["W1"]))
             for grid, (first, last) in zip(grids, self.ranges)]
+        # The first W1 bucket's scatter and the small gradients in one launch (04_first_bucket_and_small.cu):
+        # the small parameters follow W1's last row, so they go in the first bucket's all-reduce.
+        small_blocks = min(B, SMALL_BLOCKS)
+        first, last = self.ranges[0]
+        self.first_bucket_and_small = self._first.bind((small_blocks + grids[0],), (THREADS,), (
+            small_blocks, B, H, C, -lr_arg, s["h"], s["dz2"], s["dz1"], s["loss_terms"], t["W2"], t["b1"], t["b2"],
+            s["loss"], first, last, b["indices"], b["values"], t["W1"]))
         self._updates = {}
 
     def update(self, bucket: Bucket):

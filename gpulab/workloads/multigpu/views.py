@@ -19,7 +19,7 @@ from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
-from .workers import PLAIN_FORMS, SPARE_SMS, Overlap
+from .workers import FIRST_PIECE, PLAIN_FORMS, SPARE_SMS, Overlap
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
@@ -204,11 +204,16 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
     without them.
 
     The first all-reduce can start only when the rare-word bucket's scatter
-    ends, so the overlap can hide at most W1's whole scatter less the rare
-    bucket's (``hideable``); the step then sends two all-reduces (the rare
-    rows; the frequent rows with the small parameters) instead of one, which
-    costs ``A(rare) + A(frequent) - A(whole)`` more, each from the lab's
-    all-reduce curve in a CUDA graph (interpolated at the buckets' sizes).
+    ends (and, in a run that times :data:`~.workers.FIRST_PIECE`, the small
+    gradients formed beside it: the small parameters travel with the rare
+    rows, and the first all-reduce waits for that launch, ``first
+    all-reduce after``), so the overlap can hide at most W1's whole scatter
+    less that (``hideable``); the step then sends two all-reduces instead of
+    one, which costs ``A(first) + A(last) - A(whole)`` more, each from the
+    lab's all-reduce curve in a CUDA graph (interpolated at the buckets'
+    sizes). (In a run without that piece the small parameters travelled with
+    the frequent rows, and the lean steps formed their gradient beside the
+    all-reduce: it counts among what can be hidden there.)
     ``ideal saving`` = hideable (or the first all-reduce's time, if shorter) -
     that cost: the saving with perfect overlap
     and nothing shared between the all-reduce and the scatter. ``measured
@@ -233,15 +238,18 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
         plain = sweep.loc[sweep.index.str.startswith("one all-reduce"), b].min() if sweep is not None else np.nan
         timed_small = at[at["variant"] == BUCKET_PIECE + "small gradients, coalesced"]["median_ms"]
         small = float(timed_small.iloc[0]) * 1e3 if len(timed_small) else np.nan
+        fused = (at["variant"] == BUCKET_PIECE + FIRST_PIECE).any()
         for per_sm in sorted(set(at["blocks_per_sm"])):
             for share in sorted(set(at["rare_share"]), reverse=True):
                 whole = us("W1's scatter, every row", per_sm, 0.5)
                 rare = us("W1's scatter, rare-word bucket", per_sm, share)
                 freq = us("W1's scatter, frequent-word bucket", per_sm, share)
-                rare_bytes = float(at[(at["variant"] == BUCKET_PIECE + "W1's scatter, rare-word bucket")
-                                      & (at["blocks_per_sm"] == per_sm) & np.isclose(at["rare_share"], share)]["bytes"].iloc[0])
-                all_bytes = 4.0 * layout.size     # the rest goes with the frequent rows: W1's and the small parameters
-                extra = a_us(rare_bytes) + a_us(all_bytes - rare_bytes) - a_us(all_bytes)
+                first_name = FIRST_PIECE if fused else "W1's scatter, rare-word bucket"
+                first = us(first_name, per_sm, share)
+                first_bytes = float(at[(at["variant"] == BUCKET_PIECE + first_name)
+                                       & (at["blocks_per_sm"] == per_sm) & np.isclose(at["rare_share"], share)]["bytes"].iloc[0])
+                all_bytes = 4.0 * layout.size     # the rest goes in the last all-reduce
+                extra = a_us(first_bytes) + a_us(all_bytes - first_bytes) - a_us(all_bytes)
                 timed = lambda c: (sweep.loc["bucketed: " + c.label, b]                 # noqa: E731
                                    if sweep is not None and "bucketed: " + c.label in sweep.index else np.nan)
                 config = Overlap(2, int(per_sm) or None, True, "parameters", None if share == 0.5 else float(share))
@@ -251,18 +259,18 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
                 lean = [c for c in (replace(config, lean=True), replace(config, lean=True, comm_first=True))
                         if not np.isnan(timed(c))]
                 for config in [config] + lean:
-                    beside = small if config.lean else 0.0
+                    beside = small if config.lean and not fused else 0.0
                     measured, serial = plain - timed(config), timed(replace(config, overlapped=False))
                     rows.append({"batch": int(b), "configuration": config.label,
                                  "streams": ("two, all-reduce first" if config.comm_first else "two (lean)")
                                  if config.lean else "four",
                                  "scatter grid": "one block per document" if per_sm == 0 else
                                  f"{int(per_sm)} blocks per SM", SHARE: float(share),
-                                 "last all-reduce (MB)": (all_bytes - rare_bytes) / 1e6,
+                                 "last all-reduce (MB)": (all_bytes - first_bytes) / 1e6,
                                  "whole scatter (µs)": whole, "rare bucket (µs)": rare, "frequent bucket (µs)": freq,
-                                 "small gradients beside it (µs)": beside,
-                                 "hideable (µs)": whole - rare + beside, "second all-reduce costs (µs)": extra,
-                                 "ideal saving (µs)": min(whole - rare + beside, a_us(rare_bytes)) - extra,
+                                 "first all-reduce after (µs)": first, "small gradients beside it (µs)": beside,
+                                 "hideable (µs)": whole - first + beside, "second all-reduce costs (µs)": extra,
+                                 "ideal saving (µs)": min(whole - first + beside, a_us(first_bytes)) - extra,
                                  "measured saving (µs)": measured * 1e3,
                                  "split, not overlapped (µs)": (plain - serial) * 1e3,
                                  "the overlap's own gain (µs)": (serial - timed(config)) * 1e3})
@@ -288,10 +296,15 @@ def bound_text(bound: pd.DataFrame, kept_table: pd.DataFrame | None) -> str:
     quarter = at[at[SHARE] < 0.5]
     ideal, m = float(row["ideal saving (µs)"]), float(row["measured saving (µs)"])
     beside = float(row.get("small gradients beside it (µs)", 0.0))
+    first = float(row.get("first all-reduce after (µs)", row["rare bucket (µs)"]))
+    with_small = first != float(row["rare bucket (µs)"])
     text = (f"At B = {b:,}, with the scatter on {row['scatter grid']}, one GPU's share of the whole scatter takes "
             f"{row['whole scatter (µs)']:.1f} µs alone and the rare-word bucket, with "
             f"{row[SHARE]:.0%} of the non-zeros, "
-            f"{row['rare bucket (µs)']:.1f} µs, leaving at most {row['hideable (µs)']:.1f} µs of " +
+            f"{row['rare bucket (µs)']:.1f} µs" +
+            (f" ({first:.1f} µs with the small parameters' gradient in the same launch, which the first all-reduce "
+             f"waits for)" if with_small else "") +
+            f", leaving at most {row['hideable (µs)']:.1f} µs of " +
             (f"work to hide the all-reduce under (the rest of the scatter, and the small parameters' gradient, "
              f"{beside:.1f} µs alone, which the {row['streams']} step runs beside the all-reduce)" if beside else
              "scatter to hide the all-reduce under") +
@@ -305,7 +318,8 @@ def bound_text(bound: pd.DataFrame, kept_table: pd.DataFrame | None) -> str:
     if len(quarter):
         q = quarter.iloc[0]
         text += (f" A rare-word bucket with {q[SHARE]:.0%} "
-                 f"of the work starts the large all-reduce after {q['rare bucket (µs)']:.1f} µs of scatter instead, but "
+                 f"of the work starts the large all-reduce after "
+                 f"{float(q.get('first all-reduce after (µs)', q['rare bucket (µs)'])):.1f} µs instead, but "
                  f"leaves {q['last all-reduce (MB)']:.2f} MB to the second all-reduce, which then costs "
                  f"{q['second all-reduce costs (µs)']:.1f} µs more than one (ideal saving "
                  f"{q['ideal saving (µs)']:+.1f} µs).")
@@ -327,10 +341,12 @@ def bound_verdict(bound: pd.DataFrame, kept_table: pd.DataFrame | None = None) -
         beside = float(row.get("small gradients beside it (µs)", 0.0))
         work = float(row["frequent bucket (µs)"]) + beside          # what runs beside the first all-reduce
         hide = min(work, work + ideal - float(row["hideable (µs)"]) + float(row["second all-reduce costs (µs)"]))
-        # min(S_f (+ small), A(rare)). The pieces' prediction of the split step not overlapped: the second
-        # all-reduce, the buckets' scatter less the whole, and (lean: on one stream) the small gradients after it.
+        # min(S_f (+ small), A(first)). The pieces' prediction of the split step not overlapped: the second
+        # all-reduce, the buckets' scatter (the first with the small gradients, where it has them) less the
+        # whole, and (lean steps of a run without that launch: on one stream) the small gradients after it.
+        first = float(row.get("first all-reduce after (µs)", row["rare bucket (µs)"]))
         predicted = float(row["second all-reduce costs (µs)"]) + float(
-            row["rare bucket (µs)"] + row["frequent bucket (µs)"] - row["whole scatter (µs)"]) + beside
+            first + row["frequent bucket (µs)"] - row["whole scatter (µs)"]) + beside
         text = (f"At B = {b:,} ({row['configuration']}) the bucketed step could save {ideal:.1f} µs with perfect "
                 f"overlap" if ideal > 0 else f"At B = {b:,} ({row['configuration']}) the bucketed step would lose "
                 f"{-ideal:.1f} µs even with perfect overlap")

@@ -126,7 +126,7 @@ class Overlap:
     first is scattered before any all-reduce, on one block per document).
     ``comm_first`` (lean, overlapped): the all-reduces run on the caller's
     stream, straight after the first bucket's scatter, and the later buckets'
-    scatters on a second stream (the small gradients beside them on a third),
+    scatters on a second stream (the small gradients in the first bucket's launch),
     so NCCL's kernel is launched first and its blocks take their SMs before
     the scatter's fill them (see :meth:`GpuStep._comm_first`)."""
 
@@ -260,18 +260,25 @@ class GpuStep:
         except AttributeError:
             least = greatest = 0
         r = self.replica
-        if mode == "bucketed" and r.buckets[-1].start != r.buckets[0].stop:
-            raise ValueError("the bucketed step sends the small parameters with W1's last bucket: the buckets must "
+        if mode == "bucketed" and r.buckets[1].stop != r.buckets[0].start:
+            raise ValueError("the bucketed step sends the small parameters with W1's first bucket: the buckets must "
                              "be Layout.buckets' (the small parameters, then W1's rows, rarest words first)")
         high = greatest if self.config.priority else least
         self.compute, self.small = _stream(least), _stream(least)
-        self.beside = _stream(least) if self.config.comm_first else None     # the lean step's small gradients
         self.side, self.upd = _stream(high), _stream(high)
         n = len(self.replica.buckets)
         ev = lambda: cupy.cuda.Event(disable_timing=True)     # noqa: E731
         self.fork, self.ready, self.reduced = ev(), [ev() for _ in range(n)], [ev() for _ in range(n)]
         self.forward_done, self.small_done = ev(), ev()
         self.joins = [ev() for _ in range(4)]
+
+    def span(self, k: int) -> Bucket:
+        """What W1 bucket ``k``'s all-reduce sends: the first bucket (the rarest words' rows) with
+        the small parameters, which follow W1's last row in the flat buffer; the others alone."""
+        r = self.replica
+        if k != 1:
+            return r.buckets[k]
+        return Bucket(f"{r.buckets[1].name} and {r.buckets[0].name}", r.buckets[1].start, r.buckets[0].stop)
 
     def allreduce(self, lo: int, hi: int, stream) -> None:
         """Sum the gradient's [lo, hi) (gradient form) or average the parameters' (parameter form)."""
@@ -320,10 +327,10 @@ class GpuStep:
         self._on(self.compute, "compute", "forward + backward to dZ1", r.forward_backward, trace)
         save = None if snapshot is None else (lambda lo, hi: snapshot.__setitem__(slice(lo, hi), r.reduced[lo:hi]))
         if self.mode == "bucketed":
-            # The small parameters' gradient (H blocks that each sum over every document) runs
-            # beside W1's buckets on a stream of its own. The small parameters sit just before W1's
-            # row 0 in the flat buffer, so they travel with the last bucket (the most frequent
-            # words, rows 0..): one all-reduce and one update fewer per step.
+            # The small parameters' gradient runs beside the first W1 bucket's scatter on a stream
+            # of its own. The small parameters follow W1's last row (the rarest word) in the flat
+            # buffer, so they travel with the first bucket: one all-reduce and one update fewer per
+            # step, and the last all-reduce, which nothing hides, carries W1's frequent rows only.
             self.forward_done.record(self.compute)
             self.small.wait_event(self.forward_done)
             self._on(self.small, "compute (small)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0),
@@ -343,10 +350,9 @@ class GpuStep:
                              trace)
                     self.ready[k].record(self.compute)
                 self.side.wait_event(self.ready[k] if self.config.overlapped else self.ready[last])
-                span = bucket
-                if k == len(r.buckets) - 1:
+                span = self.span(k)
+                if k == 1:
                     self.side.wait_event(self.small_done)
-                    span = Bucket(f"{bucket.name} and {r.buckets[0].name}", r.buckets[0].start, bucket.stop)
                 self._on(self.side, "communication", f"{what}: {span.name}",
                          lambda b=span: self.allreduce(b.start, b.stop, self.side), trace)
                 self.reduced[k].record(self.side)
@@ -385,11 +391,13 @@ class GpuStep:
         computation, the last all-reduce and the update run on the caller's stream (no fork,
         no join), and only the earlier buckets' all-reduces on the communication stream.
 
-        On the caller's stream: the forward pass, each W1 bucket's scatter (rarest words
-        first; after each but the last, an event the communication stream waits for before
-        that bucket's all-reduce), then the small parameters' gradient; then it waits once
-        for the communication stream's last all-reduce and sends the last bucket with the
-        small parameters, and (gradient form) applies one update to the whole buffer. Two
+        On the caller's stream: the forward pass, the first W1 bucket's scatter (the rarest
+        words) and the small parameters' gradient in one launch
+        (``kernels/multigpu/04_first_bucket_and_small.cu``), then each later bucket's scatter;
+        after each bucket but the last, an event the communication stream waits for before that
+        bucket's all-reduce (the first with the small parameters). Then it waits once for the
+        communication stream's last all-reduce, sends the last bucket (the most frequent
+        words' rows) and (gradient form) applies one update to the whole buffer. Two
         cross-stream dependencies per step (one per earlier bucket, and one back), where
         :meth:`step` has about eight (a fork to four streams, the small gradients' stream,
         each bucket's ready and reduced events, a join of four). Not overlapped
@@ -404,28 +412,37 @@ class GpuStep:
             self._comm_first(main, trace, snapshot, what)
             return
         for k in range(1, last + 1):
-            self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
+            self._scatter(main, "compute", k, trace)
             if k < last and self.config.overlapped:
                 self.ready[k].record(main)
                 self.side.wait_event(self.ready[k])
-                self._on(self.side, "communication", f"{what}: {r.buckets[k].name}",
-                         lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, self.side), trace)
-        self._on(main, "compute", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0), trace)
+                self._on(self.side, "communication", f"{what}: {self.span(k).name}",
+                         lambda b=self.span(k): self.allreduce(b.start, b.stop, self.side), trace)
         if self.config.overlapped and last > 1:
             self.reduced[last - 1].record(self.side)
             main.wait_event(self.reduced[last - 1])
         elif not self.config.overlapped:
             for k in range(1, last):
-                self._on(main, "communication", f"{what}: {r.buckets[k].name}",
-                         lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, main), trace)
+                self._on(main, "communication", f"{what}: {self.span(k).name}",
+                         lambda b=self.span(k): self.allreduce(b.start, b.stop, main), trace)
         self._last_bucket(main, trace, snapshot, what)
 
-    def _last_bucket(self, main, trace, snapshot, what: str) -> None:
-        """The lean steps' end, on the caller's stream: the last bucket's all-reduce with the small
-        parameters, the snapshot (checks), and (gradient form) one update of the whole buffer."""
+    def _scatter(self, stream, lane: str, k: int, trace) -> None:
+        """W1 bucket ``k``'s scatter on ``stream``; the first with the small parameters' gradient,
+        in one launch."""
         r = self.replica
-        last = len(r.buckets) - 1
-        span = Bucket(f"{r.buckets[last].name} and {r.buckets[0].name}", r.buckets[0].start, r.buckets[last].stop)
+        if k == 1:
+            self._on(stream, lane, f"gradient: {r.buckets[1].name} and {r.buckets[0].name}", r.first_bucket_and_small,
+                     trace)
+        else:
+            self._on(stream, lane, f"gradient: {r.buckets[k].name}", lambda: r.backward_bucket(k), trace)
+
+    def _last_bucket(self, main, trace, snapshot, what: str) -> None:
+        """The lean steps' end, on the caller's stream: the last bucket's all-reduce (with the small
+        parameters if it is the first), the snapshot (checks), and (gradient form) one update of the
+        whole buffer."""
+        r = self.replica
+        span = self.span(len(r.buckets) - 1)
         self._on(main, "communication", f"{what}: {span.name}", lambda: self.allreduce(span.start, span.stop, main),
                  trace)
         whole = r.layout.whole()
@@ -437,32 +454,24 @@ class GpuStep:
 
     def _comm_first(self, main, trace, snapshot, what: str) -> None:
         """:meth:`lean_step` with the streams' roles swapped after the first bucket: the caller's
-        stream runs the first bucket's scatter and then every all-reduce; the later buckets'
-        scatters run on a second stream and the small gradients beside them on a third (both
-        at the lowest priority), each all-reduce waiting for its bucket's scatter. The host
-        launches each all-reduce before the next scatter, and in a graph that scatter starts a
-        cross-stream dependency after the all-reduce: NCCL's blocks are placed first. (The
-        small gradients on a stream of their own: after the frequent words' scatter they would
-        add their whole time to the step at the large batches.)"""
+        stream runs the first bucket's scatter (with the small gradients) and then every
+        all-reduce; the later buckets' scatters run on a second stream (the lowest priority),
+        each all-reduce waiting for its bucket's scatter. The host launches each all-reduce
+        before the next scatter, and in a graph that scatter starts a cross-stream dependency
+        after the all-reduce: NCCL's blocks are placed first."""
         r = self.replica
         last = len(r.buckets) - 1
         scatter = self.small                  # a lowest-priority stream
-        self._on(main, "compute", f"gradient: {r.buckets[1].name}", lambda: r.backward_bucket(1), trace)
+        self._scatter(main, "compute", 1, trace)
         self.ready[1].record(main)
         scatter.wait_event(self.ready[1])
-        self.beside.wait_event(self.ready[1])
         for k in range(1, last):
             if k > 1:
                 main.wait_event(self.ready[k])
-            self._on(main, "communication", f"{what}: {r.buckets[k].name}",
-                     lambda b=r.buckets[k]: self.allreduce(b.start, b.stop, main), trace)
-            self._on(scatter, "compute (second stream)", f"gradient: {r.buckets[k + 1].name}",
-                     lambda k=k: r.backward_bucket(k + 1), trace)
+            self._on(main, "communication", f"{what}: {self.span(k).name}",
+                     lambda b=self.span(k): self.allreduce(b.start, b.stop, main), trace)
+            self._scatter(scatter, "compute (second stream)", k + 1, trace)
             self.ready[k + 1].record(scatter)
-        self._on(self.beside, "compute (small)", f"gradient: {r.buckets[0].name}", lambda: r.backward_bucket(0),
-                 trace)
-        self.small_done.record(self.beside)
-        main.wait_event(self.small_done)
         main.wait_event(self.ready[last])
         self._last_bucket(main, trace, snapshot, what)
 
@@ -733,11 +742,17 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
 BUCKET_PIECE_BATCHES = (1024, 8192)
 
 
+#: The bucket piece that the first all-reduce waits for: the rare-word bucket's scatter and the small
+#: gradients in one launch (kernels/multigpu/04_first_bucket_and_small.cu).
+FIRST_PIECE = "W1's scatter, rare-word bucket with the small gradients"
+
+
 def bucket_pieces(batch: data.Corpus, params: dict, world: int, sms: int, backend=None):
     """Yield (name, launch, floats written, blocks per SM or 0, rare-word share,
     replica) for one GPU's share of ``batch`` (what each GPU computes in the
     two-GPU step): the forward pass, the small gradients, W1's whole scatter,
-    and each of the two buckets' scatters, cut at equal work and with the
+    and each of the two buckets' scatters (the rare-word one also with the
+    small gradients in one launch, :data:`FIRST_PIECE`), cut at equal work and with the
     rare-word bucket holding RARE_SHARE of it, on one block per document and
     on 8 blocks per SM of ``sms``. The overlap can hide only what runs after
     the first all-reduce starts: W1's scatter less the rare-word bucket's.
@@ -754,6 +769,7 @@ def bucket_pieces(batch: data.Corpus, params: dict, world: int, sms: int, backen
                         ranges=[bucket_ranges(part, k.rows) for k in buckets[1:]])
             pieces = [("W1's scatter, every row", r.w1_gradient, r.layout.size - r.layout.small),
                       ("W1's scatter, rare-word bucket", r.bucket_gradients[0], buckets[1].size),
+                      (FIRST_PIECE, r.first_bucket_and_small, buckets[1].size + r.layout.small),
                       ("W1's scatter, frequent-word bucket", r.bucket_gradients[1], buckets[2].size)]
             if per_sm is None and share is None:
                 pieces = [("forward + backward to dZ1", r.forward_backward, 0),
