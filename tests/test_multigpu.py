@@ -611,12 +611,12 @@ def test_the_rare_word_bucket_takes_the_share_of_the_work_it_is_given():
             L.buckets(*bad)
 
 
-def test_the_bucket_pieces_add_up_to_the_whole_scatter(corpus):
-    # The record times each bucket's scatter alone (workers.bucket_pieces); on the CPU backend, the
-    # rare-word and frequent-word buckets' scatters must write what the whole scatter writes.
+def test_the_bucket_pieces_add_up_to_the_whole_scatter(backend, corpus):
+    # The record times each bucket's scatter alone (workers.bucket_pieces); the rare-word and
+    # frequent-word buckets' scatters must write what the whole scatter writes.
     from gpulab.workloads.multigpu import workers
     batch = corpus.rows(0, B)
-    got = list(workers.bucket_pieces(batch, reference.init_params(V), 2, sms=3, backend="cpu"))
+    got = list(workers.bucket_pieces(batch, reference.init_params(V), 2, sms=3, backend=backend))
     names = [g[0] for g in got]
     assert names[:2] == ["forward + backward to dZ1", "small gradients, coalesced"]
     assert names.count("W1's scatter, every row") == 2            # once per grid, not per cut

@@ -181,21 +181,22 @@ SPARE_SMS = 32
 #: more than the plain one on the H200s where its kernels and its second all-reduce add up to 9 µs,
 #: all of it in the step's streams and events. Both forms and both grids, overlapped (two streams),
 #: the rare-word bucket's quarter cut, and not overlapped (one stream: what splitting costs with no
-#: cross-stream dependency at all); and the scatter on one block per SM of all but SPARE_SMS (slower
-#: alone, but it never holds the SMs NCCL's blocks of up to 640 threads need: an all-reduce beside a
-#: scatter on every SM gained 1 of 12 µs it could hide at B = 1,024 on the H200s); and with the all-reduce launched
-#: first (comm_first: its kernel, not the next scatter, is what follows the first bucket's scatter on
-#: the caller's stream; in a graph the scatter on the other stream starts a cross-stream dependency
-#: later, and NCCL's blocks are placed before the scatter's fill the SMs).
+#: cross-stream dependency at all); and with the all-reduce launched first (comm_first: its kernel,
+#: not the next scatter, is what follows the first bucket's scatter on the caller's stream; in a graph
+#: the scatter on the other stream starts a cross-stream dependency later, and NCCL's blocks are placed
+#: before the scatter's fill the SMs), which was the fastest overlapped step at four of the seven
+#: batches of the H100 run: there also on 4 blocks per SM (more room for NCCL's blocks), with the
+#: quarter cut on 8, and in three buckets. (The scatter on one block per SM of all but SPARE_SMS,
+#: which leaves whole SMs to NCCL, was behind the fastest overlapped step at every batch of the H100
+#: run, by 5 µs at B = 1,024 to 126 µs at 65,536: a grid that small cannot keep the scatter's
+#: atomics in flight. It is no longer swept.)
 LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gradient") for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", overlapped=False, lean=True) for k in (None, 8)) + \
-    tuple(Overlap(2, 1, True, "parameters", share, lean=True, spare_sms=SPARE_SMS) for share in (None, RARE_SHARE)) + \
-    (Overlap(2, 1, True, "gradient", lean=True, spare_sms=SPARE_SMS),) + \
-    tuple(Overlap(2, k, True, "parameters", lean=True, comm_first=True) for k in (None, 8)) + \
-    (Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True),
-     Overlap(2, None, True, "gradient", lean=True, comm_first=True),
-     Overlap(2, 1, True, "parameters", lean=True, spare_sms=SPARE_SMS, comm_first=True))
+    tuple(Overlap(2, k, True, "parameters", lean=True, comm_first=True) for k in (None, 8, 4)) + \
+    tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True, comm_first=True) for k in (None, 8)) + \
+    (Overlap(2, None, True, "gradient", lean=True, comm_first=True),
+     Overlap(3, 8, True, "parameters", lean=True, comm_first=True))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
@@ -208,6 +209,13 @@ OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for 
 #: fewer channels or threads (less contention with the scatter beside it), or more channels (a faster
 #: all-reduce of the 16.8 MB at the cost of more SMs).
 NCCL_SETTINGS = ({}, {"NCCL_MAX_NCHANNELS": "8"}, {"NCCL_NTHREADS": "256"}, {"NCCL_MIN_NCHANNELS": "32"})
+#: The bucketed configurations timed under each NCCL setting (with the plain step's forms): the
+#: fastest of each kind at the largest batch in the recorded runs (four streams in both forms, the
+#: lean step, all-reduce first), not the whole sweep: each setting needs its own processes, and the
+#: whole sweep under four settings took half of the H100 run's time.
+NCCL_SWEEP = (Overlap(2, 8, False), Overlap(2, 8, True, "parameters", RARE_SHARE), Overlap(4, None, True, "parameters"),
+              Overlap(2, 8, True, "parameters", lean=True), Overlap(2, 8, True, "parameters", lean=True, comm_first=True),
+              Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True))
 
 
 def nccl_label(env: dict) -> str:
@@ -837,8 +845,8 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             b = max(batches)
             batch = corpus.rows(0, b)
             bk = Buckets(batch, split_batch(batch, world)[rank])
-            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, OVERLAPS, sweep_repeats, nccl_settings,
-                                                "nccl settings")
+            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, NCCL_SWEEP, sweep_repeats,
+                                                nccl_settings, "nccl settings")
             result["rows"] += rows
             result["checks"] += checks
             result["choices"].append({"batch": b, "nccl": nccl_settings, **asdict(best), "label": best.label,
