@@ -32,11 +32,7 @@ WORKLOAD_MODULES = ("steps", "record", "views")
 #: The chapters whose workload lacks one of :data:`WORKLOAD_MODULES`, and why (basics, which has no
 #: workload at all, is not listed). tests/test_chapters.py fails once a gap is closed, so that its
 #: entry goes too.
-WORKLOAD_GAPS = {
-    "multigpu": {"steps": "its data-parallel step and the variants it compares (plain, bucketed, overlapped) "
-                          "are declared in replicas.py and workers.py, not yet as a ladder of steps "
-                          "(gpulab.ladder)"},
-}
+WORKLOAD_GAPS: dict = {}
 
 
 @dataclass(frozen=True)

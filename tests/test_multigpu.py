@@ -941,3 +941,20 @@ def test_streams_verdict_compares_the_lean_step_with_the_four_stream_one():
     # against the others (four streams, the lean one on 8 blocks per SM): 0.104 at 1,024, 0.300 at 8,192
     assert "launching the all-reduce first won at B = 1,024 (+9.0 µs)" in text
     assert f"leaving NCCL {workers.SPARE_SMS} empty SMs at 8,192 (+10.0 µs)" in text
+
+
+def test_the_ladder_checks_each_kernel_alone(backend, monkeypatch):
+    # Every kernel file of the chapter is a step, each checked on one replica's share of a small batch
+    # against float64; a reference that is off (the learning rate the update check expects) fails it.
+    from gpulab import ladder, paths
+    from gpulab.workloads.multigpu import steps
+    files = sorted(p.relative_to(paths.KERNELS).as_posix() for p in (paths.KERNELS / "multigpu").glob("*.cu"))
+    assert [s.file for s in steps.STEPS] == files
+    table = ladder.assert_ok(steps.check_steps(backend))
+    assert set(table["step"]) == {s.number for s in steps.STEPS} and (table["status"] == ladder.OK).all()
+    assert table["unwritten"].sum() == 0
+    # 01: one row per W1 bucket; 03 and 04: dW2, db1, db2 and the loss; 04 also its bucket's rows.
+    assert (table["step"] == "01").sum() == steps.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
+    monkeypatch.setattr(steps, "LEARNING_RATE", 2 * steps.LEARNING_RATE)
+    off = steps.check_steps(backend, steps=[ladder.find(steps.STEPS, 2)])
+    assert list(off["status"]) == [ladder.FAILED, ladder.OK, ladder.FAILED, ladder.OK]     # w wrong, g still zeroed

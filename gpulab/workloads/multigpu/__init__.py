@@ -1,6 +1,8 @@
 """The multigpu chapter's workload: the training chapter's classifier trained
 data-parallel on two GPUs, declared once.
 
+* :mod:`.steps`: the chapter's four kernels as a ladder (:mod:`gpulab.ladder`), each checked
+  alone against float64 (:func:`.steps.check_steps`);
 * :mod:`.replicas`: the data-parallel step (replicas, flat gradient buffers,
   buckets) and its CPU-backend stand-in with the all-reduce in NumPy;
 * :mod:`.costmodel`: the ring all-reduce cost model, its fit and predictions;
@@ -14,6 +16,7 @@ data-parallel on two GPUs, declared once.
 from .costmodel import RingModel, allreduce_time_ms, bus_bandwidth_gbs, fit, predictions, scaling_efficiency
 from .record import CHAPTER, benchmark_all
 from .replicas import Bucket, DataParallel, Layout, Replica, numpy_allreduce, split_batch
+from .steps import STEPS, check_steps
 
 TITLE = "When one GPU is not enough: data-parallel training on two GPUs with NCCL"
 #: The GPUs the recorded run needs.
@@ -21,4 +24,4 @@ GPUS_NEEDED = 2
 
 __all__ = ["CHAPTER", "TITLE", "GPUS_NEEDED", "Bucket", "DataParallel", "Layout", "Replica", "RingModel",
            "allreduce_time_ms", "benchmark_all", "bus_bandwidth_gbs", "fit", "numpy_allreduce", "predictions",
-           "scaling_efficiency", "split_batch"]
+           "scaling_efficiency", "split_batch", "STEPS", "check_steps"]
