@@ -870,11 +870,13 @@ def _fake_cupy(monkeypatch):
     dict(lean=True, blocks_per_sm=1, spare_sms=1, buckets=3), dict(lean=True, comm_first=True),
     dict(lean=True, comm_first=True, buckets=4, form="parameters"),
     dict(lean=True, comm_first=True, blocks_per_sm=1, spare_sms=2, buckets=3), dict(),
-    dict(form="parameters", overlapped=False)],
+    dict(form="parameters", overlapped=False), dict(lean=True, in_forward=True),
+    dict(lean=True, in_forward=True, buckets=3, blocks_per_sm=2, rare_share=0.25)],
     ids=["lean", "lean, parameters, grid-stride", "one stream", "lean, 4 buckets, parameters", "lean, quarter cut",
          "lean, spare SMs", "all-reduce first", "all-reduce first, 4 buckets, parameters",
          "all-reduce first, spare SMs", "four streams",
-         "four streams, parameters, not overlapped"])
+         "four streams, parameters, not overlapped", "first bucket in the forward kernel",
+         "first bucket in the forward kernel, 3 buckets, quarter cut"])
 def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
     """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
     launch as it is made), on ``world`` ranks: every rank sends the same spans in the same order,
@@ -906,7 +908,9 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     for lo, hi in ranks.calls[0]:
         covered[lo:hi] += 1
     assert (covered == 3).all()                  # three steps, each span once a step
-    assert len(ranks.calls[0]) == 3 * config.buckets
+    # one all-reduce per W1 bucket, the small parameters with the first; in the forward-kernel step
+    # they go on their own, in one NCCL group with the last bucket
+    assert len(ranks.calls[0]) == 3 * (config.buckets + config.in_forward)
     one = Replica(batch, params, batch.docs, "cpu")
     one.forward_backward()
     one.backward_plain()
@@ -955,6 +959,43 @@ def test_the_ladder_checks_each_kernel_alone(backend, monkeypatch):
     assert table["unwritten"].sum() == 0
     # 01: one row per W1 bucket; 03 and 04: dW2, db1, db2 and the loss; 04 also its bucket's rows.
     assert (table["step"] == "01").sum() == steps.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
+    assert list(table.loc[table["step"] == "05", "case"])[0] == "dZ1"
     monkeypatch.setattr(steps, "LEARNING_RATE", 2 * steps.LEARNING_RATE)
     off = steps.check_steps(backend, steps=[ladder.find(steps.STEPS, 2)])
     assert list(off["status"]) == [ladder.FAILED, ladder.OK, ladder.FAILED, ladder.OK]     # w wrong, g still zeroed
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_plain_step_with_w1s_gradient_in_the_forward_kernel(monkeypatch, world):
+    # The plain step's chance at the forward kernel (split="forward"): one all-reduce of the whole buffer a
+    # step, the same summed gradient as one replica's, bit-identical copies; refused in the parameter form.
+    from gpulab.workloads.multigpu import workers
+    _fake_cupy(monkeypatch)
+    batch = data.sample(12 * world, V, stream=304)
+    params = reference.init_params(V)
+    buckets = Layout(V).buckets(2, multigpu.replicas.row_work(batch))
+    ranks = _Ranks(world)
+    monkeypatch.setattr(workers, "nccl", lambda: None)
+    steps, snapshots = [None] * world, [None] * world
+
+    def run(r):
+        step = steps[r] = workers.GpuStep(split_batch(batch, world)[r], params, batch.docs, object(), "plain", buckets,
+                                          split="forward", world=world)
+        step.allreduce = lambda lo, hi, stream: ranks.allreduce(r, step, lo, hi)
+        snapshots[r] = np.full(step.replica.layout.size, np.nan, np.float32)
+        step(snapshot=snapshots[r])
+        for _ in range(2):
+            step()
+    ranks.run(run)
+    assert ranks.calls[0] == [(0, Layout(V).size)] * 3 and all(c == ranks.calls[0] for c in ranks.calls)
+    one = Replica(batch, params, batch.docs, "cpu")
+    one.forward_backward()
+    one.backward_plain()
+    got = steps[0].effective_gradient(snapshots[0])
+    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= workers.GRADIENT_TOLERANCE
+    assert all(np.array_equal(s.replica.flat.view(np.uint32), steps[0].replica.flat.view(np.uint32)) for s in steps)
+    with pytest.raises(ValueError, match="gradient form only"):
+        workers.GpuStep(split_batch(batch, world)[0], params, batch.docs, object(), "plain", buckets, split="forward",
+                        form="parameters", world=world)
+    with pytest.raises(ValueError, match="forward kernel needs the lean"):
+        workers.Overlap(2, 8, True, "parameters", lean=True, in_forward=True)

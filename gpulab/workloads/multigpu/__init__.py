@@ -1,7 +1,7 @@
 """The multigpu chapter's workload: the training chapter's classifier trained
 data-parallel on two GPUs, declared once.
 
-* :mod:`.steps`: the chapter's four kernels as a ladder (:mod:`gpulab.ladder`), each checked
+* :mod:`.steps`: the chapter's kernels as a ladder (:mod:`gpulab.ladder`), each checked
   alone against float64 (:func:`.steps.check_steps`);
 * :mod:`.replicas`: the data-parallel step (replicas, flat gradient buffers,
   buckets) and its CPU-backend stand-in with the all-reduce in NumPy;

@@ -54,6 +54,7 @@ BUCKETS = "multigpu/01_w1_gradient_buckets.cu"     # W1's gradient for a range o
 UPDATE = "multigpu/02_update_and_zero.cu"          # w -= lr * g; g = 0 over a flat range
 SMALL = "multigpu/03_small_gradients.cu"           # W2, b1, b2's gradient, coalesced
 FIRST = "multigpu/04_first_bucket_and_small.cu"    # the first bucket's scatter and the small gradients, one launch
+FORWARD = "multigpu/05_forward_and_first_bucket.cu"  # step 9's forward kernel, then one bucket's gradient rows
 #: Blocks of the small parameters' gradient (each sums its documents, then adds with atomics):
 #: two per SM of an H100.
 SMALL_BLOCKS = 264
@@ -277,6 +278,7 @@ class Replica:
         self._upd = load_module(UPDATE, be).get_function("sgd_update_zero")
         self._small = load_module(SMALL, be).get_function("small_gradients")
         self._first = load_module(FIRST, be).get_function("first_bucket_and_small")
+        self._forward = load_module(FORWARD, be).get_function("forward_and_first_bucket")
         # Every replica must use the same buckets (their all-reduces must match):
         # pass the list that Layout.buckets made from the whole batch.
         self.buckets = L.buckets(buckets) if isinstance(buckets, int) else list(buckets)
@@ -336,13 +338,25 @@ class Replica:
         self.bucket_gradients = [self._rows.bind((grid,), (THREADS,), (
             B, H, -lr_arg, first, last, b["indices"], b["values"], s["dz1"], t["W1"]))
             for grid, (first, last) in zip(grids, self.ranges)]
-        # The first W1 bucket's scatter and the small gradients in one launch (04_first_bucket_and_small.cu):
-        # the small parameters follow W1's last row, so they go in the first bucket's all-reduce.
+        # Each W1 bucket's scatter and the small gradients in one launch (04_first_bucket_and_small.cu): the
+        # small parameters follow W1's last row, so they go in the first bucket's all-reduce (the step that
+        # forms the first bucket in the forward kernel sends them with the last).
         small_blocks = min(B, SMALL_BLOCKS)
-        first, last = self.ranges[0]
-        self.first_bucket_and_small = self._first.bind((small_blocks + grids[0],), (THREADS,), (
+        self.bucket_and_small = [self._first.bind((small_blocks + grid,), (THREADS,), (
             small_blocks, B, H, C, -lr_arg, s["h"], s["dz2"], s["dz1"], s["loss_terms"], t["W2"], t["b1"], t["b2"],
-            s["loss"], first, last, b["indices"], b["values"], t["W1"]))
+            s["loss"], first, last, b["indices"], b["values"], t["W1"])) for grid, (first, last) in zip(grids, self.ranges)]
+        self.first_bucket_and_small = self.bucket_and_small[0]
+        # Step 9's forward kernel followed, in each document's block, by its gradient rows of the first W1
+        # bucket, or of every row (05_forward_and_first_bucket.cu): into the gradient buffer, which the
+        # forward pass does not read, so the gradient form only (W1 itself is being read by other blocks).
+        self.forward_and_first_bucket = self.forward_and_w1_gradient = None
+        if self.form == "gradient":
+            fwd = (B, H, C, self.inv_batch, *csr, b["labels"], p["W1"], p["b1"], p["W2"], p["b2"], s["h"], s["dz2"],
+                   s["dz1"], s["loss_terms"])
+            first, last = self.ranges[0]
+            self.forward_and_first_bucket = self._forward.bind((B,), (THREADS,), (*fwd, first, last, g["W1"]))
+            self.forward_and_w1_gradient = self._forward.bind((B,), (THREADS,), (
+                *fwd, b["indptr"][:-1], b["indptr"][1:], g["W1"]))
         self._updates = {}
 
     def update(self, bucket: Bucket):

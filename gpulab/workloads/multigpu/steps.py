@@ -1,4 +1,4 @@
-"""The multigpu chapter's ladder: the four kernels a replica adds to the training chapter's
+"""The multigpu chapter's ladder: the five kernels a replica adds to the training chapter's
 step 9 (``kernels/multigpu/NN_*.cu``), declared as steps (:mod:`gpulab.ladder`), and one check
 loop that runs each on one replica's share of a small batch against the float64 reference.
 
@@ -45,6 +45,8 @@ STEPS = [
          "dW2, db1, db2 and the loss"),
     Step("04", "multigpu/04_first_bucket_and_small.cu", "the first bucket and the small gradients in one launch",
          "first_bucket_and_small", "the first bucket's rows of dW1 and dW2, db1, db2"),
+    Step("05", "multigpu/05_forward_and_first_bucket.cu", "the first bucket's gradient in the forward kernel",
+         "forward_and_first_bucket", "dZ1 and the first bucket's rows of dW1"),
 ]
 
 
@@ -70,7 +72,7 @@ def _reference(r: Replica, batch: data.Corpus) -> dict:
     acts = reference.forward(part, p64)
     grads = reference.backward(part, part.labels, p64, acts)
     share = part.docs / batch.docs
-    out = {k: grads["d" + k] * share for k in PARAMS}
+    out = {k: grads["d" + k] * share for k in (*PARAMS, "Z1")}
     out["loss"] = reference.loss(acts["P"], part.labels)
     return out
 
@@ -91,6 +93,16 @@ def check_steps(backend=None, steps=None, seed_stream: int = 300) -> CheckTable:
                 want[a:b] = ref["W1"][a:b]
                 yield {"case": bucket.name}, compare(be.to_host(g["W1"]), want, step.precision,
                                                      name=f"{step.kernel}, {bucket.name}")
+        elif step.number == "05":
+            r.scratch["dz1"][...] = np.nan
+            r.forward_and_first_bucket()
+            yield {"case": "dZ1"}, compare(be.to_host(r.scratch["dz1"]), ref["Z1"], step.precision,
+                                           name=f"{step.kernel}: dZ1")
+            a, b = r.buckets[1].rows
+            want = np.zeros_like(ref["W1"])
+            want[a:b] = ref["W1"][a:b]
+            yield {"case": r.buckets[1].name}, compare(be.to_host(g["W1"]), want, step.precision,
+                                                       name=f"{step.kernel}: {r.buckets[1].name}")
         elif step.number == "02":
             rng = np.random.default_rng(seed_stream)
             for lo, hi in ((0, r.layout.size), (3, 3 + 1001)):     # the whole buffer; an unaligned range

@@ -19,12 +19,14 @@ from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
-from .workers import FIRST_PIECE, PLAIN_FORMS, SPARE_SMS, Overlap
+from .workers import FIRST_PIECE, ONE_GPU_FORWARD, PLAIN_FORMS, SPARE_SMS, Overlap
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
 ONE_GPU_REPLICA = "1 GPU, gradient then update (CUDA graph)"
 ONE_GPU_SPLIT = "1 GPU, split gradient then update (CUDA graph)"
+#: Every one-GPU step the run times: the fastest at each batch is what two GPUs are measured against.
+ONE_GPU_STEPS = (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA, ONE_GPU_SPLIT, ONE_GPU_FORWARD)
 PLAIN = "2 GPUs, one all-reduce"
 PLAIN_EAGER = "2 GPUs, one all-reduce, eager"
 BUCKETED = "2 GPUs, bucketed, overlapped"
@@ -85,7 +87,7 @@ def scaling_table(run: RecordedRun) -> pd.DataFrame:
     scaling efficiency (speed-up / 2) and the all-reduce's share of the plain
     two-GPU step (from the compute-only timing)."""
     t = step_table(run)
-    one = t[[c for c in (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
+    one = t[[c for c in ONE_GPU_STEPS if c in t]].min(axis=1)
     # Each two-GPU step at the faster of its CUDA-graph and eager timings, the same rule for both.
     plain = t[[c for c in (PLAIN, PLAIN_EAGER) if c in t]].min(axis=1)
     bucketed = t[[c for c in (BUCKETED, BUCKETED_EAGER) if c in t]].min(axis=1)
@@ -459,14 +461,14 @@ def allreduce_comparison(run: RecordedRun) -> pd.DataFrame | None:
 
 def predicted_steps(run: RecordedRun, model: costmodel.RingModel | None = None) -> pd.DataFrame | None:
     """The cost model's two-GPU plain step: the fastest one-GPU step (step 9,
-    step 10, or the replicas' gradient-then-update forms: the plain step keeps
+    step 10, or the replicas' gradient-then-update forms, :data:`ONE_GPU_STEPS`: the plain step keeps
     whichever form is fastest) on half the batch, measured, plus the fitted
     all-reduce of the whole gradient (or parameters: the same bytes); against
     the measured plain step."""
     t = step_table(run)
     if ONE_GPU_REPLICA not in t or PLAIN not in t:
         return None
-    replica = t[[c for c in (ONE_GPU, ONE_GPU_GRAPH, ONE_GPU_REPLICA, ONE_GPU_SPLIT) if c in t]].min(axis=1)
+    replica = t[[c for c in ONE_GPU_STEPS if c in t]].min(axis=1)
     model = model or fitted_model(run)
     grad = 4 * Layout(VOCAB).size
     rows = []

@@ -47,6 +47,8 @@ from ..training.reference import LEARNING_RATE, PARAMS
 from .replicas import Bucket, Layout, Replica, row_work, split_batch
 
 MODES = ("plain", "bucketed", "compute only")
+#: One GPU's step with W1's gradient in the forward kernel, then the small gradients and the update.
+ONE_GPU_FORWARD = "1 GPU, gradient in the forward kernel then update (CUDA graph)"
 #: Variant names of the recorded rows, for ``p`` GPUs.
 def variant(mode: str, p: int) -> str:
     names = {"plain": "one all-reduce", "bucketed": "bucketed, overlapped", "compute only": "compute only",
@@ -128,7 +130,11 @@ class Overlap:
     stream, straight after the first bucket's scatter, and the later buckets'
     scatters on a second stream (the small gradients in the first bucket's launch),
     so NCCL's kernel is launched first and its blocks take their SMs before
-    the scatter's fill them (see :meth:`GpuStep._comm_first`)."""
+    the scatter's fill them (see :meth:`GpuStep._comm_first`). ``in_forward``
+    (lean, overlapped, gradient form): the first bucket's gradient formed in the
+    forward kernel (``kernels/multigpu/05_forward_and_first_bucket.cu``), so its
+    all-reduce starts when the forward pass ends (see
+    :meth:`GpuStep._in_forward`)."""
 
     buckets: int = 2
     blocks_per_sm: int | None = None
@@ -139,6 +145,13 @@ class Overlap:
     lean: bool = False
     spare_sms: int = 0
     comm_first: bool = False
+    in_forward: bool = False
+
+    def __post_init__(self):
+        if self.in_forward and not (self.lean and self.overlapped and self.form == "gradient" and self.buckets >= 2):
+            raise ValueError("the first bucket in the forward kernel needs the lean, overlapped step in the gradient "
+                             "form with at least 2 buckets (the parameter form's forward pass reads the W1 it would "
+                             f"write), got {self}")
 
     @property
     def share(self) -> float:
@@ -165,7 +178,8 @@ class Overlap:
         share = "" if self.rare_share is None else f" (the rarest words' {self.rare_share:.0%} of the work first)"
         what = what if self.overlapped else "not overlapped, " + what
         streams = "" if not self.lean else ", one stream" if not self.overlapped else \
-            ", two streams, all-reduce first" if self.comm_first else ", two streams"
+            ", two streams, all-reduce first" if self.comm_first else \
+            ", two streams, first bucket in the forward kernel" if self.in_forward else ", two streams"
         return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
                 f"{'high' if self.priority else 'equal'} priority{streams}")
 
@@ -196,7 +210,9 @@ LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gr
     tuple(Overlap(2, k, True, "parameters", lean=True, comm_first=True) for k in (None, 8, 4)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE, lean=True, comm_first=True) for k in (None, 8)) + \
     (Overlap(2, None, True, "gradient", lean=True, comm_first=True),
-     Overlap(3, 8, True, "parameters", lean=True, comm_first=True))
+     Overlap(3, 8, True, "parameters", lean=True, comm_first=True)) + \
+    tuple(Overlap(2, k, True, "gradient", share, lean=True, in_forward=True) for k in (None, 8)
+          for share in (None, RARE_SHARE))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
@@ -215,7 +231,8 @@ NCCL_SETTINGS = ({}, {"NCCL_MAX_NCHANNELS": "8"}, {"NCCL_NTHREADS": "256"}, {"NC
 #: whole sweep under four settings took half of the H100 run's time.
 NCCL_SWEEP = (Overlap(2, 8, False), Overlap(2, 8, True, "parameters", RARE_SHARE), Overlap(4, None, True, "parameters"),
               Overlap(2, 8, True, "parameters", lean=True), Overlap(2, 8, True, "parameters", lean=True, comm_first=True),
-              Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True))
+              Overlap(2, None, True, "parameters", RARE_SHARE, lean=True, comm_first=True),
+              Overlap(2, 8, True, "gradient", lean=True, in_forward=True))
 
 
 def nccl_label(env: dict) -> str:
@@ -234,7 +251,10 @@ class GpuStep:
     ``"compute only"``). ``config``: how the bucketed step is launched
     (:class:`Overlap`). ``split`` (plain and compute only): the gradient in two
     launches on two streams, the coalesced small gradients beside W1's scatter,
-    instead of step 9's one launch. ``form`` (plain and compute only; the
+    instead of step 9's one launch; ``"forward"`` (gradient form): W1's whole
+    gradient in the forward kernel, then the small gradients, the all-reduce
+    and the update, all on the caller's stream (see
+    :meth:`_plain_in_forward`). ``form`` (plain and compute only; the
     bucketed step takes ``config.form``): ``"gradient"`` (a gradient buffer,
     summed, then the update) or ``"parameters"`` (each GPU steps its own copy
     with ``world`` times the learning rate in the backward pass, the all-reduce
@@ -243,10 +263,13 @@ class GpuStep:
 
     def __init__(self, part: data.Corpus, params: dict, global_batch: int, comm, mode: str, buckets: list,
                  lr: float = LEARNING_RATE, config: "Overlap | None" = None, ranges: list | None = None,
-                 split: bool = False, form: str = "gradient", world: int | None = None):
+                 split: bool | str = False, form: str = "gradient", world: int | None = None):
         import cupy
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if split not in (False, True, "forward") or (split == "forward" and form != "gradient"):
+            raise ValueError(f"split must be False, True or 'forward' (the gradient form only: the parameter form's "
+                             f"forward pass reads the W1 it would write), got {split!r} with form {form!r}")
         if comm is None and mode != "compute only":
             raise ValueError(f"mode {mode!r} needs an NCCL communicator")
         self.mode, self.comm, self.split = mode, comm, split
@@ -325,6 +348,9 @@ class GpuStep:
         import cupy
         if self.mode == "bucketed" and self.config.lean:
             self.lean_step(trace, snapshot)
+            return
+        if self.mode != "bucketed" and self.split == "forward":
+            self._plain_in_forward(trace, snapshot)
             return
         r, main = self.replica, cupy.cuda.get_current_stream()
         params = self.form == "parameters"
@@ -415,6 +441,9 @@ class GpuStep:
         r, main = self.replica, cupy.cuda.get_current_stream()
         what = "all-reduce (average)" if self.form == "parameters" else "all-reduce"
         last = len(r.buckets) - 1
+        if self.config.in_forward:
+            self._in_forward(main, trace, snapshot, what)
+            return
         self._on(main, "compute", "forward + backward to dZ1", r.forward_backward, trace)
         if self.config.comm_first and self.config.overlapped and last > 1:
             self._comm_first(main, trace, snapshot, what)
@@ -482,6 +511,73 @@ class GpuStep:
             self.ready[k + 1].record(scatter)
         main.wait_event(self.ready[last])
         self._last_bucket(main, trace, snapshot, what)
+
+    def _grouped(self, spans, stream) -> None:
+        """The all-reduces of several ranges as one NCCL group: NCCL aggregates a group's collectives
+        into one launch, so two ranges cost about one all-reduce of their joint size."""
+        if self.lib is not None:
+            self.lib.groupStart()
+        try:
+            for b in spans:
+                self.allreduce(b.start, b.stop, stream)
+        finally:
+            if self.lib is not None:
+                self.lib.groupEnd()
+
+    def _in_forward(self, main, trace, snapshot, what: str) -> None:
+        """The lean step with the first bucket's gradient formed in the forward kernel (gradient
+        form): on the caller's stream the forward kernel (05_forward_and_first_bucket.cu), after
+        which the communication stream all-reduces the first bucket and applies its update (the
+        next step's forward pass is the first to read those rows); the caller's stream meanwhile
+        scatters the later buckets (each all-reduced and updated on the communication stream in
+        turn), the last with the small gradients in one launch (04_first_bucket_and_small.cu),
+        sends the last bucket and the small parameters, which are not contiguous, as one NCCL
+        group, updates them, and waits for the communication stream."""
+        r = self.replica
+        last = len(r.buckets) - 1
+        self._on(main, "compute", f"forward + backward to dZ1, gradient: {r.buckets[1].name}", r.forward_and_first_bucket,
+                 trace)
+        for k in range(1, last):
+            if k > 1:
+                self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
+            b = r.buckets[k]
+            self.ready[k].record(main)
+            self.side.wait_event(self.ready[k])
+            self._on(self.side, "communication", f"{what}: {b.name}", lambda b=b: self.allreduce(b.start, b.stop, self.side),
+                     trace)
+            if snapshot is not None:
+                with self.side:
+                    snapshot[b.start:b.stop] = r.grad[b.start:b.stop]
+            self._on(self.side, "update", f"update: {b.name}", r.update(b), trace)
+        tail, small = r.buckets[last], r.buckets[0]
+        name = f"{tail.name} and {small.name}"
+        self._on(main, "compute", f"gradient: {name}", r.bucket_and_small[last - 1], trace)
+        self._on(main, "communication", f"{what}: {name}", lambda: self._grouped((tail, small), main), trace)
+        if snapshot is not None:
+            with main:
+                for b in (tail, small):
+                    snapshot[b.start:b.stop] = r.grad[b.start:b.stop]
+        self._on(main, "update", f"update: {name}", lambda: (r.update(tail)(), r.update(small)()), trace)
+        self.reduced[last - 1].record(self.side)
+        main.wait_event(self.reduced[last - 1])
+
+    def _plain_in_forward(self, trace, snapshot) -> None:
+        """The plain step (or its computation alone) with W1's whole gradient in the forward kernel
+        (05_forward_and_first_bucket.cu over every document's whole row), then the small gradients,
+        the all-reduce of the whole buffer and the update, all on the caller's stream: the plain
+        step's chance at what :meth:`_in_forward` does."""
+        import cupy
+        r, main = self.replica, cupy.cuda.get_current_stream()
+        whole = r.layout.whole()
+        self._on(main, "compute", "forward + backward to dZ1, gradient: W1", r.forward_and_w1_gradient, trace)
+        self._on(main, "compute", "gradient: W2, b1, b2", r.small_gradients, trace)
+        if self.mode == "plain":
+            self._on(main, "communication", "all-reduce: whole", lambda: self.allreduce(whole.start, whole.stop, main),
+                     trace)
+        if snapshot is not None:
+            with main:
+                snapshot[whole.start:whole.stop] = r.grad[whole.start:whole.stop]
+        self._on(main, "update", "update: whole", r.update(whole), trace)
 
     __call__ = step
 
@@ -603,6 +699,7 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
 
 #: The plain step's forms, by (form, split): what the sweep tries and the run records.
 PLAIN_FORMS = {("gradient", False): "step 9's gradient kernel", ("gradient", True): "split gradient",
+               ("gradient", "forward"): "gradient in the forward kernel",
                ("parameters", False): "parameter average, step 9's kernels",
                ("parameters", True): "parameter average, split"}
 
@@ -729,6 +826,12 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
     t = graph_benchmark(split, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
     rows.append(t.row("step", "1 GPU, split gradient then update (CUDA graph)", b, phase="step", gpus=1, **work))
     del split
+    # One GPU gets the forward kernel with W1's gradient too (05_forward_and_first_bucket.cu): if it beat
+    # step 10, it would be the fastest one-GPU step the two GPUs are measured against.
+    fused = GpuStep(batch, params, b, None, "compute only", Layout(batch.vocab).buckets(1), split="forward")
+    t = graph_benchmark(fused, launches=STEP_LAUNCHES, repeats=repeats, rel_ci=None)
+    rows.append(t.row("step", ONE_GPU_FORWARD, b, phase="step", gpus=1, **work))
+    del fused
     if pieces:
         r = one.replica
         for name, fn in (("forward + backward to dZ1", r.forward_backward), ("gradient (scatter-add)", r.gradients),
