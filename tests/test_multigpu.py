@@ -571,15 +571,20 @@ def test_forms_table_and_the_timeline_read_the_parameter_form():
 
 
 def test_the_chapter_reads_a_run_of_the_current_record(tmp_path):
-    # The book's GPU's run is read unless it predates the parameter form and a newer run has it.
+    # The book's GPU's run is read unless it predates the current record (the parameter form's rows and
+    # the first bucket timed with the small gradients) and a newer run is of it.
     from gpulab.runs import save_run
-    from gpulab.workloads.multigpu import views
+    from gpulab.workloads.multigpu import views, workers
     run, _ = _synthetic_run()
     old = run.timings.copy()
     save_run("multigpu", old, {**run.meta, "gpu": "NVIDIA H100 SYNTHETIC", "date": "2000-01-01 00:00 UTC"},
              root=tmp_path)
     assert "H100" in views.recorded(root=tmp_path).gpu
-    new = old.assign(form="gradient")
+    piece = old.iloc[:1].assign(experiment="bucket pieces", variant=views.BUCKET_PIECE + workers.FIRST_PIECE)
+    save_run("multigpu", old.assign(form="gradient"), {**run.meta, "gpu": "NVIDIA H100 SYNTHETIC",
+                                                        "date": "2000-01-01 00:00 UTC"}, root=tmp_path)
+    assert not views.current(views.recorded(root=tmp_path))     # the parameter form's rows alone: the record before
+    new = pd.concat([old, piece], ignore_index=True).assign(form="gradient")
     save_run("multigpu", new, {**run.meta, "gpu": "NVIDIA H200 SYNTHETIC", "date": "2000-01-02 00:00 UTC"},
              root=tmp_path)
     assert "H200" in views.recorded(root=tmp_path).gpu

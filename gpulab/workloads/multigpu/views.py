@@ -43,25 +43,32 @@ SCALING_TARGET, OVERLAP_SHARE = 0.55, 0.20
 RECORD_COMMAND = "python -m gpulab record multigpu"
 
 
-#: A column only runs of the current record have (the form of each swept step: gradient or parameters).
+#: A column only runs of the parameter-averaging record and later have (the form of each swept step).
 CURRENT_FORMAT = "form"
+
+
+def current(run: RecordedRun) -> bool:
+    """Whether ``run`` was made by the current record: it has the parameter form's rows
+    (:data:`CURRENT_FORMAT`) and times the first bucket with the small gradients in one launch
+    (:data:`~.workers.FIRST_PIECE`), which came with W1 at the start of the replicas' buffers."""
+    return CURRENT_FORMAT in run.timings and bool(run.timings["variant"].str.endswith(FIRST_PIECE).any())
 
 
 def recorded(root=None) -> RecordedRun | None:
     """The run the chapter reads, or None if there is none: the book's GPU's
-    (:func:`gpulab.runs.load_run`) when it was recorded with the current
-    record (it has the parameter-averaging form's rows), else the newest run
-    that was, else the book's GPU's older run."""
+    (:func:`gpulab.runs.load_run`) when it was made by the current record
+    (:func:`current`), else the newest run that was, else the book's GPU's
+    older run."""
     try:
         default = load_run("multigpu", root=root)
     except RecordedRunError:
         return None
-    if CURRENT_FORMAT in default.timings:
+    if current(default):
         return default
     runs = available_runs(root) if root is not None else available_runs()
     for folder in runs[runs["chapter"] == "multigpu"].sort_values("date", ascending=False)["folder"]:
         run = load_run("multigpu", gpu=folder, root=root)
-        if CURRENT_FORMAT in run.timings:
+        if current(run):
             return run
     return default
 
