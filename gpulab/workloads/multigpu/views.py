@@ -278,8 +278,10 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
                                  "last all-reduce (MB)": (all_bytes - first_bytes) / 1e6,
                                  "whole scatter (µs)": whole, "rare bucket (µs)": rare, "frequent bucket (µs)": freq,
                                  "first all-reduce after (µs)": first, "small gradients beside it (µs)": beside,
-                                 "hideable (µs)": whole - first + beside, "second all-reduce costs (µs)": extra,
-                                 "ideal saving (µs)": min(whole - first + beside, a_us(first_bytes)) - extra,
+                                 # nothing is left to hide where the launch the first all-reduce waits for
+                                 # takes as long as the whole scatter alone
+                                 "hideable (µs)": max(0.0, whole - first + beside), "second all-reduce costs (µs)": extra,
+                                 "ideal saving (µs)": min(max(0.0, whole - first + beside), a_us(first_bytes)) - extra,
                                  "measured saving (µs)": measured * 1e3,
                                  "split, not overlapped (µs)": (plain - serial) * 1e3,
                                  "the overlap's own gain (µs)": (serial - timed(config)) * 1e3})
@@ -313,10 +315,12 @@ def bound_text(bound: pd.DataFrame, kept_table: pd.DataFrame | None) -> str:
             f"{row['rare bucket (µs)']:.1f} µs" +
             (f" ({first:.1f} µs with the small parameters' gradient in the same launch, which the first all-reduce "
              f"waits for)" if with_small else "") +
-            f", leaving at most {row['hideable (µs)']:.1f} µs of " +
-            (f"work to hide the all-reduce under (the rest of the scatter, and the small parameters' gradient, "
-             f"{beside:.1f} µs alone, which the {row['streams']} step runs beside the all-reduce)" if beside else
-             "scatter to hide the all-reduce under") +
+            (f", leaving at most {row['hideable (µs)']:.1f} µs of " +
+             (f"work to hide the all-reduce under (the rest of the scatter, and the small parameters' gradient, "
+              f"{beside:.1f} µs alone, which the {row['streams']} step runs beside the all-reduce)" if beside else
+              "scatter to hide the all-reduce under") if row["hideable (µs)"] > 0 else
+             ", leaving no scatter to hide the all-reduce under (what the first all-reduce waits for takes as long "
+             "as the whole scatter alone)") +
             f". Sending the gradient as two all-reduces instead of one costs "
             f"{row['second all-reduce costs (µs)']:.1f} µs more (the lab's all-reduce curve in a CUDA graph, at the two "
             "buckets' sizes against one of the whole). With perfect overlap and nothing shared between the all-reduce "
@@ -370,7 +374,10 @@ def bound_verdict(bound: pd.DataFrame, kept_table: pd.DataFrame | None = None) -
                  f"side (the overlap gained {gain:.1f} µs of the {hide:.1f} µs of "
                  f"{'work' if beside else 'scatter'} it could hide).")
         best = at.loc[at["ideal saving (µs)"].idxmax()]
-        if best["configuration"] != row["configuration"]:
+        if best["ideal saving (µs)"] <= 0:
+            text += (" No cut timed piece by piece could save anything even ideally (the best, "
+                     f"{best['configuration']}, would lose {-best['ideal saving (µs)']:.1f} µs).")
+        elif best["configuration"] != row["configuration"]:
             text += (f" The best cut timed piece by piece ({best['configuration']}) could save "
                      f"{best['ideal saving (µs)']:.1f} µs ideally; the sweep measured {best['measured saving (µs)']:+.1f} µs.")
         out.append(text)
