@@ -119,6 +119,7 @@ def _grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
 
 class Run:
     def __init__(self, root: Path, with_attackers: bool):
+        self.root = root
         self.submissions, self.out = root / "submissions", root / "grades.csv"
         self.honest = _honest(self.submissions)
         self.attacks = _attackers(self.submissions, self.out) if with_attackers else {}
@@ -187,10 +188,36 @@ def test_no_grade_or_feedback_file_shows_hidden_checks_solutions_or_instructor_p
         assert "HIDDEN" not in text and "hidden_checks" not in text, name
         for line in hidden_text + solution_lines:
             assert line.strip('",\\n') not in text, f"{name} shows {line!r}"
-        # grades-files.csv holds each file's sha256: a run of digits inside a hex digest is no leak
-        digits = re.sub(r"\b[0-9a-f]{64}\b", " ", text)
-        leaked = {n for n in hidden_numbers if re.search(rf"(?<![\d.]){n}(?![\d])", digits)}
-        assert not leaked, f"{name} shows hidden inputs {leaked}"
+        leaks = _hidden_numbers_shown(text, hidden_numbers, own_paths=attacked.root.parent)
+        assert not leaks, f"{name} shows hidden inputs:\n" + "\n".join(leaks)
+
+
+def _hidden_numbers_shown(text: str, numbers: set[str], own_paths: Path) -> list[str]:
+    """Each hidden number that ``text`` shows, with the text around it. Paths under
+    ``own_paths`` (pytest's temporary folder of this run, which the grader prints as the
+    grades' path) are left out first: their digits are the folder's own number (pytest-450), no
+    leak. So is a run of digits inside a sha256 digest (grades-files.csv holds each file's)."""
+    own = "|".join(re.escape(str(p)) for p in {own_paths, own_paths.resolve()})
+    text = re.sub(rf"(?:{own})(?![^/\s'\",])[^\s'\",]*", "<tmp>", text)
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)
+    return [f"{n}: ...{text[max(m.start() - 60, 0):m.end() + 60]!r}..." for n in sorted(numbers)
+            for m in re.finditer(rf"(?<![\d.]){n}(?!\d)", text)]
+
+
+def test_the_leak_scan_ignores_its_own_folder_and_finds_a_hidden_number():
+    # ci4: the grader printed "grades: /tmp/pytest-of-root/pytest-450/attacked0/grades.csv", and
+    # 450 is a hidden size. The folder's number is no leak; the same number printed by a
+    # submission, beside that path, in a path of its own, or in a message, is.
+    numbers = _hidden_inputs()
+    assert "450" in numbers
+    base = Path("/tmp/pytest-of-root/pytest-450")
+    grades = f"wrote {base}/attacked0/grades.csv and {base}/attacked0/grades-feedback/ada.md\n"
+    digest = "ab" * 20 + "450" + "c" * 21
+    assert _hidden_numbers_shown(grades + f"sha256 {digest}\n", numbers, base) == []
+    for leak in ("ada measuring.1: failed: n = 450 gave 0.0\n", "/tmp/n450/out.txt\n", "size 450\n",
+                 f"{base}-450/x\n"):
+        shown = _hidden_numbers_shown(grades + leak, numbers, base)
+        assert shown and shown[0].startswith("450: ") and leak.strip()[:8] in shown[0], (leak, shown)
 
 
 @pytest.mark.slow        # grades the attackers and the honest students (the module's fixtures)
