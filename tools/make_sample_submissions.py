@@ -8,7 +8,10 @@ Run it after adding or changing a chapter's exercise (its kernel, its cell, its 
 grades it prints before committing. ada answers every exercise with the lab's solution; ben and cy
 answer the exercises that tests/fixtures/grading/samples/<chapter>.json names (the solution, a
 known-wrong answer of tests/fixtures/grading/wrong/, or the solution edited into a kernel that hangs,
-one that does not compile, a cell that raises) and leave the others as the student version has them.
+one that does not compile, a cell that raises). ben leaves the others as the student version has
+them ("not solved"); cy hands in the starter only where ben answers the exercise, and nothing where
+ben hands in the starter ("missing"): grading the same starter twice, each time in a sandbox of its
+own, would prove nothing more and cost the grading test about 3 CPU-s an exercise.
 Each sample holds only the files the grader reads: the chapter's exercise kernels, and its notebook
 trimmed to the exercise cells. Other chapters' files are left as they are.
 
@@ -104,11 +107,14 @@ def chapter_folders(chapter: str) -> list[Path]:
 def sample_files(chapter: str) -> dict[Path, str]:
     """The chapter's files of the three samples (path relative to SUBMISSIONS -> text)."""
     files = {}
-    for student, answers in plan(chapter).items():
+    plans = plan(chapter)
+    for student, answers in plans.items():
         cells = {}
         for exercise in chapter_exercises(chapter):
             if not any(Path(exercise.file).is_relative_to(Path(top) / chapter) for top in ("kernels", "book")):
                 raise ValueError(f"{exercise.id}: {exercise.file} is outside kernels/{chapter}/ and book/{chapter}/")
+            if student == "cy" and exercise.id not in answers and exercise.id not in plans["ben"]:
+                continue        # ben hands in the starter already: cy hands in nothing ("missing")
             text = answer(exercise, answers[exercise.id]) if exercise.id in answers else unsolved(exercise)
             if exercise.kind == "kernel":
                 files[Path(student) / exercise.file] = text
