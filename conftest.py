@@ -134,14 +134,18 @@ def pytest_terminal_summary(terminalreporter, config):
 # make two workers finish together: each notebook item (the chapter as it is, its student
 # version) is a unit of its own, and the units are handed out longest first (tests/cpu_seconds.json,
 # from `--cpu-durations-json`: the wall seconds each unit took on its worker, "wall_units", where
-# the file has them, else its CPU seconds), so the short ones fill the gaps at the end instead of a
-# notebook or the grader's sandbox tests starting last. Unknown units count as 0 and keep their order.
+# the file has them, else its CPU seconds, else, for a unit the file has not timed as one, the CPU
+# seconds of its test), so the short ones fill the gaps at the end instead of a notebook or the
+# grader's sandbox tests starting last. Unknown units count as 0 and keep their order.
 COSTS = ROOT / "tests" / "cpu_seconds.json"
 
 
 #: Test files whose tests share no module fixture and each run a whole recording in a process of
-#: its own (~300 CPU-s in all): each test is a unit, so one worker does not take them all.
-EACH_TEST_A_UNIT = ("tests/test_recording.py",)
+#: its own (~300 CPU-s in all), or are the longest files of kernel checks (50-85 CPU-s each, one
+#: test alone up to 70: the race check of convpool's step 11): each test is a unit, so one worker
+#: does not take them all and the short ones fill the gaps at the end.
+EACH_TEST_A_UNIT = ("tests/test_recording.py", "tests/test_lenet.py", "tests/test_alexnet.py",
+                    "tests/test_convpool_f32.py")
 
 
 def _unit(nodeid: str) -> str:
@@ -156,7 +160,10 @@ def _costs() -> dict[str, float]:
     if not COSTS.is_file():
         return {}
     recorded = json.loads(COSTS.read_text())
-    return recorded.get("wall_units") or recorded["units"]
+    costs = dict(recorded.get("tests", {}))      # a test's CPU seconds: a unit not yet timed as one
+    costs.update(recorded["units"])
+    costs.update(recorded.get("wall_units") or {})
+    return costs
 
 
 @pytest.hookimpl(optionalhook=True)
