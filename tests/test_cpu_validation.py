@@ -14,6 +14,9 @@ import pytest
 
 from gpulab.cpu import validation
 
+#: The recount (six instrumented launches, ~18 CPU-s) is left out of the quick loop (-m "not slow").
+pytestmark = pytest.mark.slow
+
 #: (chapter, step, kernel): launches whose sectors per request and shared-load bank
 #: conflicts agree with the H100's.
 AGREE = [("fcnet", 1, "matmul"), ("fcnet", 1, "relu"), ("fcnet", 2, "fused_global"),

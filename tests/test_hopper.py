@@ -260,6 +260,7 @@ def test_shapes_the_steps_cannot_take_are_refused():
         kernel(1, 32, (np.zeros(16, np.uint8), np.zeros(16, np.uint8), np.int32(0), np.int32(0), np.int32(16)))
 
 
+@pytest.mark.slow        # NVRTC builds every step for sm_90a and cuobjdump reads it back (~8 CPU-s)
 def test_wgmma_steps_compile_to_hopper_instructions():
     # Without a GPU: NVRTC builds each step for sm_90a and its SASS shows the instructions the
     # step is about (HGMMA for wgmma, UTMALDG for the copy engine, no local-memory spills).
