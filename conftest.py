@@ -250,3 +250,15 @@ class StudentNotebookRun(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.path.relative_to(ROOT)} (student version)"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Figures a test draws through pyplot are closed after it: pyplot keeps every figure open,
+    and a worker that runs many plotting tests otherwise warns (more than 20 open) and holds
+    their memory."""
+    yield
+    import sys
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
