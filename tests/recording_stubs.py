@@ -399,11 +399,12 @@ def multigpu(fail):
         for row in fake_rows("allreduce", r.ONE_PROCESS, n, phase="allreduce", bytes=float(n), gpus=2)]
     r.topology = lambda: [{"from": a, "to": 1 - a, "peer_access": True, "name": "Stub GPU"} for a in (0, 1)]
 
-    def run_workers(corpus, params, batches, sizes, repeats, world, timeline_batches=(), env=None, sweep_only=False):
+    def run_workers(corpus, params, batches, sizes, repeats, world, timeline_batches=(), env=None, sweep_only=False,
+                    every_batch=None):
         nccl = workers.nccl_label(env or {})
         experiment = "nccl settings" if sweep_only else "overlap"
         rows, checks, choices, timeline = [], [], [], []
-        for b in ((max(batches),) if sweep_only else batches):
+        for b in batches:
             for config in (workers.Overlap(2, None, True), workers.Overlap(2, None, False),
                            workers.Overlap(2, 8, True, "parameters", overlapped=False)):
                 rows += fake_rows(experiment, f"{world} GPUs, bucketed: {config.label}; {nccl}", b, phase="step",

@@ -467,16 +467,20 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     variants = {r["variant"] for r in got["rows"]}
     assert {workers.variant(m, world) for m in workers.MODES} <= variants
     # Every bucketed configuration was checked against the plain step and timed; the one kept is one of them.
+    # (The peer update's forms, which read the other GPU's gradient, on two GPUs only.)
+    configs, forms = workers.overlaps(workers.OVERLAPS, world), workers.plain_forms(world)
+    assert any(c.peer for c in configs) == (world == 2) and any(k[1] in workers.PEER_SPLITS for k in forms) == (world == 2)
     swept = [c for c in got["checks"] if c["quantity"] == "summed gradient vs the plain step's"]
-    assert len(swept) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
-    assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(workers.OVERLAPS) + len(workers.PLAIN_FORMS)
+    assert len(swept) == len(configs) + len(forms)
+    assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(configs) + len(forms)
     assert [c["batch"] for c in got["choices"]] == [1024]
     # ... and it is an overlapped one (the sweep's not-overlapped configurations are measurements only).
     assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS if o.overlapped}
     assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
     forms = {r["variant"] for r in got["rows"] if r["experiment"] == "compute forms"}
-    assert forms == {f"{world} GPUs, compute only, {name}" for name in workers.PLAIN_FORMS.values()}
+    assert forms == {f"{world} GPUs, compute only, {name}" for key, name in workers.PLAIN_FORMS.items()
+                     if key[1] not in workers.PEER_SPLITS}
     # One GPU's share of the batch, bucket by bucket (what the overlap can hide), each piece once.
     pieces = [(r["variant"], r["blocks_per_sm"], r["rare_share"]) for r in got["rows"] if r["experiment"] == "bucket pieces"]
     small = data.sample(2 * world, 101, stream=400)
@@ -809,6 +813,25 @@ class _Ranks:
         self.barrier.wait()
         self.baton.acquire()
 
+    def peer(self, rank, replica, spans):
+        """A peer update (06_peer_update.cu) of ``spans`` on every rank at once, as the flags order
+        it on the GPUs: once every rank's gradient is formed, each rank's copy is updated from its own
+        gradient and the other's (the kernel with its flags off), and only then is every gradient
+        zeroed over the spans."""
+        self.buffers[rank] = replica
+        self.calls[rank].append(("peer", tuple((b.start, b.stop) for b in spans)))
+        self.baton.release()
+        if self.barrier.wait() == 0:
+            reps = self.buffers
+            unused = np.zeros(1, np.uint32)
+            for r, rep in enumerate(reps):
+                rep.peer_update(spans, reps[1 - r].grad, unused, unused, unused, 0, 3, sync=False)()
+            for rep in reps:
+                for b in spans:
+                    rep.grad[b.start:b.stop] = 0.0
+        self.barrier.wait()
+        self.baton.acquire()
+
     def run(self, fn):
         import threading
         errors = []
@@ -827,6 +850,35 @@ class _Ranks:
             t.join(120)
         if errors:
             raise errors[0]
+
+
+def _run_ranks(monkeypatch, world, make):
+    """``world`` ranks (:class:`_Ranks`), each running the GpuStep ``make(rank, comm)`` makes: one
+    step with its snapshot, then two more, its all-reduces and peer updates taken in turn with the
+    other ranks'. Returns (the ranks, each rank's step, each rank's snapshot)."""
+    import types
+    from gpulab.workloads.multigpu import workers
+    ranks = _Ranks(world)
+    monkeypatch.setattr(workers, "nccl", lambda: None)
+
+    class Link:                  # workers.PeerLink's stand-in: the launches meet in ranks.peer
+        def __init__(self, replica, comm, lib):
+            self.replica, self.rank = replica, comm.rank
+
+        def launch(self, spans, slot, blocks):
+            return lambda: ranks.peer(self.rank, self.replica, spans)
+    monkeypatch.setattr(workers, "PeerLink", Link)
+    steps, snapshots = [None] * world, [None] * world
+
+    def run(r):
+        step = steps[r] = make(r, types.SimpleNamespace(rank=r))
+        step.allreduce = lambda lo, hi, stream: ranks.allreduce(r, step, lo, hi)
+        snapshots[r] = np.full(step.replica.layout.size, np.nan, np.float32)
+        step(snapshot=snapshots[r])
+        for _ in range(2):
+            step()
+    ranks.run(run)
+    return ranks, steps, snapshots
 
 
 def _fake_cupy(monkeypatch):
@@ -895,19 +947,8 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     if config.spare_sms:       # the first bucket on one block per document, the later ones beside the spare SMs
         assert config.blocks(3) == [None] + [config.blocks_per_sm * (3 - config.spare_sms)] * (config.buckets - 1)
     buckets = Layout(V).buckets(config.buckets, multigpu.replicas.row_work(batch), config.rare_share)
-    ranks = _Ranks(world)
-    monkeypatch.setattr(workers, "nccl", lambda: None)
-    steps, snapshots = [None] * world, [None] * world
-
-    def run(r):
-        step = steps[r] = workers.GpuStep(split_batch(batch, world)[r], params, batch.docs, object(), "bucketed",
-                                          buckets, config=config, world=world)
-        step.allreduce = lambda lo, hi, stream: ranks.allreduce(r, step, lo, hi)
-        snapshots[r] = np.full(step.replica.layout.size, np.nan, np.float32)
-        step(snapshot=snapshots[r])
-        for _ in range(2):
-            step()
-    ranks.run(run)
+    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: workers.GpuStep(
+        split_batch(batch, world)[r], params, batch.docs, comm, "bucketed", buckets, config=config, world=world))
     assert all(calls == ranks.calls[0] for calls in ranks.calls)
     covered = np.zeros(Layout(V).size, int)
     for lo, hi in ranks.calls[0]:
@@ -979,19 +1020,8 @@ def test_the_plain_step_with_w1s_gradient_in_the_forward_kernel(monkeypatch, wor
     batch = data.sample(12 * world, V, stream=304)
     params = reference.init_params(V)
     buckets = Layout(V).buckets(2, multigpu.replicas.row_work(batch))
-    ranks = _Ranks(world)
-    monkeypatch.setattr(workers, "nccl", lambda: None)
-    steps, snapshots = [None] * world, [None] * world
-
-    def run(r):
-        step = steps[r] = workers.GpuStep(split_batch(batch, world)[r], params, batch.docs, object(), "plain", buckets,
-                                          split="forward", world=world)
-        step.allreduce = lambda lo, hi, stream: ranks.allreduce(r, step, lo, hi)
-        snapshots[r] = np.full(step.replica.layout.size, np.nan, np.float32)
-        step(snapshot=snapshots[r])
-        for _ in range(2):
-            step()
-    ranks.run(run)
+    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: workers.GpuStep(
+        split_batch(batch, world)[r], params, batch.docs, comm, "plain", buckets, split="forward", world=world))
     assert ranks.calls[0] == [(0, Layout(V).size)] * 3 and all(c == ranks.calls[0] for c in ranks.calls)
     one = Replica(batch, params, batch.docs, "cpu")
     one.forward_backward()
@@ -1004,3 +1034,67 @@ def test_the_plain_step_with_w1s_gradient_in_the_forward_kernel(monkeypatch, wor
                         form="parameters", world=world)
     with pytest.raises(ValueError, match="forward kernel needs the lean"):
         workers.Overlap(2, 8, True, "parameters", lean=True, in_forward=True)
+
+
+@pytest.mark.parametrize("plain, config", [("peer", None), ("forward peer", None),
+                                           (None, {"buckets": 2, "blocks_per_sm": 8, "peer": 2}),
+                                           (None, {"buckets": 3, "rare_share": 0.25, "peer": 1})],
+                         ids=["plain, step 9's gradient", "plain, forward kernel", "bucketed", "bucketed, 3 buckets"])
+def test_the_peer_update_sums_every_float_once_and_keeps_the_copies_identical(monkeypatch, plain, config):
+    # The all-reduce fused with the update (06_peer_update.cu), each rank reading the other's gradient: two
+    # ranks, every float of the buffers updated once a step, the gradient zeroed after it; the update applied
+    # equals one replica's on the whole batch and the float64 reference; the copies stay bit-identical.
+    from gpulab.workloads.multigpu import workers
+    _fake_cupy(monkeypatch)
+    batch = data.sample(26, V, stream=305)
+    params = reference.init_params(V)
+    if config is not None:
+        config = workers.Overlap(**{"blocks_per_sm": None, **config, "form": "gradient", "lean": True,
+                                    "in_forward": True})
+    cut = Layout(V).buckets(config.buckets if config else 2, multigpu.replicas.row_work(batch),
+                            config.rare_share if config else None)
+    ranks, steps, snapshots = _run_ranks(monkeypatch, 2, lambda r, comm: workers.GpuStep(
+        split_batch(batch, 2)[r], params, batch.docs, comm, "bucketed" if config else "plain", cut, config=config,
+        split=plain or False, world=2))
+    assert ranks.calls[0] == ranks.calls[1] and all(kind == "peer" for kind, _ in ranks.calls[0])
+    covered = np.zeros(Layout(V).size, int)
+    for _, spans in ranks.calls[0]:
+        for lo, hi in spans:
+            covered[lo:hi] += 1
+    assert (covered == 3).all()                                  # three steps, each float once a step
+    assert len(ranks.calls[0]) == 3 * (config.buckets if config else 1)
+    assert all(not s.replica.grad.any() for s in steps)           # zeroed for the next step's scatter-add
+    one = Replica(batch, params, batch.docs, "cpu")
+    one.forward_backward()
+    one.backward_plain()
+    got = steps[0].effective_gradient(snapshots[0])
+    assert steps[0].tolerance == workers.UPDATE_TOLERANCE
+    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= workers.UPDATE_TOLERANCE
+    p64 = {k: v.astype(np.float64) for k, v in params.items()}
+    ref = reference.backward(batch, batch.labels, p64, reference.forward(batch, p64))
+    views = Layout(V).views(got)
+    for k in reference.PARAMS:
+        assert np.linalg.norm(views[k] - ref["d" + k]) / np.linalg.norm(ref["d" + k]) <= REFERENCE_TOLERANCE
+    assert np.array_equal(steps[0].replica.flat.view(np.uint32), steps[1].replica.flat.view(np.uint32))
+
+
+def test_the_peer_update_is_refused_where_it_cannot_run(monkeypatch):
+    from gpulab.workloads.multigpu import workers
+    _fake_cupy(monkeypatch)
+    batch = data.sample(26, V, stream=305)
+    params = reference.init_params(V)
+    cut = Layout(V).buckets(2)
+    with pytest.raises(ValueError, match="gradient form only"):
+        workers.GpuStep(split_batch(batch, 2)[0], params, batch.docs, object(), "plain", cut, split="peer",
+                        form="parameters", world=2)
+    with pytest.raises(ValueError, match="peer update"):
+        workers.Overlap(2, 8, True, "gradient", lean=True, peer=32)          # not with the first bucket forward
+    with pytest.raises(ValueError, match="peer update"):
+        workers.Overlap(8, 8, True, "gradient", lean=True, in_forward=True, peer=32)   # more buckets than slots
+    r = Replica(split_batch(batch, 2)[0], params, batch.docs, "cpu", form="parameters", replicas=2)
+    with pytest.raises(ValueError, match="form='gradient'"):
+        r.peer_update([r.layout.whole()], r.grad, np.zeros(1, np.uint32), np.zeros(1, np.uint32),
+                      np.zeros(1, np.uint32), 0, 4)
+    assert workers.plain_forms(3) == [k for k in workers.PLAIN_FORMS if k[1] not in workers.PEER_SPLITS]
+    assert not any(c.peer for c in workers.overlaps(workers.OVERLAPS, 3))
+    assert any(c.peer for c in workers.overlaps(workers.OVERLAPS, 2))

@@ -29,9 +29,12 @@ Experiments (the ``experiment`` column):
   bucketed step in every launch configuration of ``workers.OVERLAPS``, each
   checked and timed (``slowest_rank_ms``: the slower GPU's median); the
   fastest of each is what the ``step`` rows time again;
-* ``nccl settings``: the same sweep at the largest batch under each of
-  ``workers.NCCL_SETTINGS``, each in fresh processes; the run keeps the
-  setting with the fastest two-GPU step;
+* ``nccl settings``: the fastest kinds of step of the sweep (``workers.NCCL_SWEEP``
+  and the plain step's forms) at every batch under each of
+  ``workers.NCCL_SETTINGS``, each setting in fresh processes; at each batch
+  the run keeps the setting with the fastest two-GPU step through NCCL (the
+  peer update, which never calls NCCL, does not choose it), and times that
+  batch under it (the batches that share a setting in one pair of processes);
 * ``allreduce``: the all-reduce alone, 1 KiB to 256 MiB and the gradient's own
   size: the lab's (one process per GPU, eager and in a CUDA graph),
   torch.distributed's (the same processes), and one process driving every
@@ -201,6 +204,7 @@ class Planned:
     params: dict
     repeats: int
     env: dict = field(default_factory=dict)
+    env_by_batch: dict = field(default_factory=dict)
     checks: list = field(default_factory=list)
 
 
@@ -226,25 +230,42 @@ def one_process(rec, ctx: Planned) -> None:
 
 def nccl_settings(rec, ctx: Planned) -> None:
     """NCCL's settings are read once per process: each is tried in a fresh pair of processes, at
-    the largest batch, and the run keeps the one with the fastest two-GPU step there."""
-    swept = []
+    every batch, and the run keeps at each batch the one with the fastest two-GPU step through
+    NCCL there (a setting that speeds up the largest batch's 16.8 MB all-reduce beside the scatter
+    may slow down the small batches' steps, where the all-reduce is most of the step)."""
+    swept = {}
     for env in NCCL_SETTINGS:
-        got = run_workers(ctx.corpus, ctx.params, (max(ctx.batches),), (), ctx.repeats, ctx.world, env=env,
-                          sweep_only=True)
+        got = run_workers(ctx.corpus, ctx.params, ctx.batches, (), ctx.repeats, ctx.world, env=env, sweep_only=True)
         rec.add(got["rows"])
         ctx.checks += got["checks"]
-        best = min(r.get("slowest_rank_ms", r["median_ms"]) for r in got["rows"]
-                   if r["experiment"] == "nccl settings" and r.get("overlapped", 1))
-        swept.append((best, env))
-    ctx.env = min(swept, key=lambda t: t[0])[1]
-    rec.progress(f"NCCL settings kept: {nccl_label(ctx.env)}")
+        for b in ctx.batches:
+            # chosen by the steps that use NCCL (the peer update's never calls it)
+            best = min(r.get("slowest_rank_ms", r["median_ms"]) for r in got["rows"]
+                       if r["experiment"] == "nccl settings" and r["size"] == b and r.get("overlapped", 1)
+                       and not r.get("peer", 0))
+            swept.setdefault(b, []).append((best, env))
+    ctx.env_by_batch = {b: min(v, key=lambda t: t[0])[1] for b, v in swept.items()}
+    ctx.env = ctx.env_by_batch[max(ctx.batches)]
+    rec.progress("NCCL settings kept: " + "; ".join(f"B={b}: {nccl_label(e)}" for b, e in ctx.env_by_batch.items()))
 
 
 def two_gpus(rec, ctx: Planned) -> None:
     """The workers' run under the settings kept: the sweep, the steps, the pieces, the timeline and
     the all-reduce curves (see :mod:`.workers`). A run whose checks failed is refused whole."""
-    got = run_workers(ctx.corpus, ctx.params, ctx.batches, allreduce_sizes(), ctx.repeats, ctx.world,
-                      timeline_batches=[b for b in TIMELINE_BATCHES if b in ctx.batches], env=ctx.env)
+    groups = {}                 # the batches under each setting kept, each group in one pair of processes
+    for b in ctx.batches:
+        env = ctx.env_by_batch.get(b, ctx.env)
+        groups.setdefault(nccl_label(env), (env, []))[1].append(b)
+    got = {"rows": [], "checks": [], "timeline": [], "choices": []}
+    for env, batches in groups.values():
+        # the all-reduce curves under the largest batch's setting (the one earlier runs used for every batch)
+        part = run_workers(ctx.corpus, ctx.params, tuple(batches),
+                           allreduce_sizes() if max(ctx.batches) in batches else (), ctx.repeats, ctx.world,
+                           timeline_batches=[b for b in TIMELINE_BATCHES if b in batches], env=env,
+                           every_batch=ctx.batches)
+        for k in got:
+            got[k] += part[k]
+    got["choices"].sort(key=lambda c: c["batch"])
     rec.add(got["rows"])
     ctx.checks += got["checks"]
     failed = [c for c in ctx.checks if not c["passed"]]

@@ -55,6 +55,10 @@ UPDATE = "multigpu/02_update_and_zero.cu"          # w -= lr * g; g = 0 over a f
 SMALL = "multigpu/03_small_gradients.cu"           # W2, b1, b2's gradient, coalesced
 FIRST = "multigpu/04_first_bucket_and_small.cu"    # the first bucket's scatter and the small gradients, one launch
 FORWARD = "multigpu/05_forward_and_first_bucket.cu"  # step 9's forward kernel, then one bucket's gradient rows
+PEER = "multigpu/06_peer_update.cu"                # the all-reduce fused with the update, reading the peer's gradient
+#: Threads per block of the peer update (06_peer_update.cu); flag slots per call site (its PEER_MAX_BLOCKS).
+PEER_THREADS = 512
+PEER_MAX_BLOCKS = 1024
 #: Blocks of the small parameters' gradient (each sums its documents, then adds with atomics):
 #: two per SM of an H100.
 SMALL_BLOCKS = 264
@@ -279,6 +283,7 @@ class Replica:
         self._small = load_module(SMALL, be).get_function("small_gradients")
         self._first = load_module(FIRST, be).get_function("first_bucket_and_small")
         self._forward = load_module(FORWARD, be).get_function("forward_and_first_bucket")
+        self._peer = load_module(PEER, be).get_function("peer_sgd_update")
         # Every replica must use the same buckets (their all-reduces must match):
         # pass the list that Layout.buckets made from the whole batch.
         self.buckets = L.buckets(buckets) if isinstance(buckets, int) else list(buckets)
@@ -373,6 +378,40 @@ class Replica:
 
     def zero_gradient(self):
         self.grad.fill(0)
+
+    def use_gradient_buffer(self, grad) -> None:
+        """Move the gradient into ``grad`` (a zeroed buffer of the same size, e.g. one the other
+        GPU's process maps through CUDA IPC) and bind every launch to it."""
+        if grad.shape != self.grad.shape or grad.dtype != self.grad.dtype:
+            raise ValueError(f"the gradient buffer must be {self.grad.dtype} of shape {self.grad.shape}, "
+                             f"got {grad.dtype} {grad.shape}")
+        self.grad, self.g = grad, self.layout.views(grad)
+        self._bind()
+
+    def peer_update(self, spans, peer_grad, flags, peer_flags, epochs, slot: int, blocks: int, sync: bool = True):
+        """The launch of ``kernels/multigpu/06_peer_update.cu`` over ``spans`` (one or two
+        :class:`Bucket`): ``W -= lr * (g + peer_grad)`` on this copy, the sum of the two replicas'
+        gradients read straight from the other GPU's buffer (``peer_grad``); with ``sync``, the
+        flags order it against the other GPU's launch of the same ``slot`` and this gradient is
+        zeroed once the other GPU has read it. Without (the CPU backend, replicas one after the
+        other): no flags are touched and the gradient is left for the caller to zero after every
+        replica's launch. The gradient form only (it reads gradients)."""
+        if self.form != "gradient":
+            raise ValueError("the peer update reads the replicas' gradients: it needs form='gradient'")
+        spans = list(spans)
+        if not 1 <= len(spans) <= 2:
+            raise ValueError(f"the peer update covers one or two ranges, got {len(spans)}")
+        if not 1 <= blocks <= PEER_MAX_BLOCKS:
+            raise ValueError(f"the peer update takes 1 to {PEER_MAX_BLOCKS} blocks (its flag slots), got {blocks}")
+        if peer_grad.shape != self.grad.shape:
+            raise ValueError(f"the peer's gradient must have shape {self.grad.shape}, got {peer_grad.shape}")
+        for b in spans:
+            if not 0 <= b.start < b.stop <= self.layout.size:
+                raise ValueError(f"bucket {b.name} [{b.start}, {b.stop}) is outside the {self.layout.size}-float buffers")
+        a, b = spans[0], spans[1] if len(spans) == 2 else Bucket("none", 0, 0)
+        return self._peer.bind((blocks,), (PEER_THREADS,), (
+            a.size, a.start, b.size, b.start, self.lr, self.flat, self.grad, peer_grad, flags, peer_flags, epochs,
+            int(slot), int(bool(sync))))
 
     def backward_plain(self):
         """The whole gradient in one launch (after :attr:`forward_backward`), into

@@ -1,4 +1,4 @@
-"""The multigpu chapter's ladder: the five kernels a replica adds to the training chapter's
+"""The multigpu chapter's ladder: the six kernels a replica adds to the training chapter's
 step 9 (``kernels/multigpu/NN_*.cu``), declared as steps (:mod:`gpulab.ladder`), and one check
 loop that runs each on one replica's share of a small batch against the float64 reference.
 
@@ -47,6 +47,8 @@ STEPS = [
          "first_bucket_and_small", "the first bucket's rows of dW1 and dW2, db1, db2"),
     Step("05", "multigpu/05_forward_and_first_bucket.cu", "the first bucket's gradient in the forward kernel",
          "forward_and_first_bucket", "dZ1 and the first bucket's rows of dW1"),
+    Step("06", "multigpu/06_peer_update.cu", "the all-reduce fused with the update, reading the peer's gradient",
+         "peer_sgd_update", "w - lr (g + g_peer) over two ranges (one unaligned), w elsewhere untouched"),
 ]
 
 
@@ -103,6 +105,20 @@ def check_steps(backend=None, steps=None, seed_stream: int = 300) -> CheckTable:
             want[a:b] = ref["W1"][a:b]
             yield {"case": r.buckets[1].name}, compare(be.to_host(g["W1"]), want, step.precision,
                                                        name=f"{step.kernel}: {r.buckets[1].name}")
+        elif step.number == "06":
+            # Without its flags (sync off: no other GPU here) the kernel reads both gradients and writes w alone.
+            rng = np.random.default_rng(seed_stream)
+            w, d, e = (rng.uniform(-1, 1, r.layout.size).astype(np.float32) for _ in range(3))
+            r.flat[...], r.grad[...] = be.to_device(w), be.to_device(d)
+            spans = [Bucket("rows", 128, 128 + 40 * r.layout.H), Bucket("tail", r.layout.size - 645, r.layout.size - 1)]
+            flags = be.xp.zeros(16, np.uint32)
+            r.peer_update(spans, be.to_device(e), flags, flags, flags, 0, 7, sync=False)()
+            want = w.astype(np.float64)
+            for b in spans:
+                want[b.start:b.stop] -= np.float64(np.float32(LEARNING_RATE)) * (d[b.start:b.stop].astype(np.float64)
+                                                                                 + e[b.start:b.stop])
+            yield {"case": "w over two ranges"}, compare(be.to_host(r.flat), want, step.precision,
+                                                         name=f"{step.kernel}: w")
         elif step.number == "02":
             rng = np.random.default_rng(seed_stream)
             for lo, hi in ((0, r.layout.size), (3, 3 + 1001)):     # the whole buffer; an unaligned range

@@ -44,9 +44,11 @@ import numpy as np
 from ...errors import CheckFailed, GpulabError
 from ..training import data, reference
 from ..training.reference import LEARNING_RATE, PARAMS
-from .replicas import Bucket, Layout, Replica, row_work, split_batch
+from .replicas import PEER_MAX_BLOCKS, Bucket, Layout, Replica, row_work, split_batch
 
 MODES = ("plain", "bucketed", "compute only")
+#: Call sites of the peer update in one step (its flag slots): the plain step's one, or one per W1 bucket.
+PEER_SLOTS = 8
 #: One GPU's step with W1's gradient in the forward kernel, then the small gradients and the update.
 ONE_GPU_FORWARD = "1 GPU, gradient in the forward kernel then update (CUDA graph)"
 #: Variant names of the recorded rows, for ``p`` GPUs.
@@ -146,12 +148,18 @@ class Overlap:
     spare_sms: int = 0
     comm_first: bool = False
     in_forward: bool = False
+    peer: int = 0
 
     def __post_init__(self):
         if self.in_forward and not (self.lean and self.overlapped and self.form == "gradient" and self.buckets >= 2):
             raise ValueError("the first bucket in the forward kernel needs the lean, overlapped step in the gradient "
                              "form with at least 2 buckets (the parameter form's forward pass reads the W1 it would "
                              f"write), got {self}")
+        if self.peer and not (self.in_forward and 2 <= self.buckets < PEER_SLOTS):
+            raise ValueError(f"the peer update (all-reduce fused with the update over NVLink) is swept in the step with "
+                             f"the first bucket in the forward kernel, 2 to {PEER_SLOTS - 1} buckets, got {self}")
+        if self.peer < 0:
+            raise ValueError(f"peer is the number of blocks of the earlier buckets' peer updates (0: NCCL), got {self.peer}")
 
     @property
     def share(self) -> float:
@@ -180,6 +188,8 @@ class Overlap:
         streams = "" if not self.lean else ", one stream" if not self.overlapped else \
             ", two streams, all-reduce first" if self.comm_first else \
             ", two streams, first bucket in the forward kernel" if self.in_forward else ", two streams"
+        if self.peer:
+            streams += f", all-reduce fused with the update over NVLink ({self.peer} blocks beside the scatter)"
         return (f"{what}{self.buckets} buckets{share}, scatter on {grid}, "
                 f"{'high' if self.priority else 'equal'} priority{streams}")
 
@@ -213,6 +223,15 @@ LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gr
      Overlap(3, 8, True, "parameters", lean=True, comm_first=True)) + \
     tuple(Overlap(2, k, True, "gradient", share, lean=True, in_forward=True) for k in (None, 8)
           for share in (None, RARE_SHARE))
+#: Blocks of the earlier buckets' peer updates (06_peer_update.cu, 512 threads each, one per SM) beside
+#: the later buckets' scatter: the SMs the peer update takes, the scatter keeps the rest (a development
+#: sweep on the H100s also tried 16, too few to keep NVLink busy, and 132, every SM, which left the
+#: scatter's blocks queuing behind the peer update's: both slower at every batch).
+PEER_BLOCKS = (32, 48, 66, 96)
+#: The overlapped step with the all-reduce fused with the update over NVLink (two GPUs only): the first
+#: bucket's gradient in the forward kernel, its peer update beside the frequent words' scatter.
+PEER_OVERLAPS = tuple(Overlap(2, k, True, "gradient", share, lean=True, in_forward=True, peer=n)
+                      for n in PEER_BLOCKS for k in (None, 8) for share in (None, RARE_SHARE))
 #: The bucketed step's launch configurations the run tries at every batch (the fastest is kept).
 #: 128-thread blocks: an H100 SM holds 16 of them, so 12, 8 and 4 per SM leave it 512 to 1,536
 #: threads for NCCL's blocks (512 or 640 threads each).
@@ -220,7 +239,7 @@ OVERLAPS = tuple(Overlap(n, k, p) for n in (2, 4) for k in (None, 12, 8, 4) for 
     tuple(Overlap(n, k, True, "parameters") for n in (2, 4) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", RARE_SHARE) for k in (None, 8)) + \
     tuple(Overlap(2, k, True, "parameters", overlapped=False) for k in (None, 8)) + \
-    LEAN
+    LEAN + PEER_OVERLAPS
 #: NCCL settings tried at the largest batch, each in a fresh pair of processes (NCCL reads them once):
 #: fewer channels or threads (less contention with the scatter beside it), or more channels (a faster
 #: all-reduce of the 16.8 MB at the cost of more SMs).
@@ -267,9 +286,11 @@ class GpuStep:
         import cupy
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if split not in (False, True, "forward") or (split == "forward" and form != "gradient"):
-            raise ValueError(f"split must be False, True or 'forward' (the gradient form only: the parameter form's "
-                             f"forward pass reads the W1 it would write), got {split!r} with form {form!r}")
+        if split not in (False, True, "forward") + PEER_SPLITS or (split in ("forward",) + PEER_SPLITS
+                                                                     and form != "gradient"):
+            raise ValueError(f"split must be False, True, 'forward' or one of {PEER_SPLITS} (the last three the "
+                             f"gradient form only: the parameter form's forward pass reads the W1 it would write, and "
+                             f"the peer update reads gradients), got {split!r} with form {form!r}")
         if comm is None and mode != "compute only":
             raise ValueError(f"mode {mode!r} needs an NCCL communicator")
         self.mode, self.comm, self.split = mode, comm, split
@@ -281,6 +302,20 @@ class GpuStep:
         self.replica = Replica(part, params, global_batch, "gpu", lr, buckets, scatter_blocks=self.config.blocks(sms),
                                ranges=ranges, form=self.form, replicas=self.world)
         self.flat0 = self.replica.flat.copy()      # the parameters before any step (checks)
+        #: The all-reduce fused with the update, each GPU reading the other's gradient (06_peer_update.cu).
+        self.peer = (self.config.peer > 0) if mode == "bucketed" else split in PEER_SPLITS
+        self.sms, self.link, self.peer_launches = sms, None, {}
+        if self.peer and mode != "compute only":
+            self.link = PeerLink(self.replica, comm, self.lib)
+            r = self.replica
+            if mode == "plain":
+                self.peer_launches[0] = self.link.launch([r.layout.whole()], 0, min(sms, PEER_MAX_BLOCKS))
+            else:
+                last = len(r.buckets) - 1
+                for k in range(1, last):
+                    self.peer_launches[k] = self.link.launch([r.buckets[k]], k, min(self.config.peer, PEER_MAX_BLOCKS))
+                self.peer_launches[last] = self.link.launch([r.buckets[last], r.buckets[0]], last,
+                                                            min(sms, PEER_MAX_BLOCKS))
         # With config.priority, the all-reduces and the updates run on the device's highest-priority
         # streams: whenever an SM frees up, the block scheduler hands it to their waiting blocks before
         # the scatter's. A CUDA graph keeps each captured kernel's stream priority as a node attribute
@@ -321,11 +356,18 @@ class GpuStep:
     def effective_gradient(self, snapshot):
         """The summed gradient this step applied, float64, from a :meth:`step`
         snapshot: the snapshot itself (gradient form), or (W before - W after) / lr
-        (parameter form, whose snapshot is the averaged parameters)."""
+        (parameter form, whose snapshot is the averaged parameters; the peer update's, whose
+        snapshot is the updated parameters: no summed gradient is ever stored)."""
         import cupy
-        if self.form == "gradient":
+        if self.form == "gradient" and not self.peer:
             return snapshot.astype(cupy.float64)
         return (self.flat0.astype(cupy.float64) - snapshot.astype(cupy.float64)) / self.replica.lr
+
+    @property
+    def tolerance(self) -> float:
+        """The checks' tolerance: the summed gradient read back from the parameters (the parameter
+        form, the peer update) carries W's float32 rounding."""
+        return GRADIENT_TOLERANCE if self.form == "gradient" and not self.peer else UPDATE_TOLERANCE
 
     def _on(self, stream, lane: str, name: str, fn, trace):
         import cupy
@@ -348,6 +390,9 @@ class GpuStep:
         import cupy
         if self.mode == "bucketed" and self.config.lean:
             self.lean_step(trace, snapshot)
+            return
+        if self.mode != "bucketed" and self.split in PEER_SPLITS:
+            self._plain_peer(trace, snapshot)
             return
         if self.mode != "bucketed" and self.split == "forward":
             self._plain_in_forward(trace, snapshot)
@@ -441,6 +486,9 @@ class GpuStep:
         r, main = self.replica, cupy.cuda.get_current_stream()
         what = "all-reduce (average)" if self.form == "parameters" else "all-reduce"
         last = len(r.buckets) - 1
+        if self.config.in_forward and self.peer:
+            self._in_forward_peer(main, trace, snapshot)
+            return
         if self.config.in_forward:
             self._in_forward(main, trace, snapshot, what)
             return
@@ -579,7 +627,117 @@ class GpuStep:
                 snapshot[whole.start:whole.stop] = r.grad[whole.start:whole.stop]
         self._on(main, "update", "update: whole", r.update(whole), trace)
 
+    def _in_forward_peer(self, main, trace, snapshot) -> None:
+        """:meth:`_in_forward` with each bucket's all-reduce and update fused into one peer update
+        (06_peer_update.cu): on the communication stream, bucket k's peer update (``config.peer``
+        blocks) once its gradient is formed, beside the later buckets' scatter on the caller's
+        stream; then on the caller's stream the last bucket's scatter with the small gradients and
+        one peer update of the last bucket and the small parameters (every SM), and the wait for
+        the communication stream."""
+        r = self.replica
+        last = len(r.buckets) - 1
+        self._on(main, "compute", f"forward + backward to dZ1, gradient: {r.buckets[1].name}", r.forward_and_first_bucket,
+                 trace)
+        for k in range(1, last):
+            if k > 1:
+                self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
+            self.ready[k].record(main)
+            self.side.wait_event(self.ready[k])
+            self._on(self.side, "communication", f"{PEER_OP}: {r.buckets[k].name}", self.peer_launches[k], trace)
+        tail, small = r.buckets[last], r.buckets[0]
+        self._on(main, "compute", f"gradient: {tail.name} and {small.name}", r.bucket_and_small[last - 1], trace)
+        self._on(main, "communication", f"{PEER_OP}: {tail.name} and {small.name}", self.peer_launches[last], trace)
+        self.reduced[last - 1].record(self.side)
+        main.wait_event(self.reduced[last - 1])
+        if snapshot is not None:
+            with main:
+                snapshot[...] = r.flat
+
+    def _plain_peer(self, trace, snapshot) -> None:
+        """The plain step with the all-reduce fused with the update (06_peer_update.cu): W1's
+        whole gradient in the forward kernel and the small gradients (``split="forward peer"``) or
+        step 9's gradient kernel (``"peer"``), then one peer update of the whole buffer, all on the
+        caller's stream. Computation alone (``"compute only"``): the same kernels and the ordinary
+        update (02_update_and_zero.cu) of this GPU's own gradient."""
+        import cupy
+        r, main = self.replica, cupy.cuda.get_current_stream()
+        whole = r.layout.whole()
+        if self.split == "forward peer":
+            self._on(main, "compute", "forward + backward to dZ1, gradient: W1", r.forward_and_w1_gradient, trace)
+            self._on(main, "compute", "gradient: W2, b1, b2", r.small_gradients, trace)
+        else:
+            self._on(main, "compute", "forward + backward to dZ1", r.forward_backward, trace)
+            self._on(main, "compute", "gradient: whole", r.backward_plain, trace)
+        if self.mode == "plain":
+            self._on(main, "communication", f"{PEER_OP}: whole", self.peer_launches[0], trace)
+            if snapshot is not None:
+                with main:
+                    snapshot[...] = r.flat
+        else:
+            self._on(main, "update", "update: whole", r.update(whole), trace)
+
     __call__ = step
+
+
+#: The peer update's operation in the timeline.
+PEER_OP = "all-reduce and update over NVLink"
+#: The plain step's forms with the peer update: after step 9's gradient kernel, or after the forward
+#: kernel that forms W1's whole gradient.
+PEER_SPLITS = ("peer", "forward peer")
+
+
+class PeerLink:
+    """Two GPUs' processes sharing their gradient buffers and flags through CUDA IPC, for
+    :meth:`.replicas.Replica.peer_update`: this rank's gradient moves to a buffer of its own
+    ``cudaMalloc`` (an IPC handle covers a whole allocation, which CuPy's pool may share), the
+    handles of it and of a flag array go to the other rank (an NCCL all-gather), and the other's
+    are opened here (``cudaIpcOpenMemHandle`` with lazy peer access: NVLink). Both ranks must
+    build their links, and their launches, in the same order. The allocations are kept until the
+    process ends (:data:`_KEPT`): the other process may still map them."""
+
+    def __init__(self, replica, comm, lib):
+        import cupy
+        rt = cupy.cuda.runtime
+        world = comm.size()
+        if world != 2:
+            raise GpulabError(f"the peer update reads one other GPU's gradient: it needs 2 GPUs, the communicator has "
+                              f"{world}")
+        n = replica.layout.size
+        nflags = 2 * PEER_SLOTS * PEER_MAX_BLOCKS
+        grad_mem, flag_mem = cupy.cuda.memory.Memory(4 * n), cupy.cuda.memory.Memory(4 * nflags)
+        grad = cupy.ndarray((n,), cupy.float32, cupy.cuda.memory.MemoryPointer(grad_mem, 0))
+        grad[...] = replica.grad
+        replica.use_gradient_buffer(grad)
+        self.replica = replica
+        self.flags = cupy.ndarray((nflags,), cupy.uint32, cupy.cuda.memory.MemoryPointer(flag_mem, 0))
+        self.flags.fill(0)
+        self.epochs = cupy.zeros(PEER_SLOTS * PEER_MAX_BLOCKS, cupy.uint32)
+        cupy.cuda.Device().synchronize()      # zeroed before the other GPU can write a flag here
+        mine = np.frombuffer(bytes(rt.ipcGetMemHandle(grad_mem.ptr)) + bytes(rt.ipcGetMemHandle(flag_mem.ptr)), np.uint8)
+        size = mine.size
+        send, recv = cupy.asarray(mine), cupy.zeros(world * size, cupy.uint8)
+        stream = cupy.cuda.get_current_stream()
+        comm.allGather(send.data.ptr, recv.data.ptr, size, getattr(lib, "NCCL_UINT8", 1), stream.ptr)
+        stream.synchronize()
+        other = cupy.asnumpy(recv).reshape(world, size)[1 - comm.rank_id()].tobytes()
+        half = size // 2
+        peer_grad, peer_flags = rt.ipcOpenMemHandle(other[:half]), rt.ipcOpenMemHandle(other[half:])
+        dev = cupy.cuda.Device().id
+        self.peer_grad = cupy.ndarray((n,), cupy.float32, cupy.cuda.memory.MemoryPointer(
+            cupy.cuda.memory.UnownedMemory(peer_grad, 4 * n, self, dev), 0))
+        self.peer_flags = cupy.ndarray((nflags,), cupy.uint32, cupy.cuda.memory.MemoryPointer(
+            cupy.cuda.memory.UnownedMemory(peer_flags, 4 * nflags, self, dev), 0))
+        _KEPT.append((grad_mem, flag_mem, self.flags, self.epochs, self.peer_grad, self.peer_flags))
+
+    def launch(self, spans, slot: int, blocks: int):
+        """The peer update over ``spans`` (one or two buckets) at flag ``slot``, on ``blocks`` blocks."""
+        if not 0 <= slot < PEER_SLOTS:
+            raise ValueError(f"the peer update has {PEER_SLOTS} flag slots, got slot {slot}")
+        return self.replica.peer_update(spans, self.peer_grad, self.flags, self.peer_flags, self.epochs, slot, blocks)
+
+
+#: Every PeerLink's allocations, kept for the process's life (see :class:`PeerLink`).
+_KEPT: list = []
 
 
 #: ncclAvg in NCCL's ncclRedOp_t (for a CuPy whose bindings lack the constant).
@@ -646,10 +804,6 @@ def _one_gpu_gradient(batch: data.Corpus, params: dict):
     return g
 
 
-def _tolerance(form: str) -> float:
-    return GRADIENT_TOLERANCE if form == "gradient" else UPDATE_TOLERANCE
-
-
 def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plain: tuple, with_reference,
             barrier) -> tuple[list, list]:
     """Each mode (the bucketed one in ``config``), one step with the summed
@@ -677,7 +831,7 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
         digests.append({"batch": batch.docs, "variant": label, "rank": rank, "gradient": _digest(snap),
                         "parameters": _digest(step.replica.flat)})
         if rank == 0:
-            tol = _tolerance(step.form)
+            tol = step.tolerance
             summed = cupy.asnumpy(step.effective_gradient(snap))
             err = float(np.linalg.norm(summed - g_one) / np.linalg.norm(g_one)) if np.isfinite(summed).all() \
                 else float("inf")
@@ -689,7 +843,7 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
                 views = step.replica.layout.views(summed)
                 for k in PARAMS:
                     c = compare(views[k], ref["d" + k], "fp32", name=f"{mode}: gradient of {k}")
-                    tol = max(c.tolerance, _tolerance(step.form))
+                    tol = max(c.tolerance, step.tolerance)
                     rows.append({"batch": batch.docs, "variant": label, "quantity": f"gradient of {k} vs float64",
                                  "rel_error": c.rel_error, "tolerance": tol, "passed": bool(c.rel_error <= tol)})
         del step, snap
@@ -701,7 +855,19 @@ def _checks(rank, world, comm, batch, params, bk: Buckets, config: Overlap, plai
 PLAIN_FORMS = {("gradient", False): "step 9's gradient kernel", ("gradient", True): "split gradient",
                ("gradient", "forward"): "gradient in the forward kernel",
                ("parameters", False): "parameter average, step 9's kernels",
-               ("parameters", True): "parameter average, split"}
+               ("parameters", True): "parameter average, split",
+               ("gradient", "peer"): "step 9's gradient kernel, all-reduce fused with the update over NVLink",
+               ("gradient", "forward peer"): "gradient in the forward kernel, all-reduce fused with the update over NVLink"}
+
+
+def plain_forms(world: int) -> list:
+    """The plain step's forms on ``world`` GPUs: the peer update's only on two."""
+    return [key for key in PLAIN_FORMS if world == 2 or key[1] not in PEER_SPLITS]
+
+
+def overlaps(configs, world: int) -> tuple:
+    """``configs`` that run on ``world`` GPUs: the peer update's only on two."""
+    return tuple(c for c in configs if world == 2 or not c.peer)
 
 
 def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl_settings: str, experiment: str):
@@ -722,7 +888,8 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
     del reference_step
     want = want.astype(cupy.float64)
     norm = float(cupy.linalg.norm(want))
-    runs = [("plain", key, None) for key in PLAIN_FORMS] + [("bucketed", ("gradient", False), c) for c in configs]
+    configs = overlaps(configs, world)
+    runs = [("plain", key, None) for key in plain_forms(world)] + [("bucketed", ("gradient", False), c) for c in configs]
     for mode, (form, split), config in runs:
         buckets, ranges = bk.get(config.buckets, config.rare_share) if config else bk.get(2)
         step = GpuStep(bk.part, params, batch.docs, comm, mode, buckets, config=config, ranges=ranges, split=split,
@@ -731,7 +898,7 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
         step(snapshot=got)
         err = float(cupy.linalg.norm(step.effective_gradient(got) - want)) / norm
         err = err if np.isfinite(err) else float("inf")
-        tol = _tolerance(step.form)
+        tol = step.tolerance
         label = f"one all-reduce, {PLAIN_FORMS[(form, split)]}" if config is None else f"bucketed: {config.label}"
         if rank == 0:
             checks.append({"batch": batch.docs, "variant": f"{label}; {nccl_settings}",
@@ -739,8 +906,9 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
                            "tolerance": tol, "passed": err <= tol})
         t = time_step(step, repeats)
         medians.append(t.median_ms if err <= tol else float("inf"))
-        extra = {} if config is None else {"buckets": config.buckets, "blocks_per_sm": config.blocks_per_sm or 0,
-                                           "spare_sms": config.spare_sms,
+        extra = {"peer": int(step.peer)} if config is None else {"peer": int(step.peer), "buckets": config.buckets,
+                                                                 "blocks_per_sm": config.blocks_per_sm or 0,
+                                           "spare_sms": config.spare_sms, "peer_blocks": config.peer,
                                            "priority": int(config.priority), "rare_share": config.share,
                                            "overlapped": int(config.overlapped)}
         rows.append(t.row(experiment, f"{world} GPUs, {label}; {nccl_settings}", batch.docs, phase="step", gpus=world,
@@ -753,8 +921,8 @@ def _sweep(rank, world, comm, batch, params, bk: Buckets, configs, repeats, nccl
     for r, w in zip(rows, worst):
         r["slowest_rank_ms"] = float(w)
     cupy.get_default_memory_pool().free_all_blocks()
-    p = len(PLAIN_FORMS)
-    plain = list(PLAIN_FORMS)[int(np.argmin(worst[:p]))]
+    p = len(plain_forms(world))
+    plain = plain_forms(world)[int(np.argmin(worst[:p]))]
     # The bucketed step the run keeps is the fastest overlapped one (the others are measurements).
     overlapped = np.where([c.overlapped for c in configs], worst[p:], np.inf)
     return rows, checks, configs[int(np.argmin(overlapped))], plain
@@ -922,7 +1090,7 @@ def _timeline(step: GpuStep, rank: int, batch: int, mode: str, repeats: int = 3)
 
 
 def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, repeats: int, barrier,
-            timeline_batches, env: dict, sweep_only: bool) -> None:
+            timeline_batches, env: dict, sweep_only: bool, every_batch=None) -> None:
     nccl_env()
     os.environ.update(env)
     nccl_settings = nccl_label(env)
@@ -945,24 +1113,25 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
         result = {"rows": [], "checks": [], "digests": [], "timeline": [], "choices": []}
         sweep_repeats = max(5, min(repeats, SWEEP_REPEATS))
         if sweep_only:
-            b = max(batches)
-            batch = corpus.rows(0, b)
-            bk = Buckets(batch, split_batch(batch, world)[rank])
-            rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, NCCL_SWEEP, sweep_repeats,
-                                                nccl_settings, "nccl settings")
-            result["rows"] += rows
-            result["checks"] += checks
-            result["choices"].append({"batch": b, "nccl": nccl_settings, **asdict(best), "label": best.label,
-                                      "plain": PLAIN_FORMS[plain]})
-            log(f"{nccl_settings}: B={b} " + ", ".join(f"{r['variant']} {r['slowest_rank_ms']:.4f}" for r in rows))
+            for b in batches:
+                batch = corpus.rows(0, b)
+                bk = Buckets(batch, split_batch(batch, world)[rank])
+                rows, checks, best, plain = _sweep(rank, world, comm, batch, params, bk, NCCL_SWEEP, sweep_repeats,
+                                                    nccl_settings, "nccl settings")
+                result["rows"] += rows
+                result["checks"] += checks
+                result["choices"].append({"batch": b, "nccl": nccl_settings, **asdict(best), "label": best.label,
+                                          "plain": PLAIN_FORMS[plain]})
+                log(f"{nccl_settings}: B={b} " + ", ".join(f"{r['variant']} {r['slowest_rank_ms']:.4f}" for r in rows))
             out.write_text(json.dumps(result, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
             return
         start = time.perf_counter()
+        every = tuple(every_batch or batches)       # the run's batches (this call may time some of them)
         for b in batches:
             batch = corpus.rows(0, b)
             if rank == 0:
-                result["rows"] += _one_gpu_rows(batch, params, repeats, pieces=b in (max(batches), max(batches) // world))
-                if b in BUCKET_PIECE_BATCHES or b == min(batches):
+                result["rows"] += _one_gpu_rows(batch, params, repeats, pieces=b in (max(every), max(every) // world))
+                if b in BUCKET_PIECE_BATCHES or b == min(every):
                     result["rows"] += _bucket_pieces(batch, params, world, repeats)
             barrier.wait()
             bk = Buckets(batch, split_batch(batch, world)[rank])
@@ -994,6 +1163,8 @@ def _worker(rank: int, world: int, uid, port: int, tmp: str, batches, sizes, rep
             # The computation alone in every form of the plain step (no NCCL call: each GPU on its
             # own): whether a form's cost on two GPUs comes with the all-reduce or without it.
             for form, split in PLAIN_FORMS:
+                if split in PEER_SPLITS:      # computation alone: the same kernels as the forms without the peer
+                    continue
                 step = GpuStep(bk.part, params, b, None, "compute only", buckets, config=best, ranges=ranges,
                                split=split, form=form, world=world)
                 t = time_step(step, repeats)
@@ -1024,13 +1195,16 @@ def _free_port() -> int:
 
 
 def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int, world: int,
-                timeline_batches=(), env: dict | None = None, sweep_only: bool = False) -> dict:
+                timeline_batches=(), env: dict | None = None, sweep_only: bool = False, every_batch=None) -> dict:
     """Start ``world`` processes, one per GPU, run :func:`_worker` in each and
     return {"rows": rank 0's rows, "checks", "digests" (every rank's),
     "timeline" (every rank's), "choices" (the bucketed configuration kept at
     each batch)}. ``env``: NCCL settings for the workers (set before NCCL
-    loads). ``sweep_only``: only the bucketed configurations and the plain
-    step at the largest batch (the record's NCCL-settings sweep)."""
+    loads). ``sweep_only``: only :data:`NCCL_SWEEP` and the plain step's forms,
+    at each of ``batches`` (the record's NCCL-settings sweep). ``every_batch``:
+    the run's batches, where this call times only some of them (the batches
+    are timed in groups, each under the NCCL settings chosen for it): where
+    the one-GPU pieces and the bucket pieces are timed."""
     import multiprocessing as mp
     nccl_env()
     uid = nccl().get_unique_id()
@@ -1042,7 +1216,8 @@ def run_workers(corpus: data.Corpus, params: dict, batches, sizes, repeats: int,
                  labels=part.labels, vocab=part.vocab, **params)
         port = _free_port()
         procs = [ctx.Process(target=_worker, args=(r, world, uid, port, tmp, tuple(batches), tuple(sizes), repeats,
-                                                   barrier, tuple(timeline_batches), dict(env or {}), sweep_only))
+                                                   barrier, tuple(timeline_batches), dict(env or {}), sweep_only,
+                                                   tuple(every_batch or batches)))
                  for r in range(world)]
         for p in procs:
             p.start()
