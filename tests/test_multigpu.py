@@ -1098,3 +1098,37 @@ def test_the_peer_update_is_refused_where_it_cannot_run(monkeypatch):
     assert workers.plain_forms(3) == [k for k in workers.PLAIN_FORMS if k[1] not in workers.PEER_SPLITS]
     assert not any(c.peer for c in workers.overlaps(workers.OVERLAPS, 3))
     assert any(c.peer for c in workers.overlaps(workers.OVERLAPS, 2))
+
+
+def test_views_read_the_nccl_settings_per_batch_and_the_peer_updates_apart():
+    # SYNTHETIC rows: NCCL settings swept at two batches (each batch keeps its fastest step through NCCL;
+    # the peer update's rows, which never call NCCL, are left out), the cost model compared with the plain
+    # step through NCCL under the largest batch's setting, and the peer update named "all-reduce" in the
+    # timeline (flagged fused).
+    from gpulab.runs import RecordedRun
+    from gpulab.workloads.multigpu import views, workers
+    run, _ = _synthetic_run()
+    base = {k: v for k, v in run.timings.iloc[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
+    rows = run.timings.to_dict("records")
+    peer = f"one all-reduce, {workers.PLAIN_FORMS[('gradient', 'peer')]}"
+    times = {("NCCL defaults", 1024): 0.10, ("NCCL_MAX_NCHANNELS=8", 1024): 0.15,
+             ("NCCL defaults", 65536): 0.80, ("NCCL_MAX_NCHANNELS=8", 65536): 0.70}
+    for (nccl, size), ms in times.items():
+        for variant, t in (("one all-reduce, step 9's gradient kernel", ms), (peer, ms / 10), ("bucketed: A", ms + 0.01)):
+            rows.append({**base, "experiment": "nccl settings", "variant": f"2 GPUs, {variant}; {nccl}", "size": size,
+                         "median_ms": t, "slowest_rank_ms": t})
+    choices = pd.DataFrame([{"batch": 1024, "label": "A", "plain": "x", "nccl": "NCCL defaults"},
+                            {"batch": 65536, "label": "A", "plain": "x", "nccl": "NCCL_MAX_NCHANNELS=8"}])
+    timeline = pd.DataFrame([{"batch": 1024, "mode": "plain", "gpu": 0, "lane": "communication",
+                              "operation": f"{workers.PEER_OP}: whole", "start_us": 1.0, "end_us": 5.0}])
+    swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta), tables={"choices": choices, "timeline": timeline})
+    by = views.nccl_by_batch(swept, plain_only=True)
+    assert by.loc[1024, "NCCL defaults"] == pytest.approx(0.10) and by.loc[65536, "NCCL_MAX_NCHANNELS=8"] == pytest.approx(0.70)
+    assert views.nccl_by_batch(swept).loc[1024, "NCCL defaults"] == pytest.approx(0.10)     # the peer's 0.01 left out
+    assert views.curve_setting(swept) == "NCCL_MAX_NCHANNELS=8"
+    assert list(views.nccl_plain(swept)) == pytest.approx([0.15, 0.70])
+    n = views.nccl_table(swept).set_index("NCCL settings")          # the largest batch only, NCCL's steps only
+    assert n.loc["NCCL_MAX_NCHANNELS=8", "plain step (ms)"] == pytest.approx(0.70)
+    tl = views.timeline(swept)
+    assert list(tl["operation"]) == ["all-reduce: whole"] and bool(tl["fused"].iloc[0])
+    assert views.timeline_span(swept, 1024, "plain", "all-reduce") == pytest.approx(4.0)

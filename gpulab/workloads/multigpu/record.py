@@ -25,9 +25,10 @@ Experiments (the ``experiment`` column):
   the forward pass, W1's whole scatter and each bucket's scatter (cut at equal
   work, and with the rare-word bucket holding a quarter), each alone: what
   the overlap can hide (:func:`.workers.bucket_pieces`);
-* ``overlap``: at every batch, the plain step in its two forms and the
-  bucketed step in every launch configuration of ``workers.OVERLAPS``, each
-  checked and timed (``slowest_rank_ms``: the slower GPU's median); the
+* ``overlap``: at every batch, the plain step in every form (``workers.PLAIN_FORMS``:
+  through NCCL, or on two GPUs with the all-reduce fused with the update over
+  NVLink) and the bucketed step in every launch configuration of
+  ``workers.OVERLAPS``, each checked and timed (``slowest_rank_ms``: the slower GPU's median); the
   fastest of each is what the ``step`` rows time again;
 * ``nccl settings``: the fastest kinds of step of the sweep (``workers.NCCL_SWEEP``
   and the plain step's forms) at every batch under each of

@@ -19,7 +19,7 @@ from ...runs import RecordedRun, available_runs, load_run
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
-from .workers import FIRST_PIECE, ONE_GPU_FORWARD, PLAIN_FORMS, SPARE_SMS, Overlap
+from .workers import FIRST_PIECE, ONE_GPU_FORWARD, PEER_OP, PLAIN_FORMS, SPARE_SMS, Overlap
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
@@ -41,6 +41,8 @@ ALLREDUCE_TARGET = 1.15
 #: OVERLAP_SHARE of the step.
 SCALING_TARGET, OVERLAP_SHARE = 0.55, 0.20
 RECORD_COMMAND = "python -m gpulab record multigpu"
+#: What the sweep's labels of the steps with the peer update (06_peer_update.cu) contain.
+PEER = "over NVLink"
 
 
 #: A column only runs of the parameter-averaging record and later have (the form of each swept step).
@@ -135,7 +137,8 @@ def targets(run: RecordedRun) -> pd.DataFrame:
     p = predicted_steps(run)
     if p is not None:
         worst = float(p["error"].abs().max())
-        rows.append({"target": "the cost model predicts the plain two-GPU step within 15% (worst batch: |error|)",
+        rows.append({"target": "the cost model predicts the plain two-GPU step through NCCL within 15% (worst batch: "
+                               "|error|)",
                      "measured": worst, "met": worst <= 0.15})
     return pd.DataFrame(rows)
 
@@ -174,6 +177,7 @@ def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
     r = run.experiment("nccl settings").copy()
     col = "slowest_rank_ms" if "slowest_rank_ms" in r else "median_ms"
     r["nccl"] = r["variant"].str.split("; ").str[-1]
+    r = r[(r["size"] == r["size"].max()) & ~r["variant"].str.contains(PEER)]       # the steps that call NCCL
     rows = []
     for nccl, g in r.groupby("nccl", sort=False):
         plain = g[g["variant"].str.contains("one all-reduce")]       # the plain step's fastest form
@@ -182,6 +186,25 @@ def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
         rows.append({"NCCL settings": nccl, "plain step (ms)": float(plain[col].min()),
                      "fastest bucketed step (ms)": float(best[col]), "its configuration": _short(best["variant"])})
     return pd.DataFrame(rows)
+
+
+def nccl_by_batch(run: RecordedRun, plain_only: bool = False) -> pd.DataFrame | None:
+    """Per batch (rows) and NCCL setting (columns): the fastest two-GPU step through NCCL (the
+    plain step in any form and the bucketed configurations of ``workers.NCCL_SWEEP``; with
+    ``plain_only`` the plain step's forms alone), the slower GPU's median (ms); None for a run
+    that tried the settings at its largest batch only."""
+    if "nccl settings" not in set(run.timings["experiment"]):
+        return None
+    r = run.experiment("nccl settings").copy()
+    if r["size"].nunique() < 2:
+        return None
+    col = "slowest_rank_ms" if "slowest_rank_ms" in r else "median_ms"
+    r["nccl"] = r["variant"].str.split("; ").str[-1]
+    r = r[~r["variant"].str.contains(PEER) & ~r["variant"].str.contains("not overlapped")]
+    if plain_only:
+        r = r[r["variant"].str.contains("one all-reduce")]
+    return r.pivot_table(index="size", columns="nccl", values=col, aggfunc="min", sort=False).rename_axis(
+        index="batch", columns="NCCL settings")
 
 
 def forms_table(run: RecordedRun) -> pd.DataFrame | None:
@@ -194,12 +217,20 @@ def forms_table(run: RecordedRun) -> pd.DataFrame | None:
     if t is None or not any("parameter average" in i for i in t.index):
         return None
     plain = t[t.index.str.startswith("one all-reduce")]
+    peer = plain[plain.index.str.contains(PEER)]
+    plain = plain[~plain.index.str.contains(PEER)]
     params = plain[plain.index.str.contains("parameter average")]
     grads = plain[~plain.index.str.contains("parameter average")]
     out = pd.DataFrame({"gradient summed (ms)": grads.min(), "parameters averaged (ms)": params.min()})
     out.index.name = "batch"
     out["saved (µs)"] = (out["gradient summed (ms)"] - out["parameters averaged (ms)"]) * 1e3
+    if len(peer):
+        out[FUSED] = peer.min()
     return out
+
+
+#: forms_table's column of the plain step with the all-reduce fused with the update over NVLink.
+FUSED = "all-reduce fused with the update over NVLink (ms)"
 
 
 BUCKET_PIECE = "1 GPU, one GPU's share: "
@@ -226,7 +257,7 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
     ``ideal saving`` = hideable (or the first all-reduce's time, if shorter) -
     that cost: the saving with perfect overlap
     and nothing shared between the all-reduce and the scatter. ``measured
-    saving``: the plain step (its fastest form) less that bucketed
+    saving``: the plain step through NCCL (its fastest form) less that bucketed
     configuration, both from the sweep (the slower GPU's median). Where the
     sweep also timed the configuration not overlapped (every all-reduce after
     the whole scatter): ``split, not overlapped`` = plain less that step (what
@@ -244,7 +275,9 @@ def overlap_bound(run: RecordedRun) -> pd.DataFrame | None:
         at = pieces[pieces["size"] == b]
         us = lambda name, per_sm, share: float(at[(at["variant"] == BUCKET_PIECE + name) & (at["blocks_per_sm"] == per_sm)  # noqa: E731
                                                   & np.isclose(at["rare_share"], share)]["median_ms"].iloc[0]) * 1e3
-        plain = sweep.loc[sweep.index.str.startswith("one all-reduce"), b].min() if sweep is not None else np.nan
+        # the plain step through NCCL: the bound is the NCCL steps' (the peer update's forms are not cut this way)
+        plain = sweep.loc[sweep.index.str.startswith("one all-reduce") & ~sweep.index.str.contains(PEER), b].min() \
+            if sweep is not None else np.nan
         timed_small = at[at["variant"] == BUCKET_PIECE + "small gradients, coalesced"]["median_ms"]
         small = float(timed_small.iloc[0]) * 1e3 if len(timed_small) else np.nan
         fused = (at["variant"] == BUCKET_PIECE + FIRST_PIECE).any()
@@ -478,10 +511,13 @@ def predicted_steps(run: RecordedRun, model: costmodel.RingModel | None = None) 
     step 10, or the replicas' gradient-then-update forms, :data:`ONE_GPU_STEPS`: the plain step keeps
     whichever form is fastest) on half the batch, measured, plus the fitted
     all-reduce of the whole gradient (or parameters: the same bytes); against
-    the measured plain step."""
+    the measured plain step through NCCL (:func:`nccl_plain`): the model is NCCL's ring, fitted
+    to the curve NCCL measured under one setting, so it predicts the step that calls that
+    all-reduce, not the peer update's (06_peer_update.cu), which sends nothing through NCCL."""
     t = step_table(run)
     if ONE_GPU_REPLICA not in t or PLAIN not in t:
         return None
+    measured = nccl_plain(run)
     replica = t[[c for c in ONE_GPU_STEPS if c in t]].min(axis=1)
     model = model or fitted_model(run)
     grad = 4 * Layout(VOCAB).size
@@ -493,8 +529,26 @@ def predicted_steps(run: RecordedRun, model: costmodel.RingModel | None = None) 
             pred = replica.loc[b // 2] + comm
             rows.append({"batch": b, "1 GPU on B/2 (ms)": replica.loc[b // 2], "all-reduce, model (ms)": comm,
                          "predicted (ms)": pred, "predicted range (ms)": f"{pred - comm + lo:.3f}-{pred - comm + hi:.3f}",
-                         "measured (ms)": t.loc[b, PLAIN], "error": pred / t.loc[b, PLAIN] - 1})
+                         "measured (ms)": measured.loc[b], "error": pred / measured.loc[b] - 1})
     return pd.DataFrame(rows) if rows else None
+
+
+def curve_setting(run: RecordedRun) -> str:
+    """The NCCL setting the run's all-reduce curves were measured under: the one kept at its
+    largest batch (the curves run in that batch's processes)."""
+    k = kept(run)
+    return str(k.loc[k.index.max(), "nccl"]) if k is not None and "nccl" in k else "NCCL defaults"
+
+
+def nccl_plain(run: RecordedRun) -> pd.Series:
+    """Per batch, the fastest plain step through NCCL (any of its forms without the peer update)
+    under :func:`curve_setting`, the slower GPU's median (ms), from the NCCL-settings sweep; a run
+    without a per-batch sweep: its plain step (the ``step`` rows), which then always called NCCL."""
+    by = nccl_by_batch(run, plain_only=True)
+    setting = curve_setting(run)
+    if by is not None and setting in by:
+        return by[setting]
+    return step_table(run)[PLAIN]
 
 
 def allreduce_table(run: RecordedRun, variant: str | None = None) -> pd.DataFrame:
@@ -583,11 +637,14 @@ COLOURS = {"forward": "#4c72b0", "gradient": "#55a868", "all-reduce": "#c44e52",
 
 
 def timeline(run: RecordedRun) -> pd.DataFrame:
-    """The run's timeline side table, the parameter form's "all-reduce (average): X"
-    named "all-reduce: X" like the gradient form's (``averaged`` says which)."""
+    """The run's timeline side table, the parameter form's "all-reduce (average): X" and the
+    peer update's "all-reduce and update over NVLink: X" named "all-reduce: X" like the gradient
+    form's NCCL all-reduce (``averaged`` and ``fused`` say which)."""
     t = run.tables["timeline"].copy()
     t["averaged"] = t["operation"].str.contains(" (average)", regex=False)
-    t["operation"] = t["operation"].str.replace(" (average)", "", regex=False)
+    t["fused"] = t["operation"].str.startswith(PEER_OP + ": ")
+    t["operation"] = t["operation"].str.replace(" (average)", "", regex=False).str.replace(
+        PEER_OP + ": ", "all-reduce: ", regex=False)
     return t
 
 

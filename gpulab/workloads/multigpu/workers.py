@@ -21,6 +21,11 @@ NCCL calls included, into one CUDA graph.
 priorities) and both forms of the plain step at a batch and picks the
 fastest the same way on every rank (times max-reduced over NCCL).
 
+On two GPUs, :class:`PeerLink` maps each rank's gradient buffer into the other's
+process (CUDA IPC), so that the steps with the peer update
+(``kernels/multigpu/06_peer_update.cu``: the all-reduce fused with the update, each
+GPU reading the other's gradient over NVLink) need no NCCL call at all.
+
 Every number a rank records comes from the same timer as the rest of the lab
 (:func:`gpulab.timing.graph_benchmark` / :func:`~gpulab.timing.benchmark`)
 with a *fixed* number of repeats: a stop rule could stop the ranks after
@@ -486,9 +491,6 @@ class GpuStep:
         r, main = self.replica, cupy.cuda.get_current_stream()
         what = "all-reduce (average)" if self.form == "parameters" else "all-reduce"
         last = len(r.buckets) - 1
-        if self.config.in_forward and self.peer:
-            self._in_forward_peer(main, trace, snapshot)
-            return
         if self.config.in_forward:
             self._in_forward(main, trace, snapshot, what)
             return
@@ -580,7 +582,10 @@ class GpuStep:
         scatters the later buckets (each all-reduced and updated on the communication stream in
         turn), the last with the small gradients in one launch (04_first_bucket_and_small.cu),
         sends the last bucket and the small parameters, which are not contiguous, as one NCCL
-        group, updates them, and waits for the communication stream."""
+        group, updates them, and waits for the communication stream. With the peer update
+        (``config.peer``, 06_peer_update.cu) each bucket's all-reduce and update are one launch
+        instead: the earlier buckets' on ``config.peer`` blocks beside the scatter, the last
+        bucket's and the small parameters' on every SM."""
         r = self.replica
         last = len(r.buckets) - 1
         self._on(main, "compute", f"forward + backward to dZ1, gradient: {r.buckets[1].name}", r.forward_and_first_bucket,
@@ -591,6 +596,9 @@ class GpuStep:
             b = r.buckets[k]
             self.ready[k].record(main)
             self.side.wait_event(self.ready[k])
+            if self.peer:
+                self._on(self.side, "communication", f"{PEER_OP}: {b.name}", self.peer_launches[k], trace)
+                continue
             self._on(self.side, "communication", f"{what}: {b.name}", lambda b=b: self.allreduce(b.start, b.stop, self.side),
                      trace)
             if snapshot is not None:
@@ -600,14 +608,20 @@ class GpuStep:
         tail, small = r.buckets[last], r.buckets[0]
         name = f"{tail.name} and {small.name}"
         self._on(main, "compute", f"gradient: {name}", r.bucket_and_small[last - 1], trace)
-        self._on(main, "communication", f"{what}: {name}", lambda: self._grouped((tail, small), main), trace)
-        if snapshot is not None:
-            with main:
-                for b in (tail, small):
-                    snapshot[b.start:b.stop] = r.grad[b.start:b.stop]
-        self._on(main, "update", f"update: {name}", lambda: (r.update(tail)(), r.update(small)()), trace)
+        if self.peer:
+            self._on(main, "communication", f"{PEER_OP}: {name}", self.peer_launches[last], trace)
+        else:
+            self._on(main, "communication", f"{what}: {name}", lambda: self._grouped((tail, small), main), trace)
+            if snapshot is not None:
+                with main:
+                    for b in (tail, small):
+                        snapshot[b.start:b.stop] = r.grad[b.start:b.stop]
+            self._on(main, "update", f"update: {name}", lambda: (r.update(tail)(), r.update(small)()), trace)
         self.reduced[last - 1].record(self.side)
         main.wait_event(self.reduced[last - 1])
+        if self.peer and snapshot is not None:      # the updated parameters: no summed gradient is stored
+            with main:
+                snapshot[...] = r.flat
 
     def _plain_in_forward(self, trace, snapshot) -> None:
         """The plain step (or its computation alone) with W1's whole gradient in the forward kernel
@@ -626,32 +640,6 @@ class GpuStep:
             with main:
                 snapshot[whole.start:whole.stop] = r.grad[whole.start:whole.stop]
         self._on(main, "update", "update: whole", r.update(whole), trace)
-
-    def _in_forward_peer(self, main, trace, snapshot) -> None:
-        """:meth:`_in_forward` with each bucket's all-reduce and update fused into one peer update
-        (06_peer_update.cu): on the communication stream, bucket k's peer update (``config.peer``
-        blocks) once its gradient is formed, beside the later buckets' scatter on the caller's
-        stream; then on the caller's stream the last bucket's scatter with the small gradients and
-        one peer update of the last bucket and the small parameters (every SM), and the wait for
-        the communication stream."""
-        r = self.replica
-        last = len(r.buckets) - 1
-        self._on(main, "compute", f"forward + backward to dZ1, gradient: {r.buckets[1].name}", r.forward_and_first_bucket,
-                 trace)
-        for k in range(1, last):
-            if k > 1:
-                self._on(main, "compute", f"gradient: {r.buckets[k].name}", lambda k=k: r.backward_bucket(k), trace)
-            self.ready[k].record(main)
-            self.side.wait_event(self.ready[k])
-            self._on(self.side, "communication", f"{PEER_OP}: {r.buckets[k].name}", self.peer_launches[k], trace)
-        tail, small = r.buckets[last], r.buckets[0]
-        self._on(main, "compute", f"gradient: {tail.name} and {small.name}", r.bucket_and_small[last - 1], trace)
-        self._on(main, "communication", f"{PEER_OP}: {tail.name} and {small.name}", self.peer_launches[last], trace)
-        self.reduced[last - 1].record(self.side)
-        main.wait_event(self.reduced[last - 1])
-        if snapshot is not None:
-            with main:
-                snapshot[...] = r.flat
 
     def _plain_peer(self, trace, snapshot) -> None:
         """The plain step with the all-reduce fused with the update (06_peer_update.cu): W1's
