@@ -31,9 +31,10 @@
 // scatter-add: the peer may still be reading it until then. e counts this
 // block's calls in device memory (epochs), so the same kernel replays in a
 // CUDA graph without new arguments. Each GPU's block b waits only for the
-// other's block b; blocks start in index order on both GPUs, so the blocks
-// already running on both always include the lowest waiting one, which then
-// finishes and frees its SM.
+// other's block b. The block scheduler starts a grid's blocks in index order
+// (what GPUs do in practice; CUDA does not promise it), so the blocks running
+// on both GPUs always include the lowest waiting one, which then finishes and
+// frees its SM; the plain step's launch (one block per SM) is resident whole.
 //
 // sync = 0 (the CPU backend, where both replicas run in one process one after
 // the other): no flags and no zeroing; the caller zeroes both gradients after

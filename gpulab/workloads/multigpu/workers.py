@@ -230,8 +230,8 @@ LEAN = tuple(Overlap(2, k, True, form, lean=True) for form in ("parameters", "gr
           for share in (None, RARE_SHARE))
 #: Blocks of the earlier buckets' peer updates (06_peer_update.cu, 512 threads each, one per SM) beside
 #: the later buckets' scatter: the SMs the peer update takes, the scatter keeps the rest (a development
-#: sweep on the H100s also tried 16, too few to keep NVLink busy, and 132, every SM, which left the
-#: scatter's blocks queuing behind the peer update's: both slower at every batch).
+#: sweep on the H100s also tried 16 and 132, every SM: both slower than 32 or 66 at every batch it
+#: timed, B = 1,024 to 8,192 and 65,536).
 PEER_BLOCKS = (32, 48, 66, 96)
 #: The overlapped step with the all-reduce fused with the update over NVLink (two GPUs only): the first
 #: bucket's gradient in the forward kernel, its peer update beside the frequent words' scatter.
