@@ -87,8 +87,9 @@ def step_table(run: RecordedRun) -> pd.DataFrame:
     rows = run.experiment("step")
     if "ddp" in set(run.timings["experiment"]):
         rows = pd.concat([rows, run.experiment("ddp")], ignore_index=True)
+    # Columns in the order recorded; rows by batch (a record's workers may finish batches out of order).
     return rows.pivot_table(index="size", columns="variant", values="median_ms", sort=False).rename_axis(
-        index="batch", columns=None)
+        index="batch", columns=None).sort_index()
 
 
 def scaling_table(run: RecordedRun) -> pd.DataFrame:
