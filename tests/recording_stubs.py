@@ -151,7 +151,7 @@ def fcnet(fail):
     from gpulab import baselines
     from gpulab.workloads.fcnet import record as r
     r.benchmark, r.graph_benchmark = timing.benchmark, timing.graph_benchmark
-    r.SIZES = {"small": 1_280, "large": 25_600}         # the CPU backend's pace
+    r.SIZES = {"small": 128, "large": 2_560}            # the CPU backend's pace
     real_reference, real_runnable = r.reference, r.runnable_steps
 
     class OnDevice(np.ndarray):
@@ -178,7 +178,7 @@ def fcnet(fail):
 def lenet(fail):
     from gpulab.workloads.lenet import baselines as lenet_baselines
     from gpulab.workloads.lenet import record as r
-    r.BATCHES = (4, 8, 12)                              # the CPU backend's pace
+    r.BATCHES = (2, 3, 4)                               # the CPU backend's pace
     real_runnable = r.runnable_batches
 
     def runnable_batches(batches, limits=None):         # and a batch over this "GPU"'s memory
@@ -294,7 +294,7 @@ def hopper(fail):
     r.QUICK_SIZES = (136,)
     r.SHAPES = (("tiny conv", 200, 136, 712, "a conv layer, smaller"), ("tiny dense", 72, 264, 200, "a dense layer"))
     r.QUICK_SHAPES = ("tiny conv", "tiny dense")
-    r.CHECK_SHAPES = ((200, 136, 712),)
+    r.CHECK_SHAPES = ((200, 136, 200),)
 
     def random(shape, seed, precision):
         x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
@@ -331,10 +331,10 @@ def convpool(fail):
     from gpulab.workloads.convpool import baselines as convpool_baselines
     from gpulab.workloads.convpool import record as r
     from gpulab.workloads.convpool import sweeps
-    from gpulab.workloads.convpool.shapes import CHECK
+    from gpulab.workloads.convpool.shapes import Shape
     r.benchmark = timing.benchmark
-    r.LAYER = CHECK.batch(1)
-    r.SLOW_SEARCH_BATCH = 8
+    r.LAYER = Shape(N=1, C=8, H=6, W=10, M=20)     # the fewest channels steps 6-8 take (8): the CPU backend's pace
+    r.QUICK_BATCHES, r.SLOW_SEARCH_BATCH = (1, 2), 2
     convpool_baselines.layer_paths = convpool_baselines.conv_only_paths = lambda *args, **options: []
     vendor_measure("cuDNN (PyTorch) fp32", "cuDNN (PyTorch)", "fp16")
     baselines._release_memory = lambda: None
@@ -353,20 +353,26 @@ def convpool(fail):
 
 
 def alexnet(fail):
-    """The reduced check layers (the CPU backend's pace), the quick run's largest batch (8) as the
-    main one (so that what the record does at N = 128 runs: the cold L2 and channels-last-input
-    rows, Winograd's filter transforms, cuDNN's algorithms); cuDNN's paths, the kernels'
-    resources and Nsight Compute's profile, which need a GPU, stubbed. Step ``fail`` made wrong."""
+    """The reduced check layers and batches (the CPU backend's pace): a quick run's batches 1 and
+    2, with 2 as the main batch (so that what the record does at N = 128 runs: the cold L2 and
+    channels-last-input rows, Winograd's filter transforms, cuDNN's algorithms) and 64 as the
+    scaling batch (checked on three of its images, as beyond N = 128); cuDNN's paths, the
+    kernels' resources and Nsight Compute's profile, which need a GPU, stubbed. Step ``fail``
+    made wrong."""
     from gpulab import baselines
     from gpulab.workloads.alexnet import record as r
-    from gpulab.workloads.alexnet import winograd
+    from gpulab.workloads.alexnet import shapes, winograd
     from gpulab.workloads.alexnet.shapes import Layer
     r.benchmark = winograd.benchmark = timing.benchmark
-    # The layers' strides, paddings and filter sizes, on 5 x 5 to 6 x 6 images (the CPU backend's pace)
-    r.LAYERS = [Layer(1, C=3, H=27, W=27, M=10, R=11, S=11, U=4, P=0), Layer(2, C=10, H=6, W=6, M=17, R=5, S=5, U=1, P=2),
-                *(Layer(i, C=c, H=5, W=5, M=m, R=3, S=3, U=1, P=1) for i, c, m in ((3, 17, 20), (4, 20, 19), (5, 19, 13)))]
-    r.MAIN_N = 8
-    r.SCALING_STEPS = ("04", "14", "20")       # at N = 256 on the CPU backend: three, each kind of kernel
+    # The layers' strides, paddings and filter sizes, each making a 4 x 4 output
+    r.LAYERS = [Layer(1, C=3, H=23, W=23, M=10, R=11, S=11, U=4, P=0), Layer(2, C=10, H=4, W=4, M=17, R=5, S=5, U=1, P=2),
+                *(Layer(i, C=c, H=4, W=4, M=m, R=3, S=3, U=1, P=1) for i, c, m in ((3, 17, 20), (4, 20, 19), (5, 19, 13)))]
+    # The scaling batch, 32 times the main one: the stub clock's medians (one more ms each timed
+    # call) then predict layer 1's steps under the record's 4 s a call and the later layers' over
+    # it, so both the timed and the skipped-with-its-estimate paths of the scaling study run.
+    r.QUICK_BATCHES, r.MAIN_N, r.QUICK_SCALING_BATCHES = (1, 2), 2, (64,)
+    shapes.MAIN_N = 2                          # which images are checked beyond the main batch
+    r.SCALING_STEPS = ("04", "14", "20")       # three, each kind of kernel
     RECORD_OPTIONS.extend(["--budget-s", "3600"])   # every experiment runs, however slow this machine
     r.vendor_paths = r.nchw_input_paths = lambda *args, **options: []
     vendor_measure("cuDNN (PyTorch) fp32", "cuDNN (PyTorch)", "fp16")
