@@ -5,9 +5,9 @@ tests/fixtures/recording/ were written from main before that change, by the same
 from main's tools/hopper_gpu_run.py, which recorded that chapter until it became a Recording;
 convpool's from its benchmark_all of main at df938ce, before it became one; alexnet's from its
 benchmark_all of main at 81773b5, before it became one). A
-check that fails leaves its step untimed, as a FAILED row, and the command exits 1. Convpool's
-and alexnet's records (the longest) are made once, with a step failing: everything but that
-step's rows is compared with the fixture, and that step's rows are the failure's.
+check that fails leaves its step untimed, as a FAILED row, and the command exits 1. The records
+of measuring, hopper, convpool and alexnet are each made once, with a step failing: everything
+but that step's rows is compared with the fixture, and that step's rows are the failure's.
 
 The stubs run each chapter's kernels, and check them, at sizes and batches of their own, as small
 as still lets every experiment of the record run (the CPU backend's pace); they are the sizes the
@@ -67,22 +67,31 @@ def run_or_fail(chapter: str, out: Path, *options: str, code: int = 0) -> dict:
     return schema(out)
 
 
-@pytest.mark.parametrize("chapter", [pytest.param("measuring", marks=pytest.mark.slow),
-                                     pytest.param("fcnet", marks=pytest.mark.slow),
-                                     pytest.param("lenet", marks=pytest.mark.slow),
-                                     "training", "multigpu"])
-def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
-    expected = json.loads((FIXTURES / f"{chapter}.json").read_text())
-    found = run_or_fail(chapter, tmp_path)
+def as_before(found: dict, expected: dict) -> None:
     assert sorted(found) == sorted(expected)
     for name in expected:
         assert found[name] == expected[name], name
 
 
-def test_the_training_record_lists_what_failed_or_was_not_started(tmp_path):
-    """The stubs crash step 5's timing and the breakdown, and spend the 330 s budget in the
-    timeline: the run goes on, and its problems table says what is missing and why."""
+def adds_the_skipped_table(found: dict, expected: dict, chapter: str) -> None:
+    """The run's metadata are the fixture's (a run with nothing skipped), and list the skipped table too."""
+    name = f"{chapter}.meta.json"
+    assert found[name]["tables"] == sorted([*expected[name]["tables"], "skipped"])
+    assert {k: v for k, v in found[name]["string_columns"].items() if k != "skipped"} == \
+        expected[name]["string_columns"]
+
+
+@pytest.mark.parametrize("chapter", [pytest.param("fcnet", marks=pytest.mark.slow),
+                                     pytest.param("lenet", marks=pytest.mark.slow), "multigpu"])
+def test_the_record_writes_what_it_wrote_before(chapter, tmp_path):
+    as_before(run_or_fail(chapter, tmp_path), json.loads((FIXTURES / f"{chapter}.json").read_text()))
+
+
+def test_the_training_record_writes_what_it_wrote_before_and_lists_what_failed_or_was_not_started(tmp_path):
+    """As before (the fixture). The stubs crash step 5's timing and the breakdown, and spend the
+    330 s budget in the timeline: the run goes on, and its problems table says what is missing and why."""
     found = run_or_fail("training", tmp_path)
+    as_before(found, json.loads((FIXTURES / "training.json").read_text()))
     assert found["training.problems.csv"]["rows"] == [
         ["ladder 5", "RuntimeError: step 5's timing crashed"], ["breakdown", "RuntimeError: the breakdown crashed"],
         ["ceilings", "skipped: the run's time budget of 330 s was spent"],
@@ -102,11 +111,17 @@ def test_a_failed_check_is_not_timed_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failed_check_is_not_timed_measuring(tmp_path):
+def test_the_measuring_record_writes_what_it_wrote_before_and_a_failed_check_is_not_timed(tmp_path):
+    """One record, step 02's output made wrong: as before (the fixture) but for step 02, whose
+    rows are left out of the timings and are FAILED rows of the skipped table; the run exits 1."""
     found = run_or_fail("measuring", tmp_path, "--fail", "02", code=1)
-    expected = json.loads((FIXTURES / "measuring.json").read_text())["measuring.csv"]["rows"]
+    fixture = json.loads((FIXTURES / "measuring.json").read_text())
+    assert sorted(found) == sorted([*fixture, "measuring.skipped.csv"])
+    adds_the_skipped_table(found, fixture, "measuring")
+    expected = fixture["measuring.csv"]
     float4 = "float4: 16-byte accesses"
-    assert found["measuring.csv"]["rows"] == [row for row in expected if row[1] != float4]
+    assert found["measuring.csv"]["columns"] == expected["columns"]
+    assert found["measuring.csv"]["rows"] == [row for row in expected["rows"] if row[1] != float4]
     skipped = found["measuring.skipped.csv"]
     assert skipped["columns"] == ["variant", "size", "reason"]
     assert [row[:2] for row in skipped["rows"]] == [[float4, "4096"], [float4, "16384"], [float4, "65536"]]
@@ -115,11 +130,27 @@ def test_a_failed_check_is_not_timed_measuring(tmp_path):
 
 @pytest.mark.slow
 def test_the_hopper_record_writes_what_it_wrote_before_and_the_files_of_the_committed_runs(tmp_path):
-    """As main's tools/hopper_gpu_run.py wrote (the fixture), and the files, their columns, the text
-    columns and the metadata the chapter adds (its kernel sources' digests, NVRTC's and PyTorch's
-    versions, the profile's note) of the runs the book reads, on each GPU."""
+    """One record, step 03's output made wrong at the timed size. As main's
+    tools/hopper_gpu_run.py wrote (the fixture): every file, its columns and every row of every
+    other step, in order. Step 03: its row is left out of the timings and is the FAILED row of the
+    skipped table, and the run exits 1. And the files, their columns, the text columns and the
+    metadata the chapter adds (its kernel sources' digests, NVRTC's and PyTorch's versions, the
+    profile's note) of the runs the book reads, on each GPU."""
     expected = json.loads((FIXTURES / "hopper.json").read_text())
-    assert run_or_fail("hopper", tmp_path) == expected
+    found = run_or_fail("hopper", tmp_path, "--fail", "03", code=1)
+    assert sorted(found) == sorted([*expected, "hopper.skipped.csv"])
+    for name in set(expected) - {"hopper.csv", "hopper.meta.json"}:
+        assert found[name] == expected[name], name
+    adds_the_skipped_table(found, expected, "hopper")
+    variant = [c for c in expected["hopper.csv"]["columns"] if c in LABELS].index("variant")
+    assert found["hopper.csv"]["columns"] == expected["hopper.csv"]["columns"]
+    assert found["hopper.csv"]["rows"] == [row for row in expected["hopper.csv"]["rows"]
+                                           if not row[variant].startswith("step 03 ")]
+    skipped = found["hopper.skipped.csv"]
+    assert skipped["columns"] == ["experiment", "size", "precision", "variant", "reason"]
+    assert [row[:3] for row in skipped["rows"]] == [["hopper_gemm", "136", "fp16"]]
+    assert skipped["rows"][0][3].startswith("step 03 ") and skipped["rows"][0][4].startswith("FAILED: CheckFailed")
+
     written = next(p for p in tmp_path.iterdir() if p.is_dir())
     ours = json.loads((written / "hopper.meta.json").read_text())
     for gpu in ("nvidia-h100-80gb-hbm3", "nvidia-h200"):
@@ -128,25 +159,10 @@ def test_the_hopper_record_writes_what_it_wrote_before_and_the_files_of_the_comm
         for path in committed.glob("hopper.*.csv"):
             assert list(pd.read_csv(path).columns) == expected[path.name]["columns"], (gpu, path.name)
         meta = json.loads((committed / "hopper.meta.json").read_text())
-        assert ours["tables"] == meta["tables"] and ours["string_columns"] == meta["string_columns"], gpu
+        assert expected["hopper.meta.json"] == {"tables": meta["tables"], "string_columns": meta["string_columns"]}, gpu
         added = {"kernel_sources_sha256", "nvrtc", "torch", "profile_note"}
         assert added <= set(ours) and added <= set(meta), gpu
         assert ours["kernel_sources_sha256"].keys() == meta["kernel_sources_sha256"].keys(), gpu
-
-
-@pytest.mark.slow
-def test_a_failed_check_is_not_timed_hopper(tmp_path):
-    """Step 03's output made wrong at the timed size: its row is a FAILED row of the skipped
-    table, every other row is timed as before."""
-    found = run_or_fail("hopper", tmp_path, "--fail", "03", code=1)
-    expected = json.loads((FIXTURES / "hopper.json").read_text())["hopper.csv"]
-    variant = [c for c in expected["columns"] if c in LABELS].index("variant")
-    assert found["hopper.csv"]["rows"] == [row for row in expected["rows"] if not row[variant].startswith("step 03 ")]
-    skipped = found["hopper.skipped.csv"]
-    assert skipped["columns"] == ["experiment", "size", "precision", "variant", "reason"]
-    assert [row[:3] for row in skipped["rows"]] == [["hopper_gemm", "136", "fp16"]]
-    assert skipped["rows"][0][3].startswith("step 03 ") and skipped["rows"][0][4].startswith("FAILED: CheckFailed")
-
 
 
 @pytest.mark.slow
