@@ -361,7 +361,9 @@ class CpuFunction:
         if limit is not None and settings.races:
             limit *= RACES_TIME_FACTOR  # the instrumented build, one block at a time
         error = ctypes.create_string_buffer(_ERROR_BYTES)
-        instrument = (1 | (2 if settings.races else 0)) if module.instrumented else 0
+        # 1: the counters (only when a counting() collects them), 2: race checking
+        instrument = ((1 if collector is not None or not settings.races else 0)
+                      | (2 if settings.races else 0)) if module.instrumented else 0
         record = ctypes.create_string_buffer(module.counts_bytes) if instrument else None
         before = os.times()
         handle = module._start(

@@ -172,7 +172,7 @@ def _source_lines(library: str, offsets: tuple[int, ...]) -> tuple[str, ...]:
 def read(buffer, function, grid, block, names) -> LaunchCounters:
     """The counters of one launch from the record the worker process left."""
     counts = _Counts.from_buffer_copy(buffer)
-    sites = [s for s in counts.site if s.pc]
+    sites = [s for s in counts.site if s.pc] if counts.enabled else []   # a race check alone counts nothing
     races = list(counts.race[:min(counts.nraces, MAX_RACES)])
     # The return address of a hook is just after the call: look up the call itself.
     offsets = sorted({s.pc - 1 for s in sites} | {pc - 1 for r in races for pc in r.pc})

@@ -461,16 +461,18 @@ void on_access(uintptr_t address, unsigned size, int write, int atomic, uintptr_
     Instr* in = w->instr;
     const int site = site_index(in, pc - module_base);
     if (site >= kMaxSites) return;
-    const int fiber = (int)(f - w->fibers);
-    const unsigned instance = next_instance(in, fiber, site);
-    const unsigned long long key = ((unsigned long long)instance << 20) | ((unsigned long long)site << 8) |
-                                   (unsigned)(f->warp & 255);
-    Request& r = in->requests[key];
-    if (!r.lanes) { r.space = space; r.write = write; r.atomic = atomic != 0; }
-    r.lanes |= 1u << f->lane;
-    if (atomic == 2) r.updated |= 1u << f->lane;
-    r.address[f->lane] = address;
-    r.size[f->lane] = size;
+    if (counts_of(w->launch)->enabled) {
+        const int fiber = (int)(f - w->fibers);
+        const unsigned instance = next_instance(in, fiber, site);
+        const unsigned long long key = ((unsigned long long)instance << 20) | ((unsigned long long)site << 8) |
+                                       (unsigned)(f->warp & 255);
+        Request& r = in->requests[key];
+        if (!r.lanes) { r.space = space; r.write = write; r.atomic = atomic != 0; }
+        r.lanes |= 1u << f->lane;
+        if (atomic == 2) r.updated |= 1u << f->lane;
+        r.address[f->lane] = address;
+        r.size[f->lane] = size;
+    }
     if (counts_of(w->launch)->races_enabled) {
         // One shadow per aligned 4-byte word, with the bytes each access touched.
         const uintptr_t first = address & ~uintptr_t(3);
@@ -495,7 +497,9 @@ void on_access(uintptr_t address, unsigned size, int write, int atomic, uintptr_
 
 void on_step(uintptr_t pc) {
     Worker* w = current_worker;
-    if (!w || !w->running || !w->instr) return;
+    // Steps are counted only for the counters: a race check alone would spend most of its time
+    // here (a kernel synchronised by mbarriers gathers every step of the launch until its end).
+    if (!w || !w->running || !w->instr || !counts_of(w->launch)->enabled) return;
     Instr* in = w->instr;
     const int site = site_index(in, pc - module_base);
     if (site >= kMaxSites) return;

@@ -1615,7 +1615,7 @@ GPULAB_EXPORT void* gpulab_launch_start(void (*thunk)(void**), const char* kerne
 #ifdef GPULAB_INSTRUMENTED
     if (instrument) {
         L.counts = new (static_cast<char*>(shared) + counts_offset) Counts();
-        L.counts->enabled = 1;
+        L.counts->enabled = (instrument & 1) != 0;        // the counters (a race check alone skips them)
         L.counts->races_enabled = (instrument & 2) != 0;
     }
 #endif
