@@ -96,6 +96,17 @@ def test_3xtf32_keeps_float_accuracy_where_tf32_does_not(backend):
     assert split.rel_error < 1e-6 and split.rel_error < tf32.rel_error / 100
 
 
+def _assert_copied(number, got, want):
+    """Step 26's one copy is ``want`` (x channels-last), step 27's two its tf32 split, bit for bit
+    the host's."""
+    if number == "26":
+        np.testing.assert_array_equal(got[0], want)
+    else:
+        big, small = tf32_split(want)
+        np.testing.assert_array_equal(got[0].view(np.uint32), big.view(np.uint32))
+        np.testing.assert_array_equal(got[1].view(np.uint32), small.view(np.uint32))
+
+
 def test_the_copies_are_channels_last_and_step_27s_is_split_as_the_host_splits(backend):
     # The layout kernels alone, on the poisoned copies: every element written (C = 17 rounded up
     # to 20 channels, zeros past C), x as it was for step 26, xb + xs = x for step 27, bit for bit
@@ -114,13 +125,7 @@ def test_the_copies_are_channels_last_and_step_27s_is_split_as_the_host_splits(b
             copy[...] = np.nan
         launch.parts["layout"][0]()
         be.synchronize()
-        got = [be.to_host(copy) for copy in copies]
-        if number == "26":
-            np.testing.assert_array_equal(got[0], want)
-        else:
-            big, small = tf32_split(want)
-            np.testing.assert_array_equal(got[0].view(np.uint32), big.view(np.uint32))
-            np.testing.assert_array_equal(got[1].view(np.uint32), small.view(np.uint32))
+        _assert_copied(number, [be.to_host(copy) for copy in copies], want)
 
 
 def test_the_flat_copies_put_each_pixel_in_its_slot_and_keep_the_zeros(backend):
@@ -139,13 +144,7 @@ def test_the_flat_copies_put_each_pixel_in_its_slot_and_keep_the_zeros(backend):
                                      tile=(wgmma32.FLAT, 128), blocks=1)
         launch.parts["layout"][0]()
         be.synchronize()
-        got = [be.to_host(copy) for copy in launch.keep[0]]
-        if number == "26":
-            np.testing.assert_array_equal(got[0], want)
-        else:
-            big, small = tf32_split(want)
-            np.testing.assert_array_equal(got[0].view(np.uint32), big.view(np.uint32))
-            np.testing.assert_array_equal(got[1].view(np.uint32), small.view(np.uint32))
+        _assert_copied(number, [be.to_host(copy) for copy in launch.keep[0]], want)
 
 
 def test_refusals_name_what_was_expected():
