@@ -104,9 +104,11 @@ def test_every_step_matches_the_reference(backend, step):
     assert set(result["B"]) == {d.B for d in training.CHECK_DIMS}
 
 
-@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: s.number)
-def test_every_steps_loss_curve_matches_the_reference(step):
-    result = training.check_curves("cpu", steps=[step], n=4)
+def test_the_last_steps_loss_curve_matches_the_reference():
+    # Every step's curve is checked by the notebook's check_curves cell (6 SGD steps at the same
+    # dimensions; it stops on a failed check), which the suite executes: here only the last step,
+    # so that the quick loop (-m "not slow", without the notebooks) still runs the curve check.
+    result = training.check_curves("cpu", steps=training.STEPS[-1:], n=4)
     assert (result["status"] == "ok").all(), result.to_string()
     assert np.isfinite(result["loss after 4 steps"]).all()
 
