@@ -27,16 +27,24 @@ class Executed:
     text: str
 
 
+def _kept(statement) -> bool:
+    """An import, or an assignment that calls nothing (a list of steps): what a kernel-check
+    cell keeps when its checks are left out, for later cells that use the names."""
+    return isinstance(statement, (ast.Import, ast.ImportFrom)) or (
+        isinstance(statement, ast.Assign) and not any(isinstance(n, ast.Call) for n in ast.walk(statement)))
+
+
 def is_kernel_check(source: str) -> bool:
     """Whether a code cell only checks kernels: imports and calls, no name bound but an
-    import's, and a call of a chapter's ``check_steps`` or of ``exercises.check``. Such a cell
-    reads no run, so a smaller GPU's profile shows nothing new in it (its checks run at the
-    check sizes, which every profile fits); the student version of the notebook executes it."""
+    import's or an assignment's that calls nothing, and a call of a chapter's ``check_steps``
+    or of ``exercises.check``. Such a cell reads no run, so a smaller GPU's profile shows
+    nothing new in it (its checks run at the check sizes, which every profile fits); the
+    student version of the notebook executes it."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return False
-    if not tree.body or not all(isinstance(s, (ast.Expr, ast.Import, ast.ImportFrom)) for s in tree.body):
+    if not tree.body or not all(isinstance(s, ast.Expr) or _kept(s) for s in tree.body):
         return False
     calls = {node.func.attr for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
@@ -54,11 +62,10 @@ def execute_on_profile(chapter: str, profile: str, monkeypatch, gpu: str | None 
 
     folder = ROOT / "book" / chapter
     nb = nbformat.read(folder / f"{chapter}.ipynb", as_version=4)
-    if not kernel_checks:       # such a cell's imports stay: later cells may use them
+    if not kernel_checks:       # such a cell's imports and names stay: later cells may use them
         for cell in nb.cells:
             if cell.cell_type == "code" and is_kernel_check(cell.source):
-                cell.source = "\n".join(ast.unparse(s) for s in ast.parse(cell.source).body
-                                        if isinstance(s, (ast.Import, ast.ImportFrom)))
+                cell.source = "\n".join(ast.unparse(s) for s in ast.parse(cell.source).body if _kept(s))
     load = f"gpulab.load_run({chapter!r}{'' if gpu is None else f', {gpu!r}'})"
     nb.cells.insert(0, nbformat.v4.new_code_cell(
         "import gpulab\n"
