@@ -33,7 +33,13 @@ def main(argv=None) -> int:
                        "(default: next to --out, named <out>-feedback)")
     grade.add_argument("--time-limit", type=float, default=60.0,
                        help="CPU seconds per student and exercise (a child that waits instead is stopped "
-                            "after six times as long)")
+                            "after --wall-factor times as long)")
+    grade.add_argument("--wall-factor", type=float, default=None,
+                       help="a child that waits instead of computing is stopped once the grader has waited "
+                            "this many times --time-limit for it (default 6: generous, for a busy machine)")
+    grade.add_argument("--launch-limit", type=float, default=None,
+                       help="CPU seconds one launch of a student's kernel may compute (default: the CPU "
+                            "backend's own, 30 s)")
     grade.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run submissions' code without a sandbox, as your user, beside your files and "
                             "the hidden checks (only for code you trust)")
@@ -56,7 +62,8 @@ def main(argv=None) -> int:
         from .grading import grade
         grades = grade(args.submissions, args.out, args.feedback, args.time_limit, args.backend,
                        args.exercise, args.jobs, progress=lambda line: print(line, flush=True),
-                       unsafe_no_sandbox=args.unsafe_no_sandbox)
+                       unsafe_no_sandbox=args.unsafe_no_sandbox, wall_factor=args.wall_factor,
+                       launch_limit=args.launch_limit)
         totals = grades.groupby("student")[["points", "max_points"]].sum()
         print(totals.to_string())
         print(f"grades: {args.out} (sha256 {grades.attrs['sha256']})")

@@ -15,7 +15,9 @@ state. A submission that does not compile, crashes, reads or writes out of bound
 barrier or uses up its CPU time gets zero for that exercise with the reason, and the others
 are graded as usual. The time limit counts CPU seconds of the child's whole process tree,
 so a busy machine does not fail correct work; a child that waits instead of computing is
-stopped by a wall-clock backstop, and the whole run has a deadline.
+stopped by a wall-clock backstop, and the whole run has a deadline. The grader reports the CPU
+time its children used (their processes end with their sandbox: no parent's CPU time counts
+them).
 
 An exercise earns all its points when every check passes, else none. The grades are one
 row per student and exercise; each student also gets a feedback file with the public
@@ -210,13 +212,16 @@ def _routed(root: Path, child, checking: dict | None = None):
         _route.value = None
 
 
-def evaluate(exercise, staged: Staged, lab: Path | None = None, make_child=None, races: bool = True) -> dict:
+def evaluate(exercise, staged: Staged, lab: Path | None = None, make_child=None, races: bool = True,
+             launch_limit: float | None = None) -> dict:
     """Run one exercise's checks on one staged submission: the checks' statuses (``checks``,
     the one ``current`` when stopped, the ``final`` verdict). ``make_child()`` gives the child
     that runs the student's code (default: in this process, for tests of the checks only).
     ``races=False`` runs the public checks of a kernel exercise without the race checker
     (the grader always checks; the tests of known-wrong answers whose fault is not a race
-    skip it, as it is the slowest part of a check and has nothing to find there)."""
+    skip it, as it is the slowest part of a check and has nothing to find there).
+    ``launch_limit``: CPU seconds one launch of the student's kernel may compute (None: the
+    CPU backend's own limit, :data:`gpulab.cpu.DEFAULT_TIME_LIMIT_S`)."""
     lab = Path(lab) if lab else paths.REPO
     rec = _Recorder(_scrubber(staged, lab))
     if exercise.file in staged.problems:
@@ -229,7 +234,8 @@ def evaluate(exercise, staged: Staged, lab: Path | None = None, make_child=None,
     child = (make_child or (lambda: sandbox.InProcess(lab, staged.root)))()
     try:
         if exercise.kind == "kernel":
-            _evaluate_kernel(exercise, staged.root / exercise.file, rec, child, races, tuple(staged.digests))
+            _evaluate_kernel(exercise, staged.root / exercise.file, rec, child, races, tuple(staged.digests),
+                             launch_limit)
         else:
             _evaluate_function(exercise, staged.root / exercise.file, rec, child)
     except (sandbox.Stopped, sandbox.ChildDied) as error:
@@ -295,7 +301,8 @@ def _compile_message(text: str, exercise, mine) -> str:
             "file changes what that file means" + (f"; the compiler said: {said.group(1)}" if said else ""))
 
 
-def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool = True, mine=()) -> None:
+def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool = True, mine=(),
+                     launch_limit: float | None = None) -> None:
     from .kernels import get_backend
     be = get_backend("cpu")
     unsolved = ex_mod.is_unsolved(target.read_text(errors="replace"))
@@ -310,6 +317,8 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
         # SGD step runs seven of them beside the student's) are checked by the lab's tests,
         # and checking them here would cost the grader three times their run time.
         extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": True} if races else {}
+        if launch_limit is not None:
+            extra["time_limit_s"] = launch_limit
         with _routed(root, child, extra):
             try:
                 with ex_mod.bounds_checking(be.name):
@@ -435,11 +444,18 @@ def students(submissions: Path) -> tuple[list[Path], list[str]]:
 
 def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None = None,
           time_limit: float = DEFAULT_TIME_LIMIT, backend: str = "cpu", only=None,
-          jobs: int | None = None, progress=None, unsafe_no_sandbox: bool = False) -> pd.DataFrame:
+          jobs: int | None = None, progress=None, unsafe_no_sandbox: bool = False,
+          wall_factor: float | None = None, launch_limit: float | None = None) -> pd.DataFrame:
     """Grade every student folder under ``submissions``; write ``out`` (CSV), the digests of
     every file read (``<out>-files.csv``) and one Markdown feedback file per student under
     ``feedback`` (default: ``<out>`` without its suffix, plus ``-feedback/``). Returns the
-    grades; ``grades.attrs["sha256"]`` is the digest of the CSV as written."""
+    grades; ``grades.attrs["sha256"]`` is the digest of the CSV as written, and
+    ``grades.attrs["children_cpu_seconds"]`` the CPU time the children used, all together.
+
+    ``time_limit``: CPU seconds per student and exercise. ``wall_factor``: a child that waits is
+    stopped once the grader has waited this many times ``time_limit`` for it (None:
+    :data:`gpulab.sandbox.WALL_FACTOR`). ``launch_limit``:
+    CPU seconds one launch of a student's kernel may compute (None: the CPU backend's own)."""
     submissions, out = Path(submissions), Path(out)
     say = progress or (lambda line: None)
     if not submissions.is_dir():
@@ -451,8 +467,15 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     if not ex_mod.solutions_present():
         raise GpulabError("this is a student copy (no solutions, no hidden checks): grade from the "
                           "instructors' copy of the lab")
-    if time_limit <= 0:
+    if not time_limit > 0:
         raise GpulabError(f"the time limit must be a positive number of CPU seconds, got {time_limit}")
+    wall_factor = sandbox.WALL_FACTOR if wall_factor is None else wall_factor
+    if not wall_factor >= 1:
+        raise GpulabError(f"the wall factor must be a number of at least 1 (the clock's backstop is that many "
+                          f"times the time limit), got {wall_factor}")
+    if launch_limit is not None and not 0 < launch_limit <= time_limit:
+        raise GpulabError(f"the launch limit must be a positive number of CPU seconds, at most the time limit "
+                          f"({time_limit:g}), got {launch_limit}")
     if not unsafe_no_sandbox:
         why = sandbox.problem()
         if why:
@@ -467,7 +490,7 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     # Exercise by exercise, so that one student's hang runs beside the others' work, not last.
     work = [(i, exercise) for exercise in chosen for i in range(len(folders))]
     # The run's backstop: every slot busy with children that each wait out their own backstop.
-    deadline = time.monotonic() + math.ceil(len(work) / jobs) * sandbox.WALL_FACTOR * time_limit + 60
+    deadline = time.monotonic() + math.ceil(len(work) / jobs) * wall_factor * time_limit + 60
     slots = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
@@ -476,6 +499,7 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
         lab = sandbox.student_tree(tmp / "lab")
+        prebuilt = (sandbox.prebuilt_runtime(),) if any(e.kind == "kernel" for e in chosen) else ()
         staged = [stage(folder, tmp / "submissions" / f"{i:04d}", chosen) for i, folder in enumerate(folders)]
 
         def one(item):
@@ -484,8 +508,10 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
             try:
                 started = time.monotonic()
                 make = (lambda: sandbox.Child(lab, staged[i].root, time_limit, sandbox=not unsafe_no_sandbox,
-                                              slot=slot, deadline=deadline))
-                row = _summarise(exercise, evaluate(exercise, staged[i], lab, make), time.monotonic() - started)
+                                              slot=slot, deadline=deadline, wall_factor=wall_factor,
+                                              prebuilt=prebuilt))
+                row = _summarise(exercise, evaluate(exercise, staged[i], lab, make, launch_limit=launch_limit),
+                                 time.monotonic() - started)
             finally:
                 slots.put(slot)
             say(f"{folders[i].name} {exercise.id}: {row['status']} ({row['points']}/{row['max_points']}, "
@@ -509,6 +535,9 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     for name, group in grades.groupby("student", sort=False):
         (feedback / f"{name}.md").write_text(feedback_text(name, group.to_dict("records")))
     grades.attrs["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
+    grades.attrs["children_cpu_seconds"] = float(grades["cpu_seconds"].sum()) if len(grades) else 0.0
+    say(f"CPU time of the sandboxed children: {grades.attrs['children_cpu_seconds']:.1f} s in {len(grades)} "
+        "exercises (not in this process's own CPU time: each child's processes end with its sandbox)")
     grades.attrs["files"] = str(files)
     return grades
 

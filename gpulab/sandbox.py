@@ -14,7 +14,9 @@ mount, pid, network, IPC and UTS namespaces, with a read-only root made of the s
 ``/usr`` and the Python environment only; the *student version* of the lab's package and
 its common headers (made by :func:`student_tree`: no hidden checks, no solutions) read-only
 at ``/lab``; the files the grader checked and copied out of the submission read-only at
-``/submission``; a private, empty, writable ``/tmp``; no network. Run by root, the child
+``/submission``; a private, empty, writable ``/tmp``, in whose build cache the grader puts,
+read-only, the CPU backend's runtime compiled by itself from the lab's own sources
+(:func:`prebuilt_runtime`: no solution, no submission's code in it); no network. Run by root, the child
 drops to a uid of its own (one per grading slot, so that a process limit is per student).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
@@ -57,6 +59,8 @@ STDERR_KEEP = 64 << 10
 #: this many times its CPU limit (wall-clock time): generous, so that a machine busy with other
 #: work, which slows every child, does not stop correct ones.
 WALL_FACTOR = 6
+#: Where a sandboxed child's CPU backend keeps what it compiles (``$GPULAB_CACHE``, in its ``/tmp``).
+CHILD_CACHE = "/tmp/cache"
 #: As root, children run as uid FIRST_UID + slot (no account needed; one per grading slot).
 FIRST_UID = 61000
 _HEADER = struct.Struct("<Q")
@@ -163,6 +167,19 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
     return dest
 
 
+def prebuilt_runtime() -> Path:
+    """The CPU backend's runtime as an instrumented build links it (the race checker's), compiled
+    here, by the grader, from the lab's own sources into the grader's own build cache: every
+    child's kernel exercise needs it for its public checks, and compiling it again in each child
+    costs more CPU time (about 1.4 s) than the rest of a small exercise. It holds the lab's
+    runtime only: no solution, no submission's code. Children see it read-only, under the name
+    their own build cache looks it up by (the name is the digest of the sources it was made from,
+    which the student version of the lab has unchanged); a child whose lab differed would
+    compile its own."""
+    from .cpu import compiler
+    return compiler._instrumented_runtime()
+
+
 # ------------------------------------------------------------------ the parent's side
 def _tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
@@ -191,17 +208,20 @@ class Child:
     """One sandboxed child: ``request(message)`` sends a request and returns the answer.
 
     ``cpu_limit`` (seconds of CPU, the whole process tree) and a wall-clock backstop (the
-    time spent waiting for its answers, ``WALL_FACTOR`` times as long; and ``deadline``, a
+    time spent waiting for its answers, ``wall_factor`` times as long; and ``deadline``, a
     ``time.monotonic()`` value, the whole run's) hold for the child's life; past either the
-    tree is killed and :class:`Stopped` raised."""
+    tree is killed and :class:`Stopped` raised. ``prebuilt`` files (:func:`prebuilt_runtime`)
+    are shown read-only in the child's build cache. ``used`` is the CPU time the tree used, once
+    it has ended."""
 
     def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
-                 deadline: float | None = None, limits: dict | None = None):
+                 deadline: float | None = None, limits: dict | None = None, wall_factor: float = WALL_FACTOR,
+                 prebuilt: tuple[Path, ...] = ()):
         self.cpu_limit, self.limits = float(cpu_limit), dict(LIMITS, **(limits or {}))
-        self.waited, self.backstop = 0.0, WALL_FACTOR * self.cpu_limit
+        self.waited, self.backstop = 0.0, float(wall_factor) * self.cpu_limit
         self.deadline = deadline if deadline is not None else float("inf")
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": "/tmp/cache",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": CHILD_CACHE,
                "GPULAB_BACKEND": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
         serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
@@ -214,8 +234,15 @@ class Child:
                              "open_files": self.limits["open_files"], "cpu": int(self.cpu_limit) + 2,
                              "processes": self.limits["processes"] if sandbox else None})
         if sandbox:
+            # The build cache writable by the child (sticky, as /tmp: it can neither replace nor
+            # remove what it did not make), the grader's prebuilt files in it read-only.
+            cache = f"{CHILD_CACHE}/cpu"
+            shown = ["--perms", "1777", "--dir", CHILD_CACHE, "--perms", "1777", "--dir", cache]
+            for path in prebuilt:
+                shown += ["--ro-bind", str(path), f"{cache}/{Path(path).name}"]
             # /tmp first: the Python environment may live under it (bound on top).
-            command = ["bwrap", "--perms", "1777", "--tmpfs", "/tmp", *_system_binds(), "--ro-bind", str(lab), LAB,
+            command = ["bwrap", "--perms", "1777", "--tmpfs", "/tmp", *shown, *_system_binds(),
+                       "--ro-bind", str(lab), LAB,
                        "--ro-bind", str(submission), SUBMISSION, "--proc", "/proc", "--dev", "/dev", *_namespaces(),
                        "--die-with-parent", "--new-session", "--chdir", SUBMISSION, "--clearenv",
                        *[a for k, v in env.items() for a in ("--setenv", k, v)],
@@ -227,6 +254,14 @@ class Child:
             env.update(GPULAB_LAB=str(lab), GPULAB_SUBMISSION=str(submission), TMPDIR=str(lab.parent),
                        GPULAB_CACHE=str(lab.parent / "cache"), HOME=str(lab.parent),
                        GPULAB_LIMITS=limits, GPULAB_SANDBOX_UID="")
+            cache = lab.parent / "cache" / "cpu"
+            cache.mkdir(parents=True, exist_ok=True)
+            for path in prebuilt:
+                if not (cache / Path(path).name).exists():
+                    # Whole or not at all: children of other slots may be reading it.
+                    copy = cache / f".{Path(path).name}.{os.getpid()}.{slot}"
+                    shutil.copyfile(path, copy)
+                    os.replace(copy, cache / Path(path).name)
             serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
             command, cwd = serve, str(submission)
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -326,8 +361,11 @@ class Child:
 
     def kill(self) -> None:
         """End the child and everything it started (its pid namespace dies with it)."""
+        if self.proc.returncode is None:
+            # Before it is waited for: a child that ended by itself is still in /proc until then,
+            # with the time of the processes it waited for.
+            self.used = max(self.used, self.cpu_seconds())
         if self.proc.poll() is None:
-            self.used = self.cpu_seconds()
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -82,8 +82,8 @@ def put_answer(exercise, text: str, student: Path) -> None:
 class Graded:
     """The sample submissions graded by ``python -m gpulab grade``."""
 
-    def __init__(self, out: Path, feedback: Path):
-        self.out, self.grades = out, pd.read_csv(out)
+    def __init__(self, out: Path, feedback: Path, stdout: str):
+        self.out, self.grades, self.stdout = out, pd.read_csv(out), stdout
         self.rows = self.grades.set_index(["student", "exercise"])
         self.feedback = {p.name: p.read_text() for p in feedback.glob("*.md")}
 
@@ -99,11 +99,14 @@ def graded(tmp_path_factory) -> Graded:
     # The samples are ours: where no sandbox can be made, grade them without one
     # (tests/test_grading_sandbox.py, which needs it, is skipped there).
     unsafe = ["--unsafe-no-sandbox"] if sandbox.problem() else []
+    # cy's endless loop computes until a limit stops it: one launch's, 5 s of CPU here (the CPU
+    # backend's own is 30 s, which cost this run a third of its CPU time); every honest launch
+    # of the samples computes for well under a second.
     result = subprocess.run([sys.executable, "-m", "gpulab", "grade", str(submissions),
-                             "--out", str(out), "--time-limit", "60", "--jobs", "2", *unsafe],
-                            capture_output=True, text=True, timeout=900)
+                             "--out", str(out), "--time-limit", "60", "--launch-limit", "5", "--jobs", "2",
+                             *unsafe], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    return Graded(out, root / "grades-feedback")
+    return Graded(out, root / "grades-feedback", result.stdout)
 
 
 @pytest.mark.slow
@@ -184,10 +187,26 @@ def test_feedback_says_why_and_never_shows_a_hidden_input(graded):
         assert not leaked, f"{name} shows hidden inputs {leaked}"
         assert "hidden_checks" not in text and "perturb" not in text
     assert "out-of-bounds read of argument 'w'" in texts["cy.md"]
-    # cy's endless loop: stopped by the CPU backend's launch limit in a hidden check, which says
+    # cy's endless loop: stopped by the launch limit (--launch-limit) in a hidden check, which says
     # only the kind of failure (the grader's own CPU limit, with its number: test_grading_sandbox).
     assert "measuring.1: a grid-stride loop -- 0 of 4 points (time limit)" in texts["cy.md"]
     assert re.search(r"hidden check \d: time limit \(time limit exceeded\)", texts["cy.md"])
+
+
+@pytest.mark.slow
+def test_the_grader_reports_the_cpu_time_of_its_children(graded):
+    # Each child's processes end with its sandbox, so no CPU time of the grader's (nor CI's) counts
+    # them: the grader says what each used and the total.
+    used = {(m[1], m[2]): float(m[3]) for m in re.finditer(
+        r"^(\S+) (\S+): .*\(\d+/\d+, ([\d.]+) s CPU, [\d.]+ s\)$", graded.stdout, re.M)}
+    assert set(used) == set(graded.rows.index)
+    total = re.search(r"^CPU time of the sandboxed children: ([\d.]+) s in (\d+) exercises", graded.stdout, re.M)
+    assert total and int(total[2]) == len(used), graded.stdout[-2000:]
+    assert float(total[1]) == pytest.approx(sum(used.values()), abs=0.1)
+    ran = graded.grades[~graded.grades["status"].isin(["missing", "invalid file"])]
+    assert all(used[s, e] > 0 for s, e in zip(ran["student"], ran["exercise"]))
+    # cy's endless loop computed up to the launch limit (5 s of its busiest thread's CPU time).
+    assert used[("cy", "measuring.1")] >= 5
 
 
 def _sample_tool():

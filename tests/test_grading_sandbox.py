@@ -25,8 +25,12 @@ pytestmark = pytest.mark.skipif(WHY_NO_SANDBOX is not None, reason=f"no sandbox 
 
 ATTACKS = FIXTURES / "attacks"
 KERNEL, CELL = exercises.get("measuring.1"), exercises.get("fcnet.2")
-#: CPU seconds per student and exercise: the honest answers need about 3.
+#: CPU seconds per student and exercise: the honest answers need about 1.5.
 LIMIT = 10
+#: A child that waits is stopped after WALL_FACTOR * LIMIT seconds on the clock: the "sleeps" attack
+#: in 20 s instead of the default's 60; an honest child here waits for its answers at most a few
+#: seconds, even on a machine busy with other work.
+WALL_FACTOR = 2
 
 
 #: Every chapter's hidden checks, and where a child would find them if the sandbox showed them:
@@ -114,7 +118,8 @@ def _fingerprint(root: Path) -> dict[str, str]:
 def _grade(submissions: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpulab", "grade", str(submissions), "--out", str(out),
                            "--exercise", KERNEL.id, "--exercise", CELL.id, "--time-limit", str(LIMIT),
-                           "--jobs", "2"], capture_output=True, text=True, timeout=1800)
+                           "--wall-factor", str(WALL_FACTOR), "--jobs", "2"],
+                          capture_output=True, text=True, timeout=1800)
 
 
 class Run:
@@ -256,6 +261,54 @@ def test_the_run_ends_within_its_limits(attacked):
     assert used[("spins", KERNEL.id)] >= LIMIT
     sleeps = attacked.grades.loc[("sleeps", KERNEL.id), "message"]
     assert "of waiting for it (wall-clock time)" in sleeps and used[("sleeps", KERNEL.id)] < LIMIT, sleeps
+    total = re.search(r"^CPU time of the sandboxed children: ([\d.]+) s", attacked.result.stdout, re.M)
+    assert total and float(total[1]) == pytest.approx(sum(used.values()), abs=0.1)
+
+
+def test_a_child_sees_the_graders_prebuilt_runtime_read_only(tmp_path):
+    """What the grader shows in a child's build cache (the CPU backend's runtime, compiled by the
+    grader: sandbox.prebuilt_runtime) the child can read, and neither change, replace nor remove,
+    while it can still write its own files there: the next child, and the grader, load it as made."""
+    lab = sandbox.student_tree(tmp_path / "lab")
+    (tmp_path / "submission").mkdir()
+    runtime = tmp_path / "runtime-0123.o"
+    runtime.write_bytes(b"the grader's runtime")
+    # Writable by all: the read-only mount alone must keep it (run by an ordinary user, the child
+    # has the user id of the file's owner).
+    runtime.chmod(0o666)
+    probe = f"""
+import os
+def probe():
+    path, tries = "{sandbox.CHILD_CACHE}/cpu/{runtime.name}", {{}}
+    attempts = {{"write": lambda: open(path, "r+b").write(b"poison"), "append": lambda: open(path, "ab"),
+                "chmod": lambda: os.chmod(path, 0o777), "remove": lambda: os.remove(path),
+                "rename": lambda: os.rename(path, path + ".old"),
+                "replace": lambda: (open(path + ".new", "wb").close(), os.replace(path + ".new", path))}}
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            tries[name] = "done"
+        except OSError as error:
+            tries[name] = type(error).__name__
+    with open(path, "rb") as f:
+        seen = f.read().decode()
+    with open("{sandbox.CHILD_CACHE}/cpu/own.so", "wb") as f:
+        f.write(b"a child's own build")
+    return {{"seen": seen, "tries": tries}}
+"""
+    child = sandbox.Child(lab, tmp_path / "submission", LIMIT, prebuilt=(runtime,))
+    try:
+        header, _ = child.request({"op": "define", "exercise": CELL.id, "chapter": CELL.chapter,
+                                   "function": "probe", "source": probe, "extra": {}})
+        assert header.get("defined"), header
+        header, _ = child.request({"op": "call", "inputs": {}})
+    finally:
+        child.kill()
+    assert "error" not in header, header
+    assert header["value"]["seen"] == "the grader's runtime"
+    assert "done" not in header["value"]["tries"].values(), header["value"]["tries"]
+    assert runtime.read_bytes() == b"the grader's runtime"
+    assert child.used > 0
 
 
 def test_grade_refuses_without_a_sandbox_and_says_what_to_install(tmp_path, monkeypatch):
