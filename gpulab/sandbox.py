@@ -212,7 +212,8 @@ class Child:
     ``time.monotonic()`` value, the whole run's) hold for the child's life; past either the
     tree is killed and :class:`Stopped` raised. ``prebuilt`` files (:func:`prebuilt_runtime`)
     are shown read-only in the child's build cache. ``used`` is the CPU time the tree used, once
-    it has ended."""
+    it has ended (for a child that ended by itself, what it had used when last measured: the
+    processes of an ended sandbox leave their time to no parent)."""
 
     def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
                  deadline: float | None = None, limits: dict | None = None, wall_factor: float = WALL_FACTOR,
@@ -337,7 +338,7 @@ class Child:
 
     def _check_limits(self) -> None:
         used, now = self.cpu_seconds(), time.monotonic()
-        self._checked = now
+        self._checked, self.used = now, max(self.used, used)
         if used > self.cpu_limit:
             self.stopped = f"stopped after {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)"
         elif self.waited > self.backstop or now > self.deadline:
@@ -362,8 +363,6 @@ class Child:
     def kill(self) -> None:
         """End the child and everything it started (its pid namespace dies with it)."""
         if self.proc.returncode is None:
-            # Before it is waited for: a child that ended by itself is still in /proc until then,
-            # with the time of the processes it waited for.
             self.used = max(self.used, self.cpu_seconds())
         if self.proc.poll() is None:
             try:

@@ -245,6 +245,11 @@ def test_grade_says_what_it_expected(tmp_path):
     assert result.returncode == 2
     assert "has no student folders; expected one folder per student" in result.stderr
     assert "Traceback" not in result.stderr
+    for options, words in (({"wall_factor": 0.5}, "the wall factor must be a number of at least 1"),
+                           ({"launch_limit": 90.0}, "at most the time limit (60), got 90"),
+                           ({"launch_limit": 0}, "the launch limit must be a positive number")):
+        with pytest.raises(grading.GpulabError, match=re.escape(words)):
+            grading.grade(tmp_path, tmp_path / "g.csv", **options)
 
 
 def test_failures_are_named_from_the_cpu_backends_own_messages(tmp_path):
