@@ -499,7 +499,14 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
         lab = sandbox.student_tree(tmp / "lab")
-        prebuilt = (sandbox.prebuilt_runtime(),) if any(e.kind == "kernel" for e in chosen) else ()
+        # Made here, shown read-only to every child: the race checker's runtime, the font list.
+        prebuilt = {}
+        if any(e.kind == "kernel" for e in chosen):
+            runtime = sandbox.prebuilt_runtime()
+            prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}"] = runtime
+        fonts = sandbox.prebuilt_font_list(tmp / "fonts") if any(e.kind == "function" for e in chosen) else None
+        if fonts is not None:
+            prebuilt[f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}"] = fonts
         staged = [stage(folder, tmp / "submissions" / f"{i:04d}", chosen) for i, folder in enumerate(folders)]
 
         def one(item):
@@ -536,8 +543,8 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         (feedback / f"{name}.md").write_text(feedback_text(name, group.to_dict("records")))
     grades.attrs["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
     grades.attrs["children_cpu_seconds"] = float(grades["cpu_seconds"].sum()) if len(grades) else 0.0
-    say(f"CPU time of the sandboxed children: {grades.attrs['children_cpu_seconds']:.1f} s in {len(grades)} "
-        "exercises (not in this process's own CPU time: each child's processes end with its sandbox)")
+    say(f"CPU time of the children that ran the submissions' code: {grades.attrs['children_cpu_seconds']:.1f} s "
+        f"in {len(grades)} exercises (not in the grader's own CPU time: a child's processes end with its sandbox)")
     grades.attrs["files"] = str(files)
     return grades
 

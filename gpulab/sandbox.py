@@ -14,9 +14,11 @@ mount, pid, network, IPC and UTS namespaces, with a read-only root made of the s
 ``/usr`` and the Python environment only; the *student version* of the lab's package and
 its common headers (made by :func:`student_tree`: no hidden checks, no solutions) read-only
 at ``/lab``; the files the grader checked and copied out of the submission read-only at
-``/submission``; a private, empty, writable ``/tmp``, in whose build cache the grader puts,
-read-only, the CPU backend's runtime compiled by itself from the lab's own sources
-(:func:`prebuilt_runtime`: no solution, no submission's code in it); no network. Run by root, the child
+``/submission``; a private, empty, writable ``/tmp``, where the grader shows, read-only, two
+files it made itself, with nothing of a solution or a submission in them: the CPU backend's
+runtime compiled from the lab's own sources (:func:`prebuilt_runtime`) in the child's build
+cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no network.
+Run by root, the child
 drops to a uid of its own (one per grading slot, so that a process limit is per student).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
@@ -59,8 +61,9 @@ STDERR_KEEP = 64 << 10
 #: this many times its CPU limit (wall-clock time): generous, so that a machine busy with other
 #: work, which slows every child, does not stop correct ones.
 WALL_FACTOR = 6
-#: Where a sandboxed child's CPU backend keeps what it compiles (``$GPULAB_CACHE``, in its ``/tmp``).
-CHILD_CACHE = "/tmp/cache"
+#: Where a sandboxed child's CPU backend keeps what it compiles (``$GPULAB_CACHE``), and where its
+#: matplotlib keeps its cache (``$MPLCONFIGDIR``): both in its private ``/tmp``.
+CHILD_CACHE, CHILD_MPLCONFIG = "/tmp/cache", "/tmp/matplotlib"
 #: As root, children run as uid FIRST_UID + slot (no account needed; one per grading slot).
 FIRST_UID = 61000
 _HEADER = struct.Struct("<Q")
@@ -180,6 +183,27 @@ def prebuilt_runtime() -> Path:
     return compiler._instrumented_runtime()
 
 
+def prebuilt_font_list(folder: Path) -> Path | None:
+    """Matplotlib's list of the system's fonts, made here, by the grader, in ``folder``, by a
+    Python that imports matplotlib and nothing else (nothing of the lab's, nothing of a
+    student's): every function exercise's child imports pyplot, as its chapter's notebook does,
+    which in a child's empty ``/tmp`` would scan the fonts again (about 0.2 s of CPU each time).
+    Font names and paths of the system's font files only. None if it cannot be made (children
+    then scan for themselves)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # The children's settings: a home of their own (no user's fonts), the same Python.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "MPLCONFIGDIR": str(folder), "LANG": "C.UTF-8",
+           "MPLBACKEND": "Agg"}
+    try:
+        subprocess.run([sys.executable, "-I", "-c", "import matplotlib.font_manager"], env=env, cwd=folder,
+                       capture_output=True, timeout=300, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    made = sorted(folder.glob("fontlist-*.json"))
+    return made[0] if len(made) == 1 else None
+
+
 # ------------------------------------------------------------------ the parent's side
 def _tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
@@ -210,21 +234,25 @@ class Child:
     ``cpu_limit`` (seconds of CPU, the whole process tree) and a wall-clock backstop (the
     time spent waiting for its answers, ``wall_factor`` times as long; and ``deadline``, a
     ``time.monotonic()`` value, the whole run's) hold for the child's life; past either the
-    tree is killed and :class:`Stopped` raised. ``prebuilt`` files (:func:`prebuilt_runtime`)
-    are shown read-only in the child's build cache. ``used`` is the CPU time the tree used, once
+    tree is killed and :class:`Stopped` raised. ``prebuilt`` maps paths in the child's ``/tmp``
+    to files of the grader's (:func:`prebuilt_runtime`, :func:`prebuilt_font_list`), shown there
+    read-only. ``used`` is the CPU time the tree used, once
     it has ended (for a child that ended by itself, what it had used when last measured: the
     processes of an ended sandbox leave their time to no parent)."""
 
     def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
                  deadline: float | None = None, limits: dict | None = None, wall_factor: float = WALL_FACTOR,
-                 prebuilt: tuple[Path, ...] = ()):
+                 prebuilt: dict[str, Path] | None = None):
         self.cpu_limit, self.limits = float(cpu_limit), dict(LIMITS, **(limits or {}))
         self.waited, self.backstop = 0.0, float(wall_factor) * self.cpu_limit
         self.deadline = deadline if deadline is not None else float("inf")
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": CHILD_CACHE,
                "GPULAB_BACKEND": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+               "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": CHILD_MPLCONFIG}
+        prebuilt = dict(prebuilt or {})
+        if any(not place.startswith("/tmp/") for place in prebuilt):
+            raise ValueError(f"prebuilt files go under the child's /tmp, not {sorted(prebuilt)}")
         serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
                  "from gpulab.sandbox import serve; serve()"]
         uid = FIRST_UID + slot if os.getuid() == 0 else None
@@ -235,12 +263,14 @@ class Child:
                              "open_files": self.limits["open_files"], "cpu": int(self.cpu_limit) + 2,
                              "processes": self.limits["processes"] if sandbox else None})
         if sandbox:
-            # The build cache writable by the child (sticky, as /tmp: it can neither replace nor
-            # remove what it did not make), the grader's prebuilt files in it read-only.
-            cache = f"{CHILD_CACHE}/cpu"
-            shown = ["--perms", "1777", "--dir", CHILD_CACHE, "--perms", "1777", "--dir", cache]
-            for path in prebuilt:
-                shown += ["--ro-bind", str(path), f"{cache}/{Path(path).name}"]
+            # The caches writable by the child (sticky, as /tmp: it can neither replace nor remove
+            # what it did not make), the grader's prebuilt files in them read-only.
+            folders = {CHILD_CACHE, f"{CHILD_CACHE}/cpu", CHILD_MPLCONFIG}
+            folders |= {str(parent) for place in prebuilt for parent in Path(place).parents
+                        if parent.is_relative_to("/tmp") and str(parent) != "/tmp"}
+            shown = [a for folder in sorted(folders) for a in ("--perms", "1777", "--dir", folder)]
+            for place, path in sorted(prebuilt.items()):
+                shown += ["--ro-bind", str(path), place]
             # /tmp first: the Python environment may live under it (bound on top).
             command = ["bwrap", "--perms", "1777", "--tmpfs", "/tmp", *shown, *_system_binds(),
                        "--ro-bind", str(lab), LAB,
@@ -252,17 +282,19 @@ class Child:
                        "--setenv", "GPULAB_SUBMISSION", SUBMISSION, "--", *serve]
             cwd = None
         else:                      # --unsafe-no-sandbox: the same child, unconfined
-            env.update(GPULAB_LAB=str(lab), GPULAB_SUBMISSION=str(submission), TMPDIR=str(lab.parent),
-                       GPULAB_CACHE=str(lab.parent / "cache"), HOME=str(lab.parent),
+            # The folder above the lab stands for the sandbox's /tmp.
+            tmp = lab.parent
+            env.update(GPULAB_LAB=str(lab), GPULAB_SUBMISSION=str(submission), TMPDIR=str(tmp),
+                       GPULAB_CACHE=str(tmp / "cache"), HOME=str(tmp), MPLCONFIGDIR=str(tmp / "matplotlib"),
                        GPULAB_LIMITS=limits, GPULAB_SANDBOX_UID="")
-            cache = lab.parent / "cache" / "cpu"
-            cache.mkdir(parents=True, exist_ok=True)
-            for path in prebuilt:
-                if not (cache / Path(path).name).exists():
+            for place, path in prebuilt.items():
+                target = tmp / Path(place).relative_to("/tmp")
+                if not target.exists():
                     # Whole or not at all: children of other slots may be reading it.
-                    copy = cache / f".{Path(path).name}.{os.getpid()}.{slot}"
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    copy = target.with_name(f".{target.name}.{os.getpid()}.{slot}")
                     shutil.copyfile(path, copy)
-                    os.replace(copy, cache / Path(path).name)
+                    os.replace(copy, target)
             serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
             command, cwd = serve, str(submission)
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

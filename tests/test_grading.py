@@ -200,7 +200,8 @@ def test_the_grader_reports_the_cpu_time_of_its_children(graded):
     used = {(m[1], m[2]): float(m[3]) for m in re.finditer(
         r"^(\S+) (\S+): .*\(\d+/\d+, ([\d.]+) s CPU, [\d.]+ s\)$", graded.stdout, re.M)}
     assert set(used) == set(graded.rows.index)
-    total = re.search(r"^CPU time of the sandboxed children: ([\d.]+) s in (\d+) exercises", graded.stdout, re.M)
+    total = re.search(r"^CPU time of the children that ran the submissions' code: ([\d.]+) s in (\d+) exercises",
+                      graded.stdout, re.M)
     assert total and int(total[2]) == len(used), graded.stdout[-2000:]
     assert float(total[1]) == pytest.approx(sum(used.values()), abs=0.1)
     ran = graded.grades[~graded.grades["status"].isin(["missing", "invalid file"])]

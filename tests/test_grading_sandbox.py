@@ -261,53 +261,69 @@ def test_the_run_ends_within_its_limits(attacked):
     assert used[("spins", KERNEL.id)] >= LIMIT
     sleeps = attacked.grades.loc[("sleeps", KERNEL.id), "message"]
     assert "of waiting for it (wall-clock time)" in sleeps and used[("sleeps", KERNEL.id)] < LIMIT, sleeps
-    total = re.search(r"^CPU time of the sandboxed children: ([\d.]+) s", attacked.result.stdout, re.M)
+    total = re.search(r"^CPU time of the children that ran the submissions' code: ([\d.]+) s",
+                      attacked.result.stdout, re.M)
     assert total and float(total[1]) == pytest.approx(sum(used.values()), abs=0.1)
 
 
-def test_a_child_sees_the_graders_prebuilt_runtime_read_only(tmp_path):
-    """What the grader shows in a child's build cache (the CPU backend's runtime, compiled by the
-    grader: sandbox.prebuilt_runtime) the child can read, and neither change, replace nor remove,
-    while it can still write its own files there: the next child, and the grader, load it as made."""
+def test_a_child_sees_the_graders_prebuilt_files_read_only(tmp_path):
+    """What the grader shows in a child's /tmp (the CPU backend's runtime and matplotlib's font
+    list, both made by the grader: sandbox.prebuilt_runtime, prebuilt_font_list) the child reads
+    and uses, and can neither change, replace nor remove, while it still writes its own files
+    beside them: the next child, and the grader, load them as the grader made them."""
     lab = sandbox.student_tree(tmp_path / "lab")
     (tmp_path / "submission").mkdir()
     runtime = tmp_path / "runtime-0123.o"
     runtime.write_bytes(b"the grader's runtime")
-    # Writable by all: the read-only mount alone must keep it (run by an ordinary user, the child
-    # has the user id of the file's owner).
-    runtime.chmod(0o666)
+    fonts = sandbox.prebuilt_font_list(tmp_path / "fonts")
+    assert fonts is not None and fonts.name.startswith("fontlist-")
+    shown = {f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}": runtime, f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}": fonts}
+    made = {place: path.read_bytes() for place, path in shown.items()}
+    for path in shown.values():
+        # Writable by all: the read-only mount alone must keep them (run by an ordinary user, the
+        # child has the user id of the files' owner).
+        path.chmod(0o666)
     probe = f"""
 import os
-def probe():
-    path, tries = "{sandbox.CHILD_CACHE}/cpu/{runtime.name}", {{}}
-    attempts = {{"write": lambda: open(path, "r+b").write(b"poison"), "append": lambda: open(path, "ab"),
-                "chmod": lambda: os.chmod(path, 0o777), "remove": lambda: os.remove(path),
-                "rename": lambda: os.rename(path, path + ".old"),
-                "replace": lambda: (open(path + ".new", "wb").close(), os.replace(path + ".new", path))}}
-    for name, attempt in attempts.items():
-        try:
-            attempt()
-            tries[name] = "done"
-        except OSError as error:
-            tries[name] = type(error).__name__
-    with open(path, "rb") as f:
-        seen = f.read().decode()
+def probe(places):
+    tries, seen = {{}}, {{}}
+    for path in places:
+        attempts = {{"write": lambda: open(path, "r+b").write(b"poison"), "append": lambda: open(path, "ab"),
+                    "chmod": lambda: os.chmod(path, 0o777), "remove": lambda: os.remove(path),
+                    "rename": lambda: os.rename(path, path + ".old"),
+                    "replace": lambda: (open(path + ".new", "wb").close(), os.replace(path + ".new", path))}}
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+                tries[path + " " + name] = "done"
+            except OSError as error:
+                tries[path + " " + name] = type(error).__name__
+        if os.path.exists(path + ".new"):
+            os.remove(path + ".new")
+        with open(path, "rb") as f:
+            seen[path] = f.read().decode()
     with open("{sandbox.CHILD_CACHE}/cpu/own.so", "wb") as f:
         f.write(b"a child's own build")
-    return {{"seen": seen, "tries": tries}}
+    import matplotlib
+    return {{"seen": seen, "tries": tries, "matplotlib": matplotlib.get_cachedir(),
+             "fonts": sorted(os.listdir("{sandbox.CHILD_MPLCONFIG}"))}}
 """
-    child = sandbox.Child(lab, tmp_path / "submission", LIMIT, prebuilt=(runtime,))
+    child = sandbox.Child(lab, tmp_path / "submission", LIMIT, prebuilt=shown)
     try:
+        # The cell runs in the chapter's namespace, as a notebook's: pyplot is imported first.
         header, _ = child.request({"op": "define", "exercise": CELL.id, "chapter": CELL.chapter,
                                    "function": "probe", "source": probe, "extra": {}})
         assert header.get("defined"), header
-        header, _ = child.request({"op": "call", "inputs": {}})
+        header, _ = child.request({"op": "call", "inputs": {"places": sorted(shown)}})
     finally:
         child.kill()
     assert "error" not in header, header
-    assert header["value"]["seen"] == "the grader's runtime"
-    assert "done" not in header["value"]["tries"].values(), header["value"]["tries"]
-    assert runtime.read_bytes() == b"the grader's runtime"
+    got = header["value"]
+    assert got["seen"] == {place: data.decode() for place, data in made.items()}
+    assert "done" not in got["tries"].values(), got["tries"]
+    assert {place: path.read_bytes() for place, path in shown.items()} == made
+    # pyplot found its font list there and wrote none of its own: it used the grader's.
+    assert got["matplotlib"] == sandbox.CHILD_MPLCONFIG and got["fonts"] == [fonts.name]
     assert child.used > 0
 
 
