@@ -101,10 +101,13 @@ def problem() -> str | None:
     return None
 
 
+_SYSTEM_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
 def _system_binds() -> list[str]:
     """What every child needs from the machine, read-only: the system and the Python in use."""
     args, made = [], set()
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in _SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -112,15 +115,24 @@ def _system_binds() -> list[str]:
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/alternatives"):
         if os.path.exists(etc):
             args += [*_parents(etc, made), "--ro-bind", etc, etc]
+    for prefix in _python_prefixes():
+        if not prefix.startswith(("/usr/", "/bin/", "/lib")) and prefix != "/usr":
+            args += [*_parents(prefix, made), "--ro-bind", prefix, prefix]
+    return args
+
+
+def _python_prefixes() -> list[str]:
     prefixes = sorted({sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix})
     # Packages found through a .pth file or PYTHONPATH live outside the prefixes: their
     # site-packages folders only (never the current folder, nor the lab's own repository).
     prefixes += sorted({p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
                         and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in prefixes)})
-    for prefix in prefixes:
-        if not prefix.startswith(("/usr/", "/bin/", "/lib")) and prefix != "/usr":
-            args += [*_parents(prefix, made), "--ro-bind", prefix, prefix]
-    return args
+    return prefixes
+
+
+def _seen_by_children(path: str) -> bool:
+    """Whether a child sees ``path`` (absolute) in its read-only system."""
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in (*_SYSTEM_TOPS, *_python_prefixes()))
 
 
 def _parents(path: str, made: set) -> list[str]:
@@ -188,8 +200,8 @@ def prebuilt_font_list(folder: Path) -> Path | None:
     Python that imports matplotlib and nothing else (nothing of the lab's, nothing of a
     student's): every function exercise's child imports pyplot, as its chapter's notebook does,
     which in a child's empty ``/tmp`` would scan the fonts again (about 0.2 s of CPU each time).
-    Font names and paths of the system's font files only. None if it cannot be made (children
-    then scan for themselves)."""
+    Font names and paths of the system's font files only. None if it cannot be made, or lists a
+    font file a child would not see (children then scan for themselves)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # The children's settings: a home of their own (no user's fonts), the same Python.
@@ -201,7 +213,15 @@ def prebuilt_font_list(folder: Path) -> Path | None:
     except (OSError, subprocess.SubprocessError):
         return None
     made = sorted(folder.glob("fontlist-*.json"))
-    return made[0] if len(made) == 1 else None
+    if len(made) != 1:
+        return None
+    try:
+        listed = json.loads(made[0].read_text())
+        files = [str(font["fname"]) for key in ("ttflist", "afmlist") for font in listed[key]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    # Relative paths are matplotlib's own fonts, inside its package.
+    return made[0] if all(_seen_by_children(f) for f in files if os.path.isabs(f)) else None
 
 
 # ------------------------------------------------------------------ the parent's side

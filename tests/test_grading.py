@@ -316,6 +316,22 @@ def test_the_sandboxs_lab_holds_no_hidden_check_declaration_or_solution(tmp_path
         sandbox.student_tree(tmp_path / "lab2", fake)
 
 
+def test_the_font_list_shown_to_children_names_only_files_they_see(tmp_path, monkeypatch):
+    """The grader's font list (sandbox.prebuilt_font_list, shown to every child) lists the
+    system's font files by path; one that names a file outside what a child sees is not shown
+    (matplotlib would find the file missing and rebuild the list over the read-only copy)."""
+    import json
+    import os
+    fonts = sandbox.prebuilt_font_list(tmp_path / "seen")
+    assert fonts is not None
+    listed = json.loads(fonts.read_text())
+    absolute = [f["fname"] for key in ("ttflist", "afmlist") for f in listed[key] if os.path.isabs(f["fname"])]
+    assert all(sandbox._seen_by_children(f) for f in absolute)
+    monkeypatch.setattr(sandbox, "_python_prefixes", lambda: [])
+    monkeypatch.setattr(sandbox, "_SYSTEM_TOPS", ())
+    assert (sandbox.prebuilt_font_list(tmp_path / "unseen") is None) == bool(absolute)
+
+
 def test_the_graders_checking_modes_reach_the_students_kernel_only(tmp_path):
     """The race checker (public checks) and the shuffled schedule (hidden ones) are turned on in the
     child, for the submission's kernels; the lab's own kernels run beside them in the grader
