@@ -457,7 +457,14 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     :data:`gpulab.sandbox.WALL_FACTOR`). ``launch_limit``:
     CPU seconds one launch of a student's kernel may compute (None: the CPU backend's own)."""
     submissions, out = Path(submissions), Path(out)
-    say = progress or (lambda line: None)
+    said = threading.Lock()
+
+    def say(line: str) -> None:
+        # One line at a time: the slots' threads report at once, and print() writes a line and
+        # its end apart (two lines could share one).
+        if progress is not None:
+            with said:
+                progress(line)
     if not submissions.is_dir():
         raise GpulabError(f"submissions folder {submissions} does not exist (expected a folder with one "
                           "sub-folder per student)")
