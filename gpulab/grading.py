@@ -506,11 +506,11 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
         lab = sandbox.student_tree(tmp / "lab")
-        # Made here, shown read-only to every child: the race checker's runtime, the font list.
+        # Made here, shown read-only to every child: the CPU backend's runtime, the font list.
         prebuilt = {}
         if any(e.kind == "kernel" for e in chosen):
-            runtime = sandbox.prebuilt_runtime()
-            prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}"] = runtime
+            for runtime in sandbox.prebuilt_runtime():
+                prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}"] = runtime
         fonts = sandbox.prebuilt_font_list(tmp / "fonts") if any(e.kind == "function" for e in chosen) else None
         if fonts is not None:
             prebuilt[f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}"] = fonts

@@ -15,11 +15,11 @@ mount, pid, network, IPC and UTS namespaces, with a read-only root made of the s
 its common headers (made by :func:`student_tree`: no hidden checks, no solutions) read-only
 at ``/lab``; the files the grader checked and copied out of the submission read-only at
 ``/submission``; a private, empty, writable ``/tmp``, where the grader shows, read-only, two
-files it made itself, with nothing of a solution or a submission in them: the CPU backend's
-runtime compiled from the lab's own sources (:func:`prebuilt_runtime`) in the child's build
-cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no network.
-Run by root, the child
-drops to a uid of its own (one per grading slot, so that a process limit is per student).
+kinds of file it made itself, with nothing of a solution or a submission in them: the CPU
+backend's runtime compiled from the lab's own sources (:func:`prebuilt_runtime`) in the child's
+build cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no
+network. Run by root, the child drops to a uid of its own (one per grading slot, so that a
+process limit is per student).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
 exercise ends, ``setsid`` or not.
@@ -182,17 +182,18 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
     return dest
 
 
-def prebuilt_runtime() -> Path:
-    """The CPU backend's runtime as an instrumented build links it (the race checker's), compiled
-    here, by the grader, from the lab's own sources into the grader's own build cache: every
-    child's kernel exercise needs it for its public checks, and compiling it again in each child
-    costs more CPU time (about 1.4 s) than the rest of a small exercise. It holds the lab's
-    runtime only: no solution, no submission's code. Children see it read-only, under the name
-    their own build cache looks it up by (the name is the digest of the sources it was made from,
-    which the student version of the lab has unchanged); a child whose lab differed would
-    compile its own."""
+def prebuilt_runtime() -> tuple[Path, ...]:
+    """The CPU backend's runtime as every module links it, plain and as the race checker's
+    instrumented builds link it (:func:`gpulab.cpu.compiler.runtime_object`), compiled here, by
+    the grader, from the lab's own sources into the grader's own build cache: every child's
+    kernel exercise needs both, and compiling them again in each child costs more CPU time
+    (about 2 s) than the rest of a small exercise. They hold the lab's runtime only: no
+    solution, no submission's code. Children see them read-only, under the names their own
+    build cache looks them up by (each name is the digest of the sources it was made from, which
+    the student version of the lab has unchanged); a child whose lab differed would compile its
+    own."""
     from .cpu import compiler
-    return compiler._instrumented_runtime()
+    return compiler.runtime_object(False), compiler.runtime_object(True)
 
 
 def prebuilt_font_list(folder: Path) -> Path | None:

@@ -279,7 +279,8 @@ def test_inputs_are_checked_and_messages_name_only_the_students_files(tmp_path):
     file the student did not write (a system header, here) names neither that file nor its source."""
     exercise = exercises.get("measuring.1")
     answer = handed_in(exercise)
-    broken = submission(exercise, "#define struct union\n" + answer, tmp_path / "macro")
+    # The macro reaches the system header included after it (the lab's runtime is compiled apart).
+    broken = submission(exercise, "#define struct union\n#include <complex>\n" + answer, tmp_path / "macro")
     staged = grading.stage(broken, tmp_path / "staged-macro", [exercise])
     row = grading._summarise(exercise, grading.evaluate(exercise, staged))
     assert row["status"] == "compile error"
