@@ -64,8 +64,13 @@ WALL_FACTOR = 6
 #: Where a sandboxed child's CPU backend keeps what it compiles (``$GPULAB_CACHE``), and where its
 #: matplotlib keeps its cache (``$MPLCONFIGDIR``): both in its private ``/tmp``.
 CHILD_CACHE, CHILD_MPLCONFIG = "/tmp/cache", "/tmp/matplotlib"
-#: As root, children run as uid FIRST_UID + slot (no account needed; one per grading slot).
+#: As root, children run as a uid from FIRST_UID on (no account needed), leased by one child at a
+#: time across every grader on the machine (:func:`_lease_uid`): a process limit counts a uid's
+#: processes machine-wide, so two graders' children sharing one would count each other's.
 FIRST_UID = 61000
+UID_COUNT = 4096
+#: Where graders lease uids (one lock file per uid; root only).
+UID_LOCKS = Path("/tmp/gpulab-sandbox-uids")
 _HEADER = struct.Struct("<Q")
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
                 "bubblewrap), or pass --unsafe-no-sandbox to run submissions' code unconfined, as "
@@ -144,6 +149,25 @@ def _parents(path: str, made: set) -> list[str]:
             made.add(str(parent))
             args += ["--perms", "0755", "--dir", str(parent)]
     return args
+
+
+def _lease_uid(preferred: int) -> tuple[int, int]:
+    """A uid no other child on this machine runs as, and the open lock file that holds it until
+    closed: ``preferred`` (FIRST_UID + the grading slot) when free, else the next free one. Two
+    graders at once (two test workers, two instructors) once gave their slots the same uids, and
+    one's fork bomb used up the other's process limit: g++ could not start."""
+    import fcntl
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for i in range(UID_COUNT):
+        uid = FIRST_UID + (preferred - FIRST_UID + i) % UID_COUNT
+        fd = os.open(UID_LOCKS / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return uid, fd
+    raise GpulabError(f"no free uid for a sandboxed child: all {UID_COUNT} from {FIRST_UID} are in use")
 
 
 def _namespaces() -> list[str]:
@@ -276,7 +300,10 @@ class Child:
             raise ValueError(f"prebuilt files go under the child's /tmp, not {sorted(prebuilt)}")
         serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
                  "from gpulab.sandbox import serve; serve()"]
-        uid = FIRST_UID + slot if os.getuid() == 0 else None
+        self._uid_lease = None
+        uid = None
+        if os.getuid() == 0 and sandbox:
+            uid, self._uid_lease = _lease_uid(FIRST_UID + slot)
         # Set by the child itself, first thing, before any student code runs. The process limit
         # only in the sandbox, where it counts the child's processes alone: its own uid (run by
         # root), or its own user namespace (run by anyone else; Linux 5.14 and later).
@@ -432,6 +459,9 @@ class Child:
                 stream.close()
             except OSError:
                 pass
+        if self._uid_lease is not None:        # its processes are gone: another child may run as its uid
+            os.close(self._uid_lease)
+            self._uid_lease = None
 
     close = kill
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -138,17 +139,26 @@ def _solution_blocks(text: str, comment: str) -> list[str]:
     return [m.group(0) for m in _BLOCK[comment].finditer(text)]
 
 
+def _lab_files(root: Path) -> list[Path]:
+    """Every file under ``root`` but in hidden folders, ``_build`` and ``__pycache__``, which are
+    not entered at all: a build cache there changes while it is read (a compile's temporary
+    folder vanished under rglob during a CI run)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("_build", "__pycache__"))
+        found += [Path(folder) / f for f in files if not f.startswith(".")]
+    return sorted(p for p in found if p.is_file())
+
+
 def solution_fingerprints(root: Path | None = None) -> dict[str, set[str]]:
     """What identifies the solutions of the lab at ``root``: ``lines``, the solution lines
     (stripped, 16 characters or more) found nowhere outside a solution, and ``tokens``, the
     identifiers (6 characters or more) likewise. A copy that shows none has no solution."""
     root = Path(root or paths.REPO)
     inside, outside = [], []
-    for path in sorted(root.rglob("*")):
+    for path in _lab_files(root):
         relative = path.relative_to(root).as_posix()
-        if (not path.is_file() or any(part.startswith(".") or part in ("_build", "__pycache__")
-                                      for part in path.relative_to(root).parts)
-                or instructor_only(relative)
+        if (instructor_only(relative)
                 or path.suffix not in (".cu", ".cuh", ".ipynb", ".py", ".md", ".yml", ".txt", ".toml")):
             continue
         text = path.read_text(errors="replace")

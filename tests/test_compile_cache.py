@@ -64,7 +64,10 @@ def test_processes_compiling_one_module_at_once_all_get_it_from_one_compile(tmp_
     # A g++ that notes each compile in a log, first on the path.
     (tmp_path / "bin").mkdir()
     wrapper = tmp_path / "bin" / "g++"
-    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*) echo compile >> {tmp_path / "compiles"};; esac\n'
+    # Each g++ run noted by what it makes: the runtime's object, a module's object, the module.
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *runtime.cpp*) echo runtime >> {tmp_path / "compiles"};; '
+                       f'*" -c "*) echo compile >> {tmp_path / "compiles"};; '
+                       f'*" -shared "*) echo link >> {tmp_path / "compiles"};; esac\n'
                        'exec /usr/bin/g++ "$@"\n')
     wrapper.chmod(0o755)
     script = ("import sys; from gpulab import cpu; m = cpu.compile_module(open(sys.argv[1]).read(), "
@@ -76,8 +79,13 @@ def test_processes_compiling_one_module_at_once_all_get_it_from_one_compile(tmp_
     outputs = [run.communicate() for run in runs]
     assert all(run.returncode == 0 for run in runs), outputs
     assert len({out.strip() for out, _ in outputs}) == 1
-    # One of them compiled while the others waited on the module's lock, then loaded its result.
-    assert (tmp_path / "compiles").read_text().split() == ["compile"]
-    # The module written whole under a temporary name, then renamed, and its lock: nothing else is left.
+    # One of them compiled the runtime, then the module, while the others waited on the locks, then
+    # loaded its result.
+    assert (tmp_path / "compiles").read_text().split() == ["runtime", "compile", "link"]
+    # The module and the runtime written whole under temporary names, then renamed, and their locks:
+    # nothing else is left.
     library = Path(outputs[0][0].strip())
-    assert sorted(p.name for p in (tmp_path / "cache" / "cpu").iterdir()) == [library.stem + ".lock", library.name]
+    runtime = [p.stem for p in (tmp_path / "cache" / "cpu").glob("runtime-*.o")]
+    assert len(runtime) == 1
+    assert sorted(p.name for p in (tmp_path / "cache" / "cpu").iterdir()) == sorted(
+        [library.stem + ".lock", library.name, runtime[0] + ".lock", runtime[0] + ".o"])

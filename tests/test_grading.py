@@ -187,10 +187,12 @@ def test_feedback_says_why_and_never_shows_a_hidden_input(graded):
         assert not leaked, f"{name} shows hidden inputs {leaked}"
         assert "hidden_checks" not in text and "perturb" not in text
     assert "out-of-bounds read of argument 'w'" in texts["cy.md"]
-    # cy's endless loop: stopped by the launch limit (--launch-limit) in a hidden check, which says
-    # only the kind of failure (the grader's own CPU limit, with its number: test_grading_sandbox).
+    # cy's endless loop: stopped by the launch limit (--launch-limit 5) in the public check, which is
+    # race-checked (the limit counts four times over there) and says which kernel, blocks and limit
+    # (the grader's own CPU limit, with its number: test_grading_sandbox).
     assert "measuring.1: a grid-stride loop -- 0 of 4 points (time limit)" in texts["cy.md"]
-    assert re.search(r"hidden check \d: time limit \(time limit exceeded\)", texts["cy.md"])
+    assert re.search(r"public check \(seed=0\): time limit\s+```\s+KernelLaunchError: kernel 'saxpy_grid_stride'"
+                     r".* did not finish within the time limit of 20 s", texts["cy.md"])
 
 
 @pytest.mark.slow

@@ -334,3 +334,21 @@ def test_grade_refuses_without_a_sandbox_and_says_what_to_install(tmp_path, monk
         grading.grade(tmp_path / "subs", tmp_path / "g.csv", only=[KERNEL.id])
     assert "apt-get install bubblewrap" in str(refused.value)
     assert "--unsafe-no-sandbox" in str(refused.value)
+
+
+def test_two_graders_children_never_share_a_uid():
+    """A process limit counts a uid's processes machine-wide: two graders at once (two test
+    workers) whose slots both ran as FIRST_UID + slot shared it, and one's fork bomb left the
+    other's g++ unable to start (a "compile error" in CI). Each child now leases its uid."""
+    if os.getuid() != 0:
+        pytest.skip("children change uid only when the grader runs as root")
+    first, first_lock = sandbox._lease_uid(sandbox.FIRST_UID)
+    second, second_lock = sandbox._lease_uid(first)          # the same wish while the first holds it
+    try:
+        assert second != first and sandbox.FIRST_UID <= second < sandbox.FIRST_UID + sandbox.UID_COUNT
+    finally:
+        os.close(second_lock)
+        os.close(first_lock)
+    again, again_lock = sandbox._lease_uid(first)            # released: free again
+    os.close(again_lock)
+    assert again == first

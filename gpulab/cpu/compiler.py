@@ -408,15 +408,17 @@ def runtime_object(instrumented: bool = False) -> Path:
         digest.update(INSTRUMENT.read_bytes())
     obj = cache_dir() / f"runtime-{digest.hexdigest()[:24]}.o"
     if not obj.exists():
-        with tempfile.TemporaryDirectory(dir=obj.parent, prefix="build-") as tmp:
-            out = Path(tmp) / "runtime.o"
-            result = subprocess.run(["g++", *flags, "-x", "c++", str(RUNTIME), "-o", str(out)],
-                                    capture_output=True, text=True)
-            if result.returncode != 0:
-                raise KernelCompileError(f"the CPU backend's runtime did not compile:\n"
-                                         f"{result.stderr[-3000:]}", path=str(RUNTIME), line=None,
-                                         log=result.stderr)
-            os.replace(out, obj)
+        with _compiling(obj.with_suffix(".lock")):      # processes starting at once: one compile
+            if not obj.exists():
+                with tempfile.TemporaryDirectory(dir=obj.parent, prefix="build-") as tmp:
+                    out = Path(tmp) / "runtime.o"
+                    result = subprocess.run(["g++", *flags, "-x", "c++", str(RUNTIME), "-o", str(out)],
+                                            capture_output=True, text=True)
+                    if result.returncode != 0:
+                        raise KernelCompileError(f"the CPU backend's runtime did not compile:\n"
+                                                 f"{result.stderr[-3000:]}", path=str(RUNTIME), line=None,
+                                                 log=result.stderr)
+                    os.replace(out, obj)
     return obj
 
 
