@@ -13,10 +13,13 @@
 // Shared-memory addresses (smem_u32, the start field of a descriptor) are offsets from the
 // launch's dynamic shared memory, which is where the chapter's kernels keep their tiles.
 //
-// Race checking (gpulab.cpu.checking(races=True)) does not see the accesses made here: the
-// mbarrier words, the copy engine's writes to shared memory and wgmma's reads of it are ordered
-// by the mbarrier phases, which the checker does not model, so it would report races that are
-// not there. A kernel that reads a slot the copy engine may still be writing is not caught.
+// Race checking (gpulab.cpu.checking(races=True)) does not see most accesses made here: the
+// mbarrier words, the copy engine's writes to shared memory and the fp16 wgmma's reads of it are
+// ordered by the mbarrier phases, which the checker does not model, so it would report races that
+// are not there. The bf16 and tf32 wgmmas read each element through bf16_operand / tf32_operand,
+// which the instrumented build sees (the counters count those reads): the checker records them,
+// but never the copy engine's writes they follow, so it cannot pair the two into a race. A kernel
+// that reads a slot the copy engine may still be writing is not caught.
 //
 // Not emulated (each traps with the reason): transposed (MN-major) wgmma operands, a
 // descriptor's base offset, tensor maps of 3 or 5 dimensions (4-D loads: see the end of the file).
