@@ -18,8 +18,8 @@ at ``/lab``; the files the grader checked and copied out of the submission read-
 kinds of file it made itself, with nothing of a solution or a submission in them: the CPU
 backend's runtime compiled from the lab's own sources (:func:`prebuilt_runtime`) in the child's
 build cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no
-network. Run by root, the child drops to a uid of its own (one per grading slot, so that a
-process limit is per student).
+network. Run by root, the child drops to a uid of its own (leased by one child at a time across
+every grader on the machine, so that a process limit is per student).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
 exercise ends, ``setsid`` or not.
@@ -345,8 +345,14 @@ class Child:
                     os.replace(copy, target)
             serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
             command, cwd = serve, str(submission)
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+        except BaseException:
+            if self._uid_lease is not None:    # no child: its uid is free again
+                os.close(self._uid_lease)
+                self._uid_lease = None
+            raise
         self._stderr = collections.deque()
         self._stderr_size = 0
         self._reader = threading.Thread(target=self._drain, daemon=True)
