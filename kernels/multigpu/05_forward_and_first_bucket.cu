@@ -4,8 +4,9 @@
 //
 // What changed from step 9's sparse_forward_backward (training chapter,
 // 09_sparse_first_layer.cu, whose gather and head this kernel runs
-// unchanged): once a document's block has its row of dZ1, it scatter-adds
-// that row into the gradient rows of the document's words in one bucket
+// unchanged: gather_rows.cuh and head.cuh): once a document's block has its
+// row of dZ1, it scatter-adds that row into the gradient rows of the
+// document's words in one bucket
 // (kernels/training/scatter_rows.cuh, [first[i], last[i]) of the CSR, as in
 // 01_w1_gradient_buckets.cu). Step 9 cannot do this: it adds the update
 // straight into W1, which other blocks are still reading in the forward pass
@@ -28,11 +29,12 @@
 // B = 4,096-8,192, where the first all-reduce (~75 µs) is longer than the
 // rest of the scatter beside it, the step's end moves earlier by about the
 // first bucket's scatter alone (tens of µs); the run's sweep measures it.
+#include <training/gather_rows.cuh>
 #include <training/head.cuh>
 #include <training/scatter_rows.cuh>
 
-#define CHUNK 128                 // words staged per pass: SCATTER_CHUNK, so the scatter reuses the arrays
 #define MAX_HIDDEN 512            // the shared row of Z1 (the network has 128 hidden units)
+static_assert(GATHER_CHUNK == SCATTER_CHUNK, "the scatter reuses the gather's shared arrays");
 
 // One block per document, blockDim.x threads (128: one per hidden unit). Step 9's
 // sparse_forward_backward, then target[word, :] += x * dZ1[i, :] for document i's
@@ -46,28 +48,12 @@ extern "C" __global__ void forward_and_first_bucket(int B, int H, int C, float i
                                                     float* __restrict__ dz1, float* __restrict__ loss_terms,
                                                     const int* __restrict__ first, const int* __restrict__ last,
                                                     float* __restrict__ target) {
-    __shared__ int word[CHUNK];
-    __shared__ float value[CHUNK];
+    __shared__ int word[GATHER_CHUNK];
+    __shared__ float value[GATHER_CHUNK];
     __shared__ float z1[MAX_HIDDEN];
     int i = blockIdx.x;
     if (i >= B) return;
-    int begin = indptr[i], end = indptr[i + 1];
-    for (int j = threadIdx.x; j < H; j += blockDim.x) z1[j] = b1[j];
-    for (int c0 = begin; c0 < end; c0 += CHUNK) {
-        int count = min(CHUNK, end - c0);
-        __syncthreads();                               // the previous chunk is used up
-        for (int t = threadIdx.x; t < count; t += blockDim.x) {
-            word[t] = indices[c0 + t];
-            value[t] = values[c0 + t];
-        }
-        __syncthreads();
-        for (int j = threadIdx.x; j < H; j += blockDim.x) {
-            float z = 0.0f;
-#pragma unroll 8
-            for (int t = 0; t < count; ++t) z += value[t] * W1[(long)word[t] * H + j];
-            z1[j] += z;                                // unit j is this thread's alone: no barrier
-        }
-    }
+    gather_rows(indptr[i], indptr[i + 1], H, indices, values, W1, b1, z1, word, value);
     head_forward_backward(H, C, inv_batch, labels[i], [&](int j) { return z1[j]; }, W2, b2, h + (long)i * H,
                           dz2 + i * C, dz1 + (long)i * H, loss_terms + i);
     // Thread j reads back dZ1[i, j], which it wrote itself; scatter_rows opens each chunk with a

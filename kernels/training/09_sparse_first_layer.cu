@@ -23,14 +23,9 @@
 // and atomics mostly hit L2. Prediction: a few tens of microseconds per step,
 // 10-20x faster than the best dense fp32 step; launch overhead now matters.
 #include "head.cuh"
+#include "gather_rows.cuh"      // the gather loop, shared with the multigpu chapter
 #include "scatter_rows.cuh"     // the scatter-add loop, shared with the multigpu chapter
 
-// A document's word ids and values are staged in shared memory, CHUNK at a
-// time, with one coalesced load by the whole block; then each thread's loop
-// over the words has only the W1 loads left, independent of one another, so
-// several are in flight at once (unrolled by 8) instead of one dependent
-// pair of loads (the word's id, then its row) per word.
-#define CHUNK 128
 #define MAX_HIDDEN 512          // the shared row of Z1 (the network has 128 hidden units)
 
 // One block per document, blockDim.x threads (128: one per hidden unit).
@@ -41,28 +36,12 @@ extern "C" __global__ void sparse_forward_backward(int B, int H, int C, float in
                                         const float* __restrict__ b2, float* __restrict__ h,
                                         float* __restrict__ dz2, float* __restrict__ dz1,
                                         float* __restrict__ loss_terms) {
-    __shared__ int word[CHUNK];
-    __shared__ float value[CHUNK];
+    __shared__ int word[GATHER_CHUNK];
+    __shared__ float value[GATHER_CHUNK];
     __shared__ float z1[MAX_HIDDEN];
     int i = blockIdx.x;
     if (i >= B) return;
-    int begin = indptr[i], end = indptr[i + 1];
-    for (int j = threadIdx.x; j < H; j += blockDim.x) z1[j] = b1[j];
-    for (int c0 = begin; c0 < end; c0 += CHUNK) {
-        int count = min(CHUNK, end - c0);
-        __syncthreads();                               // the previous chunk is used up
-        for (int t = threadIdx.x; t < count; t += blockDim.x) {
-            word[t] = indices[c0 + t];
-            value[t] = values[c0 + t];
-        }
-        __syncthreads();
-        for (int j = threadIdx.x; j < H; j += blockDim.x) {
-            float z = 0.0f;
-#pragma unroll 8
-            for (int t = 0; t < count; ++t) z += value[t] * W1[(long)word[t] * H + j];
-            z1[j] += z;                                // unit j is this thread's alone: no barrier
-        }
-    }
+    gather_rows(indptr[i], indptr[i + 1], H, indices, values, W1, b1, z1, word, value);
     head_forward_backward(H, C, inv_batch, labels[i], [&](int j) { return z1[j]; }, W2, b2, h + (long)i * H,
                           dz2 + i * C, dz1 + (long)i * H, loss_terms + i);
 }
