@@ -85,6 +85,22 @@ def test_unguarded_exercise_without_bounds_checking_cannot_harm_python(tmp_path)
     assert (fcnet.check_steps("cpu", steps=[fcnet.EXERCISE])["status"] == "ok").all()
 
 
+def test_a_thread_that_overflows_its_stack_is_named_and_python_lives_on(traps):
+    # The guard page under each thread's stack (a guard marker where Linux has them, else a
+    # PROT_NONE page): the first write past the stack faults there and is named as what it is.
+    y = np.zeros(64, np.float32)
+    with pytest.raises(KernelLaunchError) as info:
+        traps.get_function("deep_local_array")((2, 1, 1), (64, 1, 1), (np.int32(48 * 1024), y))
+    message = str(info.value)
+    assert "kernel 'deep_local_array'" in message and "stack overflow" in message, message
+    assert "128 KiB" in message, message
+    np.testing.assert_array_equal(y, 0)              # nothing came back from the failed launch
+    # The process lives on and the module still launches.
+    seen = np.zeros(1, np.uint32)
+    traps.get_function("count_launches")((1, 1, 1), (32, 1, 1), (seen,))
+    assert seen[0] >= 1
+
+
 @pytest.mark.parametrize("bounds", [True, False])
 @pytest.mark.parametrize("after", [1, 0])
 @pytest.mark.parametrize("which", [0, 1, 2])

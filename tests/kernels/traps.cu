@@ -105,3 +105,13 @@ extern "C" __global__ void count_launches(unsigned int* seen)
         seen[0] = launches_seen;
     }
 }
+
+// A local array larger than the stack the CPU backend gives a thread (128 KiB):
+// a GPU spills it to local memory; here its first write past the stack's end
+// lands in the guard page under it. 'n' keeps the compiler from dropping it.
+extern "C" __global__ void deep_local_array(int n, float* y)
+{
+    volatile float local[48 * 1024];              // 192 KiB
+    for (int i = 0; i < n; ++i) local[i] = (float)i;
+    y[threadIdx.x] = local[n - 1];
+}
