@@ -13,6 +13,7 @@ tools/gpu_session.sh's ``check`` runs them. nbmake's test runs with ``--nbmake``
 test is ``slow``; the student one is also ``student_book`` (``-m "not student_book"`` leaves it out)."""
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 
@@ -164,6 +165,18 @@ def _costs() -> dict[str, float]:
     costs.update(recorded["units"])
     costs.update(recorded.get("wall_units") or {})
     return costs
+
+
+def pytest_configure(config):
+    # With a worker per core (-n auto), NumPy's OpenBLAS in each worker, and in each notebook kernel
+    # and process a worker starts, would run a thread per core too: on two cores the idle pool
+    # threads spin-wait for work while the other worker needs the core (~4% of CI's CPU time).
+    # One BLAS thread each, as the workers already use every core. A float64 reference may then
+    # differ in its last bits (alexnet's, hopper's and multigpu's glued errors at ~1e-16 relative),
+    # which the glued numbers' comparison allows, as it does another NumPy's (tools/glued_values.py).
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and not hasattr(config, "workerinput"):
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(optionalhook=True)

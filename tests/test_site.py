@@ -96,35 +96,41 @@ ready.then(() => {
 """
 
 
-def test_every_page_loads_with_figures_math_and_working_links(site, server, browser):
+def _site_pages() -> list[str]:
+    """Every chapter page of the built site, relative to it (none without GPULAB_SITE): one test
+    each, so that ``-n 2`` loads them in two browsers at once."""
+    if not SITE or not (Path(SITE) / "index.html").is_file():
+        return []
+    site = Path(SITE).resolve()
+    return [p.relative_to(site).as_posix() for p in pages(site)]
+
+
+def test_the_site_has_its_pages_figures_and_math(site):
+    # The page tests check that each figure loads and each formula renders; these totals catch
+    # a build that lost them all (no chapter figures, MathJax not configured).
+    html = [(site / relative).read_text(errors="replace") for relative in _site_pages()]
+    assert len(html) >= 5
+    assert sum(page.count("<img") for page in html) >= 10, "the chapters' figures are missing"
+    assert sum(page.count('class="math') for page in html) >= 10, "no math on the pages: is MathJax configured?"
+
+
+@pytest.mark.parametrize("relative", _site_pages())
+def test_each_page_loads_with_figures_math_and_working_links(site, server, browser, relative):
     browser.set_script_timeout(60)
-    visited = pages(site)
-    assert len(visited) >= 5
-    links, problems = set(), []
-    images = math = 0
-    for page in visited:
-        relative = page.relative_to(site).as_posix()
-        browser.get(urljoin(server, relative))
-        state = browser.execute_async_script(_STATE)
-        # (the favicon is the browser's own request: a page that names none is not at fault)
-        problems += [f"{relative}: console error: {entry['message']}" for entry in browser.get_log("browser")
-                     if entry["level"] == "SEVERE" and "/favicon.ico " not in entry["message"]]
-        if "error" in state:
-            problems.append(f"{relative}: MathJax failed: {state['error']}")
-            continue
-        images += state["images"]
-        math += state["math"]
-        problems += [f"{relative}: figure did not load: {src}" for src in state["broken"]]
-        problems += [f"{relative}: math not rendered: {text!r}" for text in state["unrendered"]]
-        problems += [f"{relative}: loads from another host: {url}" for url in state["external"]]
-        links |= {link for link in state["links"] if link.startswith(server)}
-    for link in sorted(links):
+    browser.get(urljoin(server, relative))
+    state = browser.execute_async_script(_STATE)
+    # (the favicon is the browser's own request: a page that names none is not at fault)
+    problems = [f"{relative}: console error: {entry['message']}" for entry in browser.get_log("browser")
+                if entry["level"] == "SEVERE" and "/favicon.ico " not in entry["message"]]
+    assert "error" not in state, f"{relative}: MathJax failed: {state.get('error')}"
+    problems += [f"{relative}: figure did not load: {src}" for src in state["broken"]]
+    problems += [f"{relative}: math not rendered: {text!r}" for text in state["unrendered"]]
+    problems += [f"{relative}: loads from another host: {url}" for url in state["external"]]
+    for link in sorted({link for link in state["links"] if link.startswith(server)}):
         problem = _broken(site, server, link)
         if problem:
-            problems.append(problem)
+            problems.append(f"{relative}: {problem}")
     assert not problems, "\n".join(problems)
-    assert images >= 10, "the chapters' figures are missing"
-    assert math >= 10, "no math on the pages: is MathJax configured?"
 
 
 def test_every_script_is_included_once(site):
@@ -145,11 +151,16 @@ def _broken(site: Path, server: str, link: str) -> str | None:
         path = path / "index.html"
     if not path.is_file():
         return f"broken internal link: {link}"
-    if parts.fragment and path.suffix == ".html":
-        ids = set(re.findall(r'\bid="([^"]+)"', path.read_text(errors="replace")))
-        if unquote(parts.fragment) not in ids:
-            return f"link to a missing anchor: {link}"
+    if parts.fragment and path.suffix == ".html" and unquote(parts.fragment) not in _anchors(path):
+        return f"link to a missing anchor: {link}"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _anchors(page: Path) -> frozenset[str]:
+    """The ids a page's links may point at (read once: a chapter links to its own anchors dozens
+    of times)."""
+    return frozenset(re.findall(r'\bid="([^"]+)"', page.read_text(errors="replace")))
 
 
 @pytest.mark.parametrize("term", ["roofline", "SAXPY"])
@@ -215,23 +226,25 @@ Promise.all(images.map(i => { i.loading = 'eager'; return i.decode().catch(() =>
 """
 
 
-@pytest.mark.parametrize("page,code", READABLE_FIGURES, ids=[c for _, c in READABLE_FIGURES])
-def test_the_named_figures_read_at_1400_pixels(site, server, browser, page, code):
+@pytest.mark.parametrize("page", sorted({page for page, _ in READABLE_FIGURES}))
+def test_the_named_figures_read_at_1400_pixels(site, server, browser, page):
     if not (site / page).is_file():
         pytest.skip(f"{page} is not in this build")
     browser.set_window_size(1400, 900)
     try:
         browser.set_script_timeout(60)
-        browser.get(urljoin(server, page))
-        state = browser.execute_async_script(_FIGURE, code)
+        browser.get(urljoin(server, page))                   # once for all of the page's figures
+        states = {code: browser.execute_async_script(_FIGURE, code)
+                  for named, code in READABLE_FIGURES if named == page}
     finally:
         browser.set_window_size(1280, 900)
-    assert state["cells"] == 1, f"{page}: expected one cell running {code!r}, found {state['cells']}"
-    assert state["images"], f"{page}: the cell running {code!r} shows no figure"
-    for image in state["images"]:
-        assert image["natural"] > 0, f"{page}: the figure of {code!r} did not load"
-        assert image["shown"] >= MIN_SCALE * image["natural"], (
-            f"{page}: the figure of {code!r} is {image['natural']} pixels wide, shown at {image['shown']} "
-            f"({image['shown'] / image['natural']:.0%}): its labels are too small to read; draw it narrower")
-        assert image["right"] <= image["page"] and image["clip"] is None, (
-            f"{page}: the figure of {code!r} is cut off at the right (inside {image['clip']!r})")
+    for code, state in states.items():
+        assert state["cells"] == 1, f"{page}: expected one cell running {code!r}, found {state['cells']}"
+        assert state["images"], f"{page}: the cell running {code!r} shows no figure"
+        for image in state["images"]:
+            assert image["natural"] > 0, f"{page}: the figure of {code!r} did not load"
+            assert image["shown"] >= MIN_SCALE * image["natural"], (
+                f"{page}: the figure of {code!r} is {image['natural']} pixels wide, shown at {image['shown']} "
+                f"({image['shown'] / image['natural']:.0%}): its labels are too small to read; draw it narrower")
+            assert image["right"] <= image["page"] and image["clip"] is None, (
+                f"{page}: the figure of {code!r} is cut off at the right (inside {image['clip']!r})")
