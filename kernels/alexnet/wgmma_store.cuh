@@ -38,6 +38,22 @@ __device__ __forceinline__ void to_nhwc_tiles(const T* __restrict__ x, int C, in
     to_channels_last_tiles(x, C, HW, Cp, [&](int n, int p, int c, T v) { put(((size_t)n * HW + p) * Cp + c, v); });
 }
 
+// One output pixel's BN filters from a consumer thread's accumulators: filter m = m0 + 8 j + 2 q + odd
+// (< M) of pixel 'out' (y at that image and pixel) is acc[4 j + 2 half_rows + odd], the wgmma
+// accumulator layout; the filters are E F elements apart in y.
+template <int BN, class T>
+__device__ __forceinline__ void store_pixel_filters(T* out, const float* acc, int half_rows, int q, int m0, int M, int E,
+                                                    int F)
+{
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int odd = 0; odd < 2; ++odd) {
+            const int m = m0 + 8 * j + 2 * q + odd;
+            if (m < M) out[(size_t)m * E * F] = T(acc[4 * j + 2 * half_rows + odd]);
+        }
+}
+
 // y[n][m][e][f] (type T) for a consumer's 64 pixels x BN filters: accumulator row 16 w + g + 8
 // (i / 2) is pixel p = 64 c + that row of the tile, at (e0 + p / TW, f0 + p % TW); guarded at
 // the image's and the filters' edges.
@@ -53,14 +69,7 @@ struct StoreEpilogue {
         for (int half_rows = 0; half_rows < 2; ++half_rows) {
             const int p = 64 * c + 16 * w + g + 8 * half_rows, e = e0 + p / TW, f = f0 + p % TW;
             if (e >= E || f >= F) continue;
-            T* out = y + (size_t)n * M * E * F + (size_t)e * F + f;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                for (int odd = 0; odd < 2; ++odd) {
-                    const int m = m0 + 8 * j + 2 * q + odd;
-                    if (m < M) out[(size_t)m * E * F] = T(acc[4 * j + 2 * half_rows + odd]);
-                }
+            store_pixel_filters<BN>(y + (size_t)n * M * E * F + (size_t)e * F + f, acc, half_rows, q, m0, M, E, F);
         }
     }
 };
@@ -81,14 +90,7 @@ struct FlatStoreEpilogue {
             const int slot = q0 + 64 * c + 16 * w + g + 8 * half_rows, n = slot / (Hp * Wp),
                       e = slot % (Hp * Wp) / Wp, f = slot % Wp;
             if (n >= N || e >= E || f >= F) continue;
-            T* out = y + (size_t)n * M * E * F + (size_t)e * F + f;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                for (int odd = 0; odd < 2; ++odd) {
-                    const int m = m0 + 8 * j + 2 * q + odd;
-                    if (m < M) out[(size_t)m * E * F] = T(acc[4 * j + 2 * half_rows + odd]);
-                }
+            store_pixel_filters<BN>(y + (size_t)n * M * E * F + (size_t)e * F + f, acc, half_rows, q, m0, M, E, F);
         }
     }
 };
