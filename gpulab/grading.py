@@ -509,8 +509,8 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         # Made here, shown read-only to every child: the CPU backend's runtime, the font list.
         prebuilt = {}
         if any(e.kind == "kernel" for e in chosen):
-            for runtime in sandbox.prebuilt_runtime():
-                prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}"] = runtime
+            for place, path in sandbox.prebuilt_runtime().items():
+                prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{place}"] = path
         fonts = sandbox.prebuilt_font_list(tmp / "fonts") if any(e.kind == "function" for e in chosen) else None
         if fonts is not None:
             prebuilt[f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}"] = fonts

@@ -206,18 +206,23 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
     return dest
 
 
-def prebuilt_runtime() -> tuple[Path, ...]:
+def prebuilt_runtime() -> dict[str, Path]:
     """The CPU backend's runtime as every module links it, plain and as the race checker's
-    instrumented builds link it (:func:`gpulab.cpu.compiler.runtime_object`), compiled here, by
+    instrumented builds link it (:func:`gpulab.cpu.compiler.runtime_object`), and the prelude
+    every plain build includes, precompiled (:func:`gpulab.cpu.compiler.precompiled_prelude`),
+    compiled here, by
     the grader, from the lab's own sources into the grader's own build cache: every child's
     kernel exercise needs both, and compiling them again in each child costs more CPU time
     (about 2 s) than the rest of a small exercise. They hold the lab's runtime only: no
     solution, no submission's code. Children see them read-only, under the names their own
     build cache looks them up by (each name is the digest of the sources it was made from, which
     the student version of the lab has unchanged); a child whose lab differed would compile its
-    own."""
+    own. Each file by its place in the build cache."""
     from .cpu import compiler
-    return compiler.runtime_object(False), compiler.runtime_object(True)
+    prelude = compiler.precompiled_prelude()
+    precompiled = (prelude, prelude.with_name(prelude.name + ".gch")) if prelude != compiler.PRELUDE else ()
+    files = (compiler.runtime_object(False), compiler.runtime_object(True), *precompiled)
+    return {path.relative_to(compiler.cache_dir()).as_posix(): path for path in files}
 
 
 def prebuilt_font_list(folder: Path) -> Path | None:

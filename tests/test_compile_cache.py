@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from gpulab import cpu, paths
+from gpulab.cpu import compiler
 from gpulab.errors import KernelLaunchError
 
 HEADER = """// A helper in a header: its __trap() names the header.
@@ -66,6 +67,7 @@ def test_processes_compiling_one_module_at_once_all_get_it_from_one_compile(tmp_
     wrapper = tmp_path / "bin" / "g++"
     # Each g++ run noted by what it makes: the runtime's object, a module's object, the module.
     wrapper.write_text(f'#!/bin/sh\ncase " $* " in *runtime.cpp*) echo runtime >> {tmp_path / "compiles"};; '
+                       f'*c++-header*) echo prelude >> {tmp_path / "compiles"};; '
                        f'*" -c "*) echo compile >> {tmp_path / "compiles"};; '
                        f'*" -shared "*) echo link >> {tmp_path / "compiles"};; esac\n'
                        'exec /usr/bin/g++ "$@"\n')
@@ -79,13 +81,45 @@ def test_processes_compiling_one_module_at_once_all_get_it_from_one_compile(tmp_
     outputs = [run.communicate() for run in runs]
     assert all(run.returncode == 0 for run in runs), outputs
     assert len({out.strip() for out, _ in outputs}) == 1
-    # One of them compiled the runtime, then the module, while the others waited on the locks, then
-    # loaded its result.
-    assert (tmp_path / "compiles").read_text().split() == ["runtime", "compile", "link"]
+    # One of them precompiled the prelude, compiled the runtime, then the module, while the others
+    # waited on the locks, then loaded its result.
+    assert (tmp_path / "compiles").read_text().split() == ["prelude", "runtime", "compile", "link"]
     # The module and the runtime written whole under temporary names, then renamed, and their locks:
     # nothing else is left.
     library = Path(outputs[0][0].strip())
     runtime = [p.stem for p in (tmp_path / "cache" / "cpu").glob("runtime-*.o")]
     assert len(runtime) == 1
+    prelude = [p.name for p in (tmp_path / "cache" / "cpu").glob("prelude-*") if p.is_dir()]
+    assert len(prelude) == 1
     assert sorted(p.name for p in (tmp_path / "cache" / "cpu").iterdir()) == sorted(
-        [library.stem + ".lock", library.name, runtime[0] + ".lock", runtime[0] + ".o"])
+        [library.stem + ".lock", library.name, runtime[0] + ".lock", runtime[0] + ".o", prelude[0] + ".lock",
+         prelude[0]])
+    assert sorted(p.name for p in (tmp_path / "cache" / "cpu" / prelude[0]).iterdir()) == [
+        "gpulab_cuda_cpu.h", "gpulab_cuda_cpu.h.gch"]
+
+
+def test_a_plain_build_reads_the_precompiled_prelude_and_an_instrumented_one_the_header(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_CACHE", str(tmp_path / "cache"))
+    commands = []
+    real = compiler._compile
+
+    def noting(text, library, flags, *rest):
+        commands.append(list(flags))
+        return real(text, library, flags, *rest)
+
+    monkeypatch.setattr(compiler, "_compile", noting)
+    source = (paths.REPO / "tests" / "kernels" / "grid3d.cu").read_text()
+    cpu.compile_module(source, filename="tests/kernels/grid3d.cu")
+    compiler.build(source, filename="tests/kernels/grid3d.cu", instrumented=True)
+    plain, instrumented = commands
+    header = compiler.precompiled_prelude()
+    assert header.read_text() == compiler.PRELUDE.read_text()
+    assert plain[plain.index("-include") + 1] == str(header)
+    assert instrumented[instrumented.index("-include") + 1] == str(compiler.PRELUDE)
+    # g++ -H lists the headers it reads; a precompiled one it used is marked '!' (one it found
+    # but could not use, made with other options, 'x').
+    (tmp_path / "k.cpp").write_text(source)
+    result = subprocess.run(["g++", *[f for f in plain if f != "-shared"], "-H", "-c", str(tmp_path / "k.cpp"),
+                             "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert f"! {header}.gch" in result.stderr.splitlines(), result.stderr[:2000]

@@ -267,8 +267,8 @@ def test_the_run_ends_within_its_limits(attacked):
 
 
 def test_a_child_sees_the_graders_prebuilt_files_read_only(tmp_path):
-    """What the grader shows in a child's /tmp (the CPU backend's runtime and matplotlib's font
-    list, both made by the grader: sandbox.prebuilt_runtime, prebuilt_font_list) the child reads
+    """What the grader shows in a child's /tmp (the CPU backend's runtime, its precompiled prelude
+    and matplotlib's font list, made by the grader: sandbox.prebuilt_runtime, prebuilt_font_list) the child reads
     and uses, and can neither change, replace nor remove, while it still writes its own files
     beside them: the next child, and the grader, load them as the grader made them."""
     lab = sandbox.student_tree(tmp_path / "lab")
@@ -277,7 +277,11 @@ def test_a_child_sees_the_graders_prebuilt_files_read_only(tmp_path):
     runtime.write_bytes(b"the grader's runtime")
     fonts = sandbox.prebuilt_font_list(tmp_path / "fonts")
     assert fonts is not None and fonts.name.startswith("fontlist-")
-    shown = {f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}": runtime, f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}": fonts}
+    prelude = tmp_path / "prelude-0123" / "gpulab_cuda_cpu.h.gch"      # in a folder of the cache
+    prelude.parent.mkdir()
+    prelude.write_bytes(b"the grader's precompiled prelude")
+    shown = {f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}": runtime, f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}": fonts,
+             f"{sandbox.CHILD_CACHE}/cpu/prelude-0123/{prelude.name}": prelude}
     made = {place: path.read_bytes() for place, path in shown.items()}
     for path in shown.values():
         # Writable by all: the read-only mount alone must keep them (run by an ordinary user, the
