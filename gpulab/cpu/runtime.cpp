@@ -689,13 +689,15 @@ bool run_block_steps(Worker* w) {
 // without splitting the mapping: a block of 256 threads' stacks stays one mapping
 // instead of 512, which made mprotect and munmap a third of a small launch's cost.
 // Older kernels answer EINVAL and get the PROT_NONE page. Private anonymous maps only.
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102
+#if defined(__linux__) && !defined(MADV_GUARD_INSTALL)
+#define MADV_GUARD_INSTALL 102      // Linux's number (uapi/asm-generic/mman-common.h), not another system's
 #endif
 void guard_page(void* address, size_t bytes) {
+#ifdef MADV_GUARD_INSTALL
     static std::atomic<int> markers{1};
     if (markers.load(std::memory_order_relaxed) && madvise(address, bytes, MADV_GUARD_INSTALL) == 0) return;
     markers.store(0, std::memory_order_relaxed);
+#endif
     mprotect(address, bytes, PROT_NONE);
 }
 
