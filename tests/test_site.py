@@ -98,7 +98,7 @@ ready.then(() => {
 
 def _site_pages() -> list[str]:
     """Every chapter page of the built site, relative to it (none without GPULAB_SITE): one test
-    each, so that ``-n 2`` loads them in two browsers at once."""
+    each, so that a failing page names itself and the other pages are still checked."""
     if not SITE or not (Path(SITE) / "index.html").is_file():
         return []
     site = Path(SITE).resolve()
