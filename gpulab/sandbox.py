@@ -207,17 +207,16 @@ def student_tree(dest: Path, repo: Path | None = None) -> Path:
 
 
 def prebuilt_runtime() -> dict[str, Path]:
-    """The CPU backend's runtime as every module links it, plain and as the race checker's
-    instrumented builds link it (:func:`gpulab.cpu.compiler.runtime_object`), and the prelude
-    every plain build includes, precompiled (:func:`gpulab.cpu.compiler.precompiled_prelude`),
-    compiled here, by
-    the grader, from the lab's own sources into the grader's own build cache: every child's
-    kernel exercise needs both, and compiling them again in each child costs more CPU time
-    (about 2 s) than the rest of a small exercise. They hold the lab's runtime only: no
-    solution, no submission's code. Children see them read-only, under the names their own
-    build cache looks them up by (each name is the digest of the sources it was made from, which
-    the student version of the lab has unchanged); a child whose lab differed would compile its
-    own. Each file by its place in the build cache."""
+    """What every child's kernel exercise compiles against, made here, by the grader, from the
+    lab's own sources into the grader's own build cache: the CPU backend's runtime as every
+    module links it, plain and as the race checker's instrumented builds link it
+    (:func:`gpulab.cpu.compiler.runtime_object`), and the prelude every plain build includes,
+    precompiled (:func:`gpulab.cpu.compiler.precompiled_prelude`). Making them again in each
+    child costs more CPU time (about 2 s) than the rest of a small exercise. They hold the lab's
+    runtime and headers only: no solution, no submission's code. Each file by its place in the
+    build cache: children see them read-only at the same place in theirs, under the names their
+    cache looks them up by (digests of the sources they were made from, which the student
+    version of the lab has unchanged); a child whose lab differed would make its own."""
     from .cpu import compiler
     prelude = compiler.precompiled_prelude()
     precompiled = (prelude, prelude.with_name(prelude.name + ".gch")) if prelude != compiler.PRELUDE else ()
