@@ -21,8 +21,11 @@
 // out-of-range outputs are not written).
 //
 // Prediction: about 300 TFLOP/s at 4096^3 on an H100, a third of the 989 TFLOP/s dense fp16 peak
-// and below half of cuBLAS: mma.sync issues from every warp a 16 x 8 x 16 product at a time, and on
-// Hopper that path cannot keep the tensor cores busy (the convpool chapter measured 41% busy).
+// and below half of cuBLAS. Not because of mma.sync itself: well-fed mma.sync kernels reach about
+// two thirds of the dense peak on Hopper (FlashAttention-3, Shah et al. 2024, sec. 2). What holds
+// this one back is its feed: every operand passes through ldmatrix into registers, each warp's
+// 64 x 32 piece re-reads its rows of A and B from shared memory, and the warps that copy are the
+// warps that multiply. wgmma (step 2) and the copy engine (step 1) take those away.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "mma_sync_tile.cuh"

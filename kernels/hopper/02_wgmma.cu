@@ -7,17 +7,19 @@
 // descriptors (smem_desc: the tile's address, its 128-byte swizzle, 1024 bytes between groups of
 // 8 rows). The copy engine wrote the slices with that same swizzle, so no thread touches them:
 // no ldmatrix, no fragment registers. The k16 slices of a 128-byte row are 32 bytes apart, so
-// the descriptor of slice kk starts 2 kk rows of 16 bytes in (the swizzle is applied to the
+// the descriptor of slice kk starts 2 kk 16-byte chunks (32 kk bytes) in (the swizzle is applied to the
 // final address, by the hardware, as the copy engine applied it). A block computes a 128 x 128
 // tile as two m64 halves: 2 x 64 accumulators per thread. wgmma is asynchronous: wgmma_fence()
 // orders the accumulators' registers before the first product, wgmma_commit() closes the group
 // of 8 products of a slice, and wgmma_wait<0>() waits for it before the slot may be refilled.
 //
-// Why faster: one instruction now does what 32 mma.sync did, the operands never pass through
+// Why faster: one instruction now does what 64 mma.sync did (64 x 128 x 16 = 64 x 16 x 8 x 16), the operands never pass through
 // registers, and the tensor cores can run at Hopper's full rate (wgmma is the only way to it).
 // Why it might not be much faster yet: the block waits for every slice's products before it
-// refills a slot, and one warpgroup per block (with 1 block per SM at 97 KiB of ring) leaves
-// the tensor cores idle while it waits for copies and for its own epilogue.
+// refills a slot, and a block's one warpgroup leaves its share of the tensor cores idle while it
+// waits for copies and for its own epilogue. Two blocks fit on an SM (2 x 97 KiB of ring, 160
+// registers x 128 threads each), and the other block's products fill some of those gaps: the
+// chapter's resource table shows it, and step 3's verdict rests on it.
 //
 // Launch: grid (ceil(N / 128), ceil(M / 128)), block 128, dynamic shared memory STAGES * 32 KiB
 // + 1 KiB; (map_a, map_b, C, M, N, K) with boxes of 64 x 128. Needs K a multiple of 8.

@@ -1,4 +1,4 @@
-// Step 5 -- persistent: one block per SM walks over the tiles, in groups that share L2.
+// Step 5 -- persistent: one block per SM walks over the tiles, its ring kept from tile to tile.
 //
 // What changed from step 4: the grid and the epilogue. Step 4 launched one block per 128 x 256
 // tile (512 at 4096^3: 3.9 waves over 132 SMs); each block filled its ring from empty, computed,
@@ -8,11 +8,13 @@
 // block's tiles (`it`), so the producer starts copying the next tile's slices while the
 // consumers are still writing the last one's C -- the prologue of every tile but the first
 // disappears. The tiles are numbered in groups of GROUP_M tile-rows (as Triton's matmul
-// tutorial orders them): the 132 tiles in flight at once then cover about 8 tile-rows of A and
-// 16 tile-columns of B instead of 1 row and all of B, so more of each slice comes from L2.
+// tutorial orders them). At 4096^3 that order changes nothing: a tile-row is only 16 tiles, so
+// the 132 tiles in flight cover about 8 tile-rows of A and all 16 tile-columns of B in either
+// order (a group of 8 x 16 = 128 tiles is nearly a wave). Grouping starts to matter for L2 only
+// once a tile-row holds more tiles than the SMs run at once (N past about 34,000 here).
 //
-// Why faster: no empty ring at every tile, the epilogue overlaps the next tile's copies, fewer
-// bytes from HBM. Why it might not be enough: both consumers still write C at the same time, and
+// Why faster: persistence -- no empty ring at every tile, and the epilogue overlaps the next
+// tile's copies. Why it might not be enough: both consumers still write C at the same time, and
 // the tensor cores idle then.
 //
 // Launch: grid (number of SMs), block 384, dynamic shared memory STAGES * 48 KiB + 1 KiB;

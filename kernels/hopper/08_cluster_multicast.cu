@@ -17,14 +17,15 @@
 // peer may still arrive on or copy into it).
 //
 // Why faster: L2 -> shared-memory traffic falls by a third. At 4096^3 step 7 reads 512 tiles x
-// 64 slices x 48 KiB = 1.61 GB from L2 in 0.203 ms (7.9 TB/s); here B's 32 KiB per slice is read
+// 64 slices x 48 KiB = 1.61 GB from L2 (in 0.203 ms, 7.9 TB/s, in the run this step was
+// predicted from; the chapter shows the current run's numbers); here B's 32 KiB per slice is read
 // once per pair, so each block reads 16 + 16 = 32 KiB per slice: 1.07 GB. Why it might not pay:
-// step 7 is already near the tensor pipe's limit -- its profile shows the SMs 89% busy and L2 at
+// step 7 is already near the tensor pipe's limit -- its profile then showed the SMs 89% busy and L2 at
 // 47% of its throughput, so loads were not what the tensor cores waited for, and if every idle
 // cycle were filled the ceiling is 1 / 0.89 = 1.12x. The pair also runs in lockstep: a slot is
 // refilled only when the slower of two blocks' consumers releases it, and a remote arrival takes
 // longer than a local one. What could still help: the run is held at a software power cap
-// (median SM clock 1620 of 1980 MHz), and a third less data moved is less power.
+// (median SM clock 1620 of 1980 MHz in that run), and a third less data moved is less power.
 //
 // Launch: as step 7, with the tensor map of B in boxes of 64 k x 128 rows (half a tile's B), the
 // grid an even number of blocks (one per SM, 132 on an H100: 66 clusters), 64 bytes more shared
