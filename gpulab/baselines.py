@@ -243,7 +243,8 @@ def measure(paths: Sequence[VendorPath], *, reference, experiment: str, size: in
                 continue
         if path.calls > 1:
             timing.samples_ms = timing.samples_ms / path.calls
-            timing.method = f"cuda graph of {path.calls} calls"
+            timing.method = f"cuda graph of {path.calls} calls, queued"
+            timing.calls = path.calls      # a cross-check of ``run`` divides by them too
         moved = bytes(path) if callable(bytes) else bytes
         exp = graph_experiment if (path.graph and graph_experiment) else experiment
         rows.append(timing.row(exp, path.label, size, phase, flops=flops, bytes=moved,

@@ -206,6 +206,86 @@ def gpu_state() -> dict:
     return _smi_state()
 
 
+#: How each vendor library's rows are reached from Python (the ``library`` column names the
+#: library; this says through which call). Recorded in every run's conditions.
+VENDOR_ENTRY_POINTS = {
+    "cuBLAS (CuPy)": "cupy.matmul / cupy.cublas (cublasGemmEx, cublasSgemm on CuPy's handle)",
+    "cuBLAS (cublasGemmEx)": "cublasGemmEx through ctypes on CuPy's libcublas",
+    "cuBLASLt (PyTorch)": "torch.matmul / torch.nn.functional.linear (cuBLASLt, its heuristic's pick)",
+    "cuDNN (PyTorch)": "torch.nn.functional.conv2d with torch.backends.cudnn.benchmark = True",
+    "cuDNN + cuBLAS (PyTorch)": "torch.nn.functional.conv2d / max_pool2d / linear (cudnn.benchmark = True)",
+    "PyTorch (cuBLAS)": "torch.mm and autograd in eager mode",
+    "PyTorch (embedding_bag)": "torch.nn.functional.embedding_bag in eager mode",
+    "PyTorch (cuSPARSE)": "torch.sparse.mm on a CSR tensor",
+    "PyTorch (torch.compile)": "torch.compile (Inductor; Triton kernels, CUDA graphs in reduce-overhead)",
+    "CUDA graphs": "torch.cuda.CUDAGraph / cupy.cuda.Graph capture of the eager path, replayed",
+}
+
+
+def _form_factor(name: str, power_limit_w: float | None) -> str:
+    """SXM or PCIe, as far as the name and the power limit tell (NVML reports no form factor):
+    an H100 80GB HBM3 or an H200 (not NVL) is the SXM module; "PCIe" and "NVL" names are cards."""
+    lowered = name.lower()
+    if "pcie" in lowered or "nvl" in lowered:
+        form = "PCIe card"
+    elif "sxm" in lowered or "hbm3" in lowered or lowered.endswith("h200"):
+        form = "SXM module"
+    else:
+        return "unknown (the name does not say)"
+    limit = f", power limit {power_limit_w:g} W" if power_limit_w else ""
+    return f"{form} (from the name '{name}'{limit})"
+
+
+def conditions() -> dict:
+    """Under what conditions a run was measured, beyond :func:`describe`: the power limit in force
+    and the card's form, the vendor libraries' versions and how each is called, and the timing
+    method; (clocks, power draw and throttle reasons during the run are the monitor's,
+    ``gpu_state``). Fields that cannot be read are None."""
+    from . import timing
+
+    out = {"power_limit_w": None, "power_limit_default_w": None, "form_factor": None,
+           "cublas": None, "cudnn": None, "torch": None, "triton": None,
+           "vendor_entry_points": VENDOR_ENTRY_POINTS,
+           "timing": ("CUDA events around each call, the call queued behind a guard kernel "
+                      f"(at least {timing.GUARD_MIN_US:g} us, longer than the host's dispatch) so the host's "
+                      "dispatch is not counted; the host waits for the end event; medians under the stop rule: "
+                      + timing.STOP_RULE.describe())}
+    if not gpu_available():
+        return out
+    nv = _nvml_handle()
+    if nv is not None:
+        pynvml, h = nv
+        try:
+            out["power_limit_w"] = round(pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, 1)
+            out["power_limit_default_w"] = round(pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000, 1)
+        except Exception:
+            pass
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        out["form_factor"] = _form_factor(name.decode() if isinstance(name, bytes) else str(name),
+                                          out["power_limit_w"])
+        from cupy_backends.cuda.libs import cublas
+        handle = cupy.cuda.device.get_cublas_handle()
+        v = int(cublas.getVersion(handle))        # major * 10000 + minor * 100 + patch
+        out["cublas"] = f"{v // 10000}.{(v // 100) % 100}.{v % 100}"
+    except Exception:
+        pass
+    try:
+        import torch
+        out["torch"] = torch.__version__
+        out["cudnn"] = str(torch.backends.cudnn.version())
+        out["torch_cuda"] = torch.version.cuda
+    except Exception:
+        pass
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except Exception:
+        pass
+    return out
+
+
 def _smi_state() -> dict:
     import shutil
     import subprocess

@@ -16,6 +16,14 @@ it again:
 * **the skipped-with-reason table** (its columns are the chapter's: ``Recording.skipped``) and
   the other side tables; what the run's metadata says beyond the machine (:meth:`Recorder.add_meta`:
   the kernel sources' digests, the compiler's version);
+* **the cross-check**: a recording names the rows its verdicts rest on (``crosscheck``, a test on
+  a row); while it runs, each such row is timed again by the lab's loop (cold and warm), by
+  Triton's ``do_bench`` and by the profiler (:func:`gpulab.timing.crosscheck`), and the fastest
+  lab row and fastest vendor row of each (experiment, size, precision) among them are written
+  as the run's ``crosscheck`` table (:func:`crosscheck_table`);
+* **the conditions**: the run's metadata says under what conditions it was measured
+  (:func:`gpulab.device.conditions`: clocks, power draw and limit, throttle reasons, the card's
+  form, the vendor libraries' versions and the timing method);
 * **writing the run**: :func:`record` runs a chapter under the GPU monitor and saves it through
   :func:`gpulab.runs.save_run`.
 
@@ -47,7 +55,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from .device import GpuMonitor, describe
+from . import timing
+from .device import GpuMonitor, conditions, describe
 from .errors import CheckFailed
 from .ladder import FAILED
 from .runs import save_run
@@ -55,7 +64,14 @@ from .runs import save_run
 #: The side table listing the experiments that failed or were not started, and why.
 PROBLEMS = "problems"
 #: Metadata that describe(), the GPU monitor and save_run write: a recording adds other keys.
-OWN_META = ("gpu", "date", "driver", "cuda_runtime", "cupy", "gpu_state", "chapter", "tables", "string_columns")
+OWN_META = ("gpu", "date", "driver", "cuda_runtime", "cupy", "gpu_state", "chapter", "tables", "string_columns",
+            "conditions")
+#: The side table of the cross-checked rows (see :func:`crosscheck_table`).
+CROSSCHECK = "crosscheck"
+#: Its columns: the issue's six first, then what makes each row readable on its own.
+CROSSCHECK_TABLE_COLUMNS = ["variant", "size", "precision", "median_ms", "do_bench_ms", "profiler_ms",
+                            "experiment", "layer", "side", "l2_flushed", "crosscheck_warm_ms", "profiler_kernels",
+                            "do_bench_vs_median", "crosscheck_note"]
 
 
 @dataclass(frozen=True)
@@ -137,7 +153,7 @@ class Recorder:
 
     def table(self, name: str, frame) -> None:
         """A side table, saved as ``<chapter>.<name>.csv`` beside the timings."""
-        if name in ("skipped", PROBLEMS):
+        if name in ("skipped", PROBLEMS, CROSSCHECK):
             raise ValueError(f"the recorder writes the '{name}' table itself: use rec.skip() or an Experiment")
         self.tables[name] = frame
 
@@ -218,7 +234,37 @@ class Recorder:
             tables["skipped"] = pd.DataFrame(self.skipped, columns=columns)
         if self.problems:
             tables[PROBLEMS] = pd.DataFrame(self.problems)
+        checked = crosscheck_table(self.rows)
+        if checked is not None:
+            tables[CROSSCHECK] = checked
         return self.rows, tables
+
+
+def crosscheck_table(rows: Sequence[dict]) -> pd.DataFrame | None:
+    """The rows a run's verdicts rest on, each timed three ways: the rows that were cross-checked
+    (they have ``do_bench_ms``: the fastest lab row and the fastest vendor row of each
+    (experiment, size, precision, layer) the recording's ``crosscheck`` selected).
+    ``median_ms`` is the lab loop's cold median (L2 flushed, as ``do_bench`` and the profiler
+    time it), ``crosscheck_warm_ms`` its warm one; the row's own ``median_ms`` in the run is
+    whichever the chapter chose (its ``l2_flushed``). None when nothing was cross-checked."""
+    from .baselines import is_vendor
+
+    frame = pd.DataFrame(list(rows))
+    if frame.empty or "do_bench_ms" not in frame.columns:
+        return None
+    frame = frame[frame["crosscheck_cold_ms"].notna()].copy()
+    if frame.empty:
+        return None
+    if "precision" not in frame.columns:
+        frame["precision"] = ""
+    frame["precision"] = frame["precision"].fillna("")
+    frame["side"] = is_vendor(frame).map({True: "vendor", False: "lab"})
+    best = frame.drop_duplicates(subset=["experiment", "variant", "size", "precision"]
+                                 + (["layer"] if "layer" in frame.columns else []))
+    best = best.assign(median_ms=best["crosscheck_cold_ms"], l2_flushed=True,
+                       do_bench_vs_median=best["do_bench_ms"] / best["crosscheck_cold_ms"])
+    best = best.sort_values(["experiment", "size", "precision", "side"])
+    return best.reindex(columns=CROSSCHECK_TABLE_COLUMNS).reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -245,6 +291,9 @@ class Recording:
     keep_going: bool = False
     finish: Callable | None = None
     problem_row: Callable | None = None
+    #: Which rows the chapter's verdicts rest on (a test on a row, e.g. its experiment and size):
+    #: each is cross-checked as it is made (see :func:`crosscheck_table`). None: nothing is.
+    crosscheck: Callable | None = None
 
     def __post_init__(self):
         names = [e.name for e in self.experiments]
@@ -273,7 +322,14 @@ class Recording:
         rec = self.recorder(repeats, quick, budget_s, log)
         ctx = self.setup(rec) if self.setup is not None else None
         for experiment in self.experiments:
-            rec.run(experiment, ctx)
+            if self.crosscheck is None:
+                rec.run(experiment, ctx)
+                continue
+            with timing.crosschecking(self.crosscheck) as check:
+                rec.run(experiment, ctx)
+                if check.best:
+                    rec.progress(f"{experiment.name}: cross-checking the fastest of {len(check.best)} groups")
+                    check.run(rec.rows, log=rec.progress)
         if self.finish is not None and rec.rows:
             rec.rows = self.finish(rec.rows)
         return rec
@@ -299,7 +355,7 @@ def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: 
             (rows, tables), added = rec.result(), rec.meta
         else:
             rows, tables = _as_pair(benchmark_all(repeats=repeats, quick=quick, budget_s=budget_s, log=log))
-    meta = dict(describe(), gpu_state=monitor.summary(), **added)
+    meta = dict(describe(), gpu_state=monitor.summary(), conditions=conditions(), **added)
     path = save_run(chapter, rows, meta, root=root, tables=tables)
     skipped = tables.get("skipped")
     failed = 0 if skipped is None or "reason" not in skipped else int(

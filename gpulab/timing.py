@@ -1,19 +1,35 @@
-"""Time GPU work honestly: CUDA events, warm-up excluded, repeats until a stated
-stop rule is met, median with spread, results as tidy rows.
+"""Time GPU work honestly: CUDA events, warm-up excluded, the host's dispatch kept out,
+repeats until a stated stop rule is met, median with spread, results as tidy rows.
 
-Every timed call sits between its own pair of CUDA events on the stream it runs
-on, and the host waits for the end event before the next call (as
-:func:`cupyx.profiler.benchmark` does), so calls never overlap. This module
-adds:
+**The one loop** (:func:`_event_loop`, used by :func:`benchmark` and :func:`graph_benchmark`,
+and so by every chapter's record). A timed call sits between its own pair of CUDA events
+on the stream it runs on, and the call is **queued**: before the start event the loop
+launches a *guard*, a one-block kernel that spins on the GPU's clock for longer than the
+host takes to put the start event, the call and the end event into the stream. The GPU is
+busy with the guard while the host dispatches, so the start event is written when the GPU
+reaches the call, not when the host did, and nothing the host does to get the call onto
+the GPU (a launch's few microseconds, a graph replay's, an eager PyTorch call's dispatcher
+and heuristics: tens of microseconds) is counted as the call's time. The loop checks
+every sample: one whose dispatch outlasted its guard is not kept, the guard is lengthened
+and the call is timed again (the :class:`Timing` counts them, ``requeued``). The host then
+waits for the end event, so calls never overlap. ``queued=False`` is the naive method the
+measuring chapter contrasts with it (the host waits, the GPU is idle when the start event
+is written, so the dispatch is inside the events): only for measuring dispatch itself.
 
-* the **stop rule** (:data:`STOP_RULE`): repeat until the 95% confidence
-  interval of the median is within 1% of it, after at least ``min_repeats``
-  calls and at most ``repeats``, or until the time budget is spent (each
-  :class:`Timing` keeps why it stopped, and each row its CI half-width);
-* an optional **L2 flush** (``flush_l2=True``): a buffer twice the size of the
-  GPU's L2 cache is written between repeats, outside the timed region, so a
-  small working set cannot stay in L2 from one call to the next ("cold"); every
-  row says whether L2 was flushed (column ``l2_flushed``);
+What else this module owns:
+
+* the **stop rule** (:data:`STOP_RULE`): repeat until the 95% confidence interval of the
+  median is within 1% of it, after at least ``min_repeats`` calls and at most ``repeats``,
+  or until the time budget is spent (each :class:`Timing` keeps why it stopped, and each row
+  its CI half-width);
+* **cold or warm L2** (``flush_l2=True``: "cold"): a buffer twice the size of the GPU's L2
+  cache is written between repeats, behind the guard and outside the timed region, so a
+  small working set cannot stay in L2 from one call to the next; without it the calls run
+  back to back on what the previous one left in L2 ("warm"). Every row says which (column
+  ``l2_flushed``) and that it was queued (column ``queued``);
+* **the cross-check** (:func:`crosschecking`): while a chapter's run is recorded, the rows its
+  verdicts rest on are timed again, cold, by this loop, by Triton's ``do_bench`` and by the
+  profiler's record of the kernels' own durations (:func:`crosscheck`);
 * the summary statistics and the row format every chapter shares;
 * the deliberately naive host timers that chapter 1 compares against events.
 """
@@ -21,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -110,6 +127,15 @@ class Timing:
     host_ms: np.ndarray | None = field(default=None, repr=False)
     l2_flushed: bool = False
     stop: str = ""           # why the repeats stopped (see StopRule)
+    #: True: every sample was queued behind a guard (the host's dispatch excluded); False: the
+    #: naive method (the host waited and the GPU was idle when the start event was written).
+    queued: bool = True
+    #: Samples timed again because the host's dispatch outlasted the guard in front of them.
+    requeued: int = 0
+    #: The timed callable and how many calls one of its calls makes (a graph of 20 launches: 20),
+    #: kept only while a cross-check is active (see :func:`crosschecking`), for the row to use.
+    fn: Callable | None = field(default=None, repr=False, compare=False)
+    calls: int = field(default=1, repr=False, compare=False)
 
     def __post_init__(self):
         self.samples_ms = np.asarray(self.samples_ms, dtype=np.float64).ravel()
@@ -131,16 +157,21 @@ class Timing:
         """One tidy row: the labels, the summary statistics, and the work done
         (FLOPs and bytes moved) so rates can be derived later; then whether L2
         was flushed between repeats and the median's relative 95% CI half-width."""
-        return {"experiment": experiment, "variant": variant, "size": int(size), "phase": phase,
-                **self.summary(), "flops": float(flops), "bytes": float(bytes),
-                "l2_flushed": bool(self.l2_flushed), "ci_half_width": ci_half_width(self.samples_ms),
-                **extra}
+        row = {"experiment": experiment, "variant": variant, "size": int(size), "phase": phase,
+               **self.summary(), "flops": float(flops), "bytes": float(bytes),
+               "l2_flushed": bool(self.l2_flushed), "ci_half_width": ci_half_width(self.samples_ms),
+               "queued": bool(self.queued), **extra}
+        if self.fn is not None and _CROSSCHECK:
+            _CROSSCHECK[-1].offer(row, self.fn, self.calls)
+        self.fn = None       # the callable holds the inputs' GPU memory: only a cross-check keeps it
+        return row
 
     def __str__(self) -> str:
         s = self.summary()
         l2 = ", L2 flushed" if self.l2_flushed else ""
+        queued = "" if self.queued else ", dispatch included"
         return (f"median {s['median_ms']:.4f} ms (IQR {s['q1_ms']:.4f}-{s['q3_ms']:.4f}, "
-                f"min {s['min_ms']:.4f}, max {s['max_ms']:.4f}, n={s['repeats']}, {self.method}{l2})")
+                f"min {s['min_ms']:.4f}, max {s['max_ms']:.4f}, n={s['repeats']}, {self.method}{l2}{queued})")
 
 
 class L2Flusher:
@@ -167,44 +198,120 @@ class L2Flusher:
 
     def flush(self, stream) -> None:
         """Queue the write on ``stream``: it runs before the next start event there."""
+        import cupy
+
         self.value += 1          # a new value each time: nothing can skip an unchanged write
+        if "flush" not in _WARM:
+            # A kernel of the lab's own (not ndarray.fill), so a profiler's record names it.
+            _WARM["flush"] = cupy.RawKernel(_FLUSH_SOURCE, "gpulab_l2_flush")
+        n = self.buffer.size
         with stream:
-            self.buffer.fill(self.value)
+            _WARM["flush"]((min((n + 255) // 256, 65_536),), (256,), (self.buffer, np.int64(n), np.int32(self.value)))
+
+
+_FLUSH_SOURCE = r"""
+extern "C" __global__ void gpulab_l2_flush(int *buffer, long long n, int value)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        buffer[i] = value;
+}
+"""
+
+
+#: The shortest guard put in front of a timed call, in microseconds: longer than a lab kernel's
+#: launch and the two events (about 10 us together), so most calls never need a longer one.
+GUARD_MIN_US = 50.0
+#: The longest guard: a call whose dispatch takes longer than this on the host is timed with
+#: its dispatch partly inside the events, and its Timing says so (``queued`` False).
+GUARD_MAX_US = 200_000.0
+#: A sample counts as queued when the host finished dispatching within this share of the guard
+#: (the guard may start on the GPU a few microseconds before its launch call returns).
+GUARD_MARGIN = 0.7
+
+_GUARD_SOURCE = r"""
+extern "C" __global__ void gpulab_guard(long long nanoseconds)
+{
+    // One thread spins on the GPU's clock: the stream is busy for that long and nothing else is
+    // touched (no memory, one SM), so the timed call behind it starts as it would have anyway.
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < (unsigned long long)nanoseconds);
+}
+"""
+
+
+def _guard(stream, microseconds: float) -> None:
+    """Queue the guard kernel for ``microseconds`` on ``stream``."""
+    import cupy
+
+    if "guard" not in _WARM:
+        _WARM["guard"] = cupy.RawKernel(_GUARD_SOURCE, "gpulab_guard")
+    with stream:
+        _WARM["guard"]((1,), (1,), (np.int64(microseconds * 1e3),))
 
 
 def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule | None,
-                repeats: int, flush_l2: bool, divide: int = 1) -> tuple[np.ndarray, np.ndarray, str]:
-    """The one timing loop: ``warmup`` untimed calls, then timed calls, each
-    between two events on ``stream`` with the host waiting for the end event;
-    with ``flush_l2``, L2 is flushed before every call (outside the events)."""
+                repeats: int, flush_l2: bool, divide: int = 1,
+                queued: bool = True) -> tuple[np.ndarray, np.ndarray, str, int, bool]:
+    """The one timing loop: ``warmup`` untimed calls, then timed calls, each between two events
+    on ``stream``, the host waiting for the end event before the next. ``queued``: each timed
+    call waits behind a guard kernel longer than the host's dispatch of the events and the call
+    (the warm-up calls measure that dispatch); a sample whose dispatch outlasted its guard is
+    timed again behind a guard twice as long. ``flush_l2``: L2 is flushed before every call,
+    behind the guard and before the start event. Returns the GPU samples, the host's dispatch
+    times, why the repeats stopped, how many samples were timed again, and whether every kept
+    sample was queued."""
     import cupy
 
     flusher = L2Flusher.get() if flush_l2 else None
-    for _ in range(warmup):
-        if flusher:
-            flusher.flush(stream)
-        fn()
-    stream.synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    max_repeats = repeats if rule is None else rule.max_repeats
-    gpu, host = [], []
-    spent_ms = 0.0
-    reason = f"fixed {repeats} repeats" if rule is None else f"reached the maximum of {max_repeats} repeats"
-    for i in range(max_repeats):
+    dispatch_us = []
+    for _ in range(max(warmup, 1 if queued else 0)):
         if flusher:
-            # The host waits for the flush, so the timed call starts as an unflushed
-            # one does: on an idle GPU, after the host waited for the previous call.
             flusher.flush(stream)
-            stream.synchronize()
         t0 = time.perf_counter()
         start.record(stream)
         fn()
         end.record(stream)
+        dispatch_us.append((time.perf_counter() - t0) * 1e6)
         end.synchronize()
-        host_ms = (time.perf_counter() - t0) * 1e3
+    stream.synchronize()
+    # The first dispatch may include a one-time set-up (a plan, a handle): the guard follows the
+    # later ones, and grows by itself if it is too short.
+    typical = max(dispatch_us[1:] or dispatch_us or [0.0])
+    guard_us = min(max(GUARD_MIN_US, 2.0 * typical / GUARD_MARGIN), GUARD_MAX_US)
+    max_repeats = repeats if rule is None else rule.max_repeats
+    gpu, host = [], []
+    spent_ms = 0.0
+    requeued, all_queued = 0, True
+    reason = f"fixed {repeats} repeats" if rule is None else f"reached the maximum of {max_repeats} repeats"
+    while len(gpu) < max_repeats:
+        if queued:
+            _guard(stream, guard_us)
+            t0 = time.perf_counter()
+            if flusher:
+                flusher.flush(stream)
+        else:
+            if flusher:
+                # The host waits for the flush, so the timed call starts as an unflushed
+                # one does: on an idle GPU, after the host waited for the previous call.
+                flusher.flush(stream)
+                stream.synchronize()
+            t0 = time.perf_counter()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        dispatched_us = (time.perf_counter() - t0) * 1e6
+        end.synchronize()
+        spent_ms += (time.perf_counter() - t0) * 1e3
+        if queued and dispatched_us > GUARD_MARGIN * guard_us:
+            if guard_us < GUARD_MAX_US:     # the GPU may have waited for the host: time it again
+                requeued += 1
+                guard_us = min(2.0 * dispatched_us / GUARD_MARGIN, GUARD_MAX_US)
+                continue
+            all_queued = False              # longer than the longest guard: kept, and said so
         gpu.append(cupy.cuda.get_elapsed_time(start, end) / divide)
-        host.append(host_ms / divide)
-        spent_ms += host_ms
+        host.append(dispatched_us / 1e3 / divide)
         if rule is None or len(gpu) < rule.min_repeats:
             continue
         half = ci_half_width(gpu, rule.confidence)
@@ -215,7 +322,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
         if rule.budget_ms is not None and spent_ms >= rule.budget_ms:
             reason = f"time budget of {rule.budget_ms:g} ms spent after {len(gpu)} repeats"
             break
-    return np.asarray(gpu), np.asarray(host), reason
+    return np.asarray(gpu), np.asarray(host), reason, requeued, all_queued and queued
 
 
 def _rule(repeats: int, min_repeats: int, budget_ms: float | None, rel_ci: float | None,
@@ -232,9 +339,11 @@ def _rule(repeats: int, min_repeats: int, budget_ms: float | None, rel_ci: float
 def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
               budget_ms: float | None = None, min_repeats: int = STOP_RULE.min_repeats,
               rel_ci: float | None = STOP_RULE.rel_half_width, confidence: float = STOP_RULE.confidence,
-              flush_l2: bool = False, stream=None) -> Timing:
+              flush_l2: bool = False, stream=None, queued: bool = True) -> Timing:
     """Time ``fn()`` on the GPU with CUDA events: ``warmup`` untimed calls,
-    then timed ones, each between its own pair of events, under the stop rule:
+    then timed ones, each between its own pair of events and queued behind a
+    guard (the host's dispatch excluded; ``queued=False``: included, the naive
+    method, for measuring dispatch itself), under the stop rule:
     at least ``min_repeats`` and at most ``repeats`` calls, stopping once the
     median's ``confidence`` interval is within ``rel_ci`` of it (``rel_ci=None``:
     exactly ``repeats`` calls) or once ``budget_ms`` of time is spent.
@@ -252,8 +361,11 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
         once = event_region(fn, stream)
         warmup = min(warmup, 1 if once > 20 else 3)
     rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence)
-    gpu, host, stop = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats, flush_l2=flush_l2)
-    return Timing(gpu, method="cuda events", host_ms=host, l2_flushed=flush_l2, stop=stop)
+    gpu, host, stop, requeued, all_queued = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats,
+                                                        flush_l2=flush_l2, queued=queued)
+    method = "cuda events, queued" if queued else "cuda events, host waits (dispatch included)"
+    return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop, queued=all_queued,
+                  requeued=requeued, **_kept(fn, stream, 1))
 
 
 #: cudaGraphInstantiateFlagUseNodePriority: replay each kernel node at the priority of the stream it was captured on.
@@ -286,7 +398,7 @@ def _priority_graph(graph):
 def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int = 5,
                     repeats: int = 50, stream=None, min_repeats: int = STOP_RULE.min_repeats,
                     rel_ci: float | None = STOP_RULE.rel_half_width, budget_ms: float | None = None,
-                    flush_l2: bool = False, node_priorities: bool = False) -> Timing:
+                    flush_l2: bool = False, node_priorities: bool = False, queued: bool = True) -> Timing:
     """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
     graph and replayed: the host's launch overhead (several microseconds per
     CuPy launch) drops out, leaving the GPU's own time per call. What
@@ -299,7 +411,9 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     such as a cuBLAS handle); by default a new one. ``node_priorities``: the
     graph keeps the priority of each stream its kernels were captured on
     (instantiated through the driver with cudaGraphInstantiateFlagUseNodePriority),
-    for work that forks onto high-priority streams."""
+    for work that forks onto high-priority streams. Each replay is queued behind a
+    guard, as :func:`benchmark`'s calls are (``queued=False``: the replay's dispatch
+    is inside the events)."""
     require_gpu("timing a CUDA graph")
     import cupy
 
@@ -321,14 +435,201 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
     rule = _rule(repeats, min_repeats, budget_ms, rel_ci, STOP_RULE.confidence)
     launch, destroy = _priority_graph(graph) if node_priorities else (graph.launch, None)
     try:
-        gpu, host, stop = _event_loop(lambda: launch(stream), stream, warmup=warmup, rule=rule,
-                                      repeats=repeats, flush_l2=flush_l2, divide=launches)
+        replay = lambda: launch(stream)      # noqa: E731
+        gpu, host, stop, requeued, all_queued = _event_loop(replay, stream, warmup=warmup, rule=rule,
+                                                            repeats=repeats, flush_l2=flush_l2, divide=launches,
+                                                            queued=queued)
     finally:
         if destroy is not None:
             stream.synchronize()
             destroy()
-    method = f"cuda graph of {launches} launches" + (", node priorities" if node_priorities else "")
-    return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop)
+    method = (f"cuda graph of {launches} launches" + (", node priorities" if node_priorities else "")
+              + (", queued" if queued else ", host waits (dispatch included)"))
+    # A graph instantiated with node priorities is destroyed here: nothing is left to cross-check.
+    kept = {} if node_priorities else _kept(replay, stream, launches)
+    return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop, queued=all_queued,
+                  requeued=requeued, **kept)
+
+
+# ------------------------------------------------------------------ the cross-check
+class Crosscheck:
+    """The rows a run's verdicts rest on, kept to be timed again (see :func:`crosschecking`):
+    for each group of comparable rows (:func:`crosscheck_group`) that ``select`` accepts, the
+    fastest so far and its callable. :meth:`run` times each group's fastest three more ways
+    (:func:`crosscheck`) and writes the results into the matching rows."""
+
+    def __init__(self, select: Callable[[dict], bool]):
+        self.select = select
+        self.best: dict = {}
+
+    def offer(self, row: dict, fn, calls: int) -> None:
+        if not self.select(row):
+            return
+        group = crosscheck_group(row)
+        if group not in self.best or row["median_ms"] < self.best[group][0]["median_ms"]:
+            self.best[group] = (dict(row), fn, calls)
+
+    def run(self, rows: list[dict], log=print) -> int:
+        """Cross-check every group's fastest row and copy the columns into the row of ``rows``
+        with the same labels and median; returns how many rows were cross-checked."""
+        done = 0
+        for group, (row, fn, calls) in sorted(self.best.items(), key=lambda kv: str(kv[0])):
+            try:
+                found = crosscheck(fn, calls=calls)
+            except Exception as exc:       # noqa: BLE001 (the row stays, its cross-check says why)
+                found = {c: float("nan") for c in CROSSCHECK_COLUMNS}
+                found["crosscheck_note"] = f"cross-check failed: {type(exc).__name__}: {exc}"[:300]
+            same = [r for r in rows if all(r.get(k) == row.get(k) for k in ("experiment", "variant", "size",
+                                                                               "median_ms"))]
+            for r in same:
+                r.update(found)
+            done += bool(same)
+            log(f"cross-check {row['experiment']} {row['variant']} n={row['size']}: lab {row['median_ms']:.4f} ms "
+                f"(cold {found['crosscheck_cold_ms']:.4f}), do_bench {found['do_bench_ms']:.4f}, "
+                f"profiler {found['profiler_ms']:.4f} ({found['profiler_kernels']:g} kernels)"
+                + (f" [{found['crosscheck_note']}]" if found["crosscheck_note"] else ""), flush=True)
+        self.best.clear()
+        return done
+
+
+def crosscheck_group(row: dict) -> tuple:
+    """What makes rows comparable for the cross-check: their experiment, size, precision and
+    layer, and whether they are the lab's or a vendor's (a ``library``, or a vendor's name)."""
+    vendor = bool(row.get("library")) and str(row.get("library")) != "nan" or any(
+        name in str(row.get("variant", "")) for name in ("cuBLAS", "cuDNN", "PyTorch"))
+    return (row.get("experiment"), row.get("size"), str(row.get("precision", "")), str(row.get("layer", "")),
+            "vendor" if vendor else "lab")
+
+
+#: The cross-checks in force (innermost last): see :func:`crosschecking`.
+_CROSSCHECK: list[Crosscheck] = []
+
+
+@contextmanager
+def crosschecking(select: Callable[[dict], bool]):
+    """While active, every :class:`Timing` made by :func:`benchmark` or :func:`graph_benchmark`
+    keeps its callable until it becomes a row; of the rows ``select(row)`` accepts, the fastest
+    of each group (:func:`crosscheck_group`) keeps it longer, to be timed again by
+    ``Crosscheck.run``. A chapter's recording names the rows its verdicts rest on this way
+    (:class:`gpulab.recorder.Recording`'s ``crosscheck``); yields the :class:`Crosscheck`."""
+    check = Crosscheck(select)
+    _CROSSCHECK.append(check)
+    try:
+        yield check
+    finally:
+        _CROSSCHECK.pop()
+
+
+def crosscheck_fields(fn, stream=None, calls: int = 1) -> dict:
+    """The :class:`Timing` fields that keep ``fn`` (run on ``stream``, ``calls`` calls per call)
+    for a cross-check, if one is active; for a Timing a chapter assembles from samples itself."""
+    if not _CROSSCHECK:
+        return {}
+    import cupy
+    return {"fn": _on_stream(fn, stream or cupy.cuda.get_current_stream()), "calls": calls}
+
+
+_kept = crosscheck_fields
+
+
+def _on_stream(fn, stream):
+    """``fn`` made to run with ``stream`` as CuPy's and PyTorch's current stream, so that another
+    timer's events, recorded on the current stream, are ordered with its work."""
+    def run():
+        with stream:
+            with _torch_stream(stream):
+                return fn()
+    run.stream = stream
+    return run
+
+
+@contextmanager
+def _torch_stream(stream):
+    try:
+        import torch
+    except ImportError:            # no PyTorch: only CuPy's current stream matters
+        yield
+        return
+    if not torch.cuda.is_available():
+        yield
+        return
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+        yield
+
+
+#: The columns a cross-checked row gains (see :func:`crosscheck`).
+CROSSCHECK_COLUMNS = ["crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms",
+                      "profiler_kernels", "crosscheck_note"]
+
+
+def crosscheck(fn: Callable[[], object], *, calls: int = 1) -> dict:
+    """Three independent times of ``fn()`` (per call of the ``calls`` it makes), in ms:
+
+    * ``crosscheck_cold_ms`` and ``crosscheck_warm_ms``: this module's loop, queued, with L2
+      flushed before each call and back to back;
+    * ``do_bench_ms``: Triton's ``triton.testing.do_bench`` (median; it zeroes a 256 MB buffer
+      before each call and queues the calls with no host wait between them);
+    * ``profiler_ms``: the kernels' own durations as the profiler records them (PyTorch's
+      profiler, over CUPTI's activity records: each kernel's start and end on the GPU), summed
+      over the kernels of one call, median over calls with L2 flushed before each, and
+      ``profiler_kernels`` the number of kernels one call runs (a sum of several kernels leaves
+      out the gaps between them).
+
+    A timer that is not available (no Triton, no PyTorch) leaves its column NaN and says why in
+    ``crosscheck_note``."""
+    out = {c: float("nan") for c in CROSSCHECK_COLUMNS}
+    out["crosscheck_note"] = ""
+    notes = []
+    stream = getattr(fn, "stream", None)
+    cold = benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=True, stream=stream)
+    warm = benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, stream=stream)
+    out["crosscheck_cold_ms"], out["crosscheck_warm_ms"] = cold.median_ms / calls, warm.median_ms / calls
+    try:
+        from triton.testing import do_bench
+        out["do_bench_ms"] = float(do_bench(fn, warmup=25, rep=100, return_mode="median")) / calls
+    except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
+        notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
+    try:
+        out["profiler_ms"], out["profiler_kernels"] = _profiled_ms(fn, calls)
+    except Exception as exc:       # noqa: BLE001
+        notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
+    out["crosscheck_note"] = "; ".join(notes)
+    return out
+
+
+def _profiled_ms(fn, calls: int, repeats: int = 10) -> tuple[float, int]:
+    """(median of the summed kernel durations per call, kernels per call) from PyTorch's
+    profiler, L2 flushed before each call. Each call follows a flush and a guard kernel (both
+    named ``gpulab_...``): a call's kernels are those between its guard and the next flush."""
+    import cupy
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    stream = getattr(fn, "stream", None) or cupy.cuda.get_current_stream()
+    flusher = L2Flusher.get()
+    fn()
+    stream.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            flusher.flush(stream)
+            _guard(stream, GUARD_MIN_US)
+            fn()
+            stream.synchronize()
+    on_gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    per_call, current = [], None
+    for e in sorted(on_gpu, key=lambda e: e.time_range.start):
+        if e.name.startswith("gpulab_guard"):
+            current = [0.0, 0]
+            per_call.append(current)
+        elif e.name.startswith("gpulab_l2_flush"):
+            current = None
+        elif current is not None:
+            current[0] += e.time_range.elapsed_us() / 1e3
+            current[1] += 1
+    per_call = [c for c in per_call if c[1]]
+    if len(per_call) < repeats // 2:
+        raise GpulabError(f"the profiler recorded the kernels of {len(per_call)} of {repeats} calls")
+    return (float(np.median([c[0] for c in per_call])) / calls, int(np.median([c[1] for c in per_call])))
 
 
 def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,
@@ -355,8 +656,51 @@ def host_timer(fn: Callable[[], object], *, synchronize: bool, warmup: int = 10,
     return Timing(samples, method=method, stop=f"fixed {repeats} repeats")
 
 
+def span_samples(run: Callable, stream=None, *, repeats: int = 30, warmup: int = 3) -> dict[str, np.ndarray]:
+    """Time the parts of one piece of work as it runs: ``run(span)`` enqueues the work, wrapping
+    each part in ``with span(name, stream):`` (the stream the part runs on); each part's GPU time
+    between its two events, over ``repeats`` runs after ``warmup``. Like :func:`benchmark`'s
+    calls, every run is queued behind a guard longer than the host's enqueueing of the whole
+    run (measured in the warm-up), so a part's span holds the GPU's time for it, not the time
+    the host took to launch it. Returns {name: samples in ms}."""
+    require_gpu("timing the parts of a run with CUDA events")
+    import cupy
+
+    stream = stream or cupy.cuda.get_current_stream()
+    samples: dict[str, list] = {}
+    guard_us, dispatch_us = GUARD_MIN_US, 0.0
+    r = 0
+    while r < warmup + repeats:
+        marks = []
+
+        @contextmanager
+        def span(name, on_stream, marks=marks):
+            a, b = cupy.cuda.Event(), cupy.cuda.Event()
+            a.record(on_stream)
+            yield
+            b.record(on_stream)
+            marks.append((name, a, b))
+
+        _guard(stream, guard_us)
+        t0 = time.perf_counter()
+        run(span)
+        dispatch_us = (time.perf_counter() - t0) * 1e6
+        stream.synchronize()
+        cupy.cuda.Device().synchronize()
+        if r < warmup or dispatch_us > GUARD_MARGIN * guard_us:
+            guard_us = min(max(guard_us, 2.0 * dispatch_us / GUARD_MARGIN), GUARD_MAX_US)
+            r += r < warmup          # a timed run that outlasted its guard is run again
+            continue
+        for name, a, b in marks:
+            samples.setdefault(name, []).append(cupy.cuda.get_elapsed_time(a, b))
+        r += 1
+    return {name: np.asarray(s) for name, s in samples.items()}
+
+
 def event_region(fn: Callable[[], object], stream=None) -> float:
-    """Milliseconds of GPU time between two events around one call of ``fn``."""
+    """Milliseconds of GPU time between two events around one call of ``fn``, the host's dispatch
+    included: for work measured end to end (an epoch of training, which the host enqueues while
+    the GPU runs it), not for comparing kernels (use :func:`benchmark`)."""
     require_gpu("timing with CUDA events")
     import cupy
 

@@ -47,3 +47,155 @@ def test_the_stop_rule_is_stated():
     assert "95% confidence interval" in text and "±1%" in text
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         timing._rule(0, 3, None, 0.01, 0.95)
+
+
+# ------------------------------------------------------------------ the timing loop on a simulated GPU
+class SimulatedGpu:
+    """A host clock and one in-order GPU queue, standing in for CuPy: every call into it costs the
+    host ``call_ms``; a kernel runs ``ms`` on the GPU once the GPU reaches it; an event is written
+    when the GPU reaches it (never before the host enqueued it); a wait moves the host's clock to
+    the GPU's. Time in ms."""
+
+    def __init__(self, call_ms=0.004, latency_ms=0.002):
+        import types
+        self.host = 0.0
+        self.gpu_free = 0.0
+        self.call_ms, self.latency_ms = call_ms, latency_ms
+        sim = self
+
+        class Stream:
+            ptr = 1
+
+            def synchronize(self):
+                sim.host = max(sim.host, sim.gpu_free)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        class Event:
+            def __init__(self, **options):
+                self.at = None
+
+            def record(self, stream=None):
+                self.at = sim.enqueue(0.0)
+
+            def synchronize(self):
+                sim.host = max(sim.host, self.at)
+
+        class RawKernel:
+            def __init__(self, source, name):
+                self.name = name
+
+            def __call__(self, grid, block, args):
+                # The guard spins for its argument (ns); the flush writes its buffer in 0.03 ms.
+                sim.enqueue(float(args[0]) / 1e6 if self.name == "gpulab_guard" else 0.03)
+
+        current = Stream()
+        self.cupy = types.SimpleNamespace(
+            RawKernel=RawKernel, int32=np.int32,
+            empty=lambda n, dtype=None: types.SimpleNamespace(size=n),
+            cuda=types.SimpleNamespace(
+                Event=Event, Stream=lambda **o: Stream(), get_current_stream=lambda: current,
+                Device=lambda *a: types.SimpleNamespace(id=0, synchronize=current.synchronize),
+                get_elapsed_time=lambda a, b: b.at - a.at,
+                runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"l2CacheSize": 50 * 2**20})))
+        self.stream = current
+
+    def enqueue(self, gpu_ms):
+        """One call into the GPU's queue: its start on the GPU (an event's timestamp)."""
+        self.host += self.call_ms
+        start = max(self.host + self.latency_ms, self.gpu_free)
+        self.gpu_free = start + gpu_ms
+        return start
+
+    def host_work(self, ms):
+        self.host += ms
+
+    def perf_counter(self):
+        return self.host / 1e3
+
+
+@pytest.fixture
+def simulated(monkeypatch):
+    import sys
+    import types
+    sim = SimulatedGpu()
+    monkeypatch.setitem(sys.modules, "cupy", sim.cupy)
+    monkeypatch.setattr(timing, "require_gpu", lambda purpose="": None)
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=sim.perf_counter))
+    monkeypatch.setattr(timing, "_WARM", {})
+    monkeypatch.setattr(timing.L2Flusher, "_by_device", {})
+    return sim
+
+
+def host_then_kernel(sim, host_ms=0.050, kernel_ms=0.010):
+    """A call that spends ``host_ms`` on the host (a dispatcher, a plan lookup), then launches a
+    ``kernel_ms`` kernel: what an eager framework call looks like."""
+    def call():
+        sim.host_work(host_ms)
+        sim.enqueue(kernel_ms)
+    return call
+
+
+@pytest.mark.parametrize("flush_l2", [False, True])
+def test_queued_timing_leaves_the_hosts_dispatch_out(simulated, flush_l2):
+    t = timing.benchmark(host_then_kernel(simulated), warmup=3, repeats=20, rel_ci=None, flush_l2=flush_l2)
+    assert t.median_ms == pytest.approx(0.010, abs=0.001), t
+    assert t.queued and t.row("x", "y")["queued"] is True
+
+
+def test_the_naive_method_counts_the_dispatch(simulated):
+    # The host waits, the GPU is idle when the start event is written: 50 us of host work is timed too.
+    t = timing.benchmark(host_then_kernel(simulated), warmup=3, repeats=20, rel_ci=None, queued=False)
+    assert t.median_ms >= 0.055 and not t.queued, t
+
+
+def test_a_guard_too_short_for_the_dispatch_grows_and_the_sample_is_timed_again(simulated):
+    # The warm-up sees a quick call; then the host work grows to 400 us, eight times the guard.
+    calls = [0]
+
+    def slower_later():
+        calls[0] += 1
+        simulated.host_work(0.001 if calls[0] <= 3 else 0.400)
+        simulated.enqueue(0.010)
+    t = timing.benchmark(slower_later, warmup=3, repeats=10, rel_ci=None)
+    assert t.requeued >= 1 and t.queued
+    assert t.median_ms == pytest.approx(0.010, abs=0.001), t
+
+
+def test_a_graph_replay_is_queued_too(simulated, monkeypatch):
+    # graph_benchmark's loop is the same: a replay's host cost (here 20 us) is not in its time.
+    t, host, stop, requeued, queued = timing._event_loop(host_then_kernel(simulated, 0.020, 0.030),
+                                                        simulated.stream, warmup=2, rule=None, repeats=10,
+                                                        flush_l2=False, divide=3)
+    assert np.median(t) == pytest.approx(0.010, abs=0.001) and queued
+
+
+def test_parts_of_a_run_are_timed_queued(simulated):
+    def run(span):
+        for name, ms in (("first", 0.005), ("second", 0.020)):
+            with span(name, simulated.stream):
+                simulated.host_work(0.030)        # each part's launch costs the host 30 us
+                simulated.enqueue(ms)
+    samples = timing.span_samples(run, simulated.stream, repeats=5, warmup=2)
+    assert np.median(samples["first"]) == pytest.approx(0.005, abs=0.001)
+    assert np.median(samples["second"]) == pytest.approx(0.020, abs=0.001)
+
+
+def test_the_crosscheck_keeps_only_each_groups_fastest(simulated, monkeypatch):
+    timed = []
+    monkeypatch.setattr(timing, "crosscheck", lambda fn, calls=1: (timed.append(fn), {
+        **{c: 1.0 for c in timing.CROSSCHECK_COLUMNS}, "crosscheck_note": ""})[1])
+    rows = []
+    with timing.crosschecking(lambda row: row["experiment"] == "ladder") as check:
+        for variant, ms in (("step 1", 0.030), ("step 2", 0.010), ("step 3", 0.020), ("cuBLAS", 0.015)):
+            rows.append(timing.benchmark(host_then_kernel(simulated, 0.001, ms), warmup=1, repeats=5,
+                                         rel_ci=None).row("ladder", variant, 64, precision="fp16"))
+        rows.append(timing.benchmark(host_then_kernel(simulated), warmup=1, repeats=5, rel_ci=None)
+                    .row("other", "step 2", 64))
+        assert check.run(rows, log=lambda *a, **k: None) == 2
+    checked = [r["variant"] for r in rows if "do_bench_ms" in r]
+    assert checked == ["step 2", "cuBLAS"] and len(timed) == 2

@@ -84,3 +84,39 @@ def test_transfer_phases_add_up():
     row = transfers.overlap_with_streams(saxpy.launcher(saxpy.STEPS[0], fn), [x, y], (1 << 20,),
                                          np.float32, chunks=4, warmup=1, repeats=3)
     assert row["chunks"] == 4 and row["median_ms"] > 0
+
+
+@pytest.fixture(scope="module")
+def spin_kernel(tmp_path_factory):
+    path = tmp_path_factory.mktemp("k") / "spin_any.cu"
+    path.write_text(SPIN)
+    return gpulab.load_module(path, "gpu").spin
+
+
+def test_host_work_before_a_launch_is_not_timed(spin_kernel):
+    # 50 us on the host (as an eager framework call spends in its dispatcher), then a 10 us kernel:
+    # queued, the call times at the kernel's 10 us; timed with the GPU idle, at 60 us or more.
+    import time
+    launch = spin_kernel.bind(1, 1, (10_000,))
+
+    def eager_like():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 50e-6:
+            pass
+        launch()
+    queued = timing.benchmark(eager_like, warmup=5, repeats=50, rel_ci=None)
+    naive = timing.benchmark(eager_like, warmup=5, repeats=50, rel_ci=None, queued=False)
+    assert 0.0095 <= queued.median_ms <= 0.0125 and queued.queued, queued
+    assert naive.median_ms >= 0.055 and not naive.queued, naive
+    graph = timing.graph_benchmark(launch, launches=4, warmup=2, repeats=20, rel_ci=None)
+    assert 0.0095 <= graph.median_ms <= 0.0125, graph
+
+
+def test_the_crosscheck_agrees_with_do_bench_and_the_profiler(spin_kernel):
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    found = timing.crosscheck(spin_kernel.bind(1, 1, (200_000,)))
+    assert found["crosscheck_note"] == "", found
+    for column in ("crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms"):
+        assert 0.199 <= found[column] <= 0.210, (column, found)
+    assert found["profiler_kernels"] == 1

@@ -290,7 +290,8 @@ benchmark_all = Recording(CHAPTER, [
         ("ceilings", ceilings), ("sweeps", launch_sweeps), ("transfers", copies), ("resources", resources),
         ("profile", profile))),
 ], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=300.0, keep_going=True,
-    problem_row=lambda experiment: {"variant": experiment, "library": "", "precision": "", "size": 0})
+    problem_row=lambda experiment: {"variant": experiment, "library": "", "precision": "", "size": 0},
+    crosscheck=lambda row: row["experiment"] in ("ladder", "cudnn_conv") and row["size"] in (1, 32))
 
 
 def transfer_rows(batches, repeats: int, failed=()) -> list[dict]:

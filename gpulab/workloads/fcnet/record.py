@@ -154,7 +154,8 @@ benchmark_all = recorder.Recording(CHAPTER, [
     recorder.Experiment("ceilings", time_ceilings),
     recorder.Experiment("side tables", side_tables),
     recorder.Experiment("profile", profile_counters),
-], setup=_Run, skipped=("step", "variant", "library", "precision", "size", "reason"))
+], setup=_Run, skipped=("step", "variant", "library", "precision", "size", "reason"),
+    crosscheck=lambda row: row["experiment"] in ("ladder", "graph"))
 
 
 def _cold_rows(inference, label: str, n: int, labels: dict, repeats: int) -> list[dict]:

@@ -32,7 +32,7 @@ from ... import datasheet, paths, profiler, recorder
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend, load_module
-from ...timing import Timing, benchmark
+from ...timing import Timing, benchmark, crosscheck_fields
 from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, TYPED_STEP, as_float, \
     in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
 from .steps import check as check_step
@@ -230,9 +230,10 @@ def _measure(rec, case: dict, variants, ref, rows, *, rounds: int) -> None:
             samples[i].append(timing.samples_ms)
             medians[i].append(timing.median_ms)
     for i, (row, fn) in enumerate(checked):
-        timing = Timing(np.concatenate(samples[i]), method="cuda events, rounds interleaved")
+        timing = Timing(np.concatenate(samples[i]), method="cuda events, queued, rounds interleaved",
+                        **crosscheck_fields(fn))
         row.update(timing.row(case["experiment"], row["variant"], size=case["size"], flops=gemm_flops(M, N, K),
-                              bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision])))
+                              bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision]), precision=precision))
         row["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians[i])
         row["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
         rec.progress(f"{name} {precision} {row['variant']}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s "
@@ -450,4 +451,5 @@ benchmark_all = recorder.Recording(CHAPTER, [
     *(recorder.Experiment(p, time_in(p)) for p in PRECISIONS if p != "fp16"),
     recorder.Experiment("shapes", time_shapes),
     recorder.Experiment("profile", profile, optional=True),
-], setup=provenance, keep_going=True, finish=vs_best_cublas)
+], setup=provenance, keep_going=True, finish=vs_best_cublas,
+    crosscheck=lambda row: row["experiment"].startswith("hopper_gemm"))

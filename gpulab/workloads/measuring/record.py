@@ -139,7 +139,7 @@ benchmark_all = recorder.Recording(CHAPTER, [
     recorder.Experiment("idle", time_idle),
     recorder.Experiment("transfers", time_transfers),
     recorder.Experiment("ceilings", time_ceilings),
-], setup=_setup)
+], setup=_setup, crosscheck=lambda row: row["experiment"] == "ladder")
 
 
 def cold_rows(launch, variant: str, n: int, repeats: int) -> list[dict]:
