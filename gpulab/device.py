@@ -236,20 +236,15 @@ def _form_factor(name: str, power_limit_w: float | None) -> str:
     return f"{form} (from the name '{name}'{limit})"
 
 
-def conditions() -> dict:
+def conditions(timing_method: str | None = None) -> dict:
     """Under what conditions a run was measured, beyond :func:`describe`: the power limit in force
     and the card's form, the vendor libraries' versions and how each is called, and the timing
-    method; (clocks, power draw and throttle reasons during the run are the monitor's,
-    ``gpu_state``). Fields that cannot be read are None."""
-    from . import timing
-
+    method (``timing.describe_method()``, passed in: the timing module builds on this one);
+    clocks, power draw and throttle reasons during the run are the monitor's (``gpu_state``).
+    Fields that cannot be read are None."""
     out = {"power_limit_w": None, "power_limit_default_w": None, "form_factor": None,
            "cublas": None, "cudnn": None, "torch": None, "triton": None,
-           "vendor_entry_points": VENDOR_ENTRY_POINTS,
-           "timing": ("CUDA events around each call, the call queued behind a guard kernel "
-                      f"(at least {timing.GUARD_MIN_US:g} us, longer than the host's dispatch) so the host's "
-                      "dispatch is not counted; the host waits for the end event; medians under the stop rule: "
-                      + timing.STOP_RULE.describe())}
+           "vendor_entry_points": VENDOR_ENTRY_POINTS, "timing": timing_method}
     if not gpu_available():
         return out
     nv = _nvml_handle()

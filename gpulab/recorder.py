@@ -240,7 +240,7 @@ class Recorder:
         return self.rows, tables
 
 
-def crosscheck_table(rows: Sequence[dict]) -> pd.DataFrame | None:
+def crosscheck_table(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame | None:
     """The rows a run's verdicts rest on, each timed three ways: the rows that were cross-checked
     (they have ``do_bench_ms``: the fastest lab row and the fastest vendor row of each
     (experiment, size, precision, layer) the recording's ``crosscheck`` selected).
@@ -249,7 +249,8 @@ def crosscheck_table(rows: Sequence[dict]) -> pd.DataFrame | None:
     whichever the chapter chose (its ``l2_flushed``). None when nothing was cross-checked."""
     from .baselines import is_vendor
 
-    frame = pd.DataFrame(list(rows))
+    # A recording's ``finish`` may have made its rows a table already.
+    frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     if frame.empty or "do_bench_ms" not in frame.columns:
         return None
     frame = frame[frame["crosscheck_cold_ms"].notna()].copy()
@@ -355,7 +356,7 @@ def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: 
             (rows, tables), added = rec.result(), rec.meta
         else:
             rows, tables = _as_pair(benchmark_all(repeats=repeats, quick=quick, budget_s=budget_s, log=log))
-    meta = dict(describe(), gpu_state=monitor.summary(), conditions=conditions(), **added)
+    meta = dict(describe(), gpu_state=monitor.summary(), conditions=conditions(timing.describe_method()), **added)
     path = save_run(chapter, rows, meta, root=root, tables=tables)
     skipped = tables.get("skipped")
     failed = 0 if skipped is None or "reason" not in skipped else int(

@@ -240,6 +240,14 @@ extern "C" __global__ void gpulab_guard(long long nanoseconds)
 """
 
 
+def describe_method() -> str:
+    """How this module times a call, in words, for a run's conditions (``device.conditions``)."""
+    return ("CUDA events around each call, the call queued behind a guard kernel "
+            f"(at least {GUARD_MIN_US:g} us, longer than the host's dispatch) so the host's "
+            "dispatch is not counted; the host waits for the end event; medians under the stop rule: "
+            + STOP_RULE.describe())
+
+
 def _guard(stream, microseconds: float) -> None:
     """Queue the guard kernel for ``microseconds`` on ``stream``."""
     import cupy

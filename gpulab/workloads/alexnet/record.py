@@ -385,7 +385,7 @@ benchmark_all = Recording(CHAPTER, [
     Experiment("profile", profile, optional=True),
 ], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=360.0, keep_going=True,
     problem_row=lambda experiment: {"step": experiment, "layer": 0, "size": 0},
-    crosscheck=lambda row: row["experiment"] == "ladder" and row["size"] == 128)
+    crosscheck=lambda row: row["experiment"] == "ladder" and row["size"] == MAIN_N)
 
 
 def _free() -> None:
