@@ -6,10 +6,14 @@ the PTX NVRTC makes (no GPU needed: the nvidia-cuda-nvrtc wheel is enough), then
 byte for byte. The options are the GPU path's (gpulab/kernels.py): -std=c++17,
 --generate-line-info, -I kernels/ and the file's folder, the ``__constant__`` size symbols appended;
 the architecture is compute_90 (the recording H100), or compute_90a for files built for sm_90a.
-Line info names files and lines, which moving code changes by design, so the comparison drops the
-``.loc`` and ``.file`` lines; a second build without line info is compared whole.
+Line info names files, lines and inlined functions, which moving code changes by design, so the
+comparison drops the ``.loc`` and ``.file`` lines and the ``.debug_str`` section (the inlined
+functions' names); a second build without line info is compared whole. NVRTC is not always
+deterministic: a build whose two first compiles differ is compiled up to 8 times and every version
+kept; after a change, the PTX must be one of the versions made before.
 
-    PYTHONPATH=. python tools/ptx_compare.py dump /tmp/ptx_before      # on the tree before
+    git archive main kernels tests/kernels | tar -x -C /tmp/tree_before
+    PYTHONPATH=. python tools/ptx_compare.py dump /tmp/ptx_before --tree /tmp/tree_before
     PYTHONPATH=. python tools/ptx_compare.py dump /tmp/ptx_after       # after
     PYTHONPATH=. python tools/ptx_compare.py compare /tmp/ptx_before /tmp/ptx_after
 """
@@ -42,8 +46,8 @@ SM90A = re.compile(r"wgmma|setmaxnreg|hopper\.h|hopper_conv\.cuh")
 DEBUG_LINE = re.compile(r"^\s*\.(loc|file)\b")
 
 
-def files(roots=("kernels", "tests/kernels")) -> list[Path]:
-    return sorted(p for root in roots for p in (paths.REPO / root).rglob("*.cu"))
+def files(tree: Path = paths.REPO, roots=("kernels", "tests/kernels")) -> list[Path]:
+    return sorted(p for root in roots for p in (tree / root).rglob("*.cu"))
 
 
 def ptx(source: str, filename: str, arch: str, options) -> str:
@@ -70,9 +74,9 @@ def ptx(source: str, filename: str, arch: str, options) -> str:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
 
 
-def builds(path: Path):
+def builds(path: Path, tree: Path):
     """(name, arch, options) for every build of ``path``."""
-    shown = paths.display_path(path)
+    shown = str(path.relative_to(tree))
     text = path.read_text()
     archs = ["compute_90a"] if SM90A.search(text) else ["compute_90"]
     for extra in [(), *VARIANTS.get(shown, [])]:
@@ -80,47 +84,81 @@ def builds(path: Path):
             yield shown, arch, extra
 
 
-def dump(out: Path) -> None:
+def _variants(source: str, shown: str, arch: str, options, repeats: int) -> list[str]:
+    """The PTX of one build, compiled until two runs agree or ``repeats`` runs are done: NVRTC is
+    not always deterministic (fcnet's step 14 comes out in two or three versions), so every
+    version seen is kept."""
+    seen: list[str] = []
+    for attempt in range(repeats):
+        try:
+            text = ptx(source, shown, arch, options)
+        except RuntimeError as exc:
+            if arch != "compute_90":
+                return [f"NVRTC ERROR\n{exc}"]
+            arch = "compute_90a"                        # built for sm_90a only
+            continue
+        if text not in seen:
+            seen.append(text)
+        if attempt >= 1 and len(seen) == 1:
+            break
+    return seen or ["NVRTC ERROR"]
+
+
+def dump(out: Path, tree: Path = paths.REPO, repeats: int = 8) -> None:
+    """Write the PTX of every build of every kernel file of ``tree`` (a checkout) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    count = failed = 0
-    for path in files():
+    count = failed = unstable = 0
+    for path in files(tree):
         source = _with_symbol_sizes(path.read_text())
-        include = (f"-I{paths.KERNELS}", f"-I{path.parent}")
-        for shown, arch, extra in builds(path):
+        include = (f"-I{tree / 'kernels'}", f"-I{path.parent}")
+        for shown, arch, extra in builds(path, tree):
             tag = shown.replace("/", "__") + "".join("@" + o.lstrip("-") for o in extra)
             for line_info, suffix in ((("--generate-line-info",), ".lineinfo.ptx"), ((), ".ptx")):
-                try:
-                    text = ptx(source, shown, arch, include + line_info + extra)
-                except RuntimeError as exc:
-                    if arch == "compute_90":          # built for sm_90a only
-                        try:
-                            text = ptx(source, shown, "compute_90a", include + line_info + extra)
-                        except RuntimeError:
-                            text = f"NVRTC ERROR\n{exc}"
-                            failed += 1
-                    else:
-                        text = f"NVRTC ERROR\n{exc}"
-                        failed += 1
-                (out / (tag + suffix)).write_text(text)
+                texts = _variants(source, shown, arch, include + line_info + extra, repeats)
+                for k, text in enumerate(texts):
+                    (out / (tag + (f".v{k}" if k else "") + suffix)).write_text(text)
                 count += 1
-    print(f"{count} PTX builds of {len(files())} files written to {out} ({failed} did not compile)")
+                failed += texts[0].startswith("NVRTC ERROR")
+                unstable += len(texts) > 1
+    print(f"{count} PTX builds of {len(files(tree))} files written to {out} ({failed} did not compile, "
+          f"{unstable} came out in more than one version)")
+
+
+_VERSION = re.compile(r"\.v\d+(?=\.(lineinfo\.)?ptx$)")
+
+
+def _code(text: str, line_info: bool) -> str:
+    """The PTX less what only line info carries: .loc and .file lines, and the .debug_str
+    section (the names of inlined functions, which line info refers to)."""
+    if not line_info:
+        return text
+    text = re.sub(r"\n\t\.section\t\.debug_str\n\t\{\n.*?\n\t\}\n", "\n", text, flags=re.S)
+    return "\n".join(l for l in text.splitlines() if not DEBUG_LINE.match(l)).rstrip() + "\n"
+
+
+def _load(folder: Path) -> dict[str, set[str]]:
+    builds: dict[str, set[str]] = {}
+    for p in folder.glob("*.ptx"):
+        name = _VERSION.sub("", p.name)
+        builds.setdefault(name, set()).add(_code(p.read_text(), name.endswith(".lineinfo.ptx")))
+    return builds
 
 
 def compare(before: Path, after: Path) -> int:
-    names = sorted({p.name for p in before.glob("*.ptx")} | {p.name for p in after.glob("*.ptx")})
+    """Every build's PTX after must be one that NVRTC made of it before (a version of it, where
+    NVRTC made more than one); returns 1 where one is not."""
+    b, a = _load(before), _load(after)
+    names = sorted(set(a) | set(b))
     differ = []
     for name in names:
-        a, b = before / name, after / name
-        if not (a.exists() and b.exists()):
-            differ.append(f"{name}: only in {'before' if a.exists() else 'after'}")
-            continue
-        ta, tb = a.read_text(), b.read_text()
-        if name.endswith(".lineinfo.ptx"):
-            ta, tb = ("\n".join(l for l in t.splitlines() if not DEBUG_LINE.match(l)) for t in (ta, tb))
-        if ta != tb:
+        if name not in a or name not in b:
+            differ.append(f"{name}: only {'before' if name in b else 'after'}")
+        elif not a[name] & b[name]:
             differ.append(f"{name}: differs")
+    unstable = [n for n in names if len(b.get(n, ())) > 1 or len(a.get(n, ())) > 1]
     print(f"{len(names)} PTX builds compared ({sum(n.endswith('.lineinfo.ptx') for n in names)} with line info, "
-          f".loc/.file lines dropped; the rest whole): {len(differ)} differ")
+          f"less .loc/.file lines and .debug_str; the rest whole): {len(differ)} differ; "
+          f"{len(unstable)} came out of NVRTC in more than one version ({', '.join(unstable) or 'none'})")
     for line in differ:
         print("  " + line)
     return 1 if differ else 0
@@ -129,13 +167,16 @@ def compare(before: Path, after: Path) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("dump").add_argument("out", type=Path)
+    d = sub.add_parser("dump")
+    d.add_argument("out", type=Path)
+    d.add_argument("--tree", type=Path, default=paths.REPO,
+                   help="the checkout whose kernels/ and tests/kernels/ to build (default: this one)")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "dump":
-        dump(args.out)
+        dump(args.out, args.tree.resolve())
         return 0
     return compare(args.before, args.after)
 

@@ -15,6 +15,10 @@
 // so every one of the C*R*S multiply-adds loads *out and stores it back: two extra global
 // accesses per FMA. Prediction: two to three orders of magnitude above the FP32 floor
 // (about 5.4 ms for all five layers at N = 128), i.e. several hundred ms at N = 128.
+//
+// From direct_conv.cuh: add_window, this step's loop over one channel's R x S window (written
+// there because every later direct step sums the same window into its own accumulator).
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_direct_global(const float* x, const float* w, float* y,
                                               int N, int C, int H, int W, int M, int R, int S,
                                               int U, int P, int E, int F)
@@ -30,15 +34,7 @@ extern "C" __global__ void conv_direct_global(const float* x, const float* w, fl
             for (int c = 0; c < C; ++c) {
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 const float* wc = w + ((size_t)m * C + c) * R * S;
-                for (int r = 0; r < R; ++r) {
-                    const int row = e * U - P + r;
-                    if (row < 0 || row >= H) continue;       // zero padding contributes nothing
-                    for (int s = 0; s < S; ++s) {
-                        const int col = f * U - P + s;
-                        if (col < 0 || col >= W) continue;
-                        *out += xc[row * W + col] * wc[r * S + s];
-                    }
-                }
+                add_window(*out, xc, wc, e, f, H, W, R, S, U, P);
             }
         }
     }

@@ -12,6 +12,9 @@
 // broadcast each). Meanwhile one thread issues C*R*S dependent loads while up to 1023 others
 // idle: 3456 serialized loads for layers 4-5. Prediction: slower than step 2, most on the
 // small layers 3-5 where the copy is long and the compute per block short.
+//
+// From direct_conv.cuh: add_window, step 1's loop over the window, here reading w_s.
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_shared_weights_one_thread(const float* x, const float* w, float* y,
                                                           int N, int C, int H, int W, int M,
                                                           int R, int S, int U, int P, int E, int F)
@@ -30,15 +33,7 @@ extern "C" __global__ void conv_shared_weights_one_thread(const float* x, const 
             for (int c = 0; c < C; ++c) {
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 const float* wc = w_s + c * R * S;
-                for (int r = 0; r < R; ++r) {
-                    const int row = e * U - P + r;
-                    if (row < 0 || row >= H) continue;
-                    for (int s = 0; s < S; ++s) {
-                        const int col = f * U - P + s;
-                        if (col < 0 || col >= W) continue;
-                        acc += xc[row * W + col] * wc[r * S + s];
-                    }
-                }
+                add_window(acc, xc, wc, e, f, H, W, R, S, U, P);
             }
             y[((size_t)n * M + m) * E * F + (size_t)e * F + f] = acc;
         }

@@ -9,6 +9,9 @@
 // Prediction: the copy shrinks from thousands of serial loads to a handful of coalesced
 // rounds, so step 3's loss disappears: back to about step 2's time, a little better where
 // the shared-memory broadcast beats L1 (layers 2-5).
+//
+// From direct_conv.cuh: add_window, step 1's loop over the window, here reading w_s.
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_shared_weights_cooperative(const float* x, const float* w, float* y,
                                                            int N, int C, int H, int W, int M,
                                                            int R, int S, int U, int P, int E, int F)
@@ -27,15 +30,7 @@ extern "C" __global__ void conv_shared_weights_cooperative(const float* x, const
             for (int c = 0; c < C; ++c) {
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 const float* wc = w_s + c * R * S;
-                for (int r = 0; r < R; ++r) {
-                    const int row = e * U - P + r;
-                    if (row < 0 || row >= H) continue;
-                    for (int s = 0; s < S; ++s) {
-                        const int col = f * U - P + s;
-                        if (col < 0 || col >= W) continue;
-                        acc += xc[row * W + col] * wc[r * S + s];
-                    }
-                }
+                add_window(acc, xc, wc, e, f, H, W, R, S, U, P);
             }
             y[((size_t)n * M + m) * E * F + (size_t)e * F + f] = acc;
         }

@@ -10,6 +10,9 @@
 // shared-memory read and write cost two more instructions and ~30 cycles of latency per
 // multiply-add. Prediction: slower than step 3 by about 1.5x; included because the report
 // measured it, and because "use shared memory" is not a synonym for "faster".
+//
+// From direct_conv.cuh: add_window, step 1's loop over the window, here summing into acc_s[tid].
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_shared_only(const float* x, const float* w, float* y,
                                             int N, int C, int H, int W, int M, int R, int S,
                                             int U, int P, int E, int F)
@@ -31,15 +34,7 @@ extern "C" __global__ void conv_shared_only(const float* x, const float* w, floa
             for (int c = 0; c < C; ++c) {
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 const float* wc = w_s + c * R * S;
-                for (int r = 0; r < R; ++r) {
-                    const int row = e * U - P + r;
-                    if (row < 0 || row >= H) continue;
-                    for (int s = 0; s < S; ++s) {
-                        const int col = f * U - P + s;
-                        if (col < 0 || col >= W) continue;
-                        acc_s[tid] += xc[row * W + col] * wc[r * S + s];
-                    }
-                }
+                add_window(acc_s[tid], xc, wc, e, f, H, W, R, S, U, P);
             }
             y[((size_t)n * M + m) * E * F + (size_t)e * F + f] = acc_s[tid];
         }

@@ -18,6 +18,10 @@
 // output through device memory: at N = 128, 18-26 GB of extra traffic on layers 2-5, about
 // 8 ms of bandwidth per layer on an H100. Prediction: faster than step 2 at N = 1 (more
 // parallelism), slower at N = 128 (bandwidth for the partials).
+//
+// From direct_conv.cuh: add_window (step 1's loop over the window) and sum_channel_partials,
+// this step's reduction (written there because steps 8, 9, 11 and 12 reuse it).
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_channel_partials(const float* x, const float* w, float* partial,
                                                  int N, int C, int H, int W, int M, int R, int S,
                                                  int U, int P, int E, int F)
@@ -31,15 +35,7 @@ extern "C" __global__ void conv_channel_partials(const float* x, const float* w,
     for (int e = threadIdx.y; e < E; e += blockDim.y) {
         for (int f = threadIdx.x; f < F; f += blockDim.x) {
             float acc = 0.0f;
-            for (int r = 0; r < R; ++r) {
-                const int row = e * U - P + r;
-                if (row < 0 || row >= H) continue;
-                for (int s = 0; s < S; ++s) {
-                    const int col = f * U - P + s;
-                    if (col < 0 || col >= W) continue;
-                    acc += xc[row * W + col] * wc[r * S + s];
-                }
-            }
+            add_window(acc, xc, wc, e, f, H, W, R, S, U, P);
             out[e * F + f] = acc;
         }
     }
@@ -49,15 +45,5 @@ extern "C" __global__ void conv_channel_partials(const float* x, const float* w,
 // consecutive p, so each of the C reads is coalesced.
 extern "C" __global__ void reduce_channels(const float* partial, float* y, int N, int C, int M, int EF)
 {
-    const size_t total = (size_t)N * M * EF;
-    const size_t per_image = (size_t)M * EF;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t n = i / per_image;
-        const size_t rest = i - n * per_image;
-        const float* p = partial + n * C * per_image + rest;
-        float acc = 0.0f;
-        for (int c = 0; c < C; ++c) acc += p[(size_t)c * per_image];
-        y[i] = acc;
-    }
+    sum_channel_partials(partial, y, N, C, M, EF);
 }

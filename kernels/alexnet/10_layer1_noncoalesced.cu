@@ -12,6 +12,9 @@
 // floats apart instead of U = 4, so each warp-wide load touches twice as many 32-byte
 // sectors, and writes y with a stride of 2. Prediction: layer 1 about 1.3-1.7x slower than
 // step 2 (the report measured 1.7x on a V100); layers 2-5 unchanged.
+//
+// From direct_conv.cuh: add_window, step 1's loop over the window.
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_registers_noncoalesced(const float* x, const float* w, float* y,
                                                        int N, int C, int H, int W, int M, int R,
                                                        int S, int U, int P, int E, int F)
@@ -30,15 +33,7 @@ extern "C" __global__ void conv_registers_noncoalesced(const float* x, const flo
             for (int c = 0; c < C; ++c) {
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 const float* wc = w + ((size_t)m * C + c) * R * S;
-                for (int r = 0; r < R; ++r) {
-                    const int row = e * U - P + r;
-                    if (row < 0 || row >= H) continue;
-                    for (int s = 0; s < S; ++s) {
-                        const int col = f * U - P + s;
-                        if (col < 0 || col >= W) continue;
-                        acc += xc[row * W + col] * wc[r * S + s];
-                    }
-                }
+                add_window(acc, xc, wc, e, f, H, W, R, S, U, P);
             }
             y[((size_t)n * M + m) * E * F + (size_t)e * F + f] = acc;
         }

@@ -14,6 +14,11 @@
 // Prediction: layer 1 gains most (4x fewer shared loads for both operands, and step 9's
 // stride-4 scalar reads had 4-way bank conflicts): about 2x on layer 1. Layers 3-5 pad
 // 3 -> 4 and do a third more multiply-adds for fewer load instructions: roughly even.
+//
+// From direct_conv.cuh: fill_weight_rows4, this step's padded copy of the filter rows (written
+// there because steps 12 and 13 reuse it), fill_patch (step 9's patch) and sum_channel_partials
+// (step 7's reduction).
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_channel_partials_vec(const float* x, const float* w, float* partial,
                                                      int N, int C, int H, int W, int M, int R, int S,
                                                      int U, int P, int E, int F)
@@ -30,21 +35,14 @@ extern "C" __global__ void conv_channel_partials_vec(const float* x, const float
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y;
     const float* wc = w + ((size_t)m * C + c) * R * S;
-    for (int i = tid; i < R * S4; i += threads) {
-        const int s = i % S4;
-        w_s[i] = s < S ? wc[(i / S4) * S + s] : 0.0f;     // zero weights beyond S
-    }
+    fill_weight_rows4(w_s, wc, R, S, S4, tid, threads);   // zero weights beyond S
     const float* xc = x + ((size_t)n * C + c) * H * W;
     float* out = partial + (((size_t)n * C + c) * M + m) * E * F;
     const bool aligned_input = (U % 4) == 0;   // each window starts on a float4 boundary
     for (int e0 = 0; e0 < E; e0 += blockDim.y) {
         for (int f0 = 0; f0 < F; f0 += blockDim.x) {
             __syncthreads();
-            for (int i = tid; i < PH * PW; i += threads) {
-                const int row = e0 * U - P + i / PW;
-                const int col = f0 * U - P + i % PW;
-                in_s[i] = (row >= 0 && row < H && col >= 0 && col < W) ? xc[row * W + col] : 0.0f;
-            }
+            fill_patch(in_s, xc, e0, f0, PH, PW, H, W, U, P, tid, threads);
             __syncthreads();
             const int e = e0 + threadIdx.y;
             const int f = f0 + threadIdx.x;
@@ -75,15 +73,5 @@ extern "C" __global__ void conv_channel_partials_vec(const float* x, const float
 // As in step 7.
 extern "C" __global__ void reduce_channels(const float* partial, float* y, int N, int C, int M, int EF)
 {
-    const size_t total = (size_t)N * M * EF;
-    const size_t per_image = (size_t)M * EF;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t n = i / per_image;
-        const size_t rest = i - n * per_image;
-        const float* p = partial + n * C * per_image + rest;
-        float acc = 0.0f;
-        for (int c = 0; c < C; ++c) acc += p[(size_t)c * per_image];
-        y[i] = acc;
-    }
+    sum_channel_partials(partial, y, N, C, M, EF);
 }

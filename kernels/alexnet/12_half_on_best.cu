@@ -11,7 +11,11 @@
 // Prediction: the partial buffer, the traffic that dominates steps 7-11 at large N, halves:
 // towards 2x on layers 2-5 at N = 128, where that traffic is most of the time; little change
 // at N = 1.
+//
+// From direct_conv.cuh: step 11's fill_weight_rows4 and step 9's fill_patch, converting each
+// __half to float (as_float) as they copy, and step 7's sum_channel_partials, summing in float.
 #include <cuda_fp16.h>
+#include "direct_conv.cuh"
 
 extern "C" __global__ void conv_channel_partials_half(const __half* x, const __half* w,
                                                       __half* partial, int N, int C, int H, int W,
@@ -29,22 +33,14 @@ extern "C" __global__ void conv_channel_partials_half(const __half* x, const __h
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y;
     const __half* wc = w + ((size_t)m * C + c) * R * S;
-    for (int i = tid; i < R * S4; i += threads) {
-        const int s = i % S4;
-        w_s[i] = s < S ? __half2float(wc[(i / S4) * S + s]) : 0.0f;
-    }
+    fill_weight_rows4(w_s, wc, R, S, S4, tid, threads);
     const __half* xc = x + ((size_t)n * C + c) * H * W;
     __half* out = partial + (((size_t)n * C + c) * M + m) * E * F;
     const bool aligned_input = (U % 4) == 0;
     for (int e0 = 0; e0 < E; e0 += blockDim.y) {
         for (int f0 = 0; f0 < F; f0 += blockDim.x) {
             __syncthreads();
-            for (int i = tid; i < PH * PW; i += threads) {
-                const int row = e0 * U - P + i / PW;
-                const int col = f0 * U - P + i % PW;
-                in_s[i] = (row >= 0 && row < H && col >= 0 && col < W)
-                    ? __half2float(xc[row * W + col]) : 0.0f;
-            }
+            fill_patch(in_s, xc, e0, f0, PH, PW, H, W, U, P, tid, threads);
             __syncthreads();
             const int e = e0 + threadIdx.y;
             const int f = f0 + threadIdx.x;
@@ -76,15 +72,5 @@ extern "C" __global__ void conv_channel_partials_half(const __half* x, const __h
 extern "C" __global__ void reduce_channels_half(const __half* partial, __half* y, int N, int C,
                                                 int M, int EF)
 {
-    const size_t total = (size_t)N * M * EF;
-    const size_t per_image = (size_t)M * EF;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t n = i / per_image;
-        const size_t rest = i - n * per_image;
-        const __half* p = partial + n * C * per_image + rest;
-        float acc = 0.0f;
-        for (int c = 0; c < C; ++c) acc += __half2float(p[(size_t)c * per_image]);
-        y[i] = __float2half(acc);
-    }
+    sum_channel_partials(partial, y, N, C, M, EF);
 }

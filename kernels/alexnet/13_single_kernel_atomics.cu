@@ -13,6 +13,9 @@
 // Prediction: the 18-26 GB of partial traffic per layer at N = 128 disappears, leaving the
 // atomics (C / CB per output, resolved in L2): 2-4x faster than step 11 on layers 2-5 at
 // N = 128, and memory no longer grows with C, so every batch size up to 2048 fits.
+//
+// From direct_conv.cuh: fill_weight_rows4 (step 11) and fill_patch (step 9).
+#include "direct_conv.cuh"
 extern "C" __global__ void conv_channel_chunks_atomic(const float* x, const float* w, float* y,
                                                       int N, int C, int H, int W, int M, int R,
                                                       int S, int U, int P, int E, int F, int CB)
@@ -39,15 +42,8 @@ extern "C" __global__ void conv_channel_chunks_atomic(const float* x, const floa
                 const float* wc = w + ((size_t)m * C + c) * R * S;
                 const float* xc = x + ((size_t)n * C + c) * H * W;
                 __syncthreads();                // the previous channel's readers are done
-                for (int i = tid; i < R * S4; i += threads) {
-                    const int s = i % S4;
-                    w_s[i] = s < S ? wc[(i / S4) * S + s] : 0.0f;
-                }
-                for (int i = tid; i < PH * PW; i += threads) {
-                    const int row = e0 * U - P + i / PW;
-                    const int col = f0 * U - P + i % PW;
-                    in_s[i] = (row >= 0 && row < H && col >= 0 && col < W) ? xc[row * W + col] : 0.0f;
-                }
+                fill_weight_rows4(w_s, wc, R, S, S4, tid, threads);
+                fill_patch(in_s, xc, e0, f0, PH, PW, H, W, U, P, tid, threads);
                 __syncthreads();
                 if (e < E && f < F) {
                     const float* patch = in_s + threadIdx.y * U * PW + threadIdx.x * U;
