@@ -24,9 +24,13 @@
 // alexnet_tc.TILES["conv_mma_cp_async"].shared_bytes(2) = 81,920 bytes of dynamic shared memory.
 //
 // Prediction: 10-20% faster than step 18 on layers 2-5, where the GEMM's main loop is the time.
+//
+// Step 18's zero_tiles and store_tiles (the accumulators and the staged epilogue) come from
+// mma_tile.cuh.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "nhwc_runs.h"
+#include "mma_tile.cuh"
 
 #define BK 32                  // halves of k per slice: 64 bytes per row
 #define CHUNKS (BK / 8)        // 16-byte chunks per row of a slice
@@ -114,12 +118,7 @@ __device__ __forceinline__ void conv_mma(const __half* __restrict__ xt, const __
     };
 
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    zero_tiles(acc);
 
     // Prologue: STAGES - 1 slices in flight. Every iteration commits one group (empty at the
     // end), so "wait until STAGES - 2 groups remain" always means "slice t has landed".
@@ -161,27 +160,7 @@ __device__ __forceinline__ void conv_mma(const __half* __restrict__ xt, const __
     cp_async_wait<0>();
     __syncthreads();           // every warp is done with the slices: reuse the memory for y
 
-    // Stage the block's outputs as half in shared memory (row pitch BN + 8: the 8 rows of a
-    // store fall 4 banks apart), then write each filter's pixels with consecutive threads.
-    constexpr int CP = BN + 8;
-    __half* cs = reinterpret_cast<__half*>(smem);
-    const int g = lane / 4, tq = lane % 4;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int row = wm * WM + i * 16 + g, col = wn * WN + j * 8 + 2 * tq;
-            *reinterpret_cast<__half2*>(cs + row * CP + col) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<__half2*>(cs + (row + 8) * CP + col) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
-        }
-    __syncthreads();
-    const int jj = tid % BN, j = j0 + jj;
-    if (j < NEF) {
-        const int n = j / EF, p = j - n * EF;
-        __half* out = y + (size_t)n * M * EF + p;
-        for (int m = tid / BN; m < BM && m0 + m < M; m += THREADS / BN)
-            out[(size_t)(m0 + m) * EF] = cs[m * CP + jj];
-    }
+    store_tiles<BM, BN, WM, WN>(acc, smem, y, N, M, E, F);
 }
 
 // 128 filters x 128 pixels, 8 warps of 64 x 32, 4 stages in flight.
