@@ -26,7 +26,9 @@
 // (the report: 1.2x). Less on the small case: its 400 tiles give each of the
 // 132 resident blocks (one per SM at this kernel's registers) only 3-4, so
 // the weight loads before the loop weigh more.
-#include <cuda_fp16.h>
+//
+// This step's fill, hidden layers and output layer over the tile (fill_tile, hidden_layer_tile,
+// output_layer_tile) are in half_tile.cuh: steps 10, 11 and 13 keep them.
 
 #define IN 72
 #define HID 64
@@ -40,7 +42,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-struct __align__(8) half4 { __half2 lo, hi; };
+#include "half_tile.cuh"   // half4 (step 8), fill_tile, hidden_layer_tile, output_layer_tile
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict__ W1,
@@ -51,7 +53,6 @@ conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict_
     __shared__ __align__(16) __half h2s[TILE][HID];
 
     int tid = threadIdx.x;
-    int g = tid / THREADS_PER_GROUP;             // vectors g*16 .. g*16+15 of the tile
     int r = tid % THREADS_PER_GROUP;
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
@@ -73,58 +74,15 @@ conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict_
     int tiles = (N + TILE - 1) / TILE;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int first = tile * TILE;
-        // Fill: element e -> vector c = (e / (8*72)) * 8 + e % 8, feature k = (e / 8) % 72.
-        // A loop of fixed length, unrolled: the 9 loads are all in flight at once.
-#pragma unroll
-        for (int f = 0; f < FILL_PER_THREAD; ++f) {
-            int e = tid + f * THREADS;
-            int c = (e / (FILL_VECTORS * IN)) * FILL_VECTORS + e % FILL_VECTORS;
-            int k = (e / FILL_VECTORS) % IN;
-            xs[c][k] = __float2half((first + c < N) ? X[(size_t)k * N + first + c] : 0.0f);
-        }
+        fill_tile(xs, X, N, first, tid);
         __syncthreads();
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* x4 = reinterpret_cast<const half4*>(&xs[c][half * IN_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < IN_HALF / 4; ++q) {
-                half4 a = x4[q];
-                acc2 = __hfma2(w1[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w1[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h1s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<IN>(xs, h1s, w1);
         __syncthreads();
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* h4 = reinterpret_cast<const half4*>(&h1s[c][half * HID_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < HID_HALF / 4; ++q) {
-                half4 a = h4[q];
-                acc2 = __hfma2(w2[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w2[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h2s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<HID>(h1s, h2s, w2);
         __syncthreads();
 
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            float2 h = __half22float2(reinterpret_cast<const __half2*>(&h2s[c][0])[lane]);
-            float acc = w3f.x * h.x + w3f.y * h.y;
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-            if (lane == 0 && first + c < N) Y[(size_t)o * N + first + c] = acc;
-        }
+        output_layer_tile(h2s, w3f, first, N, Y);
     }
 }

@@ -15,7 +15,9 @@
 // On the small case (400 tiles, 3-4 per block) the weight loads are a real
 // share of each block's life: prediction 10-25% faster (the report: 1.3x on
 // its small case, 1.07x on the large one).
-#include <cuda_fp16.h>
+//
+// Built on half_tile.cuh: step 9's fill_tile, hidden_layer_tile and output_layer_tile, and this
+// step's transposed loads, load_half_row (written there because steps 11 and 13 keep them).
 
 #define IN 72
 #define HID 64
@@ -29,7 +31,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-struct __align__(8) half4 { __half2 lo, hi; };
+#include "half_tile.cuh"   // fill_tile, load_half_row, hidden_layer_tile, output_layer_tile
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__ W1t,
@@ -40,23 +42,13 @@ coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__
     __shared__ __align__(16) __half h2s[TILE][HID];
 
     int tid = threadIdx.x;
-    int g = tid / THREADS_PER_GROUP;             // vectors g*16 .. g*16+15 of the tile
     int r = tid % THREADS_PER_GROUP;
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
 
     __half2 w1[IN_HALF / 2], w2[HID_HALF / 2], w3;
-    // W1t[k * HID + j] is W1[j][k]: for each k, neighbouring units j read neighbouring halves.
-#pragma unroll
-    for (int k = 0; k < IN_HALF / 2; ++k) {
-        int k0 = half * IN_HALF + 2 * k;
-        w1[k] = __halves2half2(W1t[k0 * HID + j], W1t[(k0 + 1) * HID + j]);
-    }
-#pragma unroll
-    for (int k = 0; k < HID_HALF / 2; ++k) {
-        int k0 = half * HID_HALF + 2 * k;
-        w2[k] = __halves2half2(W2t[k0 * HID + j], W2t[(k0 + 1) * HID + j]);
-    }
+    load_half_row<IN>(W1t, j, half, w1);
+    load_half_row<HID>(W2t, j, half, w2);
     // W3 stays row-major: lane l reads W3[o][2l], W3[o][2l + 1], already consecutive.
     w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
     float2 w3f = __half22float2(w3);
@@ -64,58 +56,15 @@ coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__
     int tiles = (N + TILE - 1) / TILE;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int first = tile * TILE;
-        // Fill: element e -> vector c = (e / (8*72)) * 8 + e % 8, feature k = (e / 8) % 72.
-        // A loop of fixed length, unrolled: the 9 loads are all in flight at once.
-#pragma unroll
-        for (int f = 0; f < FILL_PER_THREAD; ++f) {
-            int e = tid + f * THREADS;
-            int c = (e / (FILL_VECTORS * IN)) * FILL_VECTORS + e % FILL_VECTORS;
-            int k = (e / FILL_VECTORS) % IN;
-            xs[c][k] = __float2half((first + c < N) ? X[(size_t)k * N + first + c] : 0.0f);
-        }
+        fill_tile(xs, X, N, first, tid);
         __syncthreads();
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* x4 = reinterpret_cast<const half4*>(&xs[c][half * IN_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < IN_HALF / 4; ++q) {
-                half4 a = x4[q];
-                acc2 = __hfma2(w1[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w1[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h1s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<IN>(xs, h1s, w1);
         __syncthreads();
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* h4 = reinterpret_cast<const half4*>(&h1s[c][half * HID_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < HID_HALF / 4; ++q) {
-                half4 a = h4[q];
-                acc2 = __hfma2(w2[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w2[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h2s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<HID>(h1s, h2s, w2);
         __syncthreads();
 
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            float2 h = __half22float2(reinterpret_cast<const __half2*>(&h2s[c][0])[lane]);
-            float acc = w3f.x * h.x + w3f.y * h.y;
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-            if (lane == 0 && first + c < N) Y[(size_t)o * N + first + c] = acc;
-        }
+        output_layer_tile(h2s, w3f, first, N, Y);
     }
 }

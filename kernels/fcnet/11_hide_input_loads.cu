@@ -16,7 +16,10 @@
 // thread can cost a block per SM. Prediction: 10-20% on the large case; no
 // change on the small case, where each block has only 3-4 tiles (400 tiles,
 // 132 blocks), so little of its load latency has a tile to hide behind.
-#include <cuda_fp16.h>
+//
+// Built on half_tile.cuh: step 10's load_half_row, step 9's hidden_layer_tile and
+// output_layer_tile, and this step's load_tile and store_tile (written there because step 13
+// keeps them).
 
 #define IN 72
 #define HID 64
@@ -30,23 +33,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-struct __align__(8) half4 { __half2 lo, hi; };
-
-// The conflict-free fill of step 9: element e of a tile is vector fill_vector(e), feature fill_feature(e).
-__device__ __forceinline__ int fill_vector(int e) { return (e / (FILL_VECTORS * IN)) * FILL_VECTORS + e % FILL_VECTORS; }
-__device__ __forceinline__ int fill_feature(int e) { return (e / FILL_VECTORS) % IN; }
-
-// Issue this thread's 9 loads of the tile starting at vector `first` (zeros past N).
-__device__ __forceinline__ void load_tile(const float* __restrict__ X, int N, int first, int tid,
-                                          float next[FILL_PER_THREAD])
-{
-#pragma unroll
-    for (int f = 0; f < FILL_PER_THREAD; ++f) {
-        int e = tid + f * THREADS;
-        int c = fill_vector(e);
-        next[f] = (first + c < N) ? X[(size_t)fill_feature(e) * N + first + c] : 0.0f;
-    }
-}
+#include "half_tile.cuh"   // load_tile, store_tile, load_half_row, hidden_layer_tile, output_layer_tile
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ W1t,
@@ -57,23 +44,13 @@ hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ 
     __shared__ __align__(16) __half h2s[TILE][HID];
 
     int tid = threadIdx.x;
-    int g = tid / THREADS_PER_GROUP;             // vectors g*16 .. g*16+15 of the tile
     int r = tid % THREADS_PER_GROUP;
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
 
     __half2 w1[IN_HALF / 2], w2[HID_HALF / 2], w3;
-    // W1t[k * HID + j] is W1[j][k]: for each k, neighbouring units j read neighbouring halves.
-#pragma unroll
-    for (int k = 0; k < IN_HALF / 2; ++k) {
-        int k0 = half * IN_HALF + 2 * k;
-        w1[k] = __halves2half2(W1t[k0 * HID + j], W1t[(k0 + 1) * HID + j]);
-    }
-#pragma unroll
-    for (int k = 0; k < HID_HALF / 2; ++k) {
-        int k0 = half * HID_HALF + 2 * k;
-        w2[k] = __halves2half2(W2t[k0 * HID + j], W2t[(k0 + 1) * HID + j]);
-    }
+    load_half_row<IN>(W1t, j, half, w1);
+    load_half_row<HID>(W2t, j, half, w2);
     // W3 stays row-major: lane l reads W3[o][2l], W3[o][2l + 1], already consecutive.
     w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
     float2 w3f = __half22float2(w3);
@@ -84,55 +61,16 @@ hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ 
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int first = tile * TILE;
         // Every thread finished reading xs (layer 1) before the last tile's second barrier.
-#pragma unroll
-        for (int f = 0; f < FILL_PER_THREAD; ++f) {
-            int e = tid + f * THREADS;
-            xs[fill_vector(e)][fill_feature(e)] = __float2half(next[f]);
-        }
+        store_tile(xs, tid, next);
         __syncthreads();
         load_tile(X, N, (tile + gridDim.x) * TILE, tid, next);   // in flight during layers 1-3
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* x4 = reinterpret_cast<const half4*>(&xs[c][half * IN_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < IN_HALF / 4; ++q) {
-                half4 a = x4[q];
-                acc2 = __hfma2(w1[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w1[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h1s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<IN>(xs, h1s, w1);
         __syncthreads();
 
-#pragma unroll 2
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            const half4* h4 = reinterpret_cast<const half4*>(&h1s[c][half * HID_HALF]);
-            __half2 acc2 = __float2half2_rn(0.0f);
-#pragma unroll
-            for (int q = 0; q < HID_HALF / 4; ++q) {
-                half4 a = h4[q];
-                acc2 = __hfma2(w2[2 * q], a.lo, acc2);
-                acc2 = __hfma2(w2[2 * q + 1], a.hi, acc2);
-            }
-            float acc = __low2float(acc2) + __high2float(acc2);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            if (half == 0) h2s[c][j] = __float2half(fmaxf(acc, 0.0f));
-        }
+        hidden_layer_tile<HID>(h1s, h2s, w2);
         __syncthreads();
 
-        for (int i = 0; i < GROUP_VECTORS; ++i) {
-            int c = g * GROUP_VECTORS + i;
-            float2 h = __half22float2(reinterpret_cast<const __half2*>(&h2s[c][0])[lane]);
-            float acc = w3f.x * h.x + w3f.y * h.y;
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-            if (lane == 0 && first + c < N) Y[(size_t)o * N + first + c] = acc;
-        }
+        output_layer_tile(h2s, w3f, first, N, Y);
     }
 }

@@ -24,7 +24,9 @@
 // Only one layer's weights are live at a time: fewer registers, as the
 // report's best small kernel did. Prediction: a little faster than step 10 on
 // the small case.
-#include <cuda_fp16.h>
+//
+// Built on half_tile.cuh: step 11's load_tile and store_tile, step 10's load_half_row. The new
+// output layer (output_layer, load_w3) is here.
 
 #define IN 72
 #define HID 64
@@ -40,44 +42,11 @@
 #define WARPS (THREADS / 32)
 #define LANES_PER_OUTPUT 8                   // 8 lanes x 8 terms = one output's 64 terms
 
-struct __align__(8) half4 { __half2 lo, hi; };
+#include "half_tile.cuh"   // load_tile, store_tile, load_half_row
+
 struct __align__(16) half8 { __half2 a, b, c, d; };
 
-__device__ __forceinline__ int fill_vector(int e) { return (e / (FILL_VECTORS * IN)) * FILL_VECTORS + e % FILL_VECTORS; }
-__device__ __forceinline__ int fill_feature(int e) { return (e / FILL_VECTORS) % IN; }
-
-__device__ __forceinline__ void load_tile(const float* __restrict__ X, int N, int first, int tid,
-                                          float next[FILL_PER_THREAD])
-{
-#pragma unroll
-    for (int f = 0; f < FILL_PER_THREAD; ++f) {
-        int e = tid + f * THREADS;
-        int c = fill_vector(e);
-        next[f] = (first + c < N) ? X[(size_t)fill_feature(e) * N + first + c] : 0.0f;
-    }
-}
-
-__device__ __forceinline__ void store_tile(__half (*xs)[IN], int tid, const float next[FILL_PER_THREAD])
-{
-#pragma unroll
-    for (int f = 0; f < FILL_PER_THREAD; ++f) {
-        int e = tid + f * THREADS;
-        xs[fill_vector(e)][fill_feature(e)] = __float2half(next[f]);
-    }
-}
-
-// Half-row `half` of unit j of a layer with K inputs, from the transposed weights Wt (K x 64).
-template <int K>
-__device__ __forceinline__ void load_half_row(const __half* __restrict__ Wt, int j, int half, __half2 w[K / 4])
-{
-#pragma unroll
-    for (int k = 0; k < K / 4; ++k) {
-        int k0 = half * (K / 2) + 2 * k;
-        w[k] = __halves2half2(Wt[k0 * HID + j], Wt[(k0 + 1) * HID + j]);
-    }
-}
-
-// One hidden layer for this thread's 16 vectors: in[c] (K halves) -> out[c][j], ReLU, half.
+// Step 11's hidden layer (half_tile.cuh's hidden_layer_tile), given the thread's indices.
 template <int K>
 __device__ __forceinline__ void hidden_layer(const __half* in, int in_stride, __half (*out)[HID],
                                              const __half2 w[K / 4], int g, int j, int half)
@@ -99,7 +68,6 @@ __device__ __forceinline__ void hidden_layer(const __half* in, int in_stride, __
     }
 }
 
-// The output layer, one warp per vector: lane l -> output l / 8, terms 8*(l%8) .. +7.
 __device__ __forceinline__ void output_layer(__half (*h2s)[HID], const __half2 w3[4], int first, int N,
                                              float* __restrict__ Y, int warp, int lane)
 {
