@@ -17,11 +17,15 @@
 // Layer 2 is worse: W2s's rows are 64 floats apart, a multiple of 32, so all
 // 32 lanes read bank k % 32 -- a 32-way conflict. We keep the textbook
 // row-major layout here; the profiler will show what it costs.
+//
+// The copies into shared memory, the fill and the three layers (copy_to_shared, fill_vectors,
+// dense_relu, dense_output) are in shared_layers.cuh: steps 4-6 keep them.
 
 #define IN 72
 #define HID 64
 #define OUT 4
 #define VECTORS_PER_BLOCK 4   // 4 x 64 = 256 threads
+#include "shared_layers.cuh"
 
 extern "C" __global__ void fused_shared(int N, const float* __restrict__ X, const float* __restrict__ W1,
                                         const float* __restrict__ W2, const float* __restrict__ W3,
@@ -41,28 +45,17 @@ extern "C" __global__ void fused_shared(int N, const float* __restrict__ X, cons
     int v = first + local;
 
     // Consecutive threads copy consecutive weights: coalesced reads.
-    for (int i = tid; i < HID * IN; i += blockDim.x) W1s[i] = W1[i];
-    for (int i = tid; i < HID * HID; i += blockDim.x) W2s[i] = W2[i];
-    for (int i = tid; i < OUT * HID; i += blockDim.x) W3s[i] = W3[i];
-    for (int i = tid; i < VECTORS_PER_BLOCK * IN; i += blockDim.x) {
-        int k = i / VECTORS_PER_BLOCK, c = i % VECTORS_PER_BLOCK;   // 4 consecutive vectors per feature
-        xs[c][k] = (first + c < N) ? X[(size_t)k * N + first + c] : 0.0f;
-    }
+    copy_to_shared(W1s, W1, HID * IN);
+    copy_to_shared(W2s, W2, HID * HID);
+    copy_to_shared(W3s, W3, OUT * HID);
+    fill_vectors<VECTORS_PER_BLOCK>(xs, X, N, first);
     __syncthreads();
 
-    float acc = 0.0f;
-    for (int k = 0; k < IN; ++k) acc += W1s[j * IN + k] * xs[local][k];
-    h1s[local][j] = fmaxf(acc, 0.0f);
+    dense_relu<IN>(W1s, xs, h1s, j, local);
     __syncthreads();
 
-    acc = 0.0f;
-    for (int k = 0; k < HID; ++k) acc += W2s[j * HID + k] * h1s[local][k];
-    h2s[local][j] = fmaxf(acc, 0.0f);
+    dense_relu<HID>(W2s, h1s, h2s, j, local);
     __syncthreads();
 
-    if (j < OUT && v < N) {
-        acc = 0.0f;
-        for (int k = 0; k < HID; ++k) acc += W3s[j * HID + k] * h2s[local][k];
-        Y[(size_t)j * N + v] = acc;
-    }
+    dense_output(W3s, h2s, Y, N, v, j, local);
 }

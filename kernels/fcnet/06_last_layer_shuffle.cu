@@ -10,6 +10,9 @@
 // Why it should be faster: the output layer's critical path drops from 64
 // dependent multiply-adds to 4 plus 4 shuffles. But it was only 256 of the
 // 8,960 multiply-adds per vector, so prediction: a few percent at most.
+//
+// Built on shared_layers.cuh: step 3's copy_to_shared, fill_vectors and dense_relu (layer 1),
+// step 5's dense_relu_registers (layer 2).
 
 #define IN 72
 #define HID 64
@@ -17,6 +20,7 @@
 #define VECTORS_PER_GROUP 4                 // 4 x 64 = 256 threads
 #define LANES_PER_OUTPUT (HID / OUT)        // 16 threads share one output
 #define TERMS_PER_LANE (HID / LANES_PER_OUTPUT)   // 4 terms each
+#include "shared_layers.cuh"
 
 extern "C" __global__ void __launch_bounds__(256)
 last_layer_shuffle(int N, const float* __restrict__ X, const float* __restrict__ W1,
@@ -33,7 +37,7 @@ last_layer_shuffle(int N, const float* __restrict__ X, const float* __restrict__
     int o = j / LANES_PER_OUTPUT;                  // this thread's output
     int part = j % LANES_PER_OUTPUT;               // and its share of the terms
 
-    for (int i = tid; i < HID * IN; i += blockDim.x) W1s[i] = W1[i];
+    copy_to_shared(W1s, W1, HID * IN);
     float w2[HID];
 #pragma unroll
     for (int k = 0; k < HID; ++k) w2[k] = W2[j * HID + k];
@@ -45,24 +49,16 @@ last_layer_shuffle(int N, const float* __restrict__ X, const float* __restrict__
     for (int group = blockIdx.x; group < groups; group += gridDim.x) {
         int first = group * VECTORS_PER_GROUP;
         int v = first + local;
-        for (int i = tid; i < VECTORS_PER_GROUP * IN; i += blockDim.x) {
-            int k = i / VECTORS_PER_GROUP, c = i % VECTORS_PER_GROUP;
-            xs[c][k] = (first + c < N) ? X[(size_t)k * N + first + c] : 0.0f;
-        }
+        fill_vectors<VECTORS_PER_GROUP>(xs, X, N, first);
+        __syncthreads();
+
+        dense_relu<IN>(W1s, xs, h1s, j, local);
+        __syncthreads();
+
+        dense_relu_registers<HID>(w2, h1s, h2s, j, local);
         __syncthreads();
 
         float acc = 0.0f;
-        for (int k = 0; k < IN; ++k) acc += W1s[j * IN + k] * xs[local][k];
-        h1s[local][j] = fmaxf(acc, 0.0f);
-        __syncthreads();
-
-        acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < HID; ++k) acc += w2[k] * h1s[local][k];
-        h2s[local][j] = fmaxf(acc, 0.0f);
-        __syncthreads();
-
-        acc = 0.0f;
 #pragma unroll
         for (int t = 0; t < TERMS_PER_LANE; ++t) acc += w3[t] * h2s[local][part * TERMS_PER_LANE + t];
         // Groups of 16 lanes are aligned within the warp, so xor offsets below 16
