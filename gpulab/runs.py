@@ -65,7 +65,19 @@ class RecordedRun:
         m = self.meta
         how = "measured live" if self.live else "recorded"
         return (f"{m['gpu']}, {how} {m['date']}; driver {m['driver']}, CUDA {m['cuda_runtime']}, "
-                f"CuPy {m['cupy']}")
+                f"CuPy {m['cupy']}{self.timing_method}")
+
+    @property
+    def timing_method(self) -> str:
+        """How the run's calls were timed, for the caption (see book/appendix/timing.md): queued
+        behind a guard kernel, or, in runs made before the queued loop, with the host waiting
+        before each call, its dispatch inside the events; and the power limit, where recorded."""
+        conditions = self.meta.get("conditions") or {}
+        limit = conditions.get("power_limit_w")
+        power = f", power limit {limit:g} W" if limit else ""
+        if "queued" in self.timings.columns:
+            return f"; calls queued (host dispatch excluded){power}"
+        return "; host waited before each call (dispatch included: an earlier method)" + power
 
     def table(self, experiment: str, columns=("variant", "size", "phase", "median_ms", "q1_ms",
                                               "q3_ms", "min_ms", "max_ms", "repeats")):

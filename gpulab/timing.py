@@ -408,10 +408,10 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
                     rel_ci: float | None = STOP_RULE.rel_half_width, budget_ms: float | None = None,
                     flush_l2: bool = False, node_priorities: bool = False, queued: bool = True) -> Timing:
     """Time ``fn()`` per call when ``launches`` calls are captured in a CUDA
-    graph and replayed: the host's launch overhead (several microseconds per
-    CuPy launch) drops out, leaving the GPU's own time per call. What
-    :func:`benchmark` reports for a tiny kernel is mostly that overhead.
-    Same stop rule as :func:`benchmark`. With ``flush_l2`` the graph holds one
+    graph and replayed as one launch: the time per call of calls that run back
+    to back on the GPU, as a model's layers do, without the host launching each
+    (the replay itself is queued behind the guard, as :func:`benchmark`'s calls
+    are). Same stop rule as :func:`benchmark`. With ``flush_l2`` the graph holds one
     call (``launches`` is ignored), so that every timed call starts with L2
     flushed; compare it with ``launches=1`` unflushed, the same structure warm.
 

@@ -27,6 +27,17 @@ def test_save_and_load_round_trip(tmp_path):
     assert run.experiment("ladder").shape[0] == 2
 
 
+def test_the_caption_names_the_timing_method_and_the_power_limit(tmp_path):
+    # A run timed by the queued loop has the 'queued' column; one recorded before it has not, and
+    # its caption says that its events held the host's dispatch.
+    runs.save_run("demo", rows(), {**META, "conditions": {"power_limit_w": 700.0}}, root=tmp_path)
+    caption = runs.load_run("demo", root=tmp_path).caption
+    assert caption.endswith("; calls queued (host dispatch excluded), power limit 700 W"), caption
+    earlier = pd.DataFrame(rows()).drop(columns=["queued"])
+    runs.save_run("old", earlier, META, root=tmp_path)
+    assert "host waited before each call (dispatch included" in runs.load_run("old", root=tmp_path).caption
+
+
 def test_side_tables_round_trip(tmp_path):
     resources = pd.DataFrame({"kernel": ["a", "b"], "registers": [32, 64]})
     path = runs.save_run("demo", rows(), META, root=tmp_path, tables={"resources": resources})
@@ -210,3 +221,24 @@ def test_every_recorded_run_matches_the_kernel_sources_it_names():
         assert not stale, f"{meta_file.relative_to(REPO)} was recorded from other versions of {stale}"
         checked += len(recorded)
     assert checked > 0, "no recorded run names its kernel sources"
+
+
+def test_every_queued_run_was_cross_checked_and_agrees_with_do_bench_within_3_percent():
+    # A run recorded by the queued loop (its meta has 'conditions') cross-checked the rows its
+    # verdicts rest on (issue 37): in its <chapter>.crosscheck.csv the lab's cold median and
+    # Triton's do_bench agree within 3% on every row, the lab's kernels and the vendor paths alike.
+    # (multigpu's record, run by its own worker processes on two GPUs, declares no cross-check.)
+    from gpulab.paths import REPO
+    for meta_file in sorted((REPO / "labdata" / "runs").glob("*/*.meta.json")):
+        meta = json.loads(meta_file.read_text())
+        chapter = meta_file.name.split(".")[0]
+        if "conditions" not in meta or chapter == "multigpu":
+            continue
+        table = meta_file.with_name(f"{chapter}.crosscheck.csv")
+        assert table.is_file(), f"{meta_file.relative_to(REPO)} was recorded queued but has no {table.name}"
+        checked = pd.read_csv(table)
+        assert len(checked) and checked["do_bench_ms"].notna().all(), checked
+        ratio = checked["do_bench_ms"] / checked["median_ms"]
+        off = checked[(ratio - 1).abs() > 0.03]
+        assert off.empty, f"{table.relative_to(REPO)}: do_bench and the lab's median differ by more than 3%:\n" \
+                          f"{off[['variant', 'size', 'precision', 'median_ms', 'do_bench_ms', 'profiler_ms']]}"

@@ -14,7 +14,7 @@ from .record import benchmark_all
 from .steps import (A, BLOCK, BYTES_PER_ELEMENT, CHAPTER, CHECK_SIZES, EXERCISE, FLOPS_PER_ELEMENT, MAIN_SIZE,
                     PREDICTED, SIZES, STEPS, Step, check_steps, fits_in_l2, kernel, l2_bytes, launcher, make_inputs,
                     reference, run, work)
-from .views import COLD_GAP, fastest_against_ceiling, gpu_comparison, prediction_table, speedup_by_size
+from .views import COLD_GAP, dispatch_table, fastest_against_ceiling, gpu_comparison, prediction_table, speedup_by_size
 
 TITLE = "Measuring a GPU kernel"
 #: The name the chapter's notebook imports this package under (``from gpulab.workloads import
@@ -24,5 +24,5 @@ IMPORTED_AS = "saxpy"
 __all__ = ["CHAPTER", "TITLE", "IMPORTED_AS", "record", "steps", "views", "benchmark_all", "A", "BLOCK",
            "BYTES_PER_ELEMENT", "CHECK_SIZES", "EXERCISE", "FLOPS_PER_ELEMENT", "MAIN_SIZE", "PREDICTED", "SIZES",
            "STEPS", "Step", "check_steps", "fits_in_l2", "kernel", "l2_bytes", "launcher", "make_inputs",
-           "reference", "run", "work", "COLD_GAP", "fastest_against_ceiling", "gpu_comparison", "prediction_table",
+           "reference", "run", "work", "COLD_GAP", "dispatch_table", "fastest_against_ceiling", "gpu_comparison", "prediction_table",
            "speedup_by_size"]

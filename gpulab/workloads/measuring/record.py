@@ -83,12 +83,61 @@ def _main_size(ctx: dict) -> _MainSize:
 
 
 def time_timers(rec, ctx):
-    """The host timer (without and with a synchronize) against events, at one size."""
+    """The host timer (without and with a synchronize) against events, at one size: the events
+    both ways, the call queued behind a guard kernel (the lab's method) and with the GPU idle."""
     m = _main_size(ctx)
     for t in (host_timer(m.launch, synchronize=False, repeats=rec.repeats),
-              host_timer(m.launch, synchronize=True, repeats=rec.repeats),
-              benchmark(m.launch, repeats=rec.repeats)):
+              host_timer(m.launch, synchronize=True, repeats=rec.repeats)):
         rec.add(t.row("timers", t.method, m.n, **work(m.n)))
+    rec.add(benchmark(m.launch, repeats=rec.repeats).row("timers", "cuda events", m.n, **work(m.n)))
+    rec.add(benchmark(m.launch, repeats=rec.repeats, queued=False)
+            .row("timers", EVENTS_HOST_WAITS, m.n, **work(m.n)))
+
+
+#: The events with the host waiting before each call (the GPU idle as the start event is recorded).
+EVENTS_HOST_WAITS = "cuda events, host waits"
+#: The host work before the launch in :func:`time_dispatch`'s second call, in microseconds:
+#: about what an eager framework call spends in its dispatcher before its kernel is queued.
+HOST_WORK_US = 50.0
+
+
+def after_host_work(launch, microseconds: float = HOST_WORK_US):
+    """``launch`` preceded by ``microseconds`` of busy host work (a stand-in for a framework's
+    dispatch: argument checks, a heuristic's choice, a plan lookup)."""
+    def call():
+        start = time.perf_counter()
+        while time.perf_counter() - start < microseconds * 1e-6:
+            pass
+        launch()
+    return call
+
+
+def time_dispatch(rec, ctx):
+    """What the events include: three calls, each timed with the host waiting before it (the GPU
+    idle, so the start event is written at once and the host's dispatch falls inside) and queued
+    behind a guard kernel (the start event written when the GPU reaches it), in rounds so the
+    two methods see the same conditions. ``dispatch_us``: the host's median time to make the call."""
+    import cupy.cublas
+    m = _main_size(ctx)
+    y = m.y.copy()
+    calls = {"step 1's launch": m.launch,
+             f"step 1 after {HOST_WORK_US:g} us of host work": after_host_work(m.launch),
+             "cuBLAS saxpy through CuPy": lambda: cupy.cublas.axpy(A, m.x, y)}
+    rounds = 1 if rec.quick else 3
+    samples: dict = {}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            for queued in (False, True):
+                t = benchmark(fn, repeats=max(20, rec.repeats // rounds), rel_ci=None, queued=queued)
+                samples.setdefault((name, queued), []).append(t)
+    for (name, queued), timings in samples.items():
+        host = [t.host_ms for t in timings if t.host_ms is not None]
+        merged = Timing(np.concatenate([t.samples_ms for t in timings]), method=timings[0].method,
+                        host_ms=np.concatenate(host) if host else None, queued=all(t.queued for t in timings),
+                        stop=f"{len(timings)} rounds")
+        rec.add(merged.row("dispatch", name, m.n, timed="queued" if queued else "host waits",
+                           dispatch_us=float(np.median(merged.host_ms)) * 1e3 if host else float("nan"),
+                           **work(m.n)))
 
 
 def time_first_launch(rec, ctx):
@@ -135,6 +184,7 @@ def time_ceilings(rec, ctx):
 benchmark_all = recorder.Recording(CHAPTER, [
     recorder.Experiment("ladder", time_ladder),
     recorder.Experiment("timers", time_timers),
+    recorder.Experiment("dispatch", time_dispatch),
     recorder.Experiment("first_launch", time_first_launch),
     recorder.Experiment("idle", time_idle),
     recorder.Experiment("transfers", time_transfers),

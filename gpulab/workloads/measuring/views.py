@@ -69,3 +69,20 @@ def prediction_table(run):
     measured = measured.assign(step=measured["variant"].map(step_of))[["step", "case", "median_ms"]]
     steps = [(str(i), s.title, s.file) for i, s in enumerate(STEPS, 1)]
     return predictions.table(steps, measured, PREDICTED, main_case="large")
+
+
+def dispatch_table(run) -> pd.DataFrame | None:
+    """The dispatch experiment side by side: per call, its events' median with the host waiting
+    before each call (the GPU idle) and queued behind a guard kernel, what the first adds
+    (``included_us``), and the host's own time to make the call (``dispatch_us``). None for a run
+    recorded before the experiment existed."""
+    rows = run.timings[run.timings["experiment"] == "dispatch"]
+    if rows.empty:
+        return None
+    by = rows.pivot_table(index="variant", columns="timed", values="median_ms", sort=False)
+    host = rows[rows["timed"] == "queued"].set_index("variant")["dispatch_us"]
+    table = pd.DataFrame({"host waits (us)": by["host waits"] * 1e3, "queued (us)": by["queued"] * 1e3})
+    table["included_us"] = table["host waits (us)"] - table["queued (us)"]
+    table["dispatch_us"] = host.reindex(table.index)
+    return table.reset_index().rename(columns={"variant": "call", "included_us": "host waits - queued (us)",
+                                               "dispatch_us": "host's dispatch (us)"})
