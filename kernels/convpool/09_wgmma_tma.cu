@@ -7,8 +7,9 @@
 // thread has the copy engine bring each slice -- a box of the channels-last input {64 channels,
 // 8 columns, 16 rows, 1 image} at the slice's tap (r, s), and 64 k of 256 filters -- round a
 // ring of 4 slots of 48 KiB, and two consumer warpgroups each multiply their 64 pixels by the 256
-// filters with wgmma straight from shared memory (m64n256k16: 256 multiply-adds per thread per
-// instruction, no fragment loads at all), one group of products kept in flight. A block stays on
+// filters with wgmma straight from shared memory (m64n256k16: 64 x 256 x 16 multiply-adds over the
+// warpgroup's 128 threads, 2,048 per thread per instruction -- its 128 accumulators times k = 16 --
+// the work of 128 mma.sync, with no fragment loads at all), one group of products kept in flight. A block stays on
 // its SM and walks over tiles (one block per SM). The input is read as stored: no im2col and no
 // copy of it; the k loop walks 25 taps x 4 chunks of 64 channels.
 //
