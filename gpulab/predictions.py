@@ -18,6 +18,12 @@ that claim with the run. The rules, shown under every table (:data:`RULES`):
   log scale (2-3x accepts 1.87x to 3.35x; "10-25% faster" accepts 1.09x to 1.28x): a prediction
   of "2-3x" that measures 1.9x held, one that measures 1.5x did not.
 
+Every verdict shows its margin beside it: how far the measurement lies from the claim's own
+number (or inside or outside its own range, or past or short of a threshold), and the band the
+rule accepts ("held: 0.551 ms, 20% longer than the 0.458 ms predicted (predicted: about 0.458 ms;
+accepted: 0.344-0.573 ms)"), so that a "held" near the edge of its band is not read as exact.
+"held" is written only for a measurement inside the band the line states.
+
 A prediction a run's times cannot judge (one about a profiler counter, or about a different
 experiment than the ladder) is declared with :func:`unjudged` and a note, which the table shows
 as it is. A failed prediction shows the reason the chapter declares for that direction
@@ -72,6 +78,11 @@ class Expect:
     because: str = ""          # why, when the step came out slower than predicted
     because_faster: str = ""   # why, when it came out faster than predicted
     note: str = ""             # the verdict of a prediction the times cannot judge
+    # The claim's own numbers, before the rule's band around them, for the margin the verdict
+    # shows: ``center`` a single value ("about 2x", "about 0.9 ms"; 1 for "about the same"),
+    # ``nominal`` a range (low, high), either end None ("2-3x", "0.6-0.7 ms").
+    center: float | None = None
+    nominal: tuple | None = None
 
     def __post_init__(self):
         if not self.note and self.low is None and self.high is None:
@@ -110,7 +121,8 @@ def slower(than=None, case=None, claim: str = "", **why) -> Expect:
 
 def same(than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: about the time of step ``than`` (within :data:`SAME`)."""
-    return Expect(1 / SAME, SAME, than, case, claim or _where(f"about the time of {_against(than)}", case), **why)
+    return Expect(1 / SAME, SAME, than, case, claim or _where(f"about the time of {_against(than)}", case),
+                  center=1.0, **why)
 
 
 def several(than=None, case=None, claim: str = "", **why) -> Expect:
@@ -122,7 +134,8 @@ def about(x: float, than=None, case=None, claim: str = "", **why) -> Expect:
     """Prediction: about ``x`` times faster than step ``than``: within :data:`ABOUT` of ``x`` on a
     log scale (x^(1-ABOUT) to x^(1+ABOUT): "about 2x" accepts 1.68-2.38x, "about 1.2x" 1.15-1.26x)."""
     low, high = sorted((x ** (1 - ABOUT), x ** (1 + ABOUT)))
-    return Expect(low, high, than, case, claim or _where(f"about {x:g}x faster than {_against(than)}", case), **why)
+    return Expect(low, high, than, case, claim or _where(f"about {x:g}x faster than {_against(than)}", case),
+                  center=x, **why)
 
 
 def _widen(bound: float, lower: bool) -> float:
@@ -138,19 +151,20 @@ def times(low: float, high: float | None, than=None, case=None, claim: str = "",
     text = f"{low:g}-{high:g}x" if high is not None else f"at least {low:g}x"
     where = f" on {case}" if case else ""
     return Expect(_widen(low, True), None if high is None else _widen(high, False), than, case,
-                  claim or f"{text} faster than {_against(than)}{where}", **why)
+                  claim or f"{text} faster than {_against(than)}{where}", nominal=(low, high), **why)
 
 
 def about_ms(x: float, case=None, **why) -> Expect:
     """Prediction: the step itself takes about ``x`` ms on ``case`` (within :data:`ABOUT`)."""
     return Expect(x * (1 - ABOUT), x * (1 + ABOUT), TIME, case,
-                  f"about {x:g} ms" + (f" on {case}" if case else ""), **why)
+                  f"about {x:g} ms" + (f" on {case}" if case else ""), center=x, **why)
 
 
 def ms_between(low: float, high: float, case=None, **why) -> Expect:
-    """Prediction: the step itself takes ``low``-``high`` ms on ``case`` (with :data:`SLACK`)."""
-    return Expect(low / (1 + SLACK), high * (1 + SLACK), TIME, case,
-                  f"{low:g}-{high:g} ms" + (f" on {case}" if case else ""), **why)
+    """Prediction: the step itself takes ``low``-``high`` ms on ``case``, each end moved out by
+    :data:`SLACK` of itself (as :data:`RULES` says: 2-2.5 ms accepts 1.8-2.75 ms)."""
+    return Expect(low * (1 - SLACK), high * (1 + SLACK), TIME, case,
+                  f"{low:g}-{high:g} ms" + (f" on {case}" if case else ""), nominal=(low, high), **why)
 
 
 def unjudged(note: str) -> Expect:
@@ -247,27 +261,82 @@ def _fmt_ratio(r: float) -> str:
     return f"x{r:.2f}"
 
 
+def _pct(fraction: float) -> str:
+    """A margin as a percentage: one decimal below 10% (a 0.2% margin is not "0%")."""
+    fraction = abs(fraction)
+    if fraction < 0.0005:
+        return "<0.1%"
+    return f"{fraction:.1%}" if fraction < 0.095 else f"{fraction:.0%}"
+
+
+def accepted(expect: Expect, ms: bool = False) -> str:
+    """The band the rule accepts, as the verdict writes it: "0.344-0.573 ms", "1.44-2.14x",
+    "at least 1.05x"."""
+    number = (lambda v: f"{v:.3g}") if ms else (lambda v: f"{v:.2f}")   # noqa: E731
+    unit = " ms" if ms else "x"
+    low, high = expect.low, expect.high
+    if low is not None and high is not None:
+        return f"{number(low)}-{number(high)}{unit}"
+    return f"at least {number(low)}{unit}" if low is not None else f"at most {number(high)}{unit}"
+
+
+def margin(expect: Expect, value: float, ms: bool = False) -> str:
+    """How far ``value`` (a speedup, or with ``ms`` a time) lies from what ``expect`` claims, in
+    words: from the claim's own number ("20% longer than the 0.458 ms predicted"), inside or
+    outside its own range ("4.0% above the predicted 2-2.5 ms"), or past or short of the rule's
+    threshold ("4.8% past the 1.05x needed"). :func:`accepted` gives the band beside it."""
+    unit = " ms" if ms else "x"
+    if expect.center is not None:
+        c = expect.center
+        off = value / c - 1
+        if ms:
+            return f"{_pct(off)} {'longer' if off > 0 else 'shorter'} than the {c:.3g} ms predicted"
+        if c == 1:
+            return f"{_pct(off)} off the same time"
+        return f"{_pct(off)} {'above' if off > 0 else 'below'} the {c:.3g}x predicted"
+    if expect.nominal is not None:
+        a, b = expect.nominal
+        own = f"{a:.3g}{unit}" if b is None else f"{a:.3g}-{b:.3g}{unit}"
+        if (a is None or value >= a) and (b is None or value <= b):
+            return f"inside the predicted {own}" if b is not None else f"{_pct(value / a - 1)} past the predicted {own}"
+        if b is None:
+            return f"{_pct(value / a - 1)} short of the predicted {own}"
+        over = value > b
+        return f"{_pct(value / (b if over else a) - 1)} {'above' if over else 'below'} the predicted {own}"
+    low, high = expect.low, expect.high
+    fmt = (lambda v: f"{v:.3g}{unit}") if ms else (lambda v: f"{v:.2f}{unit}")   # noqa: E731
+    if low is not None and high is not None:
+        if low <= value <= high:
+            return f"{_pct(min(value / low - 1, 1 - value / high))} inside the band's nearer end"
+        over = value > high
+        return f"{_pct(value / (high if over else low) - 1)} {'above' if over else 'below'} the band"
+    if low is not None:
+        return f"{_pct(value / low - 1)} {'past' if value >= low else 'short of'} the {fmt(low)} needed"
+    return f"{_pct(value / high - 1)} {'under' if value <= high else 'over'} the {fmt(high)} allowed"
+
+
 def verdict(expect: Expect | None, ratio: float, against_label: str, unit: str = "x",
             where: str = "") -> tuple[str, str]:
     """(outcome, text) for one claim: outcome is "held", "did not hold", "not judged" or
     "not measured"; text is the one-line verdict, with the measured ratio (``unit`` "x") or
-    time (``unit`` "ms", for :func:`about_ms` claims) in it."""
+    time (``unit`` "ms", for :func:`about_ms` claims) in it and its :func:`margin` beside it."""
     if expect is None:
         return "not judged", "no checkable claim declared"
     if not expect.judged:
         return "not judged", expect.note
     if ratio is None or not np.isfinite(ratio):
         return "not measured", f"{NOT_MEASURED} (this step or the one it is compared with)"
-    if unit == "ms":
-        measured, low_word, high_word = f"{ratio:.3g} ms{where}", "slower", "faster"
-        # a time above the range is slower than predicted
-        below, above = expect.low is not None and ratio < expect.low, expect.high is not None and ratio > expect.high
-        below, above = above, below
+    ms = unit == "ms"
+    below = expect.low is not None and ratio < expect.low
+    above = expect.high is not None and ratio > expect.high
+    if ms:
+        measured = f"{ratio:#.3g} ms{where}"
+        below, above = above, below        # a time above the range is slower than predicted
     else:
         measured = f"{_fmt_ratio(ratio)} vs {against_label}"
-        below = expect.low is not None and ratio < expect.low
-        above = expect.high is not None and ratio > expect.high
-    predicted = f" (predicted: {expect.claim})" if expect.claim else ""
+    measured = f"{measured}, {margin(expect, ratio, ms)}"
+    band = f"accepted: {accepted(expect, ms)}"
+    predicted = f" (predicted: {expect.claim}; {band})" if expect.claim else f" ({band})"
     if below:
         why = expect.because or "no reason written yet"
         return "did not hold", f"did not hold: {measured}, slower than predicted{predicted}, because {why}"
@@ -428,5 +497,5 @@ def ladder_steps(step_list, chapter_files: dict | None = None, key=lambda step: 
 
 
 __all__ = ["Expect", "faster", "slower", "same", "several", "about", "times", "unjudged", "header",
-           "prediction_text", "verdict", "table", "styled", "summary", "glue_verdicts", "RULES",
+           "prediction_text", "verdict", "margin", "accepted", "table", "styled", "summary", "glue_verdicts", "RULES",
            "NO_PREDICTION"]

@@ -3,10 +3,12 @@ and every chapter's declared claims against its recorded runs."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -108,6 +110,77 @@ def test_verdicts_agree_with_the_recorded_runs(chapter, gpu):
         if not inside:
             assert row["outcome"] == "did not hold"
             assert "did not hold" in row["verdict"]
+
+
+_CLAIM = re.compile(r"(?P<outcome>held|did not hold): (?P<x>x)?(?P<value>[0-9.]+)(?P<ms> ms)?"
+                    r"(?P<margin>.*?)\(predicted: .*?accepted: (?:(?P<side>at least|at most) )?"
+                    r"(?P<a>[0-9.]+)(?:-(?P<b>[0-9.]+))?(?: ms|x)\)", re.S)
+
+
+def _stated(match) -> tuple[float, float, float]:
+    """(value, low, high) as one verdict line states them."""
+    value, a = float(match["value"]), float(match["a"])
+    b = float(match["b"]) if match["b"] else None
+    low, high = ((a, b) if b is not None else (a, np.inf) if match["side"] == "at least" else (-np.inf, a))
+    return value, low, high
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_verdict_states_its_margin_and_holds_only_inside_the_band_it_states(chapter, gpu):
+    """Each judged claim's verdict shows the measurement, its margin and the band the rule
+    accepts, and says "held" only when the numbers it prints lie inside that band (to the digits
+    printed): a reader can check every verdict from its own line."""
+    table = _tables(chapter, load_run(chapter, gpu))
+    steps, expected = _ladders()[chapter]
+    for _, row in table.iterrows():
+        claims = expected[row["step"] if row["step"] in expected else int(row["step"])]
+        claims = claims if isinstance(claims, tuple) else (claims,)
+        if row["outcome"] in ("not judged", "not measured"):
+            continue
+        found = list(_CLAIM.finditer(row["verdict"]))
+        assert len(found) == sum(c.judged for c in claims), f"{chapter} {gpu} step {row['step']}: {row['verdict']}"
+        for m in found:
+            value, low, high = _stated(m)
+            slack = 0.006 if m["x"] else 0.006 * value      # the digits printed
+            assert re.search(r"%|inside the predicted", m["margin"]), m.group(0)
+            if m["outcome"] == "held":
+                assert low - slack <= value <= high + slack, \
+                    f"{chapter} {gpu} step {row['step']}: 'held' outside the band it states: {m.group(0)}"
+            else:
+                assert not low + slack < value < high - slack, \
+                    f"{chapter} {gpu} step {row['step']}: 'did not hold' inside the band it states: {m.group(0)}"
+
+
+@pytest.mark.parametrize("expect, value, unit, words", [
+    (p.about_ms(0.458), 0.551, "ms", ["held: 0.551 ms", "20% longer than the 0.458 ms predicted",
+                                      "accepted: 0.344-0.573 ms"]),
+    (p.about(2), 1 / 0.6, "x", ["did not hold: x1.67", "17% below the 2x predicted", "accepted: 1.68-2.38x"]),
+    (p.times(1.5, 2), 1.81, "x", ["held: x1.81", "inside the predicted 1.5-2x", "accepted: 1.44-2.14x"]),
+    (p.times(1.2, 1.4), 1.02, "x", ["did not hold: x1.02", "15% below the predicted 1.2-1.4x"]),
+    (p.same(), 1.18, "x", ["did not hold: x1.18", "18% off the same time", "accepted: 0.91-1.10x"]),
+    (p.faster(), 1.002, "x", ["did not hold: x1.00", "4.6% short of the 1.05x needed", "accepted: at least 1.05x"]),
+    (p.ms_between(2, 2.5), 2.6, "ms", ["held: 2.60 ms", "4.0% above the predicted 2-2.5 ms",
+                                       "accepted: 1.8-2.75 ms"]),
+    (p.times(1 / 2, 1 / 1.5), 1 / 1.6, "x", ["held: x0.62", "inside the predicted 0.5-0.667x"]),
+])
+def test_verdict_margins(expect, value, unit, words):
+    """The margin beside a verdict, in the words and digits a reader sees (a 0.2% margin is not
+    written "0%"; a slower-than claim's range in its own numbers)."""
+    _, line = p.verdict(expect, value, "step 1", unit=unit)
+    for w in words:
+        assert w in line, (w, line)
+
+
+def test_small_margins_keep_a_digit():
+    assert p._pct(0.002) == "0.2%" and p._pct(0.2) == "20%" and p._pct(0.0001) == "<0.1%"
+
+
+def test_the_time_range_rule_is_the_one_the_rules_state():
+    """RULES: a time range "N-M ms" widened by SLACK of each end."""
+    e = p.ms_between(2, 2.5)
+    assert e.low == pytest.approx(2 * (1 - p.SLACK)) and e.high == pytest.approx(2.5 * (1 + p.SLACK))
+    assert f"by {p.SLACK:.0%} of each end" in p.RULES
 
 
 def test_training_step_3_is_a_failed_prediction_in_both_runs():
