@@ -269,6 +269,10 @@ def _pct(fraction: float) -> str:
     return f"{fraction:.1%}" if fraction < 0.095 else f"{fraction:.0%}"
 
 
+#: A margin as the verdicts write it (for the chapters' own targets, e.g. alexnet's).
+percent = _pct
+
+
 def accepted(expect: Expect, ms: bool = False) -> str:
     """The band the rule accepts, as the verdict writes it: "0.344-0.573 ms", "1.44-2.14x",
     "at least 1.05x"."""
@@ -497,5 +501,5 @@ def ladder_steps(step_list, chapter_files: dict | None = None, key=lambda step: 
 
 
 __all__ = ["Expect", "faster", "slower", "same", "several", "about", "times", "unjudged", "header",
-           "prediction_text", "verdict", "margin", "accepted", "table", "styled", "summary", "glue_verdicts", "RULES",
+           "prediction_text", "verdict", "margin", "accepted", "percent", "table", "styled", "summary", "glue_verdicts", "RULES",
            "NO_PREDICTION"]

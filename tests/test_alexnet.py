@@ -202,6 +202,25 @@ def test_the_fastest_cudnn_path_of_matching_precision_is_the_baseline():
         assert best["precision"] in members
 
 
+def test_a_target_verdict_shows_its_margin_and_a_pass_inside_the_runs_spread():
+    """Issue 26's targets as the prose glues them: met or missed by how much, against what, and a
+    pass by less than the run's spread (step 25's 0.2% on the H100 run) said to be one."""
+    import pandas as pd
+    totals = pd.DataFrame({"size": [alexnet.MAIN_N] * 3, "step": ["a", "b", "c"],
+                           "median_ms": [0.999, 0.94, 1.10], "q3_ms": [1.008, 0.947, 1.12]})
+    close = alexnet.target_verdict(totals, "a", 1.0542, 0.95)
+    assert close.startswith("met by 0.2%: 0.999 ms, under 0.95 x 1.054 = 1.001 ms") and "spread" in close
+    clear = alexnet.target_verdict(totals, "b", 1.0542, 0.95)
+    assert clear == "met by 6.1%: 0.940 ms, under 0.95 x 1.054 = 1.001 ms"
+    assert alexnet.target_verdict(totals, "c", 1.0) == "missed by 10%: 1.100 ms against cuDNN's 1.000 ms"
+    run_totals = alexnet.layer_totals(gpulab.load_run(alexnet.CHAPTER, "H100").experiment("ladder"))
+    fp16 = alexnet.vendor_best(run_totals, alexnet.MAIN_N, "fp16")["median_ms"]
+    row = alexnet.totals_at(run_totals, alexnet.MAIN_N, ["25"]).iloc[0]
+    text = alexnet.target_verdict(run_totals, "25", fp16, 0.95)
+    assert text.startswith("met" if row["median_ms"] <= 0.95 * fp16 else "missed")
+    assert ("spread" in text) == (row["median_ms"] <= 0.95 * fp16 < row["q3_ms"])
+
+
 def test_memory_budgets_come_from_the_device():
     from gpulab import device
     with device.simulate("T4"):

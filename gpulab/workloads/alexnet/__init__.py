@@ -34,7 +34,7 @@ from .steps import (CHANNELS_PER_BLOCK, CPU_LOOP_FILE, EXERCISE, GEMM_BK, GEMM_T
                     shared_bytes, unfit_reason)
 from .views import (INPUT_RULES, PROFILED_COLUMNS, TARGETS_MS, beats_cudnn, copy_table, cudnn_algorithms, fastest,
                     gap_reason, gpu_comparison, input_rules, layer_totals, prediction_table, profiled, recorded_beside,
-                    step_labels, step_ms, targets_table, totals_at, unrecorded_steps, vendor_best, vendor_figure,
+                    step_labels, step_ms, target_verdict, targets_table, totals_at, unrecorded_steps, vendor_best, vendor_figure,
                     vendor_lines)
 from .winograd import multiply_table
 

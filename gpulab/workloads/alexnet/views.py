@@ -36,6 +36,22 @@ def step_ms(totals: pd.DataFrame, step: str, N: int = MAIN_N) -> float:
     return float(totals_at(totals, N, [step])["median_ms"].iloc[0])
 
 
+def target_verdict(totals: pd.DataFrame, step: str, cudnn_ms: float, factor: float = 1.0, N: int = MAIN_N) -> str:
+    """Whether ``step`` meets a target of at most ``factor`` times cuDNN's ``cudnn_ms``, with the
+    margin beside it: "met by 0.2%: 1.000 ms, under 0.95 x 1.054 = 1.001 ms". A pass by less than
+    the run's spread says so: the step's layers' upper quartiles, added up, past the target."""
+    row = totals_at(totals, N, [step]).iloc[0]
+    t, upper, target = float(row["median_ms"]), float(row["q3_ms"]), factor * cudnn_ms
+    bound = f"{factor:g} x {cudnn_ms:.3f} = {target:.3f} ms" if factor != 1 else f"cuDNN's {cudnn_ms:.3f} ms"
+    if t > target:
+        return f"missed by {predictions.percent(t / target - 1)}: {t:.3f} ms against {bound}"
+    text = f"met by {predictions.percent(1 - t / target)}: {t:.3f} ms, under {bound}"
+    if upper > target:
+        text += (f", a margin inside the run's own spread (the layers' upper quartiles add up to {upper:.3f} ms, "
+                 "past the target)")
+    return text
+
+
 def fastest(totals: pd.DataFrame, N: int, steps, precision: str) -> pd.Series:
     """The fastest of ``steps`` in ``precision`` at batch size ``N``."""
     rows = totals_at(totals, N, steps)
