@@ -153,3 +153,16 @@ def test_a_live_run_of_the_fp16_ladder_reads_bf16_tf32_and_shapes_from_a_recorde
     assert len(views.shapes_table(live)) == len(hopper.record.SHAPES) * 3
     p = views.prediction_table(live).set_index("step")
     assert p.loc["07 bf16", "outcome"] == "not measured" and p.loc["07 tf32", "outcome"] == "not measured"
+
+
+def test_the_shapes_gemm_moves_its_explicit_a_which_the_convolution_never_builds():
+    """The 21 GB the prose's memory reading moves is the GEMM's with im2col's A made explicit
+    (record.SHAPES, random data); the convolution reads its input, 1/25 of that A."""
+    from gpulab.workloads.hopper import record
+    name, M, N, K, _ = next(s for s in record.SHAPES if s[0] == "convpool b32")
+    assert K % views.CONVPOOL_TAPS == 0 and K // views.CONVPOOL_TAPS == 256      # 256 channels x 5 x 5 taps
+    n = views.type_numbers(load_run("hopper", "H100"))
+    assert n["convpool_a_gbytes"] == pytest.approx(2 * M * K / 1e9)
+    assert n["convpool_gbytes"] == pytest.approx(record.gemm_bytes(M, N, K) / 1e9)
+    assert n["convpool_a_gbytes"] / n["convpool_gbytes"] > 0.95
+    assert n["convpool_input_gbytes"] == pytest.approx(2 * 32 * 256 * 224 * 224 / 1e9) and n["convpool_input_gbytes"] < 1

@@ -178,7 +178,9 @@ def profile_figure(run):
 
 def cluster_of(kernel: str) -> str | None:
     """The thread-block cluster a cuBLAS (nvjet) kernel's name states, e.g. "2x1" in
-    ``nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_TNN`` (tile 128x256, k 64 x 4 stages, cluster 2x1)."""
+    ``nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_TNN`` (tile 128x256, k 64 x 4 stages, cluster 2x1).
+    A reading of an undocumented name, not a measurement: the run's profile records no launch
+    shape (Nsight Compute's ``launch__cluster_dim_*`` would), and the prose says so."""
     parts = kernel.split("_")
     if not kernel.startswith("nvjet") or len(parts) < 6:
         return None
@@ -533,6 +535,10 @@ def shapes_figure(run):
     return fig
 
 
+#: The taps of convpool's 5 x 5 filter: the "convpool b32" shape's K is its channels times these.
+CONVPOOL_TAPS = 5 * 5
+
+
 def type_numbers(run) -> dict:
     """The numbers the prose of the bf16/tf32 and shapes sections quotes."""
     out = {}
@@ -563,6 +569,11 @@ def type_numbers(run) -> dict:
     conv = s[(s["shape"] == "convpool b32") & (s["precision"] == "fp16")].iloc[0]
     conv_bytes = gemm_bytes(int(conv["M"]), int(conv["N"]), int(conv["K"]))
     c = ceilings(run)
+    # The shape's A is im2col made explicit (M x K halves of random data, each input value copied
+    # once per filter tap): the convolution itself, as convpool's step 9 runs it, reads its
+    # channels-last fp16 input, K / taps values per pixel, and never builds A.
+    a_bytes = 2.0 * int(conv["M"]) * int(conv["K"])
+    out.update(convpool_a_gbytes=a_bytes / 1e9, convpool_input_gbytes=a_bytes / CONVPOOL_TAPS / 1e9)
     out.update(convpool_intensity=float(conv["GFLOP"] * 1e9 / conv_bytes), convpool_gbytes=conv_bytes / 1e9,
                convpool_ms=float(conv["GFLOP"] / conv["step 7 TFLOP/s"]),
                convpool_memory_ms=conv_bytes / (c["gbs"] * 1e9) * 1e3,
