@@ -178,11 +178,13 @@ __device__ __forceinline__ void conv_wgmma(const CUtensorMap& map_x, const CUten
 //
 // conv_wgmma_3xtf32: fp32 accuracy from the same tensor cores. x = xb + xs and w = wb + ws, each
 // split beforehand into a tf32 "big" part and the float remainder; each k8 step issues xb ws, xs wb
-// and xb wb (xs ws, ~2^-22 of the product, is left out). The tensor cores add into their float
-// accumulators by truncation, not rounding (measured: 3 wgmma per k8 step summed straight into one
-// accumulator over K = 6,400 gave 4e-5 against the float64 reference, far over float's ~1e-6), so a
-// slice's products go into a fresh accumulator (scale_d = 0 on its first wgmma) that the threads
-// then add into their own float sums with ordinary, rounded adds. Two such partial accumulators
+// and xb wb (xs ws, ~2^-22 of the product, is left out). The tensor cores appear to add into their
+// float accumulators by truncation, not rounding: Hopper's rounding there is undocumented, earlier
+// tensor cores were measured to truncate (Fasi et al. 2021), and one trial here fits it (3 wgmma per
+// k8 step summed straight into one accumulator over K = 6,400 gave 4e-5 against the float64
+// reference, far over float's ~1e-6). So a slice's products go into a fresh accumulator (scale_d
+// = 0 on its first wgmma) that the threads then add into their own float sums with ordinary,
+// rounded adds. Two such partial accumulators
 // alternate, so that slice t's wgmma run while slice t - 1's are added: 3 x 64 floats per thread,
 // hence BN = 128 filters per tile (3 x 128 would not fit the 232 registers a consumer may hold).
 // A slot holds xb, xs, wb, ws tiles (64 KiB): 3 slots.
