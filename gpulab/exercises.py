@@ -117,6 +117,9 @@ class Exercise:
     tolerance: float = 0.01  # relative, for numbers in a function's answer
     reveal: bool = True      # a wrong public answer is shown next to the right one
     hint: str = ""           # shown with a wrong answer: the usual mistakes
+    # function exercises: a right answer in words (answer -> str), for the check's "correct"
+    # message; without one, describe_answer writes it
+    describe: Callable[[object], str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in ("kernel", "function"):
@@ -292,6 +295,41 @@ def describe_case(case: dict) -> str:
     return ", ".join(parts) or "the recorded run"
 
 
+def describe_answer(value, grouped: bool = True) -> str:
+    """An answer (as :func:`plain` makes it) in words for a "correct" message, never a Python
+    repr: numbers to 4 significant digits ("0.0397", "2,149", "32,768"; in a list without the
+    thousands' commas), a long list as its length and its ends, a dict as "key: value; key:
+    value" (nested ones in parentheses)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}" if grouped else str(value)
+    if isinstance(value, float):
+        if 1e4 <= abs(value) < 1e15:
+            return f"{value:,.0f}" if grouped else f"{value:.0f}"
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            text = describe_answer(item, grouped)
+            parts.append(f"{key}: ({text})" if isinstance(item, dict) else f"{key}: {text}")
+        return "; ".join(parts)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if items and all(isinstance(i, (list, tuple)) for i in items):
+            lengths = {len(i) for i in items}
+            size = f" of {lengths.pop()} values" if len(lengths) == 1 else ""
+            if all(i == items[0] for i in items):
+                return f"{len(items)} equal lists{size}: {describe_answer(items[0], grouped)}"
+            return (f"{len(items)} lists{size}: " + " | ".join(describe_answer(i, grouped) for i in items[:3])
+                    + (" | ..." if len(items) > 3 else ""))
+        shown = [describe_answer(i, grouped=False) for i in items]
+        if len(shown) <= 8:
+            return ", ".join(shown)
+        return f"{len(shown)} values: " + ", ".join(shown[:4]) + ", ..., " + shown[-1]
+    return str(value)
+
+
 # ----------------------------------------------------------------- function exercises
 def notebook_cell(notebook: str | Path, cell_id: str, function: str = "") -> str | None:
     """The source of the cell ``cell_id`` (or, if the student's copy lost that id, of the
@@ -461,7 +499,8 @@ class Passed:
         return text
 
     def _repr_html_(self) -> str:
-        body = "<br>".join(self.lines)
+        import html
+        body = "<br>".join(html.escape(line) for line in self.lines)
         table = "" if self.details is None else self.details.to_html(index=False)
         return (f"<p style='color:green'>&#10004; Exercise {self.exercise.id} "
                 f"({self.exercise.title}): correct</p><p>{body}</p>{table}")
@@ -503,7 +542,7 @@ def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Pass
         if wrong:
             problems += [f"  on {label}: {p}" for p in wrong]
         else:
-            lines.append(f"on {label}: {got!r}" if len(repr(got)) < 200 else f"on {label}: ok")
+            lines.append(f"on {label}: " + (exercise.describe(got) if exercise.describe else describe_answer(got)))
     if problems:
         raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): not yet right.\n"
                              + "\n".join(problems) + (f"\nHint: {exercise.hint}" if exercise.hint else ""))

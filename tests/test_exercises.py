@@ -1,6 +1,7 @@
 """Every exercise's public check, on the lab's own answers: in the instructor's copy they
 pass; in a student copy each unsolved exercise fails with "exercise not solved yet"."""
 import json
+import re
 import sys
 
 import numpy as np
@@ -21,6 +22,22 @@ def test_public_check(exercise, backend):
         assert source is not None, f"{exercise.file} has no cell {exercise.cell}"
         result = exercises.check(exercise.id, {exercise.function: exercises.define(exercise, source)})
     assert "correct" in repr(result)
+    for line in result.lines:      # in words: no Python dict, list of lists or 17-digit float
+        assert not re.search(r"[{}]|\[\[|\d\.\d{6,}|': ", line), f"{exercise.id}: {line}"
+
+
+def test_a_right_answer_is_described_in_words():
+    describe = exercises.describe_answer
+    assert describe({"1": 0.41189, "2": 0.51927}) == "1: 0.4119; 2: 0.5193"
+    assert describe({"sums": [[99.0, 1.0], [99.0, 1.0]], "sent_bytes": [40, 40]}) == \
+        "sums: 2 equal lists of 2 values: 99, 1; sent_bytes: 40, 40"
+    assert describe(2149.09375) == "2149" and describe(19922.5) == "19,922" and describe(32768) == "32,768"
+    assert describe(list(range(0, 1024, 16))) == "64 values: 0, 16, 32, 48, ..., 1008"
+    assert describe({"fp32": {"x floor": 0.8624}}) == "fp32: (x floor: 0.8624)"
+    assert exercises.get("alexnet.3").describe({"1": 0.41, "2": 0.52}) == \
+        "step 14 runs layer 1 at 41%, layer 2 at 52% of the measured FP32 rate"
+    assert exercises.get("multigpu.1").describe({"sums": [[1.0, 2.0], [1.0, 2.0]], "sent_bytes": [8, 8]}) == \
+        "all 2 GPUs end with the same 2 sums; they sent 8, 8 bytes"
 
 
 def test_declarations_are_complete():

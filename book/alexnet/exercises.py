@@ -21,6 +21,11 @@ def _inputs_3(case: dict) -> dict:
             "fp32_rate": measured_ceilings(run).loc["FP32 rate (GFLOP/s)", "measured"]}
 
 
+def _describe_3(answer: dict) -> str:
+    shares = [f"layer {layer} at {share:.0%}" for layer, share in answer.items()]
+    return "step 14 runs " + ", ".join(shares) + " of the measured FP32 rate"
+
+
 def _check_layers():
     """The chapter's five reduced layers, the first one smaller."""
     return [Layer(1, C=3, H=35, W=35, M=10, R=11, S=11, U=4, P=0), *CHECK_LAYERS[1:]]
@@ -50,5 +55,5 @@ EXERCISES = [
              "book/alexnet/alexnet.ipynb", cell="2d08d205", function="step14_fractions",
              signature="step14_fractions(main, fp32_rate)", public=({},), inputs=_inputs_3, uses_run=True,
              hint="Per layer: flops / median_ms is FLOP per ms; the FP32 rate is in GFLOP/s. "
-                  "Key the dict by the layer number (an int)."),
+                  "Key the dict by the layer number (an int).", describe=_describe_3),
 ]

@@ -14,6 +14,13 @@ def _inputs_2(case: dict) -> dict:
     return dict(case)
 
 
+def _describe_1(answer: dict) -> str:
+    sums, sent = answer["sums"], answer["sent_bytes"]
+    agree = "the same" if all(s == sums[0] for s in sums) else "different"
+    return (f"all {len(sums)} GPUs end with {agree} {len(sums[0])} sums; they sent "
+            + ", ".join(f"{b:,}" for b in sent) + " bytes")
+
+
 EXERCISES = [
     Exercise("multigpu.1", "multigpu", "a ring all-reduce in NumPy", 2, "function",
              "book/multigpu/multigpu.ipynb", cell="a1f0c017", function="ring_allreduce",
@@ -22,7 +29,7 @@ EXERCISES = [
              tolerance=0.0,
              hint="Take copies of every message of a step before adding any; in the reduce-scatter GPU r "
                   "sends chunk (r - s) % p, in the all-gather chunk (r + 1 - s) % p; count the bytes of "
-                  "each message sent (chunks differ in size when p does not divide n)."),
+                  "each message sent (chunks differ in size when p does not divide n).", describe=_describe_1),
     Exercise("multigpu.2", "multigpu", "from which batch do two GPUs pay?", 2, "function",
              "book/multigpu/multigpu.ipynb", cell="a1f0c020", function="smallest_scaling_batch",
              signature="smallest_scaling_batch(fixed_ms, ms_per_doc, grad_bytes, bw_gbs, alpha_us, target=0.55)",
