@@ -1,5 +1,7 @@
 """The training chapter: its data, its float64 reference, every ladder step
 through the same checks the book runs, and the sweep's broken-run detector."""
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -239,6 +241,8 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
         assert len(views.breakdown(run, n).data) == len(training.step(n).ops(Dims(1024, data.VOCAB)))
     assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
     assert list(views.overlap(run)["step"]) == [2, 3]
+    shown = views.overlap_styled(run).to_html()                     # no index column, 3 decimals
+    assert "row_heading" not in shown and not re.search(r">\d+\.\d{4,}<", shown)
     assert views.show(views.ladder, None) is None
     partial = _run_of_the_recorded_schema()
     del partial.tables["sweep"]

@@ -284,6 +284,15 @@ def overlap(run: RecordedRun) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def overlap_styled(run: RecordedRun):
+    """:func:`overlap` as the notebook shows it: no index, times to three decimals (the timeline's
+    events resolve microseconds), the run's caption."""
+    return (overlap(run).style.hide(axis="index").format("{:.3f}", subset=pd.IndexSlice[:, ["wall (ms)",
+            "sum of kernel times (ms)", "time some kernel ran (ms)"]])
+            .set_caption("steps 2 and 3 from their timelines: the wall time, the kernels' times added up, "
+                         "and the time at least one kernel ran; " + run.caption))
+
+
 def sweep_table(run: RecordedRun) -> pd.DataFrame:
     return _table(run, "sweep")
 
