@@ -6,11 +6,21 @@ class GpulabError(Exception):
     """Base class of every error gpulab raises on purpose."""
 
 
+class ShownPlainly:
+    """An error whose message says all a student needs (the kernel's file and line, what went
+    wrong): IPython shows the message alone (``_render_traceback_``), not a traceback through
+    the lab's internals, as the exercise checks' errors already are; ``sys.last_value`` keeps
+    the exception (and ``%debug`` its traceback) for anyone who wants them."""
+
+    def _render_traceback_(self):
+        return [f"{type(self).__name__}: {self}"]
+
+
 class NoGPUError(GpulabError, RuntimeError):
     """A GPU was required (live timing, recording) but none is usable here."""
 
 
-class KernelCompileError(GpulabError):
+class KernelCompileError(ShownPlainly, GpulabError):
     """A kernel source did not compile.
 
     ``path`` and ``line`` point at the first error in the user's file;
@@ -28,12 +38,12 @@ class KernelArgumentError(GpulabError, TypeError):
     """A launch's arguments do not match the kernel's signature or limits."""
 
 
-class KernelLaunchError(GpulabError, RuntimeError):
+class KernelLaunchError(ShownPlainly, GpulabError, RuntimeError):
     """A kernel failed while running (CPU backend traps: divergent barrier,
     out-of-bounds access, ...; GPU launch failures)."""
 
 
-class CheckFailed(GpulabError, AssertionError):
+class CheckFailed(ShownPlainly, GpulabError, AssertionError):
     """A kernel's output disagrees with the reference beyond the tolerance."""
 
 

@@ -1,5 +1,7 @@
 """The launch interface both backends share: compiling, argument checks,
 launch limits, constants, errors."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -96,6 +98,24 @@ def test_compile_error_names_file_line_and_source(backend, tmp_path):
     assert "broken.cu line 3" in str(err) and "not_declared" in str(err)
     assert "x[0] = not_declared * 2.0f;" in str(err)
     assert err.log
+
+
+def test_a_compile_error_in_a_notebook_is_its_message_not_a_traceback(tmp_path):
+    """In IPython (a notebook cell) the error shows as the file, the line and the compiler's
+    message, as the exercise checks' errors do, not under a traceback through the lab."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    bad = tmp_path / "broken.cu"
+    bad.write_text('extern "C" __global__ void k(float* x)\n{\n    x[0] = not_declared * 2.0f;\n}\n')
+    shell = InteractiveShell.instance()
+    with capture_output() as shown:
+        shell.run_cell(f"import gpulab\ngpulab.load_module({str(bad)!r}, 'cpu')")
+    text = shown.stdout + shown.stderr
+    assert text.startswith("KernelCompileError: ") and "broken.cu line 3" in text and "not_declared" in text
+    assert len(text.strip().splitlines()) <= 4 and "Traceback" not in text and "compiler.py" not in text, text
+    assert isinstance(sys.last_value, KernelCompileError) and sys.last_value.log     # kept for %debug
+    for error in (gpulab.errors.KernelLaunchError("k: out of bounds"), gpulab.errors.CheckFailed("3 rows")):
+        assert error._render_traceback_() == [f"{type(error).__name__}: {error}"]
 
 
 def test_missing_kernel_file():
