@@ -38,3 +38,22 @@ def test_a_chapter_that_reads_a_recorded_run_lets_the_reader_pick_the_gpu(path):
         pytest.skip("this notebook reads no chapter run")
     assert any(re.search(r'^GPU = "H100"', c, re.M) for c in code[:3]), "no GPU choice among the first code cells"
     assert all("gpu=GPU" in c or "load(GPU)" in c for c in calls), "a call that reads the run ignores the GPU choice"
+
+
+DOCS = [BOOK.parent / "README.md", BOOK / "instructors.md"]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_commands_run_the_python_the_set_up_made(path):
+    # The set-up makes .venv without activating it: a bare `python -m gpulab ...` runs another
+    # Python, without the lab's packages.
+    bare = [line for line in path.read_text().splitlines()
+            if re.search(r"(?<![/\w.])python (-m gpulab|-m pytest|tools/)", line)]
+    assert not bare, f"{path.name}: commands with a bare `python` (write .venv/bin/python):\n" + "\n".join(bare)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_the_files_the_docs_name_exist(path):
+    named = set(re.findall(r"`((?:tests|tools|gpulab|labdata|book)/[\w./-]*?[\w/])`", path.read_text()))
+    missing = sorted(n for n in named if "<" not in n and not (BOOK.parent / n).exists())
+    assert named and not missing, f"{path.name} names paths that do not exist: {missing}"
