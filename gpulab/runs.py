@@ -97,6 +97,19 @@ class RecordedRun:
         return rows.reset_index(drop=True)
 
 
+#: A C or C++ comment, or a string literal (kept: a "//" inside one is not a comment).
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def code_digest(source: str) -> str:
+    """sha256 of a kernel source's code: its comments removed and its white space collapsed, so
+    that a run recorded from a file still matches it after an edit to its comments alone (the
+    files' exact sha256, ``kernel_sources_sha256``, changes with every edit)."""
+    import hashlib
+    code = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", source)
+    return hashlib.sha256(" ".join(code.split()).encode()).hexdigest()
+
+
 def run_dir(gpu: str, root: Path | None = None) -> Path:
     return (root or paths.RUNS) / gpu_slug(gpu)
 

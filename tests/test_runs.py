@@ -210,17 +210,31 @@ def test_the_gpu_comparison_table_names_both_recorded_runs():
 
 def test_every_recorded_run_matches_the_kernel_sources_it_names():
     # A run that records its sources' sha256 (kernel_sources_sha256 in its meta) must have been
-    # recorded from the files on disk: editing a kernel, or a header it includes, means recording again.
+    # recorded from the files on disk: editing a kernel, or a header it includes, means recording
+    # again. An edit to a file's comments alone leaves its code digest (kernel_code_sha256:
+    # runs.code_digest, comments out, white space collapsed) as recorded, and the run stands.
     import hashlib
     from gpulab.paths import REPO
+    from gpulab.runs import code_digest
     checked = 0
     for meta_file in sorted((REPO / "labdata" / "runs").glob("*/*.meta.json")):
-        recorded = json.loads(meta_file.read_text()).get("kernel_sources_sha256", {})
-        stale = [f for f, digest in recorded.items()
-                 if not (REPO / f).is_file() or hashlib.sha256((REPO / f).read_bytes()).hexdigest() != digest]
-        assert not stale, f"{meta_file.relative_to(REPO)} was recorded from other versions of {stale}"
+        meta = json.loads(meta_file.read_text())
+        recorded, code = meta.get("kernel_sources_sha256", {}), meta.get("kernel_code_sha256", {})
+        missing = [f for f in recorded if not (REPO / f).is_file()]
+        assert not missing, f"{meta_file.relative_to(REPO)} names files that are gone: {missing}"
+        edited = [f for f, digest in recorded.items() if hashlib.sha256((REPO / f).read_bytes()).hexdigest() != digest]
+        stale = [f for f in edited if code.get(f) != code_digest((REPO / f).read_text())]
+        assert not stale, f"{meta_file.relative_to(REPO)} was recorded from other code in {stale}: record it again"
         checked += len(recorded)
     assert checked > 0, "no recorded run names its kernel sources"
+
+
+def test_a_comment_edit_keeps_the_code_digest_and_a_code_edit_changes_it():
+    from gpulab.runs import code_digest
+    source = 'int x = 1; // one\n/* two\n lines */ const char *s = "a // b";\n'
+    assert code_digest(source) == code_digest('int x = 1;   // changed\nconst char *s = "a // b";')
+    assert code_digest(source) != code_digest('int x = 2; const char *s = "a // b";')
+    assert code_digest(source) != code_digest('int x = 1; const char *s = "a / b";')
 
 
 def test_every_queued_run_was_cross_checked_and_agrees_with_do_bench_within_3_percent():

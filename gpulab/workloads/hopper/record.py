@@ -33,6 +33,7 @@ from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend, load_module
 from ...timing import Timing, benchmark, crosscheck_fields
+from ...runs import code_digest
 from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, TYPED_STEP, as_float, \
     in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
 from .steps import check as check_step
@@ -362,11 +363,20 @@ def build_and_check(rec, ctx) -> None:
     rec.table("checks", pd.DataFrame(checks))
 
 
+def _source_files() -> list:
+    root = paths.REPO
+    return sorted((root / "kernels" / "hopper").glob("*.cu*")) + [root / "kernels" / "common" / "hopper.h"]
+
+
 def kernel_sources() -> dict:
     """sha256 of every file the steps are built from, so a record can be matched to its sources."""
-    root = paths.REPO
-    files = sorted((root / "kernels" / "hopper").glob("*.cu*")) + [root / "kernels" / "common" / "hopper.h"]
-    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    return {str(f.relative_to(paths.REPO)): hashlib.sha256(f.read_bytes()).hexdigest() for f in _source_files()}
+
+
+def kernel_code() -> dict:
+    """The same files' code digests (:func:`gpulab.runs.code_digest`: comments left out), which an
+    edit to a comment does not change."""
+    return {str(f.relative_to(paths.REPO)): code_digest(f.read_text()) for f in _source_files()}
 
 
 def nvrtc_version() -> str:
@@ -388,7 +398,7 @@ def torch_version() -> str:
 
 def provenance(rec) -> None:
     """The recording's setup: what the run's metadata says beyond the machine."""
-    rec.add_meta(kernel_sources_sha256=kernel_sources(), nvrtc=nvrtc_version(), torch=torch_version())
+    rec.add_meta(kernel_sources_sha256=kernel_sources(), kernel_code_sha256=kernel_code(), nvrtc=nvrtc_version(), torch=torch_version())
 
 
 # ------------------------------------------------------------------ Nsight Compute
