@@ -41,7 +41,7 @@ CHAPTERS = {
                      "table above has its times at every batch size):")},
         {"id": "predictions-glue", "after": "prose.glue(**views.numbers(run))", "type": "code",
          "source": "prose.glue(**views.prediction_numbers(run), **views.streams_numbers(run));"},
-        {"id": "streams-breakdown", "after": "views.show(views.overlap, run)", "type": "code",
+        {"id": "streams-breakdown", "after": "views.show(views.overlap_styled, run)", "type": "code",
          "source": "views.show(views.breakdown_pair_table, run, 2, 3)"},
         {"id": "streams-lesson", "after": "gpulab_cell:streams-breakdown", "type": "markdown",
          "source": (
