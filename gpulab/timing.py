@@ -487,6 +487,10 @@ class Crosscheck:
             except Exception as exc:       # noqa: BLE001 (the row stays, its cross-check says why)
                 found = {c: float("nan") for c in CROSSCHECK_COLUMNS}
                 found["crosscheck_note"] = f"cross-check failed: {type(exc).__name__}: {exc}"[:300]
+            if found["crosscheck_cold_ms"] < 0.5 * row["median_ms"]:      # cold is never half the warm time
+                found["crosscheck_note"] = "; ".join(filter(None, [
+                    found["crosscheck_note"], f"the cross-check's time is not the row's ({found['crosscheck_cold_ms']:.4g} "
+                                              f"against {row['median_ms']:.4g} ms): it did not time the same work"]))
             same = [r for r in rows if all(r.get(k) == row.get(k) for k in ("experiment", "variant", "size",
                                                                                "median_ms"))]
             for r in same:
@@ -558,7 +562,10 @@ def _torch_stream(stream):
     except ImportError:            # no PyTorch: only CuPy's current stream matters
         yield
         return
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or stream.ptr == 0:
+        # CuPy's null stream is the legacy default stream, PyTorch's default stream too: wrapping
+        # it as an ExternalStream put PyTorch's kernels elsewhere (an H100 run of 2026-12-06 timed
+        # torch.matmul at 1 us, its kernels outside the events)
         yield
         return
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
@@ -570,7 +577,7 @@ CROSSCHECK_COLUMNS = ["crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms",
                       "profiler_kernels", "crosscheck_note"]
 
 
-def crosscheck(fn: Callable[[], object], *, calls: int = 1) -> dict:
+def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> dict:
     """Three independent times of ``fn()`` (per call of the ``calls`` it makes), in ms:
 
     * ``crosscheck_cold_ms`` and ``crosscheck_warm_ms``: this module's loop, queued, with L2
@@ -583,25 +590,38 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1) -> dict:
       ``profiler_kernels`` the number of kernels one call runs (a sum of several kernels leaves
       out the gaps between them).
 
-    A timer that is not available (no Triton, no PyTorch) leaves its column NaN and says why in
-    ``crosscheck_note``."""
+    Each is the median of ``rounds`` rounds, the timers interleaved. A timer that is not
+    available (no Triton, no PyTorch) leaves its column NaN and says why in ``crosscheck_note``."""
     out = {c: float("nan") for c in CROSSCHECK_COLUMNS}
-    out["crosscheck_note"] = ""
-    notes = []
+    notes: list[str] = []
     stream = getattr(fn, "stream", None)
-    cold = benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=True, stream=stream)
-    warm = benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, stream=stream)
-    out["crosscheck_cold_ms"], out["crosscheck_warm_ms"] = cold.median_ms / calls, warm.median_ms / calls
-    try:
-        from triton.testing import do_bench
-        out["do_bench_ms"] = float(do_bench(fn, warmup=25, rep=100, return_mode="median")) / calls
-    except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
-        notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
-    try:
-        out["profiler_ms"], out["profiler_kernels"] = _profiled_ms(fn, calls)
-    except Exception as exc:       # noqa: BLE001
-        notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
-    out["crosscheck_note"] = "; ".join(notes)
+    found: dict[str, list] = {"cold": [], "warm": [], "do_bench": [], "profiler": [], "kernels": []}
+    # In rounds, each timer once per round, and the medians of the rounds kept: a card running
+    # large GEMMs lowers its clock as it heats, and three timers run one after the other would
+    # each see a different clock.
+    for _ in range(rounds):
+        found["cold"].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=True,
+                                       stream=stream).median_ms)
+        found["warm"].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width,
+                                       stream=stream).median_ms)
+        try:
+            from triton.testing import do_bench
+            found["do_bench"].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
+        except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
+            notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
+        try:
+            ms, kernels = _profiled_ms(fn, 1)
+            found["profiler"].append(ms)
+            found["kernels"].append(kernels)
+        except Exception as exc:       # noqa: BLE001
+            notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
+    for column, key in (("crosscheck_cold_ms", "cold"), ("crosscheck_warm_ms", "warm"), ("do_bench_ms", "do_bench"),
+                        ("profiler_ms", "profiler")):
+        if found[key]:
+            out[column] = float(np.median(found[key])) / calls
+    if found["kernels"]:
+        out["profiler_kernels"] = int(np.median(found["kernels"]))
+    out["crosscheck_note"] = "; ".join(dict.fromkeys(notes))
     return out
 
 

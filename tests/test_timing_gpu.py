@@ -95,7 +95,9 @@ def spin_kernel(tmp_path_factory):
 
 def test_host_work_before_a_launch_is_not_timed(spin_kernel):
     # 50 us on the host (as an eager framework call spends in its dispatcher), then a 10 us kernel:
-    # queued, the call times at the kernel's 10 us; timed with the GPU idle, at 60 us or more.
+    # queued, the call times as the launch alone does (the kernel's 10 us and the GPU's own few
+    # microseconds from the start event to the kernel and back: 13.2 us on an H100); timed with
+    # the GPU idle, 50 us or more longer.
     import time
     launch = spin_kernel.bind(1, 1, (10_000,))
 
@@ -104,12 +106,14 @@ def test_host_work_before_a_launch_is_not_timed(spin_kernel):
         while time.perf_counter() - t0 < 50e-6:
             pass
         launch()
+    alone = timing.benchmark(launch, warmup=5, repeats=50, rel_ci=None)
     queued = timing.benchmark(eager_like, warmup=5, repeats=50, rel_ci=None)
     naive = timing.benchmark(eager_like, warmup=5, repeats=50, rel_ci=None, queued=False)
-    assert 0.0095 <= queued.median_ms <= 0.0125 and queued.queued, queued
-    assert naive.median_ms >= 0.055 and not naive.queued, naive
+    assert 0.0095 <= alone.median_ms <= 0.016, alone
+    assert abs(queued.median_ms - alone.median_ms) <= 0.001 and queued.queued, (queued, alone)
+    assert naive.median_ms >= alone.median_ms + 0.045 and not naive.queued, (naive, alone)
     graph = timing.graph_benchmark(launch, launches=4, warmup=2, repeats=20, rel_ci=None)
-    assert 0.0095 <= graph.median_ms <= 0.0125, graph
+    assert 0.0095 <= graph.median_ms <= alone.median_ms + 0.001, (graph, alone)
 
 
 def test_the_crosscheck_agrees_with_do_bench_and_the_profiler(spin_kernel):

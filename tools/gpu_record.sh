@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that records chapters one after another, packing what is recorded so far
 # into $OUT/runs.tgz after each (so a call cut off by its time limit still returns the
-# chapters it finished). Usage: bash tools/gpu_record.sh CHAPTER...
+# chapters it finished; a second call adds to the same runs.tgz: the caller removes $OUT/runs).
+# Usage: bash tools/gpu_record.sh CHAPTER...
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD MPLBACKEND=Agg
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv | tee $OUT/nvidia-smi.txt
@@ -11,4 +12,4 @@ for chapter in "$@"; do
   echo "$chapter: rc=$? in $((SECONDS - start)) s" | tee -a $OUT/record.summary
   tar czf $OUT/runs.tgz.part -C $OUT runs && mv $OUT/runs.tgz.part $OUT/runs.tgz
 done
-rm -rf $OUT/runs
+

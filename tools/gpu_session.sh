@@ -47,6 +47,7 @@ fi
 chapters=${1:-}; tests=${2:-}; notebooks=${3:-}; nb_timeout=${4:-300}
 if [ -n "$chapters" ]; then
   bash tools/gpu_record.sh $chapters      # one chapter after another, packed into runs.tgz
+  rm -rf $OUT/runs
 fi
 if [ -n "$tests" ]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider $tests > $OUT/tests.log 2>&1
