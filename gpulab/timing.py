@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -455,6 +455,11 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
               + (", queued" if queued else ", host waits (dispatch included)"))
     # A graph instantiated with node priorities is destroyed here: nothing is left to cross-check.
     kept = {} if node_priorities else _kept(replay, stream, launches)
+    if kept:
+        # The graph holds the captured kernels' pointers, not their arrays: the replay kept for a
+        # cross-check keeps ``fn`` (and so what it launches on) alive, or it would run on freed
+        # memory once the caller drops its arrays (an illegal address in the H200 run of 12-06).
+        kept["fn"].keeps_alive = fn
     return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop, queued=all_queued,
                   requeued=requeued, **kept)
 
@@ -557,6 +562,9 @@ def _on_stream(fn, stream):
 
 @contextmanager
 def _torch_stream(stream):
+    if stream is None:
+        yield
+        return
     try:
         import torch
     except ImportError:            # no PyTorch: only CuPy's current stream matters
@@ -606,7 +614,10 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> 
                                        stream=stream).median_ms)
         try:
             from triton.testing import do_bench
-            found["do_bench"].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
+            # On the stream the work runs on, so that do_bench's own events are ordered with it
+            # (a graph replayed on its capture stream timed at 0.4 us on the default stream).
+            with (stream if stream is not None else nullcontext()), _torch_stream(stream):
+                found["do_bench"].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
         except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
             notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
         try:
