@@ -603,3 +603,25 @@ def tf32_operand_errors(m: int = 256, k: int = 4096, seed: int = 0) -> dict:
         C = cut(A).astype(np.float64) @ cut(B).astype(np.float64).T
         return float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
     return {"tf32_truncated_error": error(truncated), "tf32_rounded_error": error(rounded)}
+
+
+#: The first runs of this chapter with every call queued behind a guard kernel (the host's
+#: dispatch not counted; see labdata/trials/2026-12-06-queued-timing/README.md).
+QUEUED_TRIAL = "2026-12-06-queued-timing"
+
+
+def queued_trial(gpu: str = "nvidia-h100-80gb-hbm3", size: int = MAIN_SIZE) -> dict | None:
+    """The trial run's best step against the fastest cuBLAS path at ``size``: what the ladder's
+    standing is with the calls queued; None where the trial run is not in this checkout."""
+    from ...paths import REPO
+    path = REPO / "labdata" / "trials" / QUEUED_TRIAL / gpu / "hopper.csv"
+    if not path.is_file():
+        return None
+    trial = runs.read_run(path)
+    ours = ladder(trial, size)
+    best = ours.loc[ours["median_ms"].idxmin()]
+    fastest = best_vendor(trial, size)
+    return {"trial_best_step": best["step"], "trial_best_ms": float(best["median_ms"]),
+            "trial_vendor_ms": float(fastest["median_ms"]), "trial_vendor_name": fastest["variant"],
+            "trial_best_cublas": float(fastest["median_ms"] / best["median_ms"]),
+            "trial_caption": trial.caption}
