@@ -319,6 +319,57 @@ def margin(expect: Expect, value: float, ms: bool = False) -> str:
     return f"{_pct(value / high - 1)} {'under' if value <= high else 'over'} the {fmt(high)} allowed"
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """Where a measured value lies against the band a claim or a target accepts: ``side`` is
+    "inside", "below" (under ``low``) or "above" (over ``high``); ``margin`` is its relative
+    distance to the band's nearer edge, positive inside ("met by 3%") and negative outside
+    ("missed by 3%"); ``held`` is true only inside the band, its edges included."""
+
+    side: str
+    margin: float
+
+    @property
+    def held(self) -> bool:
+        return self.side == "inside"
+
+
+def judge(value: float, low: float | None = None, high: float | None = None) -> Judgement:
+    """The one rule every verdict of the book is reached by: a prediction "held" and a target is
+    "met" only when ``value`` lies in [``low``, ``high``] (either end open), the band its line
+    states; the margin is ``value`` against the nearer edge (``value / low - 1`` above a lower
+    edge, ``1 - value / high`` under an upper one), so that a "held" at a band's edge reads as
+    one. A value that is not a finite number raises: a step not measured is not judged."""
+    if low is None and high is None:
+        raise ValueError("judge needs a band: low and/or high")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"judge: low {low} is above high {high}")
+    if value is None or not np.isfinite(value):
+        raise ValueError(f"judge: the measured value is {value!r}, not a number (not measured: not judged)")
+    if low is not None and value < low:
+        return Judgement("below", value / low - 1)
+    if high is not None and value > high:
+        return Judgement("above", 1 - value / high)
+    edges = ([value / low - 1] if low is not None else []) + ([1 - value / high] if high is not None else [])
+    return Judgement("inside", min(edges))
+
+
+def target_verdict(value: float, *, at_most: float | None = None, at_least: float | None = None,
+                   unit: str = "", bound: str = "") -> tuple[bool, str]:
+    """(met, text) for a target of at most ``at_most`` or at least ``at_least`` (:func:`judge`'s
+    rule): "met by 3.1%: 1.143 ms, under 1.18 ms" or "missed by 2.0%: ...", the value and the bound
+    with ``unit`` ("ms", "x"), or ``bound`` written out in its place."""
+    if value is None or not np.isfinite(value):
+        return False, NOT_MEASURED
+    j = judge(value, at_least, at_most)
+    limit = at_most if at_most is not None else at_least
+    bound = bound or f"{limit:.4g}{' ' if unit and unit != 'x' else ''}{unit}"
+    shown = f"{value:#.4g}{' ' if unit and unit != 'x' else ''}{unit}"
+    if j.held:
+        return True, f"met by {_pct(j.margin)}: {shown}, {'under' if at_most is not None else 'past'} {bound}"
+    return False, f"missed by {_pct(-j.margin)}: {shown}, {'over' if at_most is not None else 'short of'} {bound}"
+
+
 def verdict(expect: Expect | None, ratio: float, against_label: str, unit: str = "x",
             where: str = "") -> tuple[str, str]:
     """(outcome, text) for one claim: outcome is "held", "did not hold", "not judged" or
@@ -331,8 +382,8 @@ def verdict(expect: Expect | None, ratio: float, against_label: str, unit: str =
     if ratio is None or not np.isfinite(ratio):
         return "not measured", f"{NOT_MEASURED} (this step or the one it is compared with)"
     ms = unit == "ms"
-    below = expect.low is not None and ratio < expect.low
-    above = expect.high is not None and ratio > expect.high
+    side = judge(ratio, expect.low, expect.high).side
+    below, above = side == "below", side == "above"
     if ms:
         measured = f"{ratio:#.3g} ms{where}"
         below, above = above, below        # a time above the range is slower than predicted

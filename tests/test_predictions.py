@@ -339,3 +339,87 @@ def test_a_step_is_compared_with_the_step_its_file_says_it_changes(tmp_path):
     assert table.loc["3", "vs previous"] == pytest.approx(0.5 / 0.8)
     assert table.loc["4", "builds on"] == "3"                        # no file says: the row above
     assert table.loc["1", "builds on"] == ""
+
+
+# ------------------------------------------------------------------------- the one rule: judge
+def test_judge_holds_only_inside_the_band_its_edges_included_and_gives_the_margin():
+    """predictions.judge is the rule every verdict and target uses: inside [low, high] (edges
+    included) it holds, with the distance to the nearer edge as a positive margin; outside it
+    does not, with a negative margin; a value that was not measured is not judged at all."""
+    assert p.judge(1.0, 1.0, 2.0).held and p.judge(2.0, 1.0, 2.0).held           # the edges
+    assert p.judge(1.5, 1.0, 2.0).margin == pytest.approx(min(0.5, 0.25))
+    below, above = p.judge(0.9, 1.0, 2.0), p.judge(2.2, 1.0, 2.0)
+    assert (below.side, below.held, below.margin) == ("below", False, pytest.approx(-0.1))
+    assert (above.side, above.held, above.margin) == ("above", False, pytest.approx(-0.1))
+    assert p.judge(3.0, low=2.0).margin == pytest.approx(0.5) and not p.judge(1.9, low=2.0).held
+    assert p.judge(0.9, high=1.0).margin == pytest.approx(0.1) and not p.judge(1.01, high=1.0).held
+    for bad in (dict(), dict(low=2.0, high=1.0)):
+        with pytest.raises(ValueError):
+            p.judge(1.0, **bad)
+    for missing in (float("nan"), float("inf"), None):
+        with pytest.raises(ValueError, match="not measured"):
+            p.judge(missing, 1.0, 2.0)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_declared_claim_is_judged_by_the_one_rule(chapter):
+    """Each claim a chapter declares, tried on values across and at its band's edges: its verdict
+    reads "held" exactly where judge holds, never 11-20% outside its band, and always shows its
+    margin and the band."""
+    _, expected = _ladders()[chapter]
+    claims = [c for v in expected.values() for c in (v if isinstance(v, tuple) else (v,)) if c.judged]
+    assert claims, chapter
+    for e in claims:
+        ms = e.than == p.TIME
+        edges = [x for x in (e.low, e.high) if x is not None]
+        values = sorted({x * f for x in edges for f in (0.8, 0.89, 0.999, 1.0, 1.001, 1.11, 1.2)})
+        for value in values:
+            outcome, line = p.verdict(e, value, "step 1", unit="ms" if ms else "x")
+            assert (outcome == "held") == p.judge(value, e.low, e.high).held, (chapter, e.claim, value, line)
+            assert line.startswith(outcome + ":") and "accepted: " in line and "%" in line or \
+                "inside the predicted" in line, (chapter, e.claim, value, line)
+
+
+def test_a_target_is_met_only_inside_its_bound_with_the_margin_in_words():
+    assert p.target_verdict(1.0, at_most=1.18, unit="ms") == (True, "met by 15%: 1.000 ms, under 1.18 ms")
+    assert p.target_verdict(1.2, at_most=1.18, unit="ms") == (False, "missed by 1.7%: 1.200 ms, over 1.18 ms")
+    assert p.target_verdict(1.93, at_least=2.0, unit="x") == (False, "missed by 3.5%: 1.930x, short of 2x")
+    assert p.target_verdict(1.18, at_most=1.18, unit="ms")[0]                        # the edge is met
+    assert p.target_verdict(float("nan"), at_most=1.0) == (False, p.NOT_MEASURED)
+
+
+def _target_tables(gpu):
+    """Every chapter's targets table from its recorded run on ``gpu``."""
+    from gpulab.workloads import alexnet, fcnet
+    from gpulab.workloads.convpool import views as convpool_views
+    from gpulab.workloads.lenet import views as lenet_views
+    from gpulab.workloads.training import views as training_views
+    from gpulab.workloads.multigpu import views as multigpu_views
+    lenet_run = load_run("lenet", gpu)
+    totals = alexnet.layer_totals(load_run("alexnet", gpu).experiment("ladder"))
+    yield "alexnet", alexnet.targets_table(totals, 1.0, 0.5, 0.7)
+    yield "fcnet", fcnet.targets(load_run("fcnet", gpu))
+    yield "convpool", convpool_views.targets(load_run("convpool", gpu))
+    yield "lenet", lenet_views.targets_table(lenet_views.step_labels(lenet_run.experiment("ladder")),
+                                             lenet_views.step_labels(lenet_run.experiment("forward")), 10_000)
+    yield "training", training_views.targets(load_run("training", gpu))
+    multigpu_run = multigpu_views.recorded()
+    assert multigpu_run is not None, "the recorded two-GPU run is missing"
+    yield "multigpu", multigpu_views.targets(multigpu_run)
+
+
+@pytest.mark.parametrize("gpu", ["H100"])
+def test_every_target_table_says_met_only_with_a_margin_that_says_so(gpu):
+    """A target's ``met`` is the one rule's (predictions.target_verdict) and its ``margin`` column
+    says by how much it was met or missed."""
+    for chapter, table in _target_tables(gpu):
+        assert "margin" in table.columns, chapter
+        for _, row in table.iterrows():
+            if row["met"] is None or row["margin"] in (p.NOT_MEASURED,):
+                continue
+            parts = [s.split(" ", 1)[1] if s.startswith(("time ", "speedup ", "target ", "cuDNN ")) else s
+                     for s in str(row["margin"]).split("; ")]
+            assert all(re.match(r"(met|missed) by (<0\.1|[\d.]+)%: ", s) or s.startswith("no batch") for s in parts), \
+                (chapter, row["target"], row["margin"])
+            assert bool(row["met"]) == all(s.startswith(("met", "no batch")) for s in parts), \
+                (chapter, row["target"], row["met"], row["margin"])

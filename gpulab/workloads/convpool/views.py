@@ -150,6 +150,16 @@ def floors(run, N: int = 1) -> pd.DataFrame:
     ]).set_index("floor")
 
 
+def _met(ours_ms: float, vendor_ms: float, measured: bool) -> dict:
+    """A target's ``met`` (None where not measured) and ``margin`` columns: at most cuDNN's time
+    (:func:`gpulab.predictions.target_verdict`)."""
+    if not measured:
+        return {"met": None, "margin": predictions.NOT_MEASURED}
+    met, margin = predictions.target_verdict(ours_ms, at_most=vendor_ms, unit="ms",
+                                             bound=f"cuDNN's {vendor_ms:.4g} ms")
+    return {"met": met, "margin": margin}
+
+
 def targets(run) -> pd.DataFrame:
     """Each target: our fastest step of the precision against the fastest cuDNN path of matching
     precision (fp16 is matched with fp16 and bf16), at batch 1 or 32, from the run. A target the
@@ -167,7 +177,7 @@ def targets(run) -> pd.DataFrame:
         out.append({"N": N, "precision": precision, "our best step": ours["variant"] if ours is not None else why,
                     "ours (ms)": ours_ms, "fastest cuDNN path": vendor["variant"] if vendor is not None else why,
                     "cuDNN (ms)": vendor_ms, "cuDNN / ours": vendor_ms / ours_ms,
-                    "met": bool(ours_ms <= vendor_ms) if ours is not None and vendor is not None else None})
+                    **_met(ours_ms, vendor_ms, ours is not None and vendor is not None)})
     return pd.DataFrame(out)
 
 
