@@ -20,6 +20,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import to_rgba
 
+from . import plots
+
 #: Light colours for neighbouring owners (any two owners whose ids differ by 1 to 5 differ).
 PALETTE = ("#C6DBEF", "#FDD0A2", "#C7E9C0", "#DADAEB", "#FCBBA1", "#F2F0C4")
 HIGHLIGHT = "#C44E52"
@@ -76,7 +78,10 @@ def ownership(ax, owner, *, title: str, group=None, highlight: dict | None = Non
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(textwrap.fill(title, 32), loc="left", fontsize=11)
+    # Wrapped to the panel's width (11-point bold: about 6.5 points a character), so that a title
+    # never reaches past the figure's edge and widens the saved image.
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    ax.set_title(textwrap.fill(title, max(20, min(32, int(width_pt / 6.5)))), loc="left", fontsize=11)
     return ax
 
 
@@ -116,7 +121,9 @@ def panels(n: int, *, title: str, caption: str | None = None, rows: int = 1, siz
            width_ratios=None):
     """A figure of ``rows`` x ``n`` panels for maps, titled with the question it answers and
     with ``caption`` (the count that makes the prediction, the source) under it."""
-    fig, axes = plt.subplots(rows, n, figsize=size or (3.4 * n, 3.6 * rows), squeeze=False,
+    width, height = size or (3.4 * n, 3.6 * rows)
+    width = min(width, plots.MAX_WIDTH_IN)      # drawn no wider than a book page shows near its size
+    fig, axes = plt.subplots(rows, n, figsize=(width, height), squeeze=False,
                              gridspec_kw={"width_ratios": width_ratios} if width_ratios else None)
     fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 9)), x=0.01, ha="left",
                  fontweight="bold", fontsize=12)
@@ -131,5 +138,7 @@ def legend(fig, entries: dict) -> None:
     """A legend of coloured patches ({label: colour}) along the figure's bottom edge, above the
     caption; leave room for it with ``fig.tight_layout(rect=(0, 0.06, 1, 0.95))``."""
     from matplotlib.patches import Patch
-    fig.legend(handles=[Patch(facecolor=c, edgecolor="#333333", label=l) for l, c in entries.items()],
+    chars = int((fig.get_figwidth() - 0.6) * 72 / 5.8)     # 9.5-point labels, wrapped to the figure's width
+    fig.legend(handles=[Patch(facecolor=c, edgecolor="#333333", label=textwrap.fill(l, chars))
+                        for l, c in entries.items()],
                loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=9.5, frameon=False, ncol=1)

@@ -23,6 +23,45 @@ STYLE = {
 }
 
 
+#: The width, in pixels, of a cell's output in the book's pages in a 1,400-pixel window: a figure
+#: wider is shown shrunk to it (tests/test_site.py measures it on every page).
+COLUMN_PX = 772
+#: The widest a figure is drawn, in inches (990 pixels at the style's 110 dpi): shown in COLUMN_PX,
+#: at 78% of its size or more, its 10-point labels at 12 pixels (tests/test_site.py holds every
+#: figure of every page to 75%).
+MAX_WIDTH_IN = 9.0
+#: Characters of the 7.5-point caption per inch of figure (DejaVu Sans averages ~4 points a character).
+CAPTION_CHARS_PER_IN = 16
+
+
+def caption_text(fig, caption: str, fontsize: float = 7.5) -> tuple[str, float]:
+    """``caption`` wrapped to the figure's width, and the share of its height the lines take: an
+    unwrapped run caption ran past the figure's right edge, and the saved image grew to hold it."""
+    text = textwrap.fill(caption, max(40, int(fig.get_figwidth() * CAPTION_CHARS_PER_IN * 7.5 / fontsize)))
+    lines = text.count("\n") + 1
+    return text, (lines * fontsize * 1.3 + 4) / 72 / fig.get_figheight()
+
+
+def shown_text_px(fig, column_px: int = COLUMN_PX) -> list[tuple[float, str, bool]]:
+    """(height in screen pixels, text, is a figure-level note such as the caption) of each visible
+    text of ``fig`` as a book page shows it: saved as the notebook saves it (its dpi, the tight
+    box), then shrunk to ``column_px`` if wider. A label under about 10 pixels is read by zooming."""
+    import io
+    from matplotlib.text import Text
+    from PIL import Image
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    buffer.seek(0)
+    width = Image.open(buffer).size[0]
+    scale = min(1.0, column_px / width)
+    notes = {id(t) for t in fig.texts}
+
+    def shown(t):
+        return t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())
+    return [(t.get_fontsize() * fig.dpi / 72 * scale, t.get_text(), id(t) in notes)
+            for t in fig.findobj(Text) if shown(t)]
+
+
 # Applied once, globally, like any plotting style: a temporary rc_context
 # would restore the backend setting on exit, and Jupyter's inline backend then
 # stops showing figures after the first one.
@@ -59,11 +98,35 @@ def _finish(fig, ax, title: str, caption: str | None, whole_figure: bool | None 
         width = max(30, int(fig.get_figwidth() * ax.get_position().width * 8.5))
         ax.set_title(textwrap.fill(title, width), loc="left", fontweight="bold")
     if caption:
-        fig.text(0.01, 0.01, caption, fontsize=7.5, color="#555555", ha="left", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        text, height = caption_text(fig, caption)
+        fig._gpulab_caption = (fig.text(0.01, 0.01, text, fontsize=7.5, color="#555555", ha="left", va="bottom"),
+                               caption)
+        fig.tight_layout(rect=(0, min(0.3, height + 0.01), 1, 1))
     else:
         fig.tight_layout()
     return fig
+
+
+def resize(fig, width: float, height: float):
+    """A finished figure (:func:`_finish`) at another size: its caption wrapped again to the new
+    width and the layout redone."""
+    fig.set_size_inches(min(width, MAX_WIDTH_IN), height)
+    bottom = 0.0
+    if getattr(fig, "_gpulab_caption", None):
+        artist, caption = fig._gpulab_caption
+        text, share = caption_text(fig, caption)
+        artist.set_text(text)
+        bottom = min(0.3, share + 0.01)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
+
+
+def legend_beside(ax, fontsize: float = 7, width: int = 34):
+    """The axes' legend to the right of the plot, each label wrapped to ``width`` characters (the
+    figure stays within MAX_WIDTH_IN, the plot keeps most of it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(label, width) for label in labels], fontsize=fontsize, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
 
 
 #: Markers for recorded runs drawn beside a live ladder (see speedup_ladder's ``others``).
@@ -99,7 +162,7 @@ def speedup_ladder(rows: pd.DataFrame, *, title: str, caption: str | None = None
     changes}) for a branching ladder: the last column compares each step with the step it
     builds on, named in the cell, instead of with the row above it."""
     from matplotlib.transforms import blended_transform_factory
-    fig, ax = _figure(ax, (9.5, 0.42 * len(rows) + 2.4))
+    fig, ax = _figure(ax, (MAX_WIDTH_IN, 0.42 * len(rows) + 2.4))
     rows = rows.reset_index(drop=True)
     y = np.arange(len(rows))[::-1]
     med = rows["median_ms"].to_numpy()
@@ -194,7 +257,7 @@ def scaling(rows: pd.DataFrame, *, title: str, caption: str | None = None, x: st
             ylabel: str = "time (ms, median)", logx: bool = True, logy: bool = True, ax=None):
     """One line per variant over ``x`` (batch size, problem size), with the
     quartiles shaded when ``y`` is the median time; the legend right of the plot."""
-    fig, ax = _figure(ax, (9.5, 4.8))
+    fig, ax = _figure(ax, (MAX_WIDTH_IN, 4.8))
     for name, group in rows.groupby(label, sort=False):
         group = group.sort_values(x)
         color = VENDOR_COLOR if _is_vendor(name) else None
@@ -320,16 +383,23 @@ def profile_bars(table: pd.DataFrame, metrics, *, title: str, caption: str | Non
     missing = [m for m in metrics if m not in table.columns]
     if missing:
         raise ValueError(f"the profile table has no {missing}; it has {list(table.columns)}")
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics) + 2.5, 0.32 * len(table) + 1.8),
+    # At most three charts a row (the figure no wider than MAX_WIDTH_IN), each row with the labels.
+    cols = min(3, len(metrics))
+    rows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(MAX_WIDTH_IN, rows * (0.3 * len(table) + 1.2) + 0.6),
                              sharey=True, squeeze=False)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_visible(False)
     y = np.arange(len(table))[::-1]
-    for ax, metric in zip(axes[0], metrics):
+    for ax, metric in zip(axes.flat, metrics):
         ax.barh(y, table[metric].to_numpy(dtype=float), color="#4C72B0", alpha=0.85)
         if metric in log:   # counts spanning many decades; zero stays visible as zero
             ax.set_xscale("symlog", linthresh=1)
             ax.xaxis.set_major_locator(SymmetricalLogLocator(base=1000, linthresh=1))
-        ax.set_xlabel(metric.replace("_", " "))
-    axes[0][0].set_yticks(y, table[label])
+        ax.set_xlabel(textwrap.fill(metric.replace("_", " "), 28))
+    labels = [textwrap.fill(str(name), 36) for name in table[label]]    # a kernel's long name on two lines
+    for row in axes:
+        row[0].set_yticks(y, labels)
     return _finish(fig, axes[0][0], title, caption, whole_figure=True)
 
 

@@ -166,3 +166,20 @@ def test_the_shapes_gemm_moves_its_explicit_a_which_the_convolution_never_builds
     assert n["convpool_gbytes"] == pytest.approx(record.gemm_bytes(M, N, K) / 1e9)
     assert n["convpool_a_gbytes"] / n["convpool_gbytes"] > 0.95
     assert n["convpool_input_gbytes"] == pytest.approx(2 * 32 * 256 * 224 * 224 / 1e9) and n["convpool_input_gbytes"] < 1
+
+
+@pytest.mark.parametrize("name", ["profile_figure", "swizzle_figure", "ring_figure", "warpgroups_figure"])
+def test_the_hopper_figures_read_without_zooming(name):
+    """On a book page (the figure shrunk to the output column, plots.COLUMN_PX, which
+    tests/test_site.py measures), every label of the profile, swizzle, ring and warpgroup figures
+    is at least 10 pixels high, and the caption 9: they were 6."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gpulab import plots
+    figure = getattr(views, name)
+    fig = figure(load_run("hopper", "H100")) if name == "profile_figure" else figure()
+    texts = plots.shown_text_px(fig)
+    plt.close(fig)
+    small = [(round(px, 1), text[:40]) for px, text, note in texts if round(px, 1) < (9 if note else 10)]
+    assert texts and not small, f"{name}: text too small to read on the page: {small}"

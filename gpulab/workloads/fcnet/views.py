@@ -292,10 +292,8 @@ def roofline_figure(run, case: str = "large"):
                     textcoords="offset points", fontsize=7)
     ax.set_xlim(1, 10**3.5)
     ax.set_ylim(points["gflops"].min() / 3, None)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.set_size_inches(11, 5.5)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return fig
+    plots.legend_beside(ax)
+    return plots.resize(fig, plots.MAX_WIDTH_IN, 5.5)
 
 
 def warm_cold(run, case: str = "small") -> pd.DataFrame | None:

@@ -311,7 +311,7 @@ def swizzle_figure(swizzle: int = 128, rows: int = 8):
     """Which 16-byte chunk of each row lands where in shared memory with the 128-byte swizzle."""
     import matplotlib.pyplot as plt
     chunks = max(swizzle, 16) // 16
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(plots.MAX_WIDTH_IN, 4.0))
     cmap = plt.get_cmap("tab10")
     for ax, swizzled in zip(axes, (False, True)):
         for r in range(rows):
@@ -319,18 +319,21 @@ def swizzle_figure(swizzle: int = 128, rows: int = 8):
                 at = swizzle_chunk(r, c, swizzle) if swizzled else c
                 ax.add_patch(plt.Rectangle((at, rows - 1 - r), 1, 1, facecolor=cmap(c), alpha=0.55,
                                            edgecolor="white"))
-                ax.text(at + 0.5, rows - 0.5 - r, f"k{8 * c}", ha="center", va="center", fontsize=8)
+                ax.text(at + 0.5, rows - 0.5 - r, f"k{8 * c}", ha="center", va="center", fontsize=9)
         ax.set(xlim=(0, chunks), ylim=(0, rows), xticks=np.arange(chunks) + 0.5,
                xticklabels=[f"{16 * c}" for c in range(chunks)], yticks=np.arange(rows) + 0.5,
-               yticklabels=[f"row {r}" for r in range(rows)][::-1], xlabel="byte offset in the 128-byte row (bank group)")
+               yticklabels=[f"row {r}" for r in range(rows)][::-1], xlabel="byte offset in the row (bank group)")
         ax.set_title("as in global memory (no swizzle)" if not swizzled else
-                     f"in shared memory, {swizzle}-byte swizzle: chunk c of row r at c ^ (r % 8)", fontsize=9)
+                     f"in shared memory, {swizzle}-byte swizzle:\nchunk c of row r at c ^ (r % 8)", fontsize=10,
+                     loc="left")
     fig.suptitle("Where does each 16-byte chunk (8 halves: k = 8c .. 8c + 7) of a tile row land?",
                  x=0.01, ha="left", fontweight="bold")
-    fig.text(0.01, -0.02, "Colour: which chunk (k range) of the row. Reading one k range down 8 rows hits 8 different "
-             "16-byte bank groups after the swizzle, 1 before. Computed by views.swizzle_chunk, the same "
-             "function of the address as kernels/common/hopper.h's CPU emulation.", fontsize=8, ha="left")
-    fig.tight_layout()
+    note, height = plots.caption_text(fig, "Colour: which chunk (k range) of the row. Reading one k range down 8 "
+                                      "rows hits 8 different 16-byte bank groups after the swizzle, 1 before. "
+                                      "Computed by views.swizzle_chunk, the same function of the address as "
+                                      "kernels/common/hopper.h's CPU emulation.", fontsize=9)
+    fig.text(0.01, 0.01, note, fontsize=9, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, height, 1, 1))
     return fig
 
 
@@ -348,27 +351,30 @@ def ring_figure(slices: int = 10, stages: int = 4):
     """The ring of a warp-specialized step: each slot's full/empty phases, round by round."""
     import matplotlib.pyplot as plt
     s = ring_schedule(slices, stages)
-    fig, ax = plt.subplots(figsize=(11, 0.55 * stages + 2.2))
+    fig, ax = plt.subplots(figsize=(plots.MAX_WIDTH_IN, 0.75 * stages + 2.4))
     for _, r in s.iterrows():
         y = stages - 1 - r["slot"]
         x = r["round"] * 3
         ax.add_patch(plt.Rectangle((x, y + 0.1), 1.4, 0.8, facecolor="#DD8452", alpha=0.6))
-        ax.text(x + 0.7, y + 0.5, f"producer: wait empty\nparity {r['empty parity']}, load t={r['slice']}",
-                ha="center", va="center", fontsize=7)
+        ax.text(x + 0.7, y + 0.5, f"producer:\nwait empty {r['empty parity']}\nload t={r['slice']}",
+                ha="center", va="center", fontsize=8.5)
         ax.add_patch(plt.Rectangle((x + 1.5, y + 0.1), 1.4, 0.8, facecolor="#4C72B0", alpha=0.6))
-        ax.text(x + 2.2, y + 0.5, f"consumers: wait full\nparity {r['full parity']}, wgmma t={r['slice']}",
-                ha="center", va="center", fontsize=7, color="white")
+        ax.text(x + 2.2, y + 0.5, f"consumers:\nwait full {r['full parity']}\nwgmma t={r['slice']}",
+                ha="center", va="center", fontsize=8.5)
     rounds = int(s["round"].max()) + 1
     ax.set(xlim=(0, 3 * rounds), ylim=(0, stages), yticks=np.arange(stages) + 0.5,
            yticklabels=[f"slot {k}" for k in range(stages)][::-1], xticks=np.arange(rounds) * 3 + 1.5,
            xticklabels=[f"round {k} (parity {k % 2})" for k in range(rounds)])
     fig.suptitle(f"Which phase does each wait name? A ring of {stages} slots, {slices} slices of k",
                  x=0.01, ha="left", fontweight="bold")
-    fig.text(0.01, -0.02, "A slot's full barrier completes one phase per round (its bytes landed), its empty barrier "
-             "one phase per round (every consumer warp arrived). mbar_wait(bar, p) returns once the phase of "
-             "parity p has completed; a fresh barrier's phase 'before the first' (parity 1) counts as done, so the "
-             "producer's round 0 does not wait.", fontsize=8, ha="left", wrap=True)
-    fig.tight_layout()
+    note, height = plots.caption_text(fig, "The number after each wait is the parity of the phase it waits for. "
+                                      "A slot's full barrier completes one phase per round (its bytes landed), "
+                                      "its empty barrier one phase per round (every consumer warp arrived). "
+                                      "mbar_wait(bar, p) returns once the phase of parity p has completed; a fresh "
+                                      "barrier's phase 'before the first' (parity 1) counts as done, so the "
+                                      "producer's round 0 does not wait.", fontsize=9)
+    fig.text(0.01, 0.01, note, fontsize=9, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, height, 1, 1))
     return fig
 
 
@@ -377,7 +383,7 @@ def warpgroups_figure():
     import matplotlib.pyplot as plt
     from .steps import STEPS as _steps
     step = next(s for s in _steps if s.number == "04")
-    fig, ax = plt.subplots(figsize=(10, 3.4))
+    fig, ax = plt.subplots(figsize=(plots.MAX_WIDTH_IN, 3.4))
     boxes = [(0.2, 1.2, "#DD8452", "producer warpgroup (warps 0-3)\nsetmaxnreg.dec 40\none thread: "
                                    "wait empty, expect_tx,\n2 TMA loads per slice"),
              (6.6, 2.1, "#4C72B0", "consumer warpgroup 1 (warps 4-7)\nsetmaxnreg.inc 232\nwait full, "
@@ -386,13 +392,13 @@ def warpgroups_figure():
                                    f"wgmma 64 x {step.bn} x 16,\narrive empty; rows 64-127 of C")]
     for x, y, color, text in boxes:
         ax.add_patch(plt.Rectangle((x, y), 3.0, 1.6, facecolor=color, alpha=0.6))
-        ax.text(x + 1.5, y + 0.8, text, ha="center", va="center", fontsize=7.5)
+        ax.text(x + 1.5, y + 0.8, text, ha="center", va="center", fontsize=8.5)
     for k in range(step.stages):
         ax.add_patch(plt.Rectangle((3.6 + 0.7 * k, 1.5), 0.6, 1.0, facecolor="#CCCCCC", edgecolor="black"))
-        ax.text(3.9 + 0.7 * k, 2.0, f"slot\n{k}", ha="center", va="center", fontsize=7)
+        ax.text(3.9 + 0.7 * k, 2.0, f"slot\n{k}", ha="center", va="center", fontsize=8.5)
     ax.annotate("", xy=(3.6, 2.0), xytext=(3.2, 2.0), arrowprops=dict(arrowstyle="->"))
-    ax.text(4.95, 2.85, "full: bytes landed (TMA) -> consumers", ha="center", fontsize=7.5)
-    ax.text(4.95, 1.1, "empty: 8 consumer warps arrived -> producer", ha="center", fontsize=7.5)
+    ax.text(4.95, 2.85, "full: bytes landed (TMA) -> consumers", ha="center", fontsize=8.5)
+    ax.text(4.95, 1.1, "empty: 8 consumer warps arrived -> producer", ha="center", fontsize=8.5)
     ax.annotate("", xy=(6.6, 2.9), xytext=(6.4, 2.2), arrowprops=dict(arrowstyle="->"))
     ax.annotate("", xy=(6.6, 1.0), xytext=(6.4, 1.8), arrowprops=dict(arrowstyle="->"))
     ax.set(xlim=(0, 9.8), ylim=(0, 4.0))
@@ -518,7 +524,7 @@ def shapes_figure(run):
     t = shapes_table(run)
     shapes = list(dict.fromkeys(t["shape"]))
     precisions = list(dict.fromkeys(t["precision"]))
-    fig, ax = plt.subplots(figsize=(11, 3.8))
+    fig, ax = plt.subplots(figsize=(plots.MAX_WIDTH_IN, 4.0))
     width = 0.8 / len(precisions)
     for i, p in enumerate(precisions):
         rows = t[t["precision"] == p].set_index("shape").reindex(shapes)
@@ -530,8 +536,9 @@ def shapes_figure(run):
     ax.legend(title="A, B, C in", fontsize=8)
     fig.suptitle("Does step 7 keep up with cuBLAS on the book's GEMMs? (above 1: faster)", x=0.01, ha="left",
                  fontweight="bold")
-    fig.text(0.01, -0.02, t.attrs["caption"], fontsize=8, ha="left", wrap=True)
-    fig.tight_layout()
+    note, height = plots.caption_text(fig, t.attrs["caption"])
+    fig.text(0.01, 0.01, note, fontsize=7.5, color="#555555", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, height, 1, 1))
     return fig
 
 

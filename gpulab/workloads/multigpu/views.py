@@ -718,7 +718,7 @@ def plot_ring(model: costmodel.RingModel, nbytes: int, p: int, caption: str, mea
     whom and how many bytes per step (left), and the steps in time as the
     fitted model predicts them, against the measured all-reduce (right)."""
     steps = ring_steps(model, nbytes, p)
-    fig, (ring, sched) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.6]})
+    fig, (ring, sched) = plt.subplots(1, 2, figsize=(plots.MAX_WIDTH_IN, 3.8), gridspec_kw={"width_ratios": [1, 1.6]})
     angles = np.pi / 2 - 2 * np.pi * np.arange(p) / p
     xy = np.c_[np.cos(angles), np.sin(angles)]
     chunk_mb = nbytes / p / 1e6

@@ -223,9 +223,9 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
     t = t or geometry()
     FS = 10                               # the labels' font size, points
     colors = ["#C44E52", "#4C72B0"]
-    # Two rows, about 1,100 pixels wide: a book page shows it at about 70% of its size, where
+    # Two rows, plots.MAX_WIDTH_IN wide: a book page shows it at about 78% of its size, where
     # 10-point labels still read (three panels side by side would be halved, to 6-pixel text).
-    fig = plt.figure(figsize=(10, 10))
+    fig = plt.figure(figsize=(plots.MAX_WIDTH_IN, plots.MAX_WIDTH_IN))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.3], width_ratios=[1.35, 1])
     axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, :]), fig.add_subplot(grid[0, 1])]
     for ax in axes:

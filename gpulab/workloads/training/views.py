@@ -248,7 +248,7 @@ def breakdown_figure(run: RecordedRun, numbers=(1, 6, 7, 9)):
     # their kernel names at 4 pixels.
     cols = min(2, len(numbers))
     nrows = -(-len(numbers) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(9.5, 3.3 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(plots.MAX_WIDTH_IN, 3.3 * nrows), squeeze=False)
     for ax, n in zip(axes.ravel(), numbers):
         r = rows[rows["step"] == n].sort_values("median_ms").tail(6)
         ax.barh([textwrap.fill(op, 28) for op in r["op"]], r["median_ms"], color="#DD8452")
@@ -264,11 +264,13 @@ def breakdown_figure(run: RecordedRun, numbers=(1, 6, 7, 9)):
 def timeline_figure(run: RecordedRun):
     """Steps 2 and 3 as timelines: the same kernels, on one stream and on three."""
     t = _table(run, "timeline")
-    fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(plots.MAX_WIDTH_IN, 5.2), sharex=True)
     for ax, n in zip(axes, (2, 3)):
         rows = t[t["step"] == n][timeline.COLUMNS]
         timeline.plot(rows, ax=ax, title=f"step {n}: {'one stream' if n == 2 else 'three streams'}")
-    fig.text(0.01, 0.005, run.caption, fontsize=7.5, color="#555555")
+    text, height = plots.caption_text(fig, run.caption)
+    fig.text(0.01, 0.005, text, fontsize=7.5, color="#555555")
+    fig.tight_layout(rect=(0, height, 1, 1))
     return fig
 
 
@@ -302,7 +304,8 @@ def sweep_figure(run: RecordedRun):
     test and the report's side by side, broken points marked."""
     sw = _table(run, "sweep")
     guards = list(dict.fromkeys(sw["guard"]))
-    fig, axes = plt.subplots(1, len(guards), figsize=(7 * len(guards), 4.6))
+    # One heat map a row: side by side, two were drawn 14 inches wide and shown at half size.
+    fig, axes = plt.subplots(len(guards), 1, figsize=(plots.MAX_WIDTH_IN, 4.2 * len(guards)))
     for ax, guard in zip(np.atleast_1d(axes), guards):
         part = sw[sw["guard"] == guard]
         table = part.pivot_table(index="block", columns="batch", values="test_accuracy", sort=False)
@@ -350,7 +353,7 @@ def curves_figure(run: RecordedRun):
     """Loss per SGD step and test accuracy per epoch, against the Bayes-optimal accuracy."""
     c = _table(run, "curves")
     b = bayes(run)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(plots.MAX_WIDTH_IN, 4.4))
     for name, g in c.groupby("variant", sort=False):
         per_epoch = g.groupby("epoch")["loss"].mean()
         ax1.plot(per_epoch.index, per_epoch.values, marker="o", ms=3, label=name)
@@ -418,7 +421,7 @@ def overfitting_figure(run: RecordedRun, bayes_loss: float):
     name, _ = _reference_curve(run)
     t = overfitting(run)
     b = bayes(run)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(plots.MAX_WIDTH_IN, 4.4))
     ax1.plot(t["epoch"], t["training loss (mean over the epoch)"], marker="o", ms=3,
              label="training loss (batches, before each update)")
     for column, style in (("training loss (8,192 documents)", "--"), ("test loss", "-")):
@@ -497,10 +500,8 @@ def roofline_figure(run: RecordedRun):
                          datasheet_gflops=sheet.get("fp32_tflops", 0) * 1e3, datasheet_gbs=sheet.get("memory_gbs"),
                          title="How close is each step to the hardware's limits? (batch 1,024)")
     ax = fig.axes[0]
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.set_size_inches(11, 5)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return fig
+    plots.legend_beside(ax)
+    return plots.resize(fig, plots.MAX_WIDTH_IN, 5)
 
 
 # ----------------------------------------------------------------- a second GPU
