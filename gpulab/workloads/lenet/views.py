@@ -174,7 +174,7 @@ def targets_table(ladder: pd.DataFrame, forward: pd.DataFrame, N: int = 10_000) 
         names += [("reduced precision: accuracy change against fp32", f"within {TARGETS['fp16_accuracy_points']} points")]
         names += [(f"whole forward pass, {p}", f">= {TARGETS['forward_speedup']}x PyTorch's fastest")
                   for p in (OUR_FP32, OUR_FP16)]
-        return pd.DataFrame([{"target": t, "limit": lim, "reached": NOT_MEASURED, "met": NOT_MEASURED,
+        return pd.DataFrame([{"target": t, "limit": lim, "reached": NOT_MEASURED, "met": NOT_MEASURED, "margin": NOT_MEASURED,
                               "x vendor conv only": np.nan, "x vendor conv + ReLU + pool": np.nan}
                              for t, lim in names])
     totals = both_layers(ladder, "layer")
