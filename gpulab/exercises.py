@@ -486,6 +486,12 @@ def store_expected_answers(dest_root: Path) -> Path:
 
 
 # ----------------------------------------------------------------- the book's check cells
+def _significant(value: float) -> str:
+    """A number of a check's details table to 3 significant digits (a relative error of
+    3.003233e-07 reads 3e-07; the tolerance 0.00001, 1e-05)."""
+    return f"{value:.3g}"
+
+
 class Passed:
     """What a check cell shows when the answer is right."""
 
@@ -495,13 +501,13 @@ class Passed:
     def __repr__(self) -> str:
         text = "\n".join([f"Exercise {self.exercise.id} ({self.exercise.title}): correct"] + self.lines)
         if self.details is not None:
-            text += "\n" + self.details.to_string(index=False)
+            text += "\n" + self.details.to_string(index=False, float_format=_significant)
         return text
 
     def _repr_html_(self) -> str:
         import html
         body = "<br>".join(html.escape(line) for line in self.lines)
-        table = "" if self.details is None else self.details.to_html(index=False)
+        table = "" if self.details is None else self.details.to_html(index=False, float_format=_significant)
         return (f"<p style='color:green'>&#10004; Exercise {self.exercise.id} "
                 f"({self.exercise.title}): correct</p><p>{body}</p>{table}")
 
