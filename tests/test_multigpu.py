@@ -411,7 +411,7 @@ def test_views_on_a_synthetic_run():
     assert a["busbw_gbs"].iloc[-1] == pytest.approx(2 ** 28 / (2 ** 28 / 300e9 + 2 * 7e-6) / 1e9)   # 295.4
     for fig in (views.plot_steps(run), views.plot_efficiency(run), views.plot_allreduce(run),
                 views.plot_predictions(m, "model")):
-        assert fig.axes and fig.texts[-1].get_text() in ("model", run.caption + " (two GPUs)")
+        assert fig.axes and fig.texts[-1].get_text().replace("\n", " ") in ("model", run.caption + " (two GPUs)")
     import matplotlib.pyplot as plt
     plt.close("all")
 
