@@ -271,7 +271,7 @@ Promise.all(images.map(i => { i.loading = 'eager'; return i.decode().catch(() =>
             right: i.getBoundingClientRect().right, clip: clip,
             code: code ? code.textContent.trim().split('\\n').slice(-1)[0].slice(0, 80) : '(in the text)'};
   }),
-  messages: outputs.map(o => o.innerText).filter(t => /Exercise [\\w.]+.*(: correct|exercise not solved yet)/.test(t)),
+  messages: outputs.flatMap(o => Array.from(o.children)).map(o => o.innerText).filter(t => /Exercise [\\w.]+.*(: correct|exercise not solved yet)/.test(t)),
 }));
 """
 
