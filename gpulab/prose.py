@@ -58,6 +58,15 @@ def known(**values) -> dict:
             for k, v in values.items()}
 
 
+def number(value, spec: str, unit: str = "") -> str:
+    """``value`` formatted with ``spec`` and followed by ``unit``, or :data:`NOT_MEASURED` when it is
+    missing (None or NaN): for a number the prose quotes from a run that may lack it, glued as text
+    (``{glue:text}`name``` with no format: myst-nb cannot format a string as a number)."""
+    if value is None or (isinstance(value, numbers.Real) and value != value):
+        return NOT_MEASURED
+    return f"{plain(value):{spec}}{unit}"
+
+
 def first(rows, column: str) -> float:
     """The first ``column`` value of ``rows`` (a DataFrame, or one row as a Series) as a float, or
     NaN when there is none (None or no row: the run skipped that step or batch)."""

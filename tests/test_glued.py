@@ -89,3 +89,29 @@ def test_a_name_glued_twice_is_named_before_the_site_build_fails_on_it():
     assert glued_values.glued_twice(nbformat.from_dict(new_notebook(cells=once))) == []
     again = once + [new_code_cell("glue(a=1)", outputs=[glue("a", "1")])]
     assert glued_values.glued_twice(nbformat.from_dict(new_notebook(cells=again))) == ["a"]
+
+
+def test_no_text_is_quoted_with_a_number_format():
+    """The site build (warnings as errors) fails on ``{glue:text}`name:.1f``` when ``name`` was glued
+    as text (a run that lacks the number glues :data:`gpulab.prose.NOT_MEASURED`): such a value is
+    glued already formatted (:func:`gpulab.prose.number`) and quoted without a format."""
+    import re
+    role = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+):([^`]+)`")
+    wrong = []
+    for chapter in CHAPTERS:
+        values = json.loads((glued_values.FIXTURES / f"{chapter}.json").read_text())
+        notebook = json.loads(next((ROOT / "book").glob(f"*/{chapter}.ipynb")).read_text())
+        for cell in notebook["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for name, spec in role.findall("".join(cell["source"])):
+                text = values.get(name, "")
+                if text[:1] in "'\"" and spec[-1:] in "fdeg%":
+                    wrong.append(f"{chapter}: {name}:{spec} is {text}")
+    assert not wrong, "text quoted with a number format (glue it formatted, with prose.number):\n" + "\n".join(wrong)
+
+
+def test_a_missing_number_reads_as_not_measured():
+    from gpulab.prose import NOT_MEASURED, number
+    assert number(13.24, ".1f", " µs") == "13.2 µs" and number(float("nan"), ".1f") == NOT_MEASURED
+    assert number(None, ".0f") == NOT_MEASURED and number(2, ",d") == "2"
