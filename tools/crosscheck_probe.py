@@ -1,0 +1,175 @@
+"""Why the lab's loop and Triton's do_bench disagree (issue 37): one GPU call, many timers.
+
+The trial runs of 2026-12-06 (labdata/trials/2026-12-06-queued-timing) found the cross-check off
+by more than 3% in two regimes: kernels of a few microseconds (events ~3.9 us, profiler 1.3 us,
+do_bench ~5 us) and 8192^3 GEMMs / convpool at batch 32 (the lab's loop 5-14% faster than do_bench
+and the profiler). This probe times the same calls every way the lab could, in interleaved rounds,
+and samples the SM clock and power (NVML, a thread at 1 kHz) while each timer runs, so that the
+criterion the cross-check applies can be chosen from data:
+
+* ``lab_cold`` / ``lab_warm``: gpulab.timing.benchmark, L2 flushed or not (queued behind a guard);
+* ``do_bench``: triton.testing.do_bench, median (256 MB zeroed before each call, calls queued);
+* ``stream_flushed``: do_bench's protocol with the lab's flusher (flush, start, call, end, no
+  host wait between calls, events read at the end);
+* ``stream_warm``: the same without the flush (calls back to back, one pair of events each);
+* ``burst``: 20 calls between one pair of events, divided by 20;
+* ``profiler``: the kernels' own durations (CUPTI through PyTorch's profiler), gpulab's method.
+
+Usage on the GPU machine: ``python tools/crosscheck_probe.py OUT_DIR [--quick]``; writes
+``crosscheck_probe.csv`` (one row per call, timer and round, with the clock and power seen) and
+prints the medians. Nothing here changes the GPU's settings.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpulab import device, timing  # noqa: E402
+
+
+class Sampler:
+    """The SM clock (MHz) and power (W) every millisecond while active (NVML)."""
+
+    def __init__(self):
+        nv = device._nvml_handle()
+        self.nv = nv
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self.samples.clear()
+        self._stop.clear()
+        if self.nv is not None:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def _run(self):
+        pynvml, h = self.nv
+        while not self._stop.is_set():
+            self.samples.append((pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                                 pynvml.nvmlDeviceGetPowerUsage(h) / 1000))
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self.nv is not None:
+            self.thread.join()
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {"sm_mhz": float("nan"), "power_w": float("nan")}
+        a = np.asarray(self.samples)
+        return {"sm_mhz": float(np.median(a[:, 0])), "power_w": float(np.median(a[:, 1]))}
+
+
+def stream_loop(fn, stream, *, flush: bool, calls: int = 100, warmup: int = 10) -> float:
+    """do_bench's protocol on ``stream``: (flush,) start, call, end, with no host wait between calls."""
+    import cupy
+    flusher = timing.L2Flusher.get()
+    for _ in range(warmup):
+        fn()
+    stream.synchronize()
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(calls)]
+    for start, end in events:
+        if flush:
+            flusher.flush(stream)
+        start.record(stream)
+        fn()
+        end.record(stream)
+    stream.synchronize()
+    return float(np.median([cupy.cuda.get_elapsed_time(s, e) for s, e in events]))
+
+
+def burst(fn, stream, calls: int = 20) -> float:
+    import cupy
+    fn()
+    stream.synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(10):
+        timing._guard(stream, timing.GUARD_MIN_US)
+        start.record(stream)
+        for _ in range(calls):
+            fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / calls)
+    return float(np.median(times))
+
+
+def calls(quick: bool):
+    """(name, fn) pairs: cuBLAS through CuPy and PyTorch at two sizes, and a kernel of ~1 us."""
+    import cupy
+    import torch
+    out = []
+    for n in ((4096,) if quick else (4096, 8192)):
+        a = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(cupy.float16)
+        b = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(cupy.float16)
+        c = cupy.empty((n, n), dtype=cupy.float16)
+        out.append((f"cupy.matmul fp16 {n}^3", lambda a=a, b=b, c=c: cupy.matmul(a, b, out=c)))
+        ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+        tc = torch.empty_like(ta)
+        out.append((f"torch.matmul fp16 {n}^3", lambda ta=ta, tb=tb, tc=tc: torch.matmul(ta, tb, out=tc)))
+    x = cupy.ones(1 << 16, dtype=cupy.float32)
+    y = cupy.zeros_like(x)
+    saxpy = cupy.RawKernel(r'''extern "C" __global__ void probe_saxpy(float a, const float *x, float *y, int n)
+        { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }''', "probe_saxpy")
+    out.append(("saxpy 65,536 (about 1 us)",
+                lambda: saxpy((256,), (256,), (np.float32(2), x, y, np.int32(x.size)))))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import cupy
+    from triton.testing import do_bench
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    timers = {
+        "lab_cold": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream).median_ms,
+        "lab_warm": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, stream=stream).median_ms,
+        "do_bench": lambda fn: float(do_bench(fn, warmup=25, rep=100, return_mode="median")),
+        "stream_flushed": lambda fn: stream_loop(fn, stream, flush=True),
+        "stream_warm": lambda fn: stream_loop(fn, stream, flush=False),
+        "burst": lambda fn: burst(fn, stream),
+        "profiler": lambda fn: timing._profiled_ms(fn, 1)[0],
+    }
+    rows = []
+    sampler = Sampler()
+    print(device.conditions(timing.describe_method()), flush=True)
+    for name, raw in calls(args.quick):
+        fn = timing._on_stream(raw, stream)
+        for r in range(args.rounds):
+            for timer, measure in timers.items():
+                with sampler:
+                    try:
+                        ms, note = measure(fn), ""
+                    except Exception as exc:          # noqa: BLE001 (the row says why)
+                        ms, note = float("nan"), f"{type(exc).__name__}: {exc}"[:200]
+                rows.append({"call": name, "timer": timer, "round": r, "ms": ms, **sampler.summary(), "note": note})
+                print(f"{name:28s} {timer:15s} round {r}: {ms:.5f} ms at {rows[-1]['sm_mhz']:.0f} MHz, "
+                      f"{rows[-1]['power_w']:.0f} W {note}", flush=True)
+    df = pd.DataFrame(rows)
+    df.to_csv(args.out / "crosscheck_probe.csv", index=False)
+    table = df.groupby(["call", "timer"], sort=False)[["ms", "sm_mhz", "power_w"]].median().reset_index()
+    base = table[table.timer == "do_bench"].set_index("call")["ms"]
+    table["of_do_bench"] = table.ms / table.call.map(base)
+    print(table.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
