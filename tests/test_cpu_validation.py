@@ -1,6 +1,6 @@
 """The CPU backend's counters against the H100's recorded Nsight Compute figures (issue #11).
 
-The full comparison (python -m gpulab.cpu.validation write) is saved in
+The full comparison (python -m gpulab.counter_validation write) is saved in
 labdata/cpu_counters_vs_h100.csv and shown in the appendix, with the reasons
 for the rows that disagree.  Here the launches whose machine code does what
 the CUDA C source says (no 128-bit vector loads or loads kept in registers by
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from gpulab.cpu import validation
+from gpulab import counter_validation as validation
 
 #: The recount (six instrumented launches, ~18 CPU-s) is left out of the quick loop (-m "not slow").
 pytestmark = pytest.mark.slow

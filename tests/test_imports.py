@@ -141,3 +141,13 @@ def test_the_checks_find_cycles_at_the_top_inside_functions_and_through_a_packag
     assert hidden_cycles(graph, local) == {
         ("lab.fit", "lab.views"): "lab.fit line 2: lab.fit -> lab.views -> lab.chapter -> lab.fit",
         ("lab.views", "lab.chapter.record"): "lab.views line 2: lab.views -> lab.chapter.record -> lab.views"}
+
+
+def test_the_cpu_backend_never_imports_a_chapter():
+    """The CPU backend sits under the kernels: nothing in gpulab.cpu reaches up into the chapters
+    (the counters' comparison with the H100, which runs chapter kernels, is gpulab.counter_validation)."""
+    graph, local = imports(paths.REPO, "gpulab")
+    upward = {(a, b) for a, deps in graph.items() if a.startswith("gpulab.cpu") for b in deps
+              if b.startswith("gpulab.workloads")}
+    upward |= {(a, b) for a, b, _ in local if a.startswith("gpulab.cpu") and b.startswith("gpulab.workloads")}
+    assert upward == set()

@@ -7,7 +7,7 @@ access pattern (fcnet: n = 1000 vectors; AlexNet: the same image, filter,
 stride and padding with 8 channels and 16 filters, N = 1).  Sectors per
 request and bank conflicts per vector or per wavefront do not depend on the
 size, so :func:`comparison` sets them side by side.  ``python -m
-gpulab.cpu.validation write`` saves the table the appendix shows.
+gpulab.counter_validation write`` saves the table the appendix shows.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from .. import paths
+from . import paths
 
 RUNS = paths.REPO / "labdata" / "runs" / "nvidia-h100-80gb-hbm3"
-#: The comparison as last computed (python -m gpulab.cpu.validation write): the appendix shows it.
+#: The comparison as last computed (python -m gpulab.counter_validation write): the appendix shows it.
 TABLE = paths.REPO / "labdata" / "cpu_counters_vs_h100.csv"
 FCNET_N = 1000
 ALEXNET_N = 1
@@ -34,7 +34,7 @@ def alexnet_layer(index: int):
     image), so that the CPU backend runs it in seconds."""
     from dataclasses import replace
 
-    from ..workloads import alexnet
+    from .workloads import alexnet
     layer = alexnet.LAYERS[index - 1]
     if index == 1:   # 131 x 131: 31 x 31 outputs, more than the 28 x 28 block, as on the full image
         return replace(layer, H=131, W=131, M=4)
@@ -45,9 +45,9 @@ def launches(backend: str = "cpu", fcnet_steps=None, alexnet_runs=None):
     """(chapter, step, layer, function running the step's launches) for every
     launch the recorded H100 profiles cover (tensor-core steps left out), or
     only the fcnet steps and AlexNet (layer, step) runs given."""
-    from ..kernels import get_backend
-    from ..workloads import alexnet, fcnet
-    from ..workloads.fcnet.steps import _resolve
+    from .kernels import get_backend
+    from .workloads import alexnet, fcnet
+    from .workloads.fcnet.steps import _resolve
     be = get_backend(backend)
     out = []
     weights = fcnet.make_weights()
@@ -91,7 +91,7 @@ def _sequence(calls):
 
 def cpu_counts(**which) -> pd.DataFrame:
     """The counters of :func:`launches` on the CPU backend: one row per kernel launch."""
-    from . import checking, counting
+    from .cpu import checking, counting
     rows = []
     for chapter, step, layer, run in launches("cpu", **which):
         with counting() as counted, checking(time_limit_s=None):
@@ -103,7 +103,7 @@ def cpu_counts(**which) -> pd.DataFrame:
 
 
 def _recorded() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from ..workloads import fcnet
+    from .workloads import fcnet
     fc = pd.read_csv(RUNS / "fcnet.profile.csv")
     fc = fc[fc["case"] == "large"] if "case" in fc.columns else fc
     fc = fc.assign(n=fcnet.SIZES["large"])
@@ -167,7 +167,7 @@ def fcnet_beside_recorded(run, steps):
     shared-load bank conflicts per vector for ``steps``, and the same counters
     computed now by the CPU backend from the kernels as they are on disk (so
     a reader's edit shows)."""
-    from ..workloads import fcnet
+    from .workloads import fcnet
     source = fcnet.profile_run(run)
     profile = source.tables["profile"]
     recorded = profile[profile["step"].isin(list(steps))].reset_index(drop=True)
@@ -188,7 +188,7 @@ def fcnet_beside_recorded(run, steps):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gpulab.cpu.validation")
+    parser = argparse.ArgumentParser(prog="python -m gpulab.counter_validation")
     parser.add_argument("what", choices=["compare", "write"],
                         help="compare: print the table; write: also save it where the appendix reads it")
     args = parser.parse_args(argv)
