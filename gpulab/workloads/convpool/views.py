@@ -214,6 +214,30 @@ def gpu_comparison(N: int = 1, root=None):
                               f"({'one image' if N == 1 else f'N = {N}'})")
 
 
+def gpu_comparison_numbers(gpus: pd.DataFrame, gpus32: pd.DataFrame, h100_profile: pd.DataFrame | None) -> dict:
+    """What the prose says of the H200 against the H100, for ``glue``: from :func:`gpu_comparison`'s
+    tables at one image (``gpus``) and at 32 (``gpus32``), and the H100 run's profile of step 8
+    (its tensor pipe and DRAM traffic; NaN without a profile)."""
+    at32 = gpus32.set_index("variant")
+    mine = gpus[~gpus["variant"].str.startswith("cuDNN")].set_index("variant")
+    cudnn = gpus[gpus["variant"].str.startswith("cuDNN")]
+    fp32_steps = mine[mine.index.str[:2].isin(["01", "02", "03", "04", "05", "06", "07"])]
+    fp32_nchw = "cuDNN (PyTorch) fp32, NCHW, conv + ReLU + maxpool 2/2"
+    step8, step9 = STEP["08"].label, STEP["09"].label
+    p8 = h100_profile.set_index("step").loc["08"] if h100_profile is not None else None
+    return dict(
+        gpu2_max_memory_use=gpus["memory_use_a"].max(),
+        gpu2_steps_spread=(fp32_steps["ratio"] - 1).abs().max(),
+        gpu2_step8_1=mine.loc[step8, "ratio"], gpu2_step8_32=at32.loc[step8, "ratio"],
+        gpu2_step9_1=mine.loc[step9, "ratio"], gpu2_step9_32=at32.loc[step9, "ratio"],
+        gpu2_cudnn_low=cudnn[~cudnn["variant"].str.contains(" fp32,")]["ratio"].min(),
+        gpu2_cudnn_fp32_1=cudnn[cudnn["variant"].str.contains(" fp32,")]["ratio"].min(),
+        gpu2_cudnn_fp32_32=at32.loc[fp32_nchw, "ratio"], gpu2_cudnn_fp32_32_use=at32.loc[fp32_nchw, "compute_use_a"],
+        gpu2_step8_tensor=p8["tensor_pipe_pct"] if p8 is not None else float("nan"),
+        gpu2_step8_dram_gbs=((p8["dram_bytes_read"] + p8["dram_bytes_write"]) / p8["duration_ns"] if p8 is not None
+                             else float("nan")))
+
+
 def vendor_ms(run, N: int, precision: str, column: str = "median_ms") -> float:
     """The fastest cuDNN path of ``precision``'s class at batch ``N``, in ms (NaN when the run has
     none); ``column="rel_error"``: that path's error against the float64 reference."""

@@ -281,3 +281,91 @@ def one_stream_ms(lanes: pd.DataFrame, step: str) -> dict:
     busy = (rows["end_ms"] - rows["start_ms"]).groupby(rows["kind"]).sum()
     return {"h2d_ms": float(busy.get("h2d", 0.0)), "kernel_ms": float(busy.get("kernel", 0.0)),
             "d2h_ms": float(busy.get("d2h", 0.0))}
+
+
+def layer_ms(ladder: pd.DataFrame, step: str, layer: str, n: int = 10_000, phase: str = "layer") -> float:
+    """One step's median time (ms) for one layer, batch and phase; NaN where the run skipped it."""
+    from ...prose import first
+    row = ladder[(ladder["step"] == step) & (ladder["layer"] == layer) & (ladder["size"] == n)
+                 & (ladder["phase"] == phase)]
+    return first(row, "median_ms")
+
+
+def counter(profile: pd.DataFrame | None, step: str, layer: str, name: str) -> float:
+    """One profiler counter of the run (NaN for a run made without Nsight Compute, or without that counter)."""
+    if profile is None or name not in profile:
+        return float("nan")
+    return float(profile[(profile["step"] == step) & (profile["layer"] == layer)][name].iloc[0])
+
+
+def cudnn_convs(ladder: pd.DataFrame) -> pd.DataFrame:
+    """cuDNN's rows of the convolution alone (phase ``conv``), every precision and layout."""
+    return ladder[baselines.is_vendor(ladder) & (ladder["phase"] == "conv")]
+
+
+def step13_numbers(run, ladder: pd.DataFrame, forward: pd.DataFrame, profile: pd.DataFrame | None,
+                   bandwidth: float, N: int = 10_000) -> dict:
+    """What the prose says of step 13 (both layers on the tensor cores), for ``glue``: its times against
+    step 11, the target and cuDNN's fp16 paths (padded and as given), the whole forward pass against
+    PyTorch's, its floors (tensor cores, memory, a fused conv1-conv2), the profile's counters and the
+    accuracy change; a number the run did not measure is :data:`gpulab.prose.NOT_MEASURED`."""
+    from ... import datasheet
+    from ...prose import first, known, whole
+    from .network import CONV1, CONV2
+    from .steps import MMA_FLOPS, MMA_PER_IMAGE
+    fp16_bytes = {"conv1": CONV1.bytes(N, 2, fused=True, x_itemsize=4), "conv2": CONV2.bytes(N, 2, fused=True)}
+    # conv1 -> conv2 in one kernel: images in, pool2 out
+    fused_bytes = (CONV1.bytes(N, 2, fused=True, x_itemsize=4) - 2 * np.prod(CONV1.pooled_shape(N))
+                   + 2 * np.prod(CONV2.pooled_shape(N)))
+    sheet = datasheet.lookup(run.gpu)
+    tensor_tflops = sheet.fp16_tensor_tflops if sheet else float("nan")
+    mma_flops = {k: v * N * MMA_FLOPS for k, v in MMA_PER_IMAGE.items()}
+
+    def ms(step, layer):
+        return layer_ms(ladder, step, layer, N)
+
+    s13 = {layer: ms("13", layer) for layer in ("conv1", "conv2")}
+    s13_total = s13["conv1"] + s13["conv2"]
+    at_n = (ladder["size"] == N).any()
+    vendor16_conv, vendor16_paths = vendor_convs_ms(ladder, N, "fp16", "conv") if at_n else (float("nan"), "")
+    vendor16_given, _ = vendor_convs_ms(ladder, N, "fp16", "conv", padded=False) if at_n else (float("nan"), "")
+    cudnn16_conv = cudnn_convs(ladder)
+
+    def cudnn16(layer, padded, n=N):      # the fastest fp16 cuDNN path of one layer, padded or as given (ms)
+        rows = cudnn16_conv[is_padded(cudnn16_conv) == padded]
+        return first(baselines.fastest(rows, "fp16", size=n, layer=layer), "median_ms")
+
+    def count(step, layer, name):
+        return counter(profile, step, layer, name)
+
+    memory_floor = sum(fp16_bytes.values()) / (bandwidth * 1e9) * 1e3
+    conv2_floor = max(fp16_bytes["conv2"] / (bandwidth * 1e9), mma_flops["conv2"] / (tensor_tflops * 1e12)) * 1e3
+    fwd = {step: forward[(forward["step"] == step) & (forward["size"] == N)] for step in ("12", "13", "13g")}
+    pytorch16 = baselines.fastest(forward, "fp16", size=N)
+    return dict(
+        pytorch16_path=pytorch16["variant"] if pytorch16 is not None else "not measured",
+        cudnn16_paths=vendor16_paths or "not measured",
+        **known(s13_conv1=s13["conv1"], s13_conv2=s13["conv2"], s13_total=s13_total,
+                s13_vs_s11=(ms("11", "conv1") + ms("11", "conv2")) / s13_total,
+                s13_conv1_vs_s11=ms("11", "conv1") / s13["conv1"], s13_conv2_vs_s11=ms("11", "conv2") / s13["conv2"],
+                s13_under_target=TARGETS["fp16_convs_ms"] / s13_total, s13_x_cudnn=vendor16_conv / s13_total,
+                cudnn_fp16_convs=vendor16_conv, cudnn_fp16_convs_given=vendor16_given,
+                cudnn_padded_conv1=cudnn16("conv1", True), cudnn_given_conv1=cudnn16("conv1", False),
+                cudnn_padded_conv2=cudnn16("conv2", True), cudnn_given_conv2=cudnn16("conv2", False),
+                cudnn_padded_conv1_1k=cudnn16("conv1", True, 1_000), cudnn_given_conv1_1k=cudnn16("conv1", False, 1_000),
+                s13_forward=first(fwd["13"], "median_ms"), s13g_forward=first(fwd["13g"], "median_ms"),
+                pytorch16_forward=first(pytorch16, "median_ms"),
+                s13g_x_pytorch=first(pytorch16, "median_ms") / first(fwd["13g"], "median_ms"),
+                s13_tensor_floor=sum(mma_flops.values()) / (tensor_tflops * 1e12) * 1e3, s13_memory_floor=memory_floor,
+                s13_fused_floor=fused_bytes / (bandwidth * 1e9) * 1e3,
+                s13_conv1_bw=fp16_bytes["conv1"] / (s13["conv1"] * 1e-3) / (bandwidth * 1e9),
+                s13_conv2_bw=fp16_bytes["conv2"] / (s13["conv2"] * 1e-3) / (bandwidth * 1e9),
+                s13_conv2_floor=conv2_floor, s13_wgmma_gain=s13["conv2"] - conv2_floor,
+                s13_wgmma_share=(s13["conv2"] - conv2_floor) / s13_total,
+                s13_image_share=4 * np.prod(CONV1.x_shape(N)) / fp16_bytes["conv1"],
+                s13_accuracy_change=100 * (first(fwd["13"], "accuracy") - first(fwd["12"], "accuracy")),
+                s13_changed=whole((1 - first(fwd["13"], "agree_with_reference")) * N),
+                p13_tensor_conv1=count("13", "conv1", "tensor_pipe_pct"),
+                p13_tensor_conv2=count("13", "conv2", "tensor_pipe_pct"),
+                p13_issue_conv1=count("13", "conv1", "issue_slots_busy_pct"),
+                p13_instr_conv2=count("13", "conv2", "warp_instructions") / count("11", "conv2", "warp_instructions")))

@@ -516,3 +516,40 @@ class DataParallel:
 
     def params(self) -> dict:
         return self.replicas[0].params() if self.replicas else dict(self.params0)
+
+
+def compare_forms(forms: dict, backend=None, vocab: int = 1001, batch: int = 74, steps: int = 3,
+                  lr: float = 0.1, stream: int = 300):
+    """Train each data-parallel form ``{name: (replicas, bucketed, form)}`` (see :class:`DataParallel`)
+    for ``steps`` SGD steps of ``batch`` documents from one corpus of a ``vocab``-word vocabulary, from
+    the same initial parameters, and compare every parameter's total update (after less before) with the
+    float64 reference's (``training.reference.train``) and with the first form's, which should be one
+    replica on the whole batch: one row per form, with its last loss, the two largest relative errors
+    and whether its replicas stayed bit-identical after every step."""
+    import pandas as pd
+
+    from ..training import data
+    corpus = data.sample(batch * steps, vocab, stream=stream)
+    p0 = reference.init_params(vocab)
+    ref_params, _ = reference.train(corpus, p0, batch, steps, lr=lr)
+    backend = get_backend(backend)
+
+    def train(n, bucketed, form):
+        dp = DataParallel(p0, n, backend, lr=lr, bucketed=bucketed, form=form)
+        losses, identical = [], True
+        for s in range(steps):
+            losses.append(dp.step(corpus.rows(s * batch, (s + 1) * batch)))
+            identical &= dp.identical()
+        return dp.params(), np.array(losses), identical
+
+    def update_error(params, ref):
+        # the largest relative error of any parameter's total update W_after - W_before
+        return max(np.linalg.norm(params[k].astype(np.float64) - ref[k]) / np.linalg.norm(ref[k] - p0[k])
+                   for k in PARAMS)
+
+    results = {name: train(*args) for name, args in forms.items()}
+    first = {k: v.astype(np.float64) for k, v in next(iter(results.values()))[0].items()}
+    return pd.DataFrame([{"variant": name, f"loss after {steps} steps": losses[-1],
+                          "update vs float64 reference": update_error(params, ref_params),
+                          "update vs 1 replica": update_error(params, first), "replicas bit-identical": same}
+                         for name, (params, losses, same) in results.items()])

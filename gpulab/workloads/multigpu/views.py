@@ -16,6 +16,7 @@ import pandas as pd
 from ... import plots, predictions
 from ...errors import RecordedRunError
 from ...runs import RecordedRun, available_runs, load_run
+from ..training import data as training_data
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
@@ -762,3 +763,436 @@ def plot_ring(model: costmodel.RingModel, nbytes: int, p: int, caption: str, mea
     fig.subplots_adjust(top=0.78)
     return plots._finish(fig, sched, f"The ring all-reduce of {nbytes / 1e6:.1f} MB on {p} GPUs, step by step",
                          caption, whole_figure=True)
+
+
+# What the prose quotes. Each ``show_*`` function displays a section's tables (and figures) of a
+# run; each ``*_numbers`` function returns the values that section's prose quotes, by name, for
+# ``gpulab.prose.glue(**...)``: the notebook's cells stay a few lines, and every sentence the run
+# decides is built here, where a test can call it on a synthetic run.
+
+#: The all-reduce's per-step latency the cost model assumes while no two-GPU run is recorded.
+ASSUMED_ALPHA_US = 5.0
+
+
+def _display(*objects):
+    from IPython.display import display
+    display(*objects)
+
+
+def show_sweep(run: RecordedRun) -> None:
+    """The overlap sweep's tables: every configuration's time, what the run kept, the NCCL settings
+    (at the largest batch and per batch) and the plain step's two forms."""
+    sweep, nccl, nccl_by = overlap_table(run), nccl_table(run), nccl_by_batch(run)
+    _display(sweep.style.format(precision=4).highlight_min(axis=0, props="font-weight: bold")
+             .set_caption("The sweep: time per step (ms, the slower GPU's median) of the plain step in both forms "
+                          "and of the bucketed step in every configuration, " + run.caption))
+    _display(kept(run).style.set_caption("What the run kept at each batch"))
+    _display(nccl.style.format(precision=4).hide(axis="index")
+             .set_caption("NCCL settings at the largest batch, each in fresh processes, " + run.caption))
+    if nccl_by is not None:
+        _display(nccl_by.style.format(precision=4).highlight_min(axis=1, props="font-weight: bold")
+                 .set_caption("The fastest two-GPU step through NCCL (ms, the slower GPU's median) under each NCCL "
+                              "setting, at every batch, each setting in fresh processes; the run keeps each batch's "
+                              "fastest setting, " + run.caption))
+    forms = forms_table(run)
+    if forms is not None:
+        _display(forms.style.format({**{c: "{:.4f}" for c in forms.select_dtypes("floating").columns},
+                                     "saved (µs)": "{:.1f}"})
+                 .set_caption("The plain step with the gradient summed or the parameters averaged (each in its faster "
+                              "launch form; ms, the slower GPU's median in the sweep), " + run.caption))
+
+
+def _param_numbers(forms: pd.DataFrame | None) -> dict:
+    """What averaging the parameters did to the plain step (the sweep's forms table)."""
+    if forms is None:
+        return dict(param_saved_min_us=float("nan"), param_saved_max_us=float("nan"),
+                    param_verdict="this run was recorded before the parameter-averaging form existed, so it does "
+                                  "not time it")
+    won, lost = forms["saved (µs)"][forms["saved (µs)"] > 0], forms["saved (µs)"][forms["saved (µs)"] <= 0]
+    return dict(param_saved_min_us=float(forms["saved (µs)"].min()), param_saved_max_us=float(forms["saved (µs)"].max()),
+                param_verdict=f"averaging the parameters made the plain step faster at {len(won)} of {len(forms)} batch "
+                              f"sizes" + (f" (B = {', '.join(f'{b:,}' for b in won.index)}, by {won.min():.0f} to "
+                                          f"{won.max():.0f} µs)" if len(won) else "") +
+                              (f" and slower at B = {', '.join(f'{b:,}' for b in lost.index)} (by {-lost.max():.0f} to "
+                               f"{-lost.min():.0f} µs), where the gradient form's fastest plain step "
+                               "was faster" if len(lost) else ""))
+
+
+def _nccl_verdict(k: pd.DataFrame, nccl: pd.DataFrame, nccl_by: pd.DataFrame | None) -> str:
+    """Which NCCL setting the run kept, and what the largest batch's would have cost a small batch."""
+    if nccl_by is not None:
+        small, big_b = int(k.index.min()), int(k.index.max())
+        mine, theirs = nccl_by.loc[small, k.loc[small, "nccl"]], nccl_by.loc[small, k.loc[big_b, "nccl"]]
+        return ("of NCCL's settings the run kept " + "; ".join(
+                    f"{setting} at B = {', '.join(f'{b:,}' for b in k.index[k['nccl'] == setting])}"
+                    for setting in dict.fromkeys(k["nccl"]))
+                + f" (at each batch the fastest step through NCCL; the table above the timeline): at B = {small:,} the "
+                f"largest batch's setting ({k.loc[big_b, 'nccl']}) would have made that step "
+                f"{(theirs - mine) * 1e3:.1f} µs slower ({theirs:.4f} against {mine:.4f} ms)")
+    chosen = k["nccl"].iloc[0]
+    plain = nccl.set_index("NCCL settings")["plain step (ms)"]
+    if chosen == "NCCL defaults":
+        return (f"NCCL's channel and thread settings did not help: the run kept {chosen}, and the slowest setting "
+                f"made the plain step {nccl['plain step (ms)'].max() / nccl['plain step (ms)'].min():.2f}x slower")
+    return (f"of NCCL's settings the run kept {chosen}, whose plain step took {plain.loc[chosen]:.4f} ms at the "
+            f"largest batch against {plain.loc['NCCL defaults']:.4f} ms with NCCL's defaults (a difference of "
+            f"{abs(plain.loc[chosen] - plain.loc['NCCL defaults']) * 1e3:.1f} µs, to be set against the run's own "
+            "spread, below); the record keeps the setting whose fastest bucketed step is fastest there "
+            f"({nccl['fastest bucketed step (ms)'].min():.4f} ms, against "
+            f"{nccl.set_index('NCCL settings').loc['NCCL defaults', 'fastest bucketed step (ms)']:.4f} ms with the "
+            "defaults), and uses it at every batch: what it does to the smaller batches' steps, where the overlap "
+            "target is judged, this run does not measure")
+
+
+def sweep_numbers(run: RecordedRun) -> dict:
+    """What the prose says of the sweep: the parameter form, the persistent grids, the priorities,
+    NCCL's settings and the plain step's split form."""
+    sweep, k = overlap_table(run), kept(run)
+    # configurations swept at both priorities (the parameter form's only at high priority)
+    high = sweep[sweep.index.str.endswith("high priority")
+                 & sweep.index.str.replace("high priority", "equal priority").isin(sweep.index)]
+    equal = sweep.rename(index=lambda v: v.replace("equal priority", "high priority")).loc[high.index]
+    pairs = (high / equal - 1).stack()        # high against equal priority, every configuration and batch
+    split = sweep.loc["one all-reduce, split gradient"] / sweep.loc["one all-reduce, step 9's gradient kernel"]
+    steps = step_table(run)
+    split_one = steps[ONE_GPU_SPLIT] / steps[ONE_GPU_REPLICA]
+    persistent = int(k["label"].str.contains("per SM").sum())     # a persistent grid beside the all-reduce
+    bucketed = sweep[sweep.index.str.startswith("bucketed") & ~sweep.index.str.contains("not overlapped")]
+    per_doc = bucketed[~bucketed.index.str.contains("per SM")].min()
+    persistent_best = bucketed[bucketed.index.str.contains("per SM")].min()
+    return dict(
+        **_param_numbers(forms_table(run)),
+        kept_persistent=f"{persistent} of {len(k)}", persistent_gain=float((1 - persistent_best / per_doc).max()),
+        priority_verdict=(("stream and node priorities made no consistent difference" if pairs.abs().median() < 0.01
+                           else "stream and node priorities made a difference") +
+                          f": over every configuration and batch, high priority and equal priority differ by a median "
+                          f"of {pairs.abs().median():.2%} (at most {pairs.abs().max():.1%}), and high priority is the "
+                          f"faster in {int((pairs < 0).sum())} of {len(pairs)} pairs"),
+        nccl_verdict=_nccl_verdict(k, nccl_table(run), nccl_by_batch(run)),
+        split_big=float(split.loc[split.index.max()]), split_one_big=float(split_one.loc[split_one.index.max()]),
+        split_where=split_verdict(run), streams_verdict=streams_verdict(run),
+        split_kept="the plain step keeps " + "; ".join(
+            f"{form} at B = {', '.join(f'{b:,}' for b in k.index[k['plain'] == form])}"
+            for form in dict.fromkeys(k["plain"])))
+
+
+def _timeline_batches(run: RecordedRun) -> tuple[int, int, list[int]]:
+    """The timeline's largest and smallest batch, and those between (where the all-reduce is a large
+    share of the step)."""
+    batches = set(run.tables["timeline"]["batch"])
+    big, small = int(max(batches)), int(min(batches))
+    return big, small, sorted(batches - {big, small})
+
+
+def show_timelines(run: RecordedRun) -> None:
+    """One step on both GPUs at the largest batch and at those between, and what separates two GPUs
+    from half of one at the largest batch."""
+    big, _, mids = _timeline_batches(run)
+    for b in [big, *mids]:
+        plot_timeline(run, b)
+        plt.show()
+    _display(scaling_budget(run).style.format({"ms": "{:.4f}", "vs one GPU": "{:.3f}"}).hide(axis="index")
+             .set_caption(f"What separates two GPUs from half of one at B = {big:,}, " + run.caption))
+
+
+def _run_spread(run: RecordedRun, big: int, s: pd.DataFrame, k: pd.DataFrame) -> list[float]:
+    """The run's own spread at the largest batch: the kept plain step (its form, NCCL setting) timed in the
+    NCCL-settings pass, in the sweep and in the final timing, three timings of the same configuration."""
+    plain_kept, nccl_kept = k.loc[big, "plain"], k.loc[big, "nccl"]
+    same = run.timings[(run.timings["size"] == big) & run.timings["experiment"].isin(["nccl settings", "overlap"])
+                       & run.timings["variant"].str.endswith(f"one all-reduce, {plain_kept}; {nccl_kept}")]
+    col = "slowest_rank_ms" if "slowest_rank_ms" in same else "median_ms"
+    return list(same[col]) + [float(s.loc[big, PLAIN])]
+
+
+def _room_verdict(label: str, fused: bool, ar_beside: float, ar_ref: float, ar_alone_us: float) -> str:
+    """Why the all-reduce beside the scatter takes longer than alone, as far as the run can say."""
+    if fused:
+        return (f"The peer update beside the scatter ({label}, the timeline's configuration) takes "
+                f"{ar_beside / ar_ref:.1f} times the plain step's peer update: it runs on fewer SMs, shares L2 and "
+                "memory bandwidth with the scatter's atomics, and each of its blocks waits at its flags for the other "
+                "GPU's (the timeline does not separate these); what the step gains depends only on how much of it "
+                "ends inside the scatter.")
+    if "per SM" not in label:
+        return ("The timeline's configuration fills every SM with the scatter's blocks, so it cannot tell whether "
+                "NCCL's blocks wait for SMs or for L2 and memory.")
+    return (f"Even with {'SMs left to NCCL' if 'on all but' in label else 'room left on every SM'} ({label}, the "
+            f"timeline's configuration), the all-reduce beside the scatter takes {ar_beside / ar_alone_us:.1f} times "
+            "its time alone" + (": this points to what the two share, L2 and memory bandwidth under the scatter's "
+                                "atomics, rather than to NCCL's blocks waiting for SMs."
+                                if ar_beside > 1.5 * ar_alone_us else "."))
+
+
+def timeline_numbers(run: RecordedRun) -> dict:
+    """What the prose says of the timelines and the largest batch: where the two-GPU step's time goes,
+    the scaling target's verdict and margin, and the overlap target's."""
+    big, small_b, mids = _timeline_batches(run)
+    s, budget, k = scaling_table(run), scaling_budget(run), kept(run)
+    gpus = sorted(set(run.tables["timeline"]["gpu"]))
+
+    def span(*a, **kw):
+        return timeline_span(run, *a, **kw)
+
+    tl = timeline(run)      # the parameter form's "all-reduce (average): X" named "all-reduce: X"
+    big_tl = tl[tl["batch"] == big]
+    last = big_tl[(big_tl["mode"] == "bucketed") & big_tl["operation"].str.startswith("gradient: W1 rows 0-")]
+    alone = allreduce_table(run)
+    grad_row = alone.iloc[(alone["bytes"] - 4 * Layout(VOCAB).size).abs().argsort().iloc[0]]
+
+    def ms(name):
+        return float(budget.set_index("step").loc[name, "ms"])
+
+    one_big, target_ms = s.loc[big, "1 GPU (fastest)"], SCALING_TARGET * s.loc[big, "1 GPU (fastest)"]
+    best_two = min(s.loc[big, PLAIN], s.loc[big, BUCKETED])
+    ratio = best_two / one_big
+    heavy = s[s["all-reduce share of plain step"] > OVERLAP_SHARE]
+    wins = [int(b) for b in heavy.index if heavy.loc[b, BUCKETED] < heavy.loc[b, PLAIN]]
+    losses = [int(b) for b in heavy.index if int(b) not in wins]
+
+    def fmt(bs):
+        return ", ".join(f"{b:,}" for b in bs) or "none"
+
+    def by(bs):
+        return ", ".join(f"{b:,} ({abs(heavy.loc[b, BUCKETED] - heavy.loc[b, PLAIN]) * 1e3:.1f} µs)" for b in bs) or "none"
+
+    pieces = run.experiment("pieces")
+
+    def piece(name, b):
+        return float(pieces[(pieces["variant"] == f"1 GPU: {name}") & (pieces["size"] == b)]["median_ms"].iloc[0]) * 1e3
+
+    # The all-reduces of every bucket but the last (the frequent words, W1's rows from 0):
+    early = big_tl[(big_tl["mode"] == "bucketed") & big_tl["operation"].str.startswith("all-reduce: W1 rows")
+                   & ~big_tl["operation"].str.startswith("all-reduce: W1 rows 0-")]
+    big_ar_end = float(early["end_us"].max())
+    plain_kept, nccl_kept = k.loc[big, "plain"], k.loc[big, "nccl"]
+    timings_big = _run_spread(run, big, s, k)
+    spread_us = (max(timings_big) - min(timings_big)) * 1e3
+    # What a sparse all-reduce could save: the share of W1's rows a batch touches (this corpus, no GPU needed).
+    sample = training_data.sample(max(s.index), VOCAB, stream=400)
+    touched = {int(b): float(np.unique(sample.rows(0, int(b)).indices).size / VOCAB) for b in s.index}
+    replica_us = (ms(budget["step"].iloc[2]) - ms(budget["step"].iloc[1])) * 1e3
+    ar_beside = max(span(big, "bucketed", "all-reduce: W1 rows", gpu=g) for g in gpus)
+    # The bucketed step kept at the largest batch: NCCL's all-reduce, or the peer update (06_peer_update.cu),
+    # whose time alone is the plain step's peer update of the whole buffer (nothing beside it).
+    fused = PEER in k.loc[big, "label"]
+    ar_plain = min(span(big, "plain", "all-reduce", gpu=g) for g in gpus)
+    ar_alone_us = grad_row["median_ms"] * 1e3
+    ar_ref = ar_plain if fused else ar_alone_us
+    mid_timeline = " ".join(
+        f"The second timeline is one step at B = {b:,}, where the all-reduce is "
+        f"{s.loc[b, 'all-reduce share of plain step']:.0%} of the plain step: there the rare-word bucket's all-reduce "
+        f"takes {max(span(b, 'bucketed', 'all-reduce: W1 rows', gpu=g) for g in gpus):.0f} µs beside the scatter, and "
+        f"the bucketed step ends at {max(span(b, 'bucketed', '', gpu=g, edge='end') for g in gpus):.0f} µs against the "
+        f"plain step's {max(span(b, 'plain', '', gpu=g, edge='end') for g in gpus):.0f} µs (eager steps, each operation "
+        "between two events, which the CUDA-graph timings above do not carry)." for b in mids)
+    bucketed_over_compute_us = (s.loc[big, BUCKETED] - ms(budget["step"].iloc[2])) * 1e3
+    if bucketed_over_compute_us >= 0.5:
+        bucketed_vs_compute = f"costs {bucketed_over_compute_us:.0f} µs more than the computation alone"
+    elif fused:
+        bucketed_vs_compute = (f"takes {-bucketed_over_compute_us:.0f} µs less than the computation alone, which "
+                               "includes the update pass (02_update_and_zero.cu) that the fused kernels do not need")
+    else:
+        bucketed_vs_compute = f"takes {-bucketed_over_compute_us:.0f} µs less than the computation alone"
+    # W1's scatter in the plain step: "gradient: whole" (step 9's one launch), "gradient: W1" (split), or
+    # inside "forward + backward to dZ1, gradient: W1" (the gradient in the forward kernel)
+    scatters = ["gradient: whole", "gradient: W1", "forward + backward to dZ1, gradient: W1"]
+    plain_tl = big_tl[big_tl["mode"] == "plain"]
+    whole_us = max(float((lambda o: (o["end_us"] - o["start_us"]).max())(
+        plain_tl[(plain_tl["gpu"] == g) & plain_tl["operation"].isin(scatters)])) for g in gpus)
+    bucketed_tl = big_tl[big_tl["mode"] == "bucketed"]
+    small_ops = bucketed_tl[bucketed_tl["operation"].str.startswith("gradient")
+                            & bucketed_tl["operation"].str.contains("W2")]
+    small_us = float((small_ops["end_us"] - small_ops["start_us"]).max())
+    small_with_bucket = bool((bucketed_tl["operation"].str.startswith("gradient: W1 rows")
+                              & bucketed_tl["operation"].str.contains("W2")).any())
+    replica_verdict = (f"costs {replica_us:.0f} µs more than step 10 on half the batch" if replica_us >= 0.5 else
+                       f"takes {-replica_us:.0f} µs less than step 10 on half the batch (the two GPUs lose nothing "
+                       "to the replicas' own form of the step)" if replica_us <= -0.5 else
+                       "takes as long as step 10 on half the batch")
+    overlap_saves = s.loc[big, "overlap saves (ms)"]
+    overlap_summary = (f"the bucketed step beat the plain one wherever the all-reduce is more than {OVERLAP_SHARE:.0%} "
+                       "of the step, meeting the chapter's overlap target" if not losses else
+                       (f"the bucketed step beat the plain one at B = {fmt(wins)} and lost at B = {fmt(losses)}"
+                        if wins else f"the bucketed step lost to the plain one at B = {fmt(losses)}")
+                       + f", where the all-reduce is more than {OVERLAP_SHARE:.0%} of the step: the chapter's "
+                       "overlap target is missed there, for the reasons measured above")
+    spread_verdict = (f"The margin is smaller than the run's own spread: the kept plain step ({plain_kept}, "
+                      f"{nccl_kept}) timed {len(timings_big)} times in this run (the NCCL-settings pass in fresh "
+                      f"processes, the sweep, the final timing) took {', '.join(f'{t:.4f}' for t in sorted(timings_big))} "
+                      f"ms, a spread of {spread_us:.0f} µs, so this run can neither claim nor rule out the target."
+                      if abs(best_two - target_ms) * 1e3 < spread_us else
+                      f"The margin is larger than the run's own spread ({spread_us:.0f} µs over {len(timings_big)} "
+                      "timings of the kept plain step).")
+    hidden_verdict = (f"ends at {big_ar_end:.0f} µs, before the frequent words' scatter ends at "
+                      f"{float(last['end_us'].max()):.0f} µs: it is hidden" if big_ar_end <= float(last["end_us"].max())
+                      else f"ends at {big_ar_end:.0f} µs, after the frequent words' scatter ends at "
+                           f"{float(last['end_us'].max()):.0f} µs: part of it is still exposed")
+    step_table_ = step_table(run)
+    return dict(
+        tl_batch=big, tl_small_batch=small_b, mid_timeline=mid_timeline, ar_alone_us=ar_alone_us,
+        ar_beside_ratio=ar_beside / ar_ref, ar_plain_us=ar_plain, ar_beside_us=ar_beside,
+        ar_plain_text=(f"In the plain step ({plain_kept}) the all-reduce fused with the update takes {ar_plain:.0f} µs "
+                       "after the backward pass, with nothing beside it (NCCL's all-reduce of the same bytes alone, "
+                       f"the lab's curve below: {ar_alone_us:.0f} µs, before an update pass of its own)."
+                       if fused else
+                       f"In the plain step the all-reduce of the gradient takes {ar_plain:.0f} µs after the backward "
+                       f"pass (the lab's curve below: {ar_alone_us:.0f} µs alone)."),
+        ar_beside_text=(f"beside it the rare-word bucket's peer update (the all-reduce fused with its update, "
+                        f"{ar_beside:.0f} µs) takes {ar_beside / ar_ref:.1f} times the plain step's peer update of the "
+                        "whole buffer on every SM" if fused else
+                        f"beside it the same all-reduce takes {ar_beside:.0f} µs, {ar_beside / ar_ref:.1f} times its "
+                        "time alone"),
+        bucketed_vs_compute=bucketed_vs_compute, whole_us=whole_us,
+        whole_where=("with the forward pass, in one kernel"
+                     if (plain_tl["operation"] == "forward + backward to dZ1, gradient: W1").any() else "one kernel"),
+        freq_us=max(span(big, "bucketed", "gradient: W1 rows 0-", gpu=g) for g in gpus),
+        last_scatter_end_us=float(last["end_us"].max()),
+        small_beside=(f"in the bucketed step kept here it runs in the same launch as one W1 bucket's scatter "
+                      f"(kernels/multigpu/04_first_bucket_and_small.cu), which takes {small_us:.0f} µs"
+                      if small_with_bucket else f"beside W1's scatter in the bucketed step it runs for {small_us:.0f} µs"),
+        layout_verdict=(f"Step 9's own scatter-add kernel, in gradient mode into the replica's buffer ("
+                        # runs with the first-bucket-and-small launch hold W1 first; earlier ones after W2, b1, b2
+                        + ("W1 at the buffer's start" if run.timings["variant"].str.endswith(FIRST_PIECE).any() else
+                           "W1 after the small parameters, 2,688 bytes into the buffer")
+                        + f"), takes {piece('gradient (scatter-add)', big // 2):.0f} µs on "
+                        f"{big // 2:,} documents, against {piece('step 9: sparse_update (scatter into W1)', big // 2):.0f} "
+                        "µs into step 9's own W1."),
+        small9_us=piece("small gradients, step 9's H blocks", big // 2),
+        small_coalesced_us=piece("small gradients, coalesced", big // 2),
+        one_big_which=(f"{step_table_.loc[big, [c for c in ONE_GPU_STEPS if c in step_table_]].astype(float).idxmin()}"
+                       f"; step 10 takes {step_table_.loc[big, ONE_GPU_GRAPH]:.4f} ms"),
+        ratio_big=ratio, speedup_big=one_big / best_two, plain_big=s.loc[big, PLAIN],
+        bucketed_big=s.loc[big, BUCKETED], one_big=one_big, target_ms=target_ms,
+        miss_us=max(0.0, (best_two - target_ms) * 1e3), overlap_saves_us=overlap_saves * 1e3,
+        replica_cost_us=replica_us, plain_form_big=plain_kept,
+        spread_us=spread_us, timings_big=", ".join(f"{t:.4f}" for t in sorted(timings_big)),
+        touched_small=touched[small_b], touched_8k=touched.get(8192, float("nan")),
+        replica_verdict=replica_verdict,
+        overlap_big_verdict=(f"The overlap saves {overlap_saves * 1e3:.0f} µs per step at this batch"
+                             if overlap_saves > 0 else
+                             f"The overlapped step is {-overlap_saves * 1e3:.1f} µs slower than the plain one at "
+                             "this batch"),
+        bucketed_over_compute_us=bucketed_over_compute_us,
+        heavy_batches=fmt([int(b) for b in heavy.index]), overlap_wins=by(wins), overlap_losses=by(losses),
+        overlap_target="met" if not losses else "missed", overlap_summary=overlap_summary, kept_big=k.loc[big, "label"],
+        ddp_worst=float((s[[PLAIN, BUCKETED]].min(axis=1) / s["PyTorch DDP"]).max()),
+        scaling_verdict=(f"meeting the target of at most {SCALING_TARGET}" if ratio <= SCALING_TARGET else
+                         f"short of the target ({SCALING_TARGET}) by {ratio - SCALING_TARGET:.4f}, "
+                         f"{max(0.0, (best_two - target_ms) * 1e3):.0f} µs per step"),
+        spread_verdict=spread_verdict,
+        room_verdict=_room_verdict(k.loc[big, "label"], fused, ar_beside, ar_ref, ar_alone_us),
+        big_buckets=int(run.tables["choices"].set_index("batch").loc[big, "buckets"]),
+        hidden_verdict=hidden_verdict)
+
+
+def show_bound(run: RecordedRun) -> None:
+    """The table of what the bucketed step could save at best, against what the sweep measured."""
+    shown = overlap_bound(run).drop(columns="configuration")
+    # One format call for every float column: a second .format() call lost the first one's precision
+    # and na_rep on the GPU image's pandas (its live run printed "nan" where the sweep timed nothing).
+    formats = {column: "{:.1f}" for column in shown.select_dtypes("floating").columns}
+    formats.update({SHARE: "{:.0%}", "last all-reduce (MB)": "{:.2f}"})
+    _display(shown.style.format(formats, na_rep="not timed").hide(axis="index")
+             .set_caption("What the bucketed step (2 buckets, parameters averaged) could save at best, µs: one GPU's "
+                          "share of the scatter, each piece alone in a CUDA graph, and the all-reduce curve in a graph; "
+                          "against what the sweep measured (plain less bucketed); not timed: the sweep timed that "
+                          "configuration only overlapped. " + run.caption))
+
+
+def bound_numbers(run: RecordedRun | None) -> dict:
+    """The prose's reading of :func:`overlap_bound` (or what it says without one)."""
+    bound = overlap_bound(run) if run is not None else None
+    if bound is None:
+        return dict(bound_text="This run does not time the scatter bucket by bucket, so what the overlap could save "
+                               "at best is not measured here.", bound_verdict="")
+    return dict(bound_text=bound_text(bound, kept(run)), bound_verdict=bound_verdict(bound, kept(run)))
+
+
+def peer_numbers(run: RecordedRun | None) -> dict:
+    """The peer update (06_peer_update.cu) against NCCL at the batches where the overlap target is judged:
+    the fastest plain and overlapped steps of each kind in the same sweep (the slower GPU's median)."""
+    sweep = overlap_table(run) if run is not None else None
+    peer_rows = sweep.index.str.contains(PEER) if sweep is not None else None
+    if sweep is None or not peer_rows.any():
+        return dict(peer_text="", peer_summary="This run does not time it.")
+    st = scaling_table(run)
+    heavy_b = [int(b) for b in st.index if st.loc[b, "all-reduce share of plain step"] > OVERLAP_SHARE]
+    one = sweep.index.str.startswith("one all-reduce")
+    over = sweep.index.str.startswith("bucketed") & ~sweep.index.str.contains("not overlapped")
+
+    def best(rows):
+        return sweep[rows].min()[heavy_b] * 1e3      # µs per batch
+
+    plain_gain = best(one & ~peer_rows) - best(one & peer_rows)
+    over_gain = best(over & ~peer_rows) - best(over & peer_rows)
+    nccl_wins = [b for b in heavy_b if best(over & ~peer_rows)[b] < best(one & ~peer_rows)[b]]
+
+    def bs(xs):
+        return ", ".join(f"{b:,}" for b in xs) or "none"
+
+    return dict(
+        peer_text=(f"At these batches the steps the run kept use the all-reduce fused with the update over NVLink, the "
+                   f"plain step and the overlapped one alike. Against the fastest steps through NCCL in the same sweep "
+                   f"it shortened the plain step by {plain_gain.min():.0f} to {plain_gain.max():.0f} µs and the "
+                   f"overlapped step by {over_gain.min():.0f} to {over_gain.max():.0f} µs; through NCCL alone, the "
+                   f"overlapped step would have beaten the plain one at B = {bs(nccl_wins)} of {bs(heavy_b)}, for the "
+                   "reasons measured next."),
+        peer_summary=("Here it made both the plain and the overlapped step faster at every batch where the overlap "
+                      "target is judged, and with it the overlap pays where a second NCCL collective did not."
+                      if plain_gain.min() > 0 and over_gain.min() > 0 else
+                      f"Here it shortened the plain step by {plain_gain.min():.0f} to {plain_gain.max():.0f} µs and "
+                      f"the overlapped step by {over_gain.min():.0f} to {over_gain.max():.0f} µs against NCCL's, where "
+                      "the overlap target is judged."))
+
+
+def ring_model(run: RecordedRun | None) -> tuple[costmodel.RingModel, str]:
+    """The ring model the chapter's predictions use, and its caption: fitted to the run's all-reduce, or,
+    without a run, NVLink 4's datasheet bandwidth with :data:`ASSUMED_ALPHA_US`."""
+    if run is not None:
+        return fitted_model(run), f"MODEL fitted to the all-reduce recorded on two GPUs ({run.caption})"
+    from ... import datasheet
+    return (costmodel.datasheet_model("nvlink4", alpha_us=ASSUMED_ALPHA_US),
+            f"MODEL, not fitted (no two-GPU run recorded yet): NVLink 4's datasheet bandwidth, "
+            f"{datasheet.LINKS['nvlink4'].gbs_per_direction:g} GB/s each way, and alpha = {ASSUMED_ALPHA_US:g} us assumed")
+
+
+def model_table(model: costmodel.RingModel, grad_bytes: int) -> pd.DataFrame:
+    """The model's all-reduce of ``grad_bytes`` in each setting it predicts (2 and 8 GPUs, two nodes)."""
+    return pd.DataFrame([{"setting (model)": label, "GPUs": p, "beta (GB/s)": m.bw_gbs, "alpha (us)": m.alpha_us,
+                          "all-reduce of the gradient (ms)": t, "where the numbers come from": m.source}
+                         for label, (p, m, t) in costmodel.predictions(model, grad_bytes).items()])
+
+
+def model_numbers(run: RecordedRun | None, model: costmodel.RingModel, grad_bytes: int) -> dict:
+    """What the prose quotes of the model: its basis, the datasheet links, its predictions for 2, 8 and
+    16 GPUs, the 8-GPU time's two terms, and how well it predicts the measured plain step."""
+    from ... import datasheet
+    pred = costmodel.predictions(model, grad_bytes)
+    t8 = pred["8 GPUs, NVLink"][2]
+    # The 8-GPU time's two terms: the bytes at this model's beta, and 2 (p - 1) = 14 steps of its alpha.
+    t8_bw_ms = costmodel.allreduce_time_ms(grad_bytes, 8, model.bw_gbs, 0.0)
+    out = dict(
+        model_basis=("beta and alpha fitted to the recorded two-GPU all-reduce" if run is not None else
+                     "not fitted yet: NVLink's datasheet bandwidth and an assumed alpha, see the table's caption"),
+        nvlink_gbs=datasheet.LINKS["nvlink4"].gbs_per_direction, nvlink_bidir=datasheet.LINKS["nvlink4"].bidirectional_gbs,
+        ndr_gbs=datasheet.LINKS["ndr400"].gbs_per_direction, net_step_us=costmodel.NETWORK_STEP_US,
+        t8_ms=t8, t16_ms=pred["2 nodes x 8 GPUs, one NIC per GPU"][2], t2_ms=pred["2 GPUs (the model itself)"][2],
+        one_ring_ms=costmodel.allreduce_time_ms(grad_bytes, 16, datasheet.LINKS["ndr400"].gbs_per_direction,
+                                                costmodel.NETWORK_STEP_US),
+        bw_fit=model.bw_gbs, bw_fit_err=model.bw_err, alpha_fit=model.alpha_us, alpha_fit_err=model.alpha_err,
+        t8_bw_us=t8_bw_ms * 1e3, t8_alpha_us=t8 * 1e3 - t8_bw_ms * 1e3, t8_alpha_share=1 - t8_bw_ms / t8)
+    steps = predicted_steps(run) if run is not None else None
+    out.update(step_pred_worst=float(steps["error"].abs().max()) if steps is not None else float("nan"),
+               curve_setting=curve_setting(run) if run is not None else "no run")
+    return out
+
+
+def show_predicted_steps(run: RecordedRun) -> None:
+    """The model against the measured plain two-GPU step through NCCL, batch by batch."""
+    steps = predicted_steps(run)
+    _display(steps.style.format({**{c: "{:.3f}" for c in steps.select_dtypes("floating").columns}, "error": "{:+.1%}"})
+             .hide(axis="index")
+             .set_caption("MODEL against measurement: the plain two-GPU step through NCCL (its fastest form under "
+                          f"{curve_setting(run)}, the setting the all-reduce curve was measured under, from the "
+                          "NCCL-settings sweep) predicted from one GPU on half the batch plus the fitted all-reduce, "
+                          + run.caption))
