@@ -8,7 +8,9 @@ package ``gpulab.workloads.<name>`` (its modules: :data:`WORKLOAD_MODULES`) decl
 anywhere. Everything that goes over every chapter (``python -m gpulab record``,
 the exercises, the tests) reads :func:`chapters`, so adding a chapter is: its folder, its
 workload, its toc entry and its lines in the README and ``book/intro.md``
-(``tests/test_chapters.py`` holds the four to each other).
+(``tests/test_chapters.py`` holds the four to each other). A chapter may instead continue
+another's workload (:data:`CONTINUES`: the second AlexNet chapter), and each declares what it
+teaches and uses (:mod:`gpulab.concepts`), in an order the toc must keep.
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ WORKLOAD_MODULES = ("steps", "record", "views")
 #: workload at all, is not listed). tests/test_chapters.py fails once a gap is closed, so that its
 #: entry goes too.
 WORKLOAD_GAPS: dict = {}
+#: Chapters without a workload of their own that continue another chapter's: they read its package
+#: and its recorded run, which ``python -m gpulab record <that chapter>`` records for both.
+CONTINUES = {"alexnet_hopper": "alexnet"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,10 @@ def workload(name: str):
     found = name.isidentifier() and importlib.util.find_spec(module_name) is not None
     module = importlib.import_module(module_name) if found else None
     if module is None or getattr(module, "CHAPTER", None) != name:
+        if name in CONTINUES:
+            raise KeyError(f"chapter '{name}' has no workload of its own: it continues chapter "
+                           f"'{CONTINUES[name]}', whose package and recorded run it reads (python -m gpulab "
+                           f"record {CONTINUES[name]} records both)")
         if TOC.is_file() and name in names():
             raise KeyError(f"chapter '{name}' has no workload (nothing to record or profile); the chapters "
                            f"with one are: {', '.join(names(with_workload=True))}")

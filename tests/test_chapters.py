@@ -86,6 +86,16 @@ def test_an_unknown_chapter_or_one_without_a_workload_says_so():
         chapters.chapter("basics").workload()
 
 
+def test_a_chapter_without_a_workload_is_basics_or_continues_one_before_it():
+    """alexnet_hopper has no package: it reads alexnet's package and run, and comes after it."""
+    without = [n for n in NAMES if n not in chapters.names(with_workload=True)]
+    assert without == ["basics", *chapters.CONTINUES]
+    for name, other in chapters.CONTINUES.items():
+        assert NAMES.index(other) < NAMES.index(name) and workload(other).CHAPTER == other
+        with pytest.raises(KeyError, match=f"continues chapter '{other}'.*record {other} records both"):
+            workload(name)
+
+
 def test_a_workload_is_found_without_the_toc(monkeypatch, tmp_path):
     # The grader's sandbox holds the package, not the repository: no _toc.yml.
     monkeypatch.setattr(chapters, "TOC", tmp_path / "_toc.yml")

@@ -28,6 +28,17 @@ def test_every_chapter_has_a_fixture():
         "`python tools/glued_values.py CHAPTER`")
 
 
+def test_a_chapter_that_continues_another_quotes_the_same_value_under_a_shared_name():
+    # alexnet_hopper re-glues the few names its prose shares with alexnet (cuDNN's fastest paths):
+    # the same run, so the same text; any other name is glued by one of the two only
+    from gpulab import chapters
+    for name, other in chapters.CONTINUES.items():
+        mine, theirs = (json.loads((glued_values.FIXTURES / f"{n}.json").read_text()) for n in (name, other))
+        shared = mine.keys() & theirs.keys()
+        assert {k: (mine[k], theirs[k]) for k in shared if mine[k] != theirs[k]} == {}
+        assert len(shared) <= 5, f"{name} and {other} glue {sorted(shared)}: a value belongs to one chapter"
+
+
 def test_glued_reads_the_values_myst_nb_stores():
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook, new_output

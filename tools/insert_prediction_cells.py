@@ -101,14 +101,27 @@ CHAPTERS = {
                     "f\"large case ({fcnet.SIZES['large']:,} vectors); \" + run.caption)")},
     ],
     "alexnet": [
-        {"id": "prediction-table", "after": "Every step, all five layers, N = ", "type": "markdown",
+        {"id": "prediction-table", "after": "Steps 1-24, all five layers, N = ", "type": "markdown",
          "source": TABLE_INTRO + (" Here the times are the five layers' at $N$ = 128; a claim about some "
                                   "layers, or about one image, is judged on those. Steps 7-13 branch from "
                                   "step 2 (the channel family) and steps 14 on start again from a matrix "
-                                  "product, so each claim names the step it is measured against.")},
+                                  "product, so each claim names the step it is measured against. Steps "
+                                  "25-28 have their rows in {doc}`../alexnet_hopper/alexnet_hopper`.")},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
-                    "predictions.styled(alexnet.prediction_table(run), f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
+                    "predictions.styled(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"alexnet\"]),\n"
+                    "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
+    ],
+    "alexnet_hopper": [
+        {"id": "prediction-table", "after": "Every step, all five layers, N = ", "type": "markdown",
+         "source": TABLE_INTRO + (" Here the times are the five layers' at $N$ = 128, as in "
+                                  "{doc}`../alexnet/alexnet`, whose table has the rows of steps 1-24; each "
+                                  "claim names the step it is measured against (\"vs previous\" is "
+                                  "against the ladder's step before).")},
+        {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "predictions.styled(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"alexnet_hopper\"]),\n"
+                    "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
     ],
     "measuring": [
         {"id": "prediction-table", "before": "## Where the time goes when the data starts on the host",

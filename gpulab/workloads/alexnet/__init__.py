@@ -26,7 +26,8 @@ from .shapes import (BATCHES, CHAPTER, CHECK_LAYERS, CHECK_N, LAYERS, MAIN_N, ME
                      RECORDING_MEMORY_BYTES, SCALING_BATCHES, Layer, block_shape, k_table, layers_table,
                      make_inputs, memory_limit, reference, total_flops)
 from .steps import (CHANNELS_PER_BLOCK, CPU_LOOP_FILE, EXERCISE, GEMM_BK, GEMM_THREADS, GEMM_TILE, MAX_SPLITS,
-                    MIN_SLICES_PER_SPLIT, MMA_STEPS, PREDICTED, PREDICTION_CASES, REDUCE_BLOCK, RESIDENT_BLOCKS,
+                    MIN_SLICES_PER_SPLIT, MMA_STEPS, PREDICTED,
+                    CHAPTER_STEPS, PREDICTION_CASES, REDUCE_BLOCK, RESIDENT_BLOCKS,
                     STEP, STEPS, TILE_OVERHEAD_SLICES, WGMMA_FALLBACK, WGMMA_STEPS, WINOGRAD_STEPS, COPY_OF,
                     COPY_STEPS, Step, accuracy_table, check_steps, fallback_step, footprint_bytes, gemm_offsets,
                     gemm_padded_k, gemm_splits, kernels_per_layer, launch_config, main_kernel, make_launch,
@@ -57,4 +58,4 @@ __all__ = ["CHAPTER", "TITLE", "baselines", "copies", "profile", "record", "shap
            "profiled", "recorded_beside", "step_labels", "step_ms", "targets_table", "totals_at",
            "unrecorded_steps", "vendor_best", "vendor_figure", "vendor_lines", "multiply_table", "INPUT_RULES",
            "input_rules", "WGMMA_STEPS", "WGMMA_FALLBACK", "wgmma", "NCHW_INPUT", "NHWC_INPUT", "copy_table",
-           "COPY_STEPS", "COPY_OF"]
+           "COPY_STEPS", "COPY_OF", "CHAPTER_STEPS"]

@@ -143,6 +143,12 @@ STEPS += COPY_STEPS
 #: The step each of COPY_STEPS changes only layer 1's copy of.
 COPY_OF = {"28": "25"}
 STEP = {s.number: s for s in STEPS}
+#: The steps each of the book's two AlexNet chapters teaches: book/alexnet the ladder up to the
+#: Winograd steps, book/alexnet_hopper, after the hopper chapter has taught their machinery (TMA,
+#: mbarriers, wgmma, warp specialization, clusters), the rest. One ladder and one recorded run
+#: serve both chapters.
+CHAPTER_STEPS = {"alexnet": tuple(s.number for s in STEPS if s not in WGMMA_STEPS + COPY_STEPS),
+                 "alexnet_hopper": tuple(s.number for s in WGMMA_STEPS + COPY_STEPS)}
 #: The step whose kernel runs a layer step 25 does not apply to (layer 1: stride 4, 3 channels).
 WGMMA_FALLBACK = "20"
 #: The same for the float steps 26-27: the ladder's fastest kernel of their precision on layer 1

@@ -217,9 +217,11 @@ def cudnn_algorithms(run_or_table) -> pd.DataFrame:
     return table.assign(algorithm=[baselines.algorithm_family(str(k).split(" | ")) for k in table["kernels"]])
 
 
-def prediction_table(run):
+def prediction_table(run, steps=None):
     """Each step's prediction (from its kernel file) against ``run``: the five layers at
-    :data:`MAIN_N`, claims about some layers (or one image) judged on those."""
+    :data:`MAIN_N`, claims about some layers (or one image) judged on those. ``steps``: the rows
+    shown (step numbers, e.g. one chapter's :data:`CHAPTER_STEPS`), each judged as in the whole
+    ladder's table (its "vs previous" is against the ladder's step before it); None: every step."""
     lad = run.experiment("ladder")
     lad = lad[~baselines.is_vendor(lad)]
     out = []
@@ -231,8 +233,13 @@ def prediction_table(run):
         sums = per[list(layers)].sum(axis=1, min_count=len(layers)).dropna()
         out.append(pd.DataFrame({"step": sums.index, "case": case, "median_ms": sums.to_numpy()}))
     measured = pd.concat(out, ignore_index=True)
-    steps = [(s.number, s.title, s.file) for s in STEPS]
-    return predictions.table(steps, measured, PREDICTED, main_case="all")
+    table = predictions.table([(s.number, s.title, s.file) for s in STEPS], measured, PREDICTED, main_case="all")
+    if steps is None:
+        return table
+    unknown = sorted(set(steps) - set(table["step"]))
+    if unknown:
+        raise KeyError(f"no step {', '.join(unknown)} in the ladder; its steps are {', '.join(table['step'])}")
+    return table[table["step"].isin(steps)].reset_index(drop=True)
 
 
 #: The three ways of giving every fp16 variant its input, and the experiments each reads
