@@ -37,9 +37,12 @@ Adding an exercise
    (and a workload step for it), or a notebook code cell (give it a stable id) whose
    solution sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` and defines a
    function. Below it, a check cell: ``exercises.check("<id>", globals())``
-   (kernels: ``exercises.check("<id>", backend=backend)``).
+   (kernels: ``exercises.check("<id>", backend=backend)``), under a heading "Exercise N" that
+   numbers the chapter's exercises 1, 2, 3 in reading order, near the step it practises.
 2. Add an :class:`Exercise` to ``EXERCISES`` in ``book/<chapter>/exercises.py`` (for a
-   function exercise, an ``inputs`` builder: case -> keyword arguments).
+   function exercise, an ``inputs`` builder: case -> keyword arguments), with ``number`` the
+   heading's N where it is not the id's (an id never changes once graded; the book's number
+   follows the reading order, which ``tests/test_exercises.py`` checks).
 3. Add its hidden cases to ``book/<chapter>/hidden_checks.py`` and two or more known-wrong
    answers under ``tests/fixtures/grading/wrong/<id>/`` (a ``.cu`` file, or a ``.py``
    file holding the cell's source), each opening with a comment saying what is wrong.
