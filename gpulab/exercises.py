@@ -37,9 +37,12 @@ Adding an exercise
    (and a workload step for it), or a notebook code cell (give it a stable id) whose
    solution sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` and defines a
    function. Below it, a check cell: ``exercises.check("<id>", globals())``
-   (kernels: ``exercises.check("<id>", backend=backend)``).
+   (kernels: ``exercises.check("<id>", backend=backend)``), under a heading "Exercise N" that
+   numbers the chapter's exercises 1, 2, 3 in reading order, near the step it practises.
 2. Add an :class:`Exercise` to ``EXERCISES`` in ``book/<chapter>/exercises.py`` (for a
-   function exercise, an ``inputs`` builder: case -> keyword arguments).
+   function exercise, an ``inputs`` builder: case -> keyword arguments), with ``number`` the
+   heading's N where it is not the id's (an id never changes once graded; the book's number
+   follows the reading order, which ``tests/test_exercises.py`` checks).
 3. Add its hidden cases to ``book/<chapter>/hidden_checks.py`` and two or more known-wrong
    answers under ``tests/fixtures/grading/wrong/<id>/`` (a ``.cu`` file, or a ``.py``
    file holding the cell's source), each opening with a comment saying what is wrong.
@@ -99,7 +102,9 @@ class ExerciseFailed(GpulabError, AssertionError):
 class Exercise:
     """One gradable exercise (or one part of an exercise)."""
 
-    id: str                  # "<chapter>.<number>[<part>]", e.g. "alexnet.1a"
+    id: str                  # "<chapter>.<number>[<part>]", e.g. "alexnet.1a": the grading id, which
+                             # the grader, the hidden checks and the submissions' grades use; it never
+                             # changes when the exercise moves in its chapter
     chapter: str
     title: str
     points: int
@@ -120,6 +125,10 @@ class Exercise:
     # function exercises: a right answer in words (answer -> str), for the check's "correct"
     # message; without one, describe_answer writes it
     describe: Callable[[object], str] | None = field(default=None, compare=False, repr=False)
+    # The number the book shows the exercise under (its heading, its check's messages): exercises
+    # read 1, 2, 3 in their chapter's reading order, wherever the grading id's number came from
+    # ("" : the id's own, "lenet.2" -> "2"); a part keeps its letter ("3a", "3b").
+    number: str = ""
 
     def __post_init__(self):
         if self.kind not in ("kernel", "function"):
@@ -128,6 +137,18 @@ class Exercise:
             raise ValueError(f"exercise {self.id}: a function exercise needs cell, function and inputs")
         if not self.public:
             raise ValueError(f"exercise {self.id}: declare at least one public case")
+
+    @property
+    def shown(self) -> str:
+        """The number the book shows (:attr:`number`, else the grading id's): "1", "3b"."""
+        return self.number or self.id.split(".", 1)[1]
+
+    @property
+    def label(self) -> str:
+        """How the check's messages name the exercise: its number in the book, then its grading
+        id and title ("Exercise 1 (fcnet.2: count the bank conflicts of a fill)"), so that the
+        heading above the check and the id in the check's call and the grader's feedback meet."""
+        return f"Exercise {self.shown} ({self.id}: {self.title})"
 
     @property
     def where(self) -> str:
@@ -235,8 +256,10 @@ def get(exercise_id: str) -> Exercise:
 
 
 def table() -> pd.DataFrame:
-    """The exercises as a table (the instructor's page shows it)."""
-    rows = pd.DataFrame([{"id": e.id, "chapter": e.chapter, "title": e.title, "points": e.points,
+    """The exercises as a table (the instructor's page shows it): each one's grading id beside the
+    number its chapter shows it under."""
+    rows = pd.DataFrame([{"id": e.id, "chapter": e.chapter, "in the book": f"Exercise {e.shown}",
+                          "title": e.title, "points": e.points,
                           "kind": e.kind, "the student edits": e.where,
                           "public cases": len(e.public), "hidden cases": len(hidden_cases(e))}
                          for e in all_exercises()])
@@ -499,7 +522,7 @@ class Passed:
         self.exercise, self.lines, self.details = exercise, lines, details
 
     def __repr__(self) -> str:
-        text = "\n".join([f"Exercise {self.exercise.id} ({self.exercise.title}): correct"] + self.lines)
+        text = "\n".join([f"{self.exercise.label}: correct"] + self.lines)
         if self.details is not None:
             text += "\n" + self.details.to_string(index=False, float_format=_significant)
         return text
@@ -508,8 +531,8 @@ class Passed:
         import html
         body = "<br>".join(html.escape(line) for line in self.lines)
         table = "" if self.details is None else self.details.to_html(index=False, float_format=_significant)
-        return (f"<p style='color:green'>&#10004; Exercise {self.exercise.id} "
-                f"({self.exercise.title}): correct</p><p>{body}</p>{table}")
+        return (f"<p style='color:green'>&#10004; {html.escape(self.exercise.label)}: correct</p>"
+                f"<p>{body}</p>{table}")
 
 
 def not_solved(exercise: Exercise) -> ExerciseNotSolved:
@@ -517,7 +540,7 @@ def not_solved(exercise: Exercise) -> ExerciseNotSolved:
         task = f"Write the kernel in {exercise.file},"
     else:
         task = f"Complete {exercise.signature or exercise.function} in the cell above,"
-    return ExerciseNotSolved(f"Exercise {exercise.id}: exercise not solved yet.\n{task}\nthen run this cell again.")
+    return ExerciseNotSolved(f"{exercise.label}: exercise not solved yet.\n{task}\nthen run this cell again.")
 
 
 def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Passed:
@@ -550,7 +573,7 @@ def check(exercise_id: str, namespace: dict | None = None, backend=None) -> Pass
         else:
             lines.append(f"on {label}: " + (exercise.describe(got) if exercise.describe else describe_answer(got)))
     if problems:
-        raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): not yet right.\n"
+        raise ExerciseFailed(f"{exercise.label}: not yet right.\n"
                              + "\n".join(problems) + (f"\nHint: {exercise.hint}" if exercise.hint else ""))
     return Passed(exercise, lines)
 
@@ -568,7 +591,7 @@ def _check_kernel(exercise: Exercise, backend=None) -> Passed:
     if len(failed):
         if is_unsolved(path.read_text()):
             raise not_solved(exercise)
-        raise ExerciseFailed(f"Exercise {exercise.id} ({exercise.title}): {len(failed)} of {len(checks)} "
+        raise ExerciseFailed(f"{exercise.label}: {len(failed)} of {len(checks)} "
                              f"checks disagree with the float64 reference:\n{failed.to_string(index=False)}"
                              + (f"\nHint: {exercise.hint}" if exercise.hint else ""))
     return Passed(exercise, [f"{len(checks)} checks against the float64 reference, {be.caption}"

@@ -562,7 +562,8 @@ def feedback_text(student: str, rows: list[dict]) -> str:
     lines = [f"# Feedback for {student}", "", f"Total: {total} of {most} points.", ""]
     for r in rows:
         exercise = ex_mod.get(r["exercise"])
-        lines += [f"## Exercise {r['exercise']}: {r['title']} -- {r['points']} of {r['max_points']} "
+        lines += [f"## Exercise {r['exercise']} (the book's Exercise {exercise.shown}): {r['title']} -- "
+                  f"{r['points']} of {r['max_points']} "
                   f"points ({r['status']})", ""]
         shown = set()
         for c in r["checks"]:

@@ -175,3 +175,50 @@ def test_the_lab_answers_to_the_public_cases_are_not_empty():
         if exercise.kind == "function":
             for answer in exercises.expected_answers(exercise):
                 assert answer not in (None, {}, [], ""), f"{exercise.id}: the lab's answer is {answer!r}"
+
+
+_HEADING = re.compile(r"^(?:#+ |\*\*)Exercise (\d+)([a-z]?)\b", re.M)
+
+
+def _exercise_order(chapter: str) -> list[tuple[str, str]]:
+    """("heading", its number) and ("check", the exercise id) in the order the notebook shows them."""
+    notebook = paths.REPO / "book" / chapter / f"{chapter}.ipynb"
+    order = []
+    for cell in json.loads(notebook.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            order += [("heading", number + part) for number, part in _HEADING.findall(source)]
+        else:
+            order += [("check", i) for i in re.findall(r'exercises\.check\("([^"]+)"', source)]
+    return order
+
+
+@pytest.mark.parametrize("chapter", sorted({e.chapter for e in EXERCISES}))
+def test_exercises_are_numbered_in_reading_order(chapter):
+    """A chapter's exercise headings read 1, 2, 3 top to bottom (a part, "3b", under its number),
+    whatever their grading ids, and each check cell sits under the heading of the number its
+    exercise shows (Exercise.number): the id is the grader's, the number the reader's."""
+    order = _exercise_order(chapter)
+    numbers = [int(re.match(r"\d+", n).group()) for kind, n in order if kind == "heading"]
+    assert numbers and numbers == sorted(numbers) and sorted(set(numbers)) == list(range(1, max(numbers) + 1)), (
+        f"{chapter}'s exercise headings read {numbers} top to bottom: number them 1, 2, 3 in reading order "
+        "(Exercise.number in its exercises.py, not the grading id)")
+    heading = None
+    for kind, value in order:
+        if kind == "heading":
+            heading = value
+            continue
+        shown = exercises.get(value).shown
+        assert heading in (shown, re.match(r"\d+", shown).group()), (
+            f"{chapter}: the check of {value} (shown as Exercise {shown}) is under the heading 'Exercise {heading}'")
+
+
+def test_a_check_names_the_exercise_by_its_number_in_the_book_and_its_grading_id():
+    moved = exercises.get("fcnet.2")
+    assert moved.shown == "1" and exercises.get("fcnet.3").shown == "3" and exercises.get("alexnet.1b").shown == "1b"
+    with pytest.raises(exercises.ExerciseNotSolved, match=r"^Exercise 1 \(fcnet\.2: count the bank conflicts"):
+        exercises.check("fcnet.2", {})
+    with pytest.raises(exercises.ExerciseFailed, match=r"^Exercise 1 \(fcnet\.2: "):
+        exercises.check("fcnet.2", {"ways": lambda vectors, features, row_halves=72: 32})
+    rows = exercises.table().set_index("id")
+    assert rows.loc["fcnet.2", "in the book"] == "Exercise 1" and rows.loc["lenet.1b", "in the book"] == "Exercise 3b"

@@ -83,6 +83,10 @@ CHAPTERS = {
                     "else:\n"
                     "    display(predictions.styled(views.prediction_table(ladder, lenet.MAIN_N), "
                     "f\"N = {lenet.MAIN_N:,}; \" + run.caption))")},
+        {"id": "verdict-10", "before": "^### Exercise 2 (a prediction): what does `__launch_bounds__", "type": "markdown",
+         "source": "**Prediction:** {glue:text}`lv_verdict_10`."},
+        {"id": "verdict-11", "before": "^## Step 12: the whole forward pass", "type": "markdown",
+         "source": "**Prediction:** {glue:text}`lv_verdict_11`."},
     ],
     "convpool": [
         {"id": "prediction-table", "before": "^## Batches of 8 and 32", "type": "markdown",
@@ -90,6 +94,18 @@ CHAPTERS = {
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
                     "predictions.styled(views.prediction_table(run, 1), views.caption(run, [1]))")},
+        {"id": "verdicts-glue", "after": "run = gpulab.live_or_recorded(convpool.CHAPTER", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "# each step's verdict (one image), its margin and the band it was judged by, quoted after its section\n"
+                    "predictions.glue_verdicts(views.prediction_table(run, 1), \"convpool\");")},
+        *[{"id": ident, "before": before, "type": "markdown",
+           "source": "\n\n".join(f"**Prediction, step {int(n)}:** {{glue:text}}`convpool_verdict_{n}`." for n in steps)}
+          for ident, steps, before in [("verdict-01-02", ("01", "02"), "^## Steps 3-5:"),
+                                       ("verdict-03-05", ("03", "04", "05"), "^### Exercise 1 (a prediction): the occupancy"),
+                                       ("verdict-06", ("06",), "^## Steps 7-8:"),
+                                       ("verdict-07-08", ("07", "08"), "^### Tuning the tensor-core tile"),
+                                       ("verdict-09", ("09",), "^## Steps 10 and 11:"),
+                                       ("verdict-10-11", ("10", "11"), "^## The whole ladder, one image")]],
     ],
     "fcnet": [
         {"id": "prediction-table", "after": 'fcnet.ladder_figure(run, "large"', "type": "markdown",
@@ -99,6 +115,15 @@ CHAPTERS = {
          "source": ("from gpulab import predictions\n"
                     "predictions.styled(fcnet.prediction_table(run, \"large\"), "
                     "f\"large case ({fcnet.SIZES['large']:,} vectors); \" + run.caption)")},
+        {"id": "verdicts-glue", "after": "run = gpulab.live_or_recorded(fcnet.CHAPTER", "type": "code",
+         "source": ("from gpulab import predictions\n"
+                    "# each step's verdict, its margin and the band it was judged by, quoted at the step's end\n"
+                    "predictions.glue_verdicts(fcnet.prediction_table(run, \"large\"), \"fcnet\");")},
+        *[{"id": f"verdict-{n:02d}", "before": before, "type": "markdown",
+           "source": f"**Prediction:** {{glue:text}}`fcnet_verdict_{n}`."}
+          for n, before in [(2, "^## Step 3:"), (3, "^### Exercise 1 (try this now)"),
+                            *[(n, f"^## Step {n + 1}:") for n in range(4, 13)], (14, "^## Step 15 ("),
+                            (17, "^## Step 18 ("), (18, "^## The ladder, side by side with the vendor libraries")]],
     ],
     "alexnet": [
         {"id": "prediction-table", "after": "Steps 1-24, all five layers, N = ", "type": "markdown",
@@ -124,7 +149,7 @@ CHAPTERS = {
                     "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
     ],
     "measuring": [
-        {"id": "prediction-table", "before": "## Where the time goes when the data starts on the host",
+        {"id": "prediction-table", "before": "^**What we learned.** At large sizes both of our kernels",
          "type": "markdown",
          "source": ("**Did the prediction hold?** Step 2's kernel file predicted its result before it was "
                     "measured; the table sets that prediction against the run, and a stated rule turns it "
@@ -132,7 +157,11 @@ CHAPTERS = {
                     "with a table like this one.")},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
-                    "predictions.styled(saxpy.prediction_table(run), run.caption)")},
+                    "table = saxpy.prediction_table(run)\n"
+                    "predictions.glue_verdicts(table, \"measuring\")   # each step's verdict, with its margin and band\n"
+                    "predictions.styled(table, run.caption)")},
+        {"id": "verdict-02", "after": "^**What we learned.** At large sizes both of our kernels", "type": "markdown",
+         "source": "**Prediction:** {glue:text}`measuring_verdict_2`."},
     ],
 }
 

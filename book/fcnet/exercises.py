@@ -23,12 +23,12 @@ _LANES = list(range(32))
 
 EXERCISES = [
     Exercise("fcnet.1", "fcnet", "fuse the ReLU into step 1's matrix product", 4, "kernel",
-             "kernels/fcnet/16_exercise_matmul_relu.cu", public=({"seed": 0},),
+             "kernels/fcnet/16_exercise_matmul_relu.cu", public=({"seed": 0},), number="2",
              hint="Guard both row < M and col < N, sum over all K, and apply max(C, 0) only when "
                   "apply_relu is non-zero (the last layer has no ReLU)."),
     Exercise("fcnet.2", "fcnet", "count the bank conflicts of a fill", 2, "function",
              "book/fcnet/fcnet.ipynb", cell="619b1bd5", function="ways",
-             signature="ways(vectors, features, row_halves=72)",
+             signature="ways(vectors, features, row_halves=72)", number="1",
              public=({"vectors": _LANES, "features": [5] * 32},
                      {"vectors": [i % 8 for i in _LANES], "features": [4 + i // 8 for i in _LANES]}),
              inputs=_inputs_2, tolerance=0.0, reveal=False,

@@ -33,19 +33,19 @@ def _inputs_3(case: dict) -> dict:
 
 EXERCISES = [
     Exercise("lenet.1a", "lenet", "ReLU and pool in step 7's epilogue (the kernel)", 4, "kernel",
-             "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},),
+             "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},), number="3a",
              hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
                   "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
     Exercise("lenet.1b", "lenet", "ReLU and pool in step 7's epilogue (the bytes it saves)", 1, "function",
              "book/lenet/lenet.ipynb", cell="lenet-ex1b-sol", function="bytes_written",
-             signature="bytes_written(layer, N)",
+             signature="bytes_written(layer, N)", number="3b",
              public=({"layer": "conv1", "N": 10_000}, {"layer": "conv2", "N": 1}), inputs=_inputs_1b,
              tolerance=0.0, reveal=False,
              hint="4 bytes a float; step 7 writes N x M x E x E conv outputs, relu_pool N x M x P x P pooled ones "
                   "(P = E // 2: an odd last row or column is not pooled), the fused kernel only the pooled ones."),
     Exercise("lenet.2", "lenet", "how many registers does __launch_bounds__ leave?", 2, "function",
              "book/lenet/lenet.ipynb", cell="e9cb45ac", function="launch_bounds_registers",
-             signature="launch_bounds_registers(threads, blocks)",
+             signature="launch_bounds_registers(threads, blocks)", number="2",
              public=({"threads": 289, "blocks": 2}, {"threads": 1024, "blocks": 1}, {"threads": 32, "blocks": 1}),
              inputs=_inputs_2, tolerance=0.0, reveal=False,
              hint="Warps per block round up (289 threads are 10 warps); the SM's blocks x warps spread over its "
@@ -53,7 +53,7 @@ EXERCISES = [
                   "units of 256, over 32 threads; at most 255; 0 past 64 warps or 32 blocks."),
     Exercise("lenet.3", "lenet", "what will four streams buy?", 2, "function",
              "book/lenet/lenet.ipynb", cell="e3cce15b", function="pipelined_ms",
-             signature="pipelined_ms(h2d_ms, kernel_ms, d2h_ms, streams)",
+             signature="pipelined_ms(h2d_ms, kernel_ms, d2h_ms, streams)", number="1",
              public=({"step": "01", "streams": 4}, {"step": "12", "streams": 4}), inputs=_inputs_3,
              uses_run=True,
              hint="With c equal chunks, each stage of a chunk takes 1/c of its one-stream time; the first chunk "

@@ -1,4 +1,4 @@
-// Exercise 1: step 1 with the ReLU fused into the matrix product.
+// Exercise 2: step 1 with the ReLU fused into the matrix product.
 //
 // What changes from step 1: the relu kernel disappears. matmul_relu computes
 // C = A B like step 1's matmul and, when apply_relu is non-zero, writes

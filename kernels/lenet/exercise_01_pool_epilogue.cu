@@ -1,4 +1,4 @@
-// Exercise 1 -- step 7 with ReLU and the 2 x 2 max-pool in its epilogue.
+// Exercise 3 -- step 7 with ReLU and the 2 x 2 max-pool in its epilogue.
 //
 // Step 7 writes every conv output y[n, m, e, f] and a second kernel (relu_pool.cu) reads them
 // back to keep the largest of each 2 x 2 window, after a ReLU. Fuse the two: here a thread
@@ -8,7 +8,7 @@
 // constant memory, and writes relu(max of the four) once. Nothing else is written.
 //
 // Your prediction: how many bytes does the layer write now, compared with step 7 + relu_pool?
-// (Exercise 1b, in the notebook, checks it.)
+// (Exercise 3b, in the notebook, checks it.)
 
 #define TILE_WIDTH 16
 #define KS 7

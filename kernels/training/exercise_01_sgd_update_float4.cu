@@ -1,4 +1,4 @@
-// Exercise 1: the SGD update with 16-byte accesses.
+// Exercise 3: the SGD update with 16-byte accesses.
 //
 // Steps 2-6 update each parameter with one float per thread (sgd_update*).
 // Write sgd_update_float4: the same update, w[e] -= lr * dw[e] for every e <

@@ -145,7 +145,7 @@ MMA_STEPS = [
 ]
 STEPS += MMA_STEPS
 
-#: Exercise 1: step 1 with the ReLU fused into the matmul, three launches instead of five.
+#: Exercise 2 (fcnet.1): step 1 with the ReLU fused into the matmul, three launches instead of five.
 EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with fused relu, three launches",
                 (Launch("matmul_relu", (str(HID), "n", str(IN), "1", "w1", "x", "h1"), block=(16, 16),
                         vectors_per_block=16, rows=HID // 16),

@@ -120,7 +120,7 @@ STEPS = [
          precision="fp16", fused=True, graph=True),
 ]
 STEP = {s.number: s for s in STEPS}
-#: Exercise 1: step 7 with ReLU and pool in the epilogue (one pooled output per thread).
+#: Exercise 3 (lenet.1a): step 7 with ReLU and pool in the epilogue (one pooled output per thread).
 EXERCISE = Step("E1", "lenet/exercise_01_pool_epilogue.cu", "exercise: step 7 + fused ReLU and pool",
                 "exercise", fused=True)
 

@@ -156,7 +156,7 @@ class _Kernels:
     sgd_update: tuple = (F2, "sgd_update")
     unrolled: bool = False            # element-wise kernels do 4 columns per thread
     tiled: bool = False               # matmul 16 x 16 tiles, transpose 32 x 32 tiles
-    flat_update: bool = False         # the update is 1-D, a float4 per thread (exercise 1)
+    flat_update: bool = False         # the update is 1-D, a float4 per thread (exercise training.1)
 
 
 def _fused_ops(d: Dims, cfg: Config, k: _Kernels, streams: bool) -> list[Op]:
@@ -294,7 +294,7 @@ STEPS = [
     Step(9, F9, "sparse first layer (gather, scatter-add)", _step9, input="sparse"),
     Step(10, F10, "sparse, whole step in a CUDA graph", _step9, input="sparse", graph=True),
 ]
-#: Exercise 1: step 6 with every parameter updated by the student's float4 kernel.
+#: Exercise 3 (training.1): step 6 with every parameter updated by the student's float4 kernel.
 EXERCISE = Step(11, "training/exercise_01_sgd_update_float4.cu", "exercise: SGD update with float4",
                 lambda d, c: _fused_ops(d, c, replace(_K6, sgd_update=(SELF, "sgd_update_float4"),
                                                       flat_update=True), streams=True))
