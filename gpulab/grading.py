@@ -731,6 +731,7 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
         slots.put(slot)
     rows: dict[tuple[int, str], dict] = {}
     staged: list[Staged | None] = [None] * len(folders)
+    begun = False
 
     try:
         with tempfile.TemporaryDirectory(prefix="gpulab-grade-", ignore_cleanup_errors=True) as tmp:
@@ -783,15 +784,17 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
             def record(item):
                 rows[item[0], item[1].id] = one(item)
 
-            pool = ThreadPoolExecutor(max_workers=jobs)
+            pool, begun = ThreadPoolExecutor(max_workers=jobs), True
             try:
                 for done in [pool.submit(record, item) for item in work]:
                     done.result()
             finally:            # stopped (an interrupt): the items running end within their limits
                 pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        # Whatever happened above, every row graded so far is written, and the others say why not.
-        grades = _write_results(out, feedback, names, chosen, rows, staged)
+        # Once grading has begun, whatever happens, every row graded so far is written, and the
+        # others say why not (before, a failure leaves an earlier run's grades as they were).
+        if begun:
+            grades = _write_results(out, feedback, names, chosen, rows, staged)
     grades.attrs["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
     grades.attrs["children_cpu_seconds"] = float(grades["cpu_seconds"].sum()) if len(grades) else 0.0
     say(f"CPU time of the children that ran the submissions' code: {grades.attrs['children_cpu_seconds']:.1f} s "
