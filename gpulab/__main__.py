@@ -36,7 +36,8 @@ def main(argv=None) -> int:
                             "after --wall-factor times as long)")
     grade.add_argument("--wall-factor", type=float, default=None,
                        help="a child that waits instead of computing is stopped once the grader has waited "
-                            "this many times --time-limit for it (default 6: generous, for a busy machine)")
+                            "this many times --time-limit for it (default 6: generous, for a busy machine); one "
+                            "that computes nothing, 15 s after this many times the CPU time it used")
     grade.add_argument("--launch-limit", type=float, default=None,
                        help="CPU seconds one launch of a student's kernel may compute (default: the CPU "
                             "backend's own, 30 s)")

@@ -3,8 +3,17 @@
 Each sub-folder of SUBMISSIONS is one student's copy of the student version (only the
 files the exercises name are read: the kernel files, the headers under ``kernels/`` and the
 notebooks). Before anything runs, every file read is checked (a regular file inside the
-student's folder, not a link; at most :data:`MAX_FILE_BYTES`; text) and copied out with
-its SHA-256 recorded; folders that are not graded are listed.
+student's folder, not a link, under no link, with no other hard link; a path of safe length;
+at most :data:`MAX_FILE_BYTES`; text; a notebook in the shape the grader reads) and copied out
+with its SHA-256 recorded; folders that are not graded are listed.
+
+Every (student, exercise) is its own failure domain: a refused file costs the exercises that
+read it, and an exception of the grader's own while grading one row makes that row a
+"grader error" and the run goes on. ``grades.csv``, the files' digests and the feedback are
+written whole (or not at all), in a ``finally``: an interrupted run writes what it graded. A
+folder's name is shown :func:`printable` (no line of the output can be forged), CSV cells
+cannot be read as formulas (:func:`csv_cell`), and feedback files are named safely
+(:func:`feedback_names`).
 
 This process is trusted: it makes every input and reference, compares, and computes the
 points. A student's code -- the compiled kernel, the notebook cell -- runs only in an
@@ -15,7 +24,8 @@ state. A submission that does not compile, crashes, reads or writes out of bound
 barrier or uses up its CPU time gets zero for that exercise with the reason, and the others
 are graded as usual. The time limit counts CPU seconds of the child's whole process tree,
 so a busy machine does not fail correct work; a child that waits instead of computing is
-stopped by a wall-clock backstop, and the whole run has a deadline. The grader reports the CPU
+stopped by a wall-clock backstop (sooner when it computes nothing at all), and the whole run has
+a deadline. The grader reports the CPU
 time its children used (their processes end with their sandbox: no parent's CPU time counts
 them).
 
@@ -27,14 +37,19 @@ threat model is in book/instructors.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import json
 import math
 import os
 import queue
 import re
+import stat
 import tempfile
 import threading
 import time
+import traceback
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,7 +65,7 @@ from .ladder import failures
 COLUMNS = ["student", "exercise", "chapter", "title", "points", "max_points", "passed_checks",
            "total_checks", "status", "message"]
 #: The statuses, worst first: an exercise's status is the worst of its checks'.
-STATUSES = ("invalid file", "compile error", "time limit", "crashed", "out of bounds", "barrier or race",
+STATUSES = ("grader error", "invalid file", "compile error", "time limit", "crashed", "out of bounds", "barrier or race",
             "missing", "not solved", "wrong", "passed")
 #: CPU seconds a student's code may use per exercise (its whole process tree).
 DEFAULT_TIME_LIMIT = 60.0
@@ -59,6 +74,11 @@ MAX_FILE_BYTES = 1 << 20
 NOTEBOOK_BYTES = 16 << 20
 #: Files under a submission's kernels/ that a kernel may include.
 HEADER_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inc")
+#: What the grader reads of one submission at most: headers under kernels/ (how many, how deep),
+#: the length of a file's path in the submission, and a notebook's JSON nesting.
+MAX_HEADERS, MAX_FOLDER_DEPTH, MAX_PATH_CHARS, MAX_JSON_DEPTH = 200, 8, 300, 32
+#: A student's name in the grades (the folder's name, made printable) and in a feedback file's name.
+MAX_NAME_CHARS = 100
 _MESSAGE_CHARS = 1500
 
 
@@ -97,19 +117,12 @@ class Staged:
     def read(self, relative: str, most: int = MAX_FILE_BYTES) -> None:
         if relative in self.digests or relative in self.problems:
             return
-        why = _refusal(self.student, relative, most)
-        if why is None:
-            data = (self.student / relative).read_bytes()[:most + 1]
-            if len(data) > most:
-                why = f"{relative} grew past {most // 1024} KB while it was read"
-            elif b"\0" in data:
-                why = f"{relative} is a binary file, not text: hand in the source file itself"
-            else:
-                try:
-                    data.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    why = (f"{relative} is not UTF-8 text (byte {error.start}): hand in the source file "
-                           "itself, saved as UTF-8")
+        try:
+            data, why = _read_inside(self.student, relative, most)
+            if why is None:
+                why = _content_problem(relative, data)
+        except OSError as error:                # anything else the file system says: this file only
+            data, why = None, f"{printable(relative)} cannot be read ({os.strerror(error.errno or 0) or error})"
         if why is not None:
             self.problems[relative] = why
             return
@@ -119,26 +132,117 @@ class Staged:
         self.digests[relative] = (len(data), hashlib.sha256(data).hexdigest())
 
 
-def _refusal(student: Path, relative: str, most: int) -> str | None:
-    """Why ``student/relative`` may not be read (None: it may): a link, not a regular file,
-    outside the folder, too large."""
-    here = student
+def _read_inside(student: Path, relative: str, most: int) -> tuple[bytes | None, str | None]:
+    """``student/relative``'s bytes, or why they may not be read: a folder or the file a symbolic
+    link, a folder that is not one, not a regular file, a file with other hard links (its
+    contents are also somewhere outside the folder), too large, a path too long. Each folder on
+    the way is opened without following links, and the file is checked again once open, so that
+    nothing swapped in between the checks and the read is read."""
     parts = Path(relative).parts
-    for i, part in enumerate(parts):
-        here = here / part
+    shown = printable(relative)
+    if len(relative) > MAX_PATH_CHARS or any(len(os.fsencode(part)) > 255 for part in parts):
+        return None, f"{shown[:80]}... is a path of {len(relative)} characters; the grader reads at most {MAX_PATH_CHARS}"
+    link = ("{} is a symbolic link; the grader reads only regular files inside your folder (copy the "
+            "file itself there)")
+    fd = os.open(student, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None, "missing"
+            if stat.S_ISLNK(info.st_mode):
+                return None, link.format(printable("/".join(parts[:i + 1])))
+            if not stat.S_ISDIR(info.st_mode):
+                return None, (f"{printable('/'.join(parts[:i + 1]))} is a file, not a folder: the grader looks "
+                              f"for {shown} inside it")
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
         try:
-            info = here.lstat()
+            info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return "missing"
-        if os.path.islink(here):
-            return (f"{'/'.join(parts[:i + 1])} is a symbolic link; the grader reads only regular files "
-                    "inside your folder (copy the file itself there)")
-    import stat
-    if not stat.S_ISREG(info.st_mode):
-        return f"{relative} is not a regular file"
-    if info.st_size > most:
-        return (f"{relative} is {info.st_size / 1e6:.1f} MB; the grader reads files of at most "
-                f"{most / 1e6:.0f} MB")
+            return None, "missing"
+        if stat.S_ISLNK(info.st_mode):
+            return None, link.format(shown)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{shown} is not a regular file"
+        file = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return None, link.format(shown)
+        if error.errno == errno.ENOTDIR:
+            return None, f"a folder on the way to {shown} is a file, not a folder"
+        raise
+    finally:
+        os.close(fd)
+    with os.fdopen(file, "rb") as f:
+        opened = os.fstat(f.fileno())
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(opened.st_mode):
+            return None, f"{shown} changed while it was read"
+        if opened.st_nlink > 1:
+            return None, (f"{shown} has {opened.st_nlink} hard links (the same file is also elsewhere); the "
+                          "grader reads only files of your own folder: hand in a copy")
+        if opened.st_size > most:
+            return None, (f"{shown} is {opened.st_size / 1e6:.1f} MB; the grader reads files of at most "
+                          f"{most / 1e6:.0f} MB")
+        data = f.read(most + 1)
+    if len(data) > most:
+        return None, f"{shown} grew past {most // 1024} KB while it was read"
+    return data, None
+
+
+def _content_problem(relative: str, data: bytes) -> str | None:
+    """Why a file's bytes are not what the grader reads (None: they are): text, UTF-8, and a
+    notebook in the shape the grader reads."""
+    if b"\0" in data:
+        return f"{relative} is a binary file, not text: hand in the source file itself"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return (f"{relative} is not UTF-8 text (byte {error.start}): hand in the source file itself, "
+                "saved as UTF-8")
+    if relative.endswith(".ipynb"):
+        why = notebook_problem(text)
+        if why:
+            return f"{relative} cannot be read as a notebook: {why}"
+    return None
+
+
+def notebook_problem(text: str) -> str | None:
+    """Why ``text`` is not a notebook the grader reads (None: it is): JSON, nested at most
+    MAX_JSON_DEPTH deep, with no integer over 30 digits, no NaN or infinity, a dict whose
+    ``cells`` are dicts with a text ``cell_type``, a text ``id`` if any and a ``source`` that is
+    text or a list of texts."""
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > 30:
+            raise ValueError(f"an integer of {len(digits)} digits")
+        return int(digits)
+
+    def constant(name: str):
+        raise ValueError(f"{name} is not a number JSON allows")
+    try:
+        nb = json.loads(text, parse_int=integer, parse_constant=constant)
+    except RecursionError:
+        return "it is nested too deeply"
+    except ValueError as error:
+        return f"it is not valid JSON ({str(error)[:200]})"
+    level, depth = [nb], 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            return f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(v, (dict, list))]
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return "it is not a JSON object with a list of cells"
+    for i, cell in enumerate(nb["cells"]):
+        source = cell.get("source", "") if isinstance(cell, dict) else None
+        if (not isinstance(cell, dict) or not isinstance(cell.get("cell_type", ""), str)
+                or not isinstance(cell.get("id", ""), str)
+                or not (isinstance(source, str) or isinstance(source, list)
+                        and all(isinstance(line, str) for line in source))):
+            return f"its cell {i} is not a cell (a dict with a cell_type, an id and a source of text)"
     return None
 
 
@@ -147,14 +251,48 @@ def stage(student: Path, root: Path, chosen) -> Staged:
     staged = Staged(student, root)
     for exercise in chosen:
         staged.read(exercise.file, MAX_FILE_BYTES if exercise.kind == "kernel" else NOTEBOOK_BYTES)
-    kernels = Path(student) / "kernels"
-    if kernels.is_dir() and not kernels.is_symlink():
-        for folder, dirs, files in os.walk(kernels):       # os.walk does not follow links to folders
-            for name in sorted(files):
-                if name.endswith(HEADER_SUFFIXES):
-                    relative = (Path(folder) / name).relative_to(student).as_posix()
-                    staged.read(relative)
+    headers = 0
+    for relative in _headers(Path(student)):
+        if relative in staged.digests or relative in staged.problems:
+            continue
+        if headers >= MAX_HEADERS:
+            staged.problems[relative] = f"more than {MAX_HEADERS} headers under kernels/: {relative} was not read"
+        else:
+            staged.read(relative)
+            headers += 1
     return staged
+
+
+def _headers(student: Path) -> list[str]:
+    """The files under ``student/kernels`` a kernel may include (relative paths), breadth first,
+    at most MAX_FOLDER_DEPTH folders deep, without following links; names that are not text are
+    left out (no include could name them)."""
+    found, level = [], ["kernels"]
+    try:
+        if not stat.S_ISDIR(os.lstat(student / "kernels").st_mode):
+            return []
+    except OSError:
+        return []
+    for _ in range(MAX_FOLDER_DEPTH):
+        deeper = []
+        for folder in level:
+            try:
+                with os.scandir(student / folder) as entries:
+                    listed = sorted((entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries)
+            except OSError:                     # not a folder, a link, too long: nothing to include there
+                continue
+            for name, is_dir in listed:
+                relative = f"{folder}/{name}"
+                if printable(name) != name or len(relative) > MAX_PATH_CHARS:
+                    continue
+                if is_dir:
+                    deeper.append(relative)
+                elif name.endswith(HEADER_SUFFIXES):
+                    found.append(relative)
+            if len(found) > 2 * MAX_HEADERS:
+                return found
+        level = deeper
+    return found
 
 
 # ----------------------------------------------------------------- one exercise of one student
@@ -423,17 +561,104 @@ def _first_problem(checks: list[dict]) -> str:
             f"({', '.join(c['name'] for c in bad)}): {', '.join(kinds)}")
 
 
+# ----------------------------------------------------------------- names, lines and cells
+def printable(text: str) -> str:
+    """``text`` with nothing that could end a line or change what a terminal shows: a backslash
+    doubled, every other character that is not a letter, mark, number, punctuation, symbol or
+    space (a newline, an escape sequence, a direction override) as ``\\uXXXX``, and a byte that is
+    not UTF-8 (a file name's, as Python reads it) as ``\\xNN``. One text for each ``text``."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= code <= 0xDCFF:                  # os.fsdecode's stand-in for a byte that is not UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char == " " or unicodedata.category(char)[0] in "LMNPS":
+            out.append(char)
+        else:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def _one_line(text: str) -> str:
+    """A console line that is one line as it is shown: no character that ends a line or moves the
+    cursor (the names in it are already :func:`printable`; this holds for anything else)."""
+    return "".join(c if c == " " or unicodedata.category(c)[0] in "LMNPS" else f"\\u{ord(c):04x}" for c in text)
+
+
+def student_name(folder: Path) -> str:
+    """The student's name in the grades: the folder's name, :func:`printable`, at most
+    MAX_NAME_CHARS characters (a longer one ends in ``...`` and a digest of the whole name, so
+    that two names stay two)."""
+    name = printable(Path(folder).name)
+    if len(name) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(os.fsencode(Path(folder).name)).hexdigest()[:12]
+        name = f"{name[:MAX_NAME_CHARS - 16]}...{digest}"
+    return name
+
+
+def feedback_names(names: list[str]) -> list[str]:
+    """A feedback file's name for each student (``NAME.md``): the name itself where it is only
+    letters, digits, ``.``, ``_`` and ``-`` and short, else its safe characters and a digest of it;
+    never two alike (nor two that differ only in case), never a name starting with ``.`` or ``-``."""
+    made, taken = [], set()
+    for name in names:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:60]
+        if safe != name or safe[:1] in ("", ".", "-"):
+            safe = f"{safe.lstrip('.-')[:40] or 'student'}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+        file, n = safe, 1
+        while file.casefold() in taken:
+            n += 1
+            file = f"{safe}-{n}"
+        taken.add(file.casefold())
+        made.append(file + ".md")
+    return made
+
+
+def csv_cell(value):
+    """A CSV cell no spreadsheet reads as a formula: text starting with ``=``, ``+``, ``-``, ``@``,
+    a tab, a carriage return or ``'`` gets a leading ``'`` (so two texts stay two)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r", "'"):
+        return "'" + value
+    return value
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as CSV at ``path``, whole or not at all (written beside it, then renamed), every
+    text cell through :func:`csv_cell`."""
+    frame = frame.apply(lambda column: column if pd.api.types.is_numeric_dtype(column) else column.map(csv_cell))
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        frame.to_csv(partial, index=False)
+        os.replace(partial, path)
+    finally:
+        if partial.exists():
+            partial.unlink()
+
+
+def _write_text(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        if partial.exists():
+            partial.unlink()
+
+
 # ----------------------------------------------------------------- the whole class
 def students(submissions: Path) -> tuple[list[Path], list[str]]:
-    """The student folders, and what else is there and why it is not graded."""
+    """The student folders, and what else is there and why it is not graded (names as
+    :func:`student_name` shows them)."""
     folders, skipped = [], []
     for p in sorted(Path(submissions).iterdir()):
         if p.is_symlink():
-            skipped.append(f"{p.name} (a symbolic link, not a folder)")
+            skipped.append(f"{student_name(p)} (a symbolic link, not a folder)")
         elif not p.is_dir():
-            skipped.append(f"{p.name} (a file, not a folder)")
+            skipped.append(f"{student_name(p)} (a file, not a folder)")
         elif p.name.startswith((".", "_")):
-            skipped.append(f"{p.name} (names starting with '.' or '_' are not students)")
+            skipped.append(f"{student_name(p)} (names starting with '.' or '_' are not students)")
         else:
             folders.append(p)
     if not folders:
@@ -459,12 +684,14 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     submissions, out = Path(submissions), Path(out)
     said = threading.Lock()
 
-    def say(line: str) -> None:
+    def say(text: str) -> None:
         # One line at a time: the slots' threads report at once, and print() writes a line and
-        # its end apart (two lines could share one).
+        # its end apart (two lines could share one). No text in a line ends it or moves the
+        # cursor: a folder's name cannot forge another line.
         if progress is not None:
             with said:
-                progress(line)
+                for line in text.split("\n"):
+                    progress(_one_line(line))
     if not submissions.is_dir():
         raise GpulabError(f"submissions folder {submissions} does not exist (expected a folder with one "
                           "sub-folder per student)")
@@ -492,6 +719,7 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     feedback = Path(feedback) if feedback else out.with_name(out.stem + "-feedback")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
     folders, skipped = students(submissions)
+    names = _unique([student_name(folder) for folder in folders])
     for line in skipped:
         say(f"not graded: {line}")
     # Exercise by exercise, so that one student's hang runs beside the others' work, not last.
@@ -501,58 +729,129 @@ def grade(submissions: str | Path, out: str | Path, feedback: str | Path | None 
     slots = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
+    rows: dict[tuple[int, str], dict] = {}
+    staged: list[Staged | None] = [None] * len(folders)
+    begun = False
 
-    with tempfile.TemporaryDirectory(prefix="gpulab-grade-") as tmp:
-        tmp = Path(tmp)
-        os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
-        lab = sandbox.student_tree(tmp / "lab")
-        # Made here, shown read-only to every child: the CPU backend's runtime, the font list.
-        prebuilt = {}
-        if any(e.kind == "kernel" for e in chosen):
-            for place, path in sandbox.prebuilt_runtime().items():
-                prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{place}"] = path
-        fonts = sandbox.prebuilt_font_list(tmp / "fonts") if any(e.kind == "function" for e in chosen) else None
-        if fonts is not None:
-            prebuilt[f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}"] = fonts
-        staged = [stage(folder, tmp / "submissions" / f"{i:04d}", chosen) for i, folder in enumerate(folders)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpulab-grade-", ignore_cleanup_errors=True) as tmp:
+            tmp = Path(tmp)
+            os.chmod(tmp, 0o755)            # children run as other uids: they read the copies
+            lab = sandbox.student_tree(tmp / "lab")
+            # Made here, shown read-only to every child: the CPU backend's runtime, the font list.
+            prebuilt = {}
+            if any(e.kind == "kernel" for e in chosen):
+                for place, path in sandbox.prebuilt_runtime().items():
+                    prebuilt[f"{sandbox.CHILD_CACHE}/cpu/{place}"] = path
+            fonts = sandbox.prebuilt_font_list(tmp / "fonts") if any(e.kind == "function" for e in chosen) else None
+            if fonts is not None:
+                prebuilt[f"{sandbox.CHILD_MPLCONFIG}/{fonts.name}"] = fonts
+            unread = {}
+            for i, folder in enumerate(folders):
+                try:
+                    staged[i] = stage(folder, tmp / "submissions" / f"{i:04d}", chosen)
+                    staged[i].root.mkdir(parents=True, exist_ok=True)
+                except Exception as error:          # noqa: BLE001 -- this student's rows only
+                    unread[i] = f"the grader could not read this submission ({_error_words(error, tmp)})"
+                    say(f"grader error: {names[i]}: {unread[i]}")
 
-        def one(item):
-            i, exercise = item
-            slot = slots.get()
+            def one(item):
+                i, exercise = item
+                if i in unread:
+                    return _grader_error(exercise, unread[i])
+                slot = slots.get()
+                try:
+                    started = time.monotonic()
+                    make = (lambda: sandbox.Child(lab, staged[i].root, time_limit, sandbox=not unsafe_no_sandbox,
+                                                  slot=slot, deadline=deadline, wall_factor=wall_factor,
+                                                  prebuilt=prebuilt))
+                    try:
+                        row = _summarise(exercise, evaluate(exercise, staged[i], lab, make,
+                                                            launch_limit=launch_limit),
+                                         time.monotonic() - started)
+                    except Exception as error:      # noqa: BLE001 -- a fault of the grader's costs this row only
+                        why = _error_words(error, tmp)
+                        say(f"grader error: {names[i]} {exercise.id}: {why}\n  "
+                            + _scrubbed(traceback.format_exc(limit=-6), tmp).strip().replace("\n", " | "))
+                        row = _grader_error(exercise, f"the grader failed while grading this exercise ({why})",
+                                            time.monotonic() - started)
+                finally:
+                    slots.put(slot)
+                say(f"{names[i]} {exercise.id}: {row['status']} ({row['points']}/{row['max_points']}, "
+                    f"{row['cpu_seconds']} s CPU, {row['seconds']} s)")
+                return row
+
+            def record(item):
+                rows[item[0], item[1].id] = one(item)
+
+            pool, begun = ThreadPoolExecutor(max_workers=jobs), True
             try:
-                started = time.monotonic()
-                make = (lambda: sandbox.Child(lab, staged[i].root, time_limit, sandbox=not unsafe_no_sandbox,
-                                              slot=slot, deadline=deadline, wall_factor=wall_factor,
-                                              prebuilt=prebuilt))
-                row = _summarise(exercise, evaluate(exercise, staged[i], lab, make, launch_limit=launch_limit),
-                                 time.monotonic() - started)
-            finally:
-                slots.put(slot)
-            say(f"{folders[i].name} {exercise.id}: {row['status']} ({row['points']}/{row['max_points']}, "
-                f"{row['cpu_seconds']} s CPU, {row['seconds']} s)")
-            return {"student": folders[i].name, **row}
-
-        for s in staged:
-            (s.root).mkdir(parents=True, exist_ok=True)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            rows = list(pool.map(one, work))
-    order = {(s.name, e.id): (i, j) for i, s in enumerate(folders) for j, e in enumerate(chosen)}
-    rows.sort(key=lambda row: order[row["student"], row["exercise"]])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    grades = pd.DataFrame(rows)
-    grades[COLUMNS].to_csv(out, index=False)
-    files = out.with_name(out.stem + "-files.csv")
-    pd.DataFrame([{"student": folder.name, "file": name, "bytes": size, "sha256": digest}
-                  for folder, s in zip(folders, staged) for name, (size, digest) in sorted(s.digests.items())],
-                 columns=["student", "file", "bytes", "sha256"]).to_csv(files, index=False)
-    feedback.mkdir(parents=True, exist_ok=True)
-    for name, group in grades.groupby("student", sort=False):
-        (feedback / f"{name}.md").write_text(feedback_text(name, group.to_dict("records")))
+                for done in [pool.submit(record, item) for item in work]:
+                    done.result()
+            finally:            # stopped (an interrupt): the items running end within their limits
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        # Once grading has begun, whatever happens, every row graded so far is written, and the
+        # others say why not (before, a failure leaves an earlier run's grades as they were).
+        if begun:
+            grades = _write_results(out, feedback, names, chosen, rows, staged)
     grades.attrs["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
     grades.attrs["children_cpu_seconds"] = float(grades["cpu_seconds"].sum()) if len(grades) else 0.0
     say(f"CPU time of the children that ran the submissions' code: {grades.attrs['children_cpu_seconds']:.1f} s "
         f"in {len(grades)} exercises (not in the grader's own CPU time: a child's processes end with its sandbox)")
-    grades.attrs["files"] = str(files)
+    grades.attrs["files"] = str(out.with_name(out.stem + "-files.csv"))
+    return grades
+
+
+def _unique(names: list[str]) -> list[str]:
+    """``names``, a later one equal to an earlier one (two long names cut alike) numbered."""
+    seen, made = set(), []
+    for name in names:
+        shown, n = name, 1
+        while shown in seen:
+            n += 1
+            shown = f"{name} ({n})"
+        seen.add(shown)
+        made.append(shown)
+    return made
+
+
+def _scrubbed(text: str, tmp: Path) -> str:
+    return text.replace(str(tmp), "<grader's folder>").replace(str(paths.REPO), "<lab>")
+
+
+def _error_words(error: BaseException, tmp: Path) -> str:
+    """A fault of the grader's, in one line without this machine's paths."""
+    return _one_line(_scrubbed(f"{type(error).__name__}: {error}", tmp))[:500]
+
+
+def _grader_error(exercise, message: str, seconds: float = 0.0) -> dict:
+    return {"exercise": exercise.id, "chapter": exercise.chapter, "title": exercise.title, "points": 0,
+            "max_points": exercise.points, "passed_checks": 0, "total_checks": len(_cases(exercise)),
+            "status": "grader error", "message": message, "checks": [], "seconds": round(seconds, 1),
+            "cpu_seconds": 0.0}
+
+
+def _write_results(out: Path, feedback: Path, names: list[str], chosen, rows: dict, staged: list) -> pd.DataFrame:
+    """Write grades.csv, its files' digests and every student's feedback (each whole or not at
+    all); a row never graded (the run was stopped) is a grader error that says so."""
+    table = []
+    for i, name in enumerate(names):
+        for exercise in chosen:
+            row = rows.get((i, exercise.id))
+            if row is None:
+                row = _grader_error(exercise, "not graded: the grader stopped before it graded this exercise")
+            table.append({"student": name, **row})
+    grades = pd.DataFrame(table, columns=[*COLUMNS, "checks", "seconds", "cpu_seconds"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_csv(grades[COLUMNS], out)
+    _write_csv(pd.DataFrame([{"student": name, "file": printable(file), "bytes": size, "sha256": digest}
+                             for name, s in zip(names, staged) if s is not None
+                             for file, (size, digest) in sorted(s.digests.items())],
+                            columns=["student", "file", "bytes", "sha256"]), out.with_name(out.stem + "-files.csv"))
+    feedback.mkdir(parents=True, exist_ok=True)
+    for i, (name, file) in enumerate(zip(names, feedback_names(names))):
+        _write_text(feedback / file, feedback_text(name, [r for r in table if r["student"] == name]))
     return grades
 
 
@@ -565,17 +864,22 @@ def feedback_text(student: str, rows: list[dict]) -> str:
         lines += [f"## Exercise {r['exercise']} (the book's Exercise {exercise.shown}): {r['title']} -- "
                   f"{r['points']} of {r['max_points']} "
                   f"points ({r['status']})", ""]
-        shown = set()
+        if r["status"] == "grader error":
+            # The details (which may be a hidden check's) are in grades.csv and the grader's output.
+            lines += ["The grader itself failed on this exercise, not your code: your instructor has the "
+                      "details and will grade it again.", ""]
+            continue
         for c in r["checks"]:
-            shown.add(c["name"])
             text = c["message"] if c["message"] not in ("", c["status"]) and c["status"] != "passed" else ""
             if text and not c["hidden"]:
-                text = f"\n\n  ```\n  {_indent(text)}\n  ```"
+                fence = _fence(text)
+                text = f"\n\n  {fence}\n  {_indent(text)}\n  {fence}"
             elif text:
                 text = f" ({text})"
             lines.append(f"- {c['name']}: {c['status']}{text}")
         if r["message"] and not any(c["status"] != "passed" for c in r["checks"]):
-            lines.append(f"\n```\n{r['message']}\n```")
+            fence = _fence(r["message"])
+            lines.append(f"\n{fence}\n{r['message']}\n{fence}")
         if r["status"] not in ("passed", "missing") and exercise.hint:
             lines.append(f"\nHint: {exercise.hint}")
         lines.append("")
@@ -584,3 +888,9 @@ def feedback_text(student: str, rows: list[dict]) -> str:
 
 def _indent(text: str) -> str:
     return text.replace("\n", "\n  ")
+
+
+def _fence(text: str) -> str:
+    """A Markdown code fence longer than any run of backticks in ``text``: nothing in a message
+    (a compiler's quote of the student's source) ends the block early and forges feedback."""
+    return "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))

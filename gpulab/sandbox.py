@@ -14,7 +14,7 @@ mount, pid, network, IPC and UTS namespaces, with a read-only root made of the s
 ``/usr`` and the Python environment only; the *student version* of the lab's package and
 its common headers (made by :func:`student_tree`: no hidden checks, no solutions) read-only
 at ``/lab``; the files the grader checked and copied out of the submission read-only at
-``/submission``; a private, empty, writable ``/tmp``, where the grader shows, read-only, two
+``/submission``; a private, empty, writable ``/tmp`` (:data:`TMP_BYTES` at most), where the grader shows, read-only, two
 kinds of file it made itself, with nothing of a solution or a submission in them: the CPU
 backend's runtime compiled from the lab's own sources (:func:`prebuilt_runtime`) in the child's
 build cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no
@@ -22,11 +22,19 @@ network. Run by root, the child drops to a uid of its own (leased by one child a
 every grader on the machine, so that a process limit is per student).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
-exercise ends, ``setsid`` or not.
+exercise ends, ``setsid`` or not. No process in the sandbox shows a path of this machine in its
+command line or environment (bwrap reads its arguments from a file descriptor; Python runs
+through a link at :data:`CHILD_PYTHON`).
+
+Every wait for a child has a deadline: requests are written without blocking and answers read
+with a timeout, under the child's CPU limit, its wall budget (:data:`WALL_FACTOR`,
+:data:`IDLE_GRACE`) and the run's deadline; a watchdog thread kills the child's whole tree,
+stopped or not, if a request outlasts them, whatever the grader's thread is doing.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import json
 import os
@@ -61,6 +69,22 @@ STDERR_KEEP = 64 << 10
 #: this many times its CPU limit (wall-clock time): generous, so that a machine busy with other
 #: work, which slows every child, does not stop correct ones.
 WALL_FACTOR = 6
+#: ... and, sooner, once the grader has waited IDLE_GRACE seconds more than WALL_FACTOR times the CPU
+#: time the child has used so far: a child that computes nothing (it sleeps, stops itself, stops
+#: reading) is stopped after about IDLE_GRACE seconds, whatever its CPU limit, while one that
+#: computes is slowed by a busy machine less than WALL_FACTOR times.
+IDLE_GRACE = 15.0
+#: The size of a sandbox's private /tmp (memory): its build cache, matplotlib's, a kernel's files.
+TMP_BYTES = 512 << 20
+#: The most nested lists and dicts an answer's header may hold, and the largest integer it may
+#: hold as an integer (larger ones are read as floats, infinite past float's range).
+MAX_DEPTH = 64
+MAX_INT = 1 << 63
+#: The buffer of the pipes between the grader and a child (Linux allows 1 MB to anyone by default).
+PIPE_BYTES = 1 << 20
+#: Where a sandboxed child sees the Python environment's prefix (a link to it): its command line
+#: then names no path of this machine.
+CHILD_PYTHON = "/python"
 #: Where a sandboxed child's CPU backend keeps what it compiles (``$GPULAB_CACHE``), and where its
 #: matplotlib keeps its cache (``$MPLCONFIGDIR``): both in its private ``/tmp``.
 CHILD_CACHE, CHILD_MPLCONFIG = "/tmp/cache", "/tmp/matplotlib"
@@ -179,6 +203,45 @@ def _namespaces() -> list[str]:
     return ["--unshare-all"]
 
 
+def _private_tmp() -> list[str]:
+    """The child's own /tmp: empty, writable by all (sticky), at most TMP_BYTES (it is memory;
+    bubblewrap 0.8 and later: an older one makes it without a size, as big as the machine's)."""
+    size = ["--size", str(TMP_BYTES)] if _bwrap_knows("--size") else []
+    return ["--perms", "1777", *size, "--tmpfs", "/tmp"]
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_knows(option: str) -> bool:
+    try:
+        said = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return f"{option} " in said.stdout + said.stderr
+
+
+def _interpreter() -> tuple[list[str], str]:
+    """The bwrap arguments that show the Python environment's prefix at CHILD_PYTHON too, and the
+    interpreter's path through it: the child's command line (which every process in the sandbox
+    can read) then names no folder of this machine. The prefix stays bound at its own path as
+    well: a virtual environment's interpreter is a link into the base installation."""
+    executable = Path(sys.executable)
+    try:
+        inside = executable.relative_to(sys.prefix)
+    except ValueError:
+        return [], sys.executable
+    return ["--symlink", sys.prefix, CHILD_PYTHON], f"{CHILD_PYTHON}/{inside.as_posix()}"
+
+
+def _argument_file(args: list[str]) -> int:
+    """A file descriptor holding ``args`` for bwrap's ``--args``: bwrap's own command line, which
+    its process in the sandbox (the pid namespace's first) shows to the child, then holds no
+    path of this machine (the grader's temporary folder, its build cache, its Python)."""
+    fd = os.memfd_create("bwrap-args")
+    os.write(fd, b"".join(a.encode() + b"\0" for a in args))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def student_tree(dest: Path, repo: Path | None = None) -> Path:
     """The student version of the lab's package and common headers, for children to import:
     ``gpulab/`` without the instructor-only files, and ``kernels/common/``. Returns ``dest``."""
@@ -254,9 +317,41 @@ def prebuilt_font_list(folder: Path) -> Path | None:
 
 
 # ------------------------------------------------------------------ the parent's side
-def _tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
-    utime + stime + those of its children it waited for)."""
+def _widen(fd: int) -> None:
+    """Give the pipe ``fd`` a buffer of PIPE_BYTES where the system allows it: a launch's arrays then
+    cross in a sixteenth of the reads, writes and waits of the default 64 KB."""
+    import fcntl
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass
+
+
+def _answer_header(data: bytes) -> dict | None:
+    """A child's JSON header, or None if it is not one the grader reads: a dict, nested at most
+    MAX_DEPTH deep; integers past MAX_INT are read as floats (infinite past float's range), so
+    that no comparison of an answer overflows."""
+    def number(text: str):
+        value = int(text) if len(text) <= 30 else None
+        return value if value is not None and -MAX_INT <= value <= MAX_INT else float(text)
+    try:
+        header = json.loads(data, parse_int=number)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    level, depth = [header], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return None
+        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(v, (dict, list))]
+    return header
+
+
+def _processes() -> tuple[dict, dict]:
+    """Every process's children, and its CPU ticks (its own and its reaped children's)."""
     children, ticks = collections.defaultdict(list), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -269,12 +364,27 @@ def _tree_cpu_seconds(root: int) -> float:
         fields = text[text.rindex(b")") + 2:].split()
         children[int(fields[1])].append(int(entry))
         ticks[int(entry)] = sum(int(x) for x in fields[11:15])
-    total, stack = 0, [root]
+    return children, ticks
+
+
+def _under(root: int, children: dict) -> list[int]:
+    found, stack = [], [root]
     while stack:
-        pid = stack.pop()
-        total += ticks.get(pid, 0)
-        stack += children.get(pid, ())
-    return total / os.sysconf("SC_CLK_TCK")
+        for pid in children.get(stack.pop(), ()):
+            found.append(pid)
+            stack.append(pid)
+    return found
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and all its descendants, alive or reaped (each process's
+    utime + stime + those of its children it waited for)."""
+    children, ticks = _processes()
+    return _ticks_seconds(root, children, ticks)
+
+
+def _ticks_seconds(root: int, children: dict, ticks: dict) -> float:
+    return sum(ticks.get(pid, 0) for pid in (root, *_under(root, children))) / os.sysconf("SC_CLK_TCK")
 
 
 class Child:
@@ -291,10 +401,14 @@ class Child:
 
     def __init__(self, lab: Path, submission: Path, cpu_limit: float, sandbox: bool = True, slot: int = 0,
                  deadline: float | None = None, limits: dict | None = None, wall_factor: float = WALL_FACTOR,
-                 prebuilt: dict[str, Path] | None = None):
+                 prebuilt: dict[str, Path] | None = None, idle_grace: float = IDLE_GRACE):
         self.cpu_limit, self.limits = float(cpu_limit), dict(LIMITS, **(limits or {}))
         self.waited, self.backstop = 0.0, float(wall_factor) * self.cpu_limit
+        self.wall_factor, self.idle_grace = float(wall_factor), float(idle_grace)
         self.deadline = deadline if deadline is not None else float("inf")
+        self._asked_at: float | None = None       # when the request now in progress was made
+        self._waited_before = 0.0
+        self._lock = threading.Lock()
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "GPULAB_CACHE": CHILD_CACHE,
                "GPULAB_BACKEND": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -302,7 +416,8 @@ class Child:
         prebuilt = dict(prebuilt or {})
         if any(not place.startswith("/tmp/") for place in prebuilt):
             raise ValueError(f"prebuilt files go under the child's /tmp, not {sorted(prebuilt)}")
-        serve = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
+        python_args, python = _interpreter() if sandbox else ([], sys.executable)
+        serve = [python, "-I", "-c", f"import sys; sys.path.insert(0, {LAB!r}); "
                  "from gpulab.sandbox import serve; serve()"]
         self._uid_lease = None
         uid = None
@@ -324,7 +439,7 @@ class Child:
             for place, path in sorted(prebuilt.items()):
                 shown += ["--ro-bind", str(path), place]
             # /tmp first: the Python environment may live under it (bound on top).
-            command = ["bwrap", "--perms", "1777", "--tmpfs", "/tmp", *shown, *_system_binds(),
+            command = ["bwrap", *_private_tmp(), *shown, *_system_binds(), *python_args,
                        "--ro-bind", str(lab), LAB,
                        "--ro-bind", str(submission), SUBMISSION, "--proc", "/proc", "--dev", "/dev", *_namespaces(),
                        "--die-with-parent", "--new-session", "--chdir", SUBMISSION, "--clearenv",
@@ -332,7 +447,8 @@ class Child:
                        "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_LIMITS", limits,
                        "--setenv", "GPULAB_LAB", LAB,
                        "--setenv", "GPULAB_SUBMISSION", SUBMISSION, "--", *serve]
-            cwd = None
+            arguments = _argument_file(command[1:-len(serve) - 1])
+            command, cwd, passed = ["bwrap", "--args", str(arguments), "--", *serve], None, (arguments,)
         else:                      # --unsafe-no-sandbox: the same child, unconfined
             # The folder above the lab stands for the sandbox's /tmp.
             tmp = lab.parent
@@ -348,21 +464,31 @@ class Child:
                     shutil.copyfile(path, copy)
                     os.replace(copy, target)
             serve[3] = serve[3].replace(repr(LAB), repr(str(lab)))
-            command, cwd = serve, str(submission)
+            command, cwd, passed = serve, str(submission), ()
         try:
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+                                         stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+                                         pass_fds=passed)
         except BaseException:
             if self._uid_lease is not None:    # no child: its uid is free again
                 os.close(self._uid_lease)
                 self._uid_lease = None
             raise
+        finally:
+            for fd in passed:
+                os.close(fd)
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            _widen(pipe.fileno())
         self._stderr = collections.deque()
         self._stderr_size = 0
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
         self.stopped: str | None = None
         self.used, self._checked = 0.0, time.monotonic()
+        self._ended = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True)
+        self._watchdog.start()
 
     def _drain(self) -> None:
         while True:
@@ -382,18 +508,20 @@ class Child:
 
     def request(self, message: dict) -> tuple[dict, list[bytes]]:
         """Send ``message``; the child's answer (a JSON header and its binary parts)."""
+        if self.stopped:
+            raise Stopped(self.stopped)
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self._asked_at, self._waited_before = time.monotonic(), self.waited
         try:
-            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            self._died()
-        try:
-            header = json.loads(self._read_part(HEADER_BYTES))
-            count = int(header.get("parts", 0))
-        except (AttributeError, TypeError, ValueError, RecursionError):     # not an answer the child serves
-            header, count = None, 0
-        if not isinstance(header, dict) or not 0 <= count <= MAX_PARTS:
+            return self._exchange(_HEADER.pack(len(data)) + data)
+        finally:
+            self._asked_at = None
+
+    def _exchange(self, data: bytes) -> tuple[dict, list[bytes]]:
+        self._write_all(data)
+        header = _answer_header(self._read_part(HEADER_BYTES))
+        count = header.get("parts", 0) if header is not None else 0
+        if header is None or not isinstance(count, int) or not 0 <= count <= MAX_PARTS:
             self.kill()
             raise ChildDied("the child's answer is not in the form the grader asked for", self.stderr())
         parts, budget = [], MAX_REPLY_BYTES
@@ -402,6 +530,31 @@ class Child:
             budget -= len(part)
             parts.append(part)
         return header, parts
+
+    def _write_all(self, data: bytes) -> None:
+        """Write ``data`` to the child's stdin (non-blocking: a request larger than the pipe's
+        buffer to a child that stops reading it waits under the same limits as an answer)."""
+        view, fd = memoryview(data), self.proc.stdin.fileno()
+        while view:
+            ready = self._wait(fd, write=True)
+            if ready:
+                try:
+                    view = view[os.write(fd, view[:1 << 20]):]
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, OSError):
+                    self._died()
+            if not ready or time.monotonic() - self._checked > 0.25:
+                self._check_limits()
+
+    def _wait(self, fd: int, write: bool = False) -> bool:
+        """Whether ``fd`` is ready within a quarter of a second, the wait counted in ``waited``."""
+        before = time.monotonic()
+        try:
+            ready = select.select([] if write else [fd], [fd] if write else [], [], 0.25)
+        finally:
+            self.waited += time.monotonic() - before
+        return bool(ready[0] or ready[1])
 
     def _read_part(self, most: int) -> bytes:
         size = _HEADER.unpack(self._read_exact(_HEADER.size))[0]
@@ -413,11 +566,12 @@ class Child:
     def _read_exact(self, n: int) -> bytes:
         out, fd = bytearray(), self.proc.stdout.fileno()
         while len(out) < n:
-            before = time.monotonic()
-            ready, _, _ = select.select([fd], [], [], 0.25)
-            self.waited += time.monotonic() - before
+            ready = self._wait(fd)
             if ready:
-                chunk = os.read(fd, min(n - len(out), 1 << 20))
+                try:
+                    chunk = os.read(fd, min(n - len(out), 1 << 20))
+                except OSError:
+                    chunk = b""
                 if not chunk:
                     self._died()
                 out += chunk
@@ -426,22 +580,48 @@ class Child:
                 self._check_limits()
         return bytes(out)
 
+    def _wall_budget(self) -> float:
+        """How long the grader may wait for this child in all: WALL_FACTOR times its CPU limit,
+        or, for a child that computes little, IDLE_GRACE seconds past WALL_FACTOR times what it
+        has used."""
+        return min(self.backstop, self.idle_grace + self.wall_factor * self.used)
+
     def _check_limits(self) -> None:
         used, now = self.cpu_seconds(), time.monotonic()
         self._checked, self.used = now, max(self.used, used)
-        if used > self.cpu_limit:
+        if self.stopped:
+            pass
+        elif used > self.cpu_limit:
             self.stopped = f"stopped after {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)"
-        elif self.waited > self.backstop or now > self.deadline:
+        elif self.waited > self._wall_budget() or now > self.deadline:
             self.stopped = (f"stopped after {self.waited:.0f} s of waiting for it (wall-clock time), having "
                             f"used {used:.0f} s of CPU time (the limit is {self.cpu_limit:.0f} s of CPU)")
         if self.stopped:
             self.kill()
             raise Stopped(self.stopped)
 
+    def _watch(self) -> None:
+        """The watchdog: whatever the grader's thread is doing, the child's whole tree is killed
+        once the run's deadline has passed, or once a request has waited past the child's wall
+        budget (the grader's own checks, between its reads and writes, see it first; this one
+        holds if anything else waits). SIGKILL ends a process that stopped itself too."""
+        while not self._ended.wait(0.5):
+            asked, now = self._asked_at, time.monotonic()
+            waited = self._waited_before + now - asked if asked is not None else self.waited
+            if now > self.deadline + 5 or (asked is not None and waited > self._wall_budget() + 5):
+                with self._lock:
+                    if not self.stopped:
+                        self.stopped = (f"stopped after {waited:.0f} s of waiting for it (wall-clock time) "
+                                        f"by the grader's watchdog (the limit is {self.cpu_limit:.0f} s of CPU)")
+                self._kill_tree()
+                return
+
     def _died(self):
         self.kill()
         code = self.proc.returncode
-        if code is not None and -code in (signal.SIGXCPU, signal.SIGKILL) and not self.stopped:
+        if self.stopped:                      # the watchdog killed it
+            raise Stopped(self.stopped)
+        if code is not None and -code in (signal.SIGXCPU, signal.SIGKILL):
             used = self.cpu_seconds()
             if -code == signal.SIGXCPU or used >= self.cpu_limit:
                 self.stopped = f"stopped after the CPU time limit of {self.cpu_limit:.0f} s"
@@ -450,28 +630,47 @@ class Child:
                else f"the process exited with status {code}")
         raise ChildDied(why, self.stderr())
 
-    def kill(self) -> None:
-        """End the child and everything it started (its pid namespace dies with it)."""
-        if self.proc.returncode is None:
-            self.used = max(self.used, self.cpu_seconds())
-        if self.proc.poll() is None:
+    def _kill_tree(self, measure: bool = False) -> None:
+        """SIGKILL to the child and every process under it, stopped or not (the sandbox's pid
+        namespace dies with bwrap; without a sandbox, the descendants found now die by pid);
+        ``measure``: first note the CPU time the tree used."""
+        children, ticks = _processes()
+        if measure:          # before it is reaped: an ended process's /proc entry holds its time
+            self.used = max(self.used, _ticks_seconds(self.proc.pid, children, ticks))
+        if self.proc.poll() is not None:
+            return
+        for pid in _under(self.proc.pid, children):
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self.proc.kill()
         try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
-        for stream in (self.proc.stdin, self.proc.stdout):
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """End the child and everything it started (its pid namespace dies with it)."""
+        with self._lock:
+            self._kill_tree(measure=self.proc.returncode is None)
             try:
-                stream.close()
-            except OSError:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 pass
-        if self._uid_lease is not None:        # its processes are gone: another child may run as its uid
-            os.close(self._uid_lease)
-            self._uid_lease = None
+            self._ended.set()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            if self._uid_lease is not None and self.proc.returncode is not None:
+                # Its processes are gone: another child may run as its uid.
+                os.close(self._uid_lease)
+                self._uid_lease = None
 
     close = kill
 

@@ -35,7 +35,8 @@ _PLACEHOLDER = {"//": "// TODO: your code here", "#": "# TODO: your code here"}
 #: Paths (relative to the repository root, ``*`` for any name) the student copy leaves out, with
 #: everything under them: each chapter's hidden checks, the grader's tests and their fixtures.
 INSTRUCTOR_ONLY = ("book/*/hidden_checks.py", "tests/test_grading.py", "tests/test_grading_sandbox.py",
-                   "tests/test_student.py", "tests/fixtures/grading")
+                   "tests/test_student.py", "tests/fixtures/grading",
+                   "tests/test_grading_robust.py")
 #: What marks a check cell in a notebook.
 CHECK_CALL = "exercises.check("
 
