@@ -26,7 +26,8 @@ import pytest
 
 from gpulab import cpu, exercises, grading, paths, sandbox
 from gpulab.errors import KernelCompileError
-from test_grading import FIXTURES, WRONG, handed_in, submission
+from gpulab.student import strip_solutions
+from test_grading import FIXTURES, WRONG, handed_in, solution_text, submission
 
 ATTACKS = FIXTURES / "attacks"
 SAXPY, RELU, HISTOGRAM, CELL = (exercises.get(i) for i in ("measuring.1", "basics.1", "basics.3", "fcnet.2"))
@@ -311,8 +312,9 @@ class Graded:
         # Honest: the lab's answers; do-nothing: the student version's placeholders.
         for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
             submission(exercise, handed_in(exercise), subs / "ada")
-        for exercise in (SAXPY, RELU, HISTOGRAM):
-            submission(exercise, f"// {exercises.PLACEHOLDER}\n", subs / "nobody")
+        for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
+            submission(exercise, strip_solutions(solution_text(exercise), "//" if exercise.kind == "kernel" else "#"),
+                       subs / "nobody")
         # 1. A constructor that takes the child over, in front of a kernel that is wrong without it.
         for name, exercise, kernel in (("widens_grid", SAXPY, NO_GRID_STRIDE), ("pads_arrays", RELU, NO_BOUNDS_TEST),
                                        ("races_off", HISTOGRAM, NOT_ATOMIC)):
@@ -360,8 +362,8 @@ def test_every_attack_scores_zero_and_honest_students_full_marks(graded):
             rows.loc[(name, graded.attacks[name][0]), "message"]
     for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
         assert rows.loc[("ada", exercise.id), "points"] == exercise.points
-    for exercise in (SAXPY, RELU, HISTOGRAM):
-        assert rows.loc[("nobody", exercise.id), "points"] == 0
+    for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
+        assert rows.loc[("nobody", exercise.id), "status"] == "not solved", rows.loc[("nobody", exercise.id)]
     # The hoarder's kernel is right: it ran every hidden check (and tried to store each size).
     assert rows.loc[("hoarder", SAXPY.id), "points"] == SAXPY.points
 
