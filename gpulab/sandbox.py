@@ -20,6 +20,12 @@ backend's runtime compiled from the lab's own sources (:func:`prebuilt_runtime`)
 build cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no
 network. Run by root, the child drops to a uid of its own (leased by one child at a time across
 every grader on the machine, so that a process limit is per student).
+Before any student code runs, the child makes itself not dumpable and refuses to itself, by a
+seccomp filter (:func:`seccomp_program`), the kernel's per-user keyrings, IPC and other
+processes' memory (:data:`SYSCALLS_REFUSED`): nothing it leaves reaches the next child leased
+its uid. The CPU backend refuses a kernel library that would run code of its own when it loads
+(:func:`gpulab.cpu.compiler.load_time_code`), and the parent checks a guard region it appended
+to each array a kernel may write (:func:`_guarded`).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
 exercise ends, ``setsid`` or not.

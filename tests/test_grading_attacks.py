@@ -15,12 +15,12 @@ book/instructors.md):
 Each attack is graded, with honest and do-nothing students beside it. Instructors only (the
 student export leaves this file out)."""
 import os
+import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -82,6 +82,8 @@ SAXPY_KERNEL = (paths.REPO / "kernels/measuring/01_saxpy.cu").read_text()
 
 @pytest.mark.parametrize("way", sorted(LOAD_TIME))
 def test_a_module_that_runs_code_when_it_loads_is_refused_before_it_loads(way, monkeypatch):
+    if way == "code in .init" and platform.machine() != "x86_64":
+        pytest.skip("the attack's assembly is x86-64's")
     monkeypatch.delenv(MARK, raising=False)
     text = LOAD_TIME[way].replace("@MARK@", MARK)
     source = text if "saxpy" in text else text + SAXPY_KERNEL
