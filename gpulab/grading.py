@@ -447,14 +447,18 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
     root = target.parents[len(Path(exercise.file).parts) - 1]      # the staged submission
     for i, (case, hidden, name) in enumerate(_cases(exercise)):
         rec.start(name, hidden)
-        # The public checks (small sizes) look for data races: two threads, one word, no
-        # barrier between them (an instrumented build, one block at a time: too slow for
-        # the larger hidden sizes). The hidden checks run the threads of a block in a
-        # shuffled order, so a kernel that only works in one order (a missing barrier) fails.
-        # Both only in the student's kernels: the lab's own kernels of the step (training's
-        # SGD step runs seven of them beside the student's) are checked by the lab's tests,
-        # and checking them here would cost the grader three times their run time.
-        extra = {"schedule": "shuffle", "seed": 1000 + i} if hidden else {"races": True} if races else {}
+        # Every case runs the threads of a block in a shuffled order, so that a kernel that only
+        # works in one order (a missing barrier) fails, from a seed that looks like any other
+        # (_case_seed): nothing of a request says which case is hidden (a public case's inputs
+        # are the student's to know). The public checks (small sizes) also look for data races:
+        # two threads, one word, no barrier between them (an instrumented build, one block at a
+        # time: too slow for the larger hidden sizes). Both only in the student's kernels: the
+        # lab's own kernels of the step (training's SGD step runs seven of them beside the
+        # student's) are checked by the lab's tests, and checking them here would cost the
+        # grader three times their run time.
+        extra = {"schedule": "shuffle", "seed": _case_seed(exercise, i)}
+        if races and not hidden:
+            extra["races"] = True
         if launch_limit is not None:
             extra["time_limit_s"] = launch_limit
         with _routed(root, child, extra):
@@ -464,7 +468,9 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
             except (sandbox.Stopped, sandbox.ChildDied):
                 raise
             except KernelCompileError as error:
-                rec.done("compile error", _compile_message(rec.scrub(str(error)), exercise, mine))
+                # In a hidden case the child's words are not shown: it has seen that case's inputs.
+                rec.done("compile error", "compile error" if hidden
+                         else _compile_message(rec.scrub(str(error)), exercise, mine))
                 rec.finish("compile error")
                 return
             except Exception as error:          # noqa: BLE001 -- the student's kernel failed
@@ -481,6 +487,14 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
                          f"{len(failed)} of {len(checks)} checks disagree with the float64 reference:\n"
                          + failed.to_string(index=False))
     rec.finish()
+
+
+def _case_seed(exercise, i: int) -> int:
+    """The schedule's seed of an exercise's case ``i``: the same in every run, and, drawn from a
+    digest of the exercise's hidden cases, which the child never sees, of one look for every
+    case."""
+    digest = hashlib.sha256(f"{exercise.id}\0{i}\0{ex_mod.hidden_cases(exercise)!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def _evaluate_function(exercise, notebook: Path, rec: _Recorder, child) -> None:

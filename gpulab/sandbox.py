@@ -20,6 +20,12 @@ backend's runtime compiled from the lab's own sources (:func:`prebuilt_runtime`)
 build cache, and matplotlib's list of the system's fonts (:func:`prebuilt_font_list`); no
 network. Run by root, the child drops to a uid of its own (leased by one child at a time across
 every grader on the machine, so that a process limit is per student).
+Before any student code runs, the child makes itself not dumpable and refuses to itself, by a
+seccomp filter (:func:`seccomp_program`), the kernel's per-user keyrings, IPC and other
+processes' memory (:data:`SYSCALLS_REFUSED`): nothing it leaves reaches the next child leased
+its uid. The CPU backend refuses a kernel library that would run code of its own when it loads
+(:func:`gpulab.cpu.compiler.load_time_code`), and the parent checks a guard region it appended
+to each array a kernel may write (:func:`_guarded`).
 Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU time is
 measured over the whole process tree, and the tree dies with its pid namespace when the
 exercise ends, ``setsid`` or not. No process in the sandbox shows a path of this machine in its
@@ -242,6 +248,119 @@ def _argument_file(args: list[str]) -> int:
     return fd
 
 
+def _isolation_args() -> list[str]:
+    """What tells a sandboxed child that it is one (:func:`serve` then ends, after each launch,
+    every process a kernel left behind in its pid namespace: nothing of a student's runs
+    between two requests). The rest of its isolation the child sets up itself, first thing,
+    before any student code runs (:func:`_isolate`)."""
+    return ["--setenv", "GPULAB_SANDBOXED", "1"]
+
+
+# ------------------------------------------------------------------ the kernel's interfaces a child may not use
+#: Refused to every process of a child (EPERM), by a seccomp filter (:func:`seccomp_program`):
+#: state the kernel keeps per user, which outlives the child's namespaces and would reach the
+#: next child leased the same uid (keyrings: the user, user-session and persistent keyrings);
+#: System V and POSIX IPC (a child has its IPC namespace; refused as well); another process's
+#: memory and file descriptors (a kernel's worker writing into the Python process that checks it).
+SYSCALLS_REFUSED = ("add_key", "request_key", "keyctl", "ptrace", "process_vm_readv", "process_vm_writev",
+                    "pidfd_getfd", "process_madvise", "kcmp", "perf_event_open", "bpf", "userfaultfd",
+                    "shmget", "msgget", "semget", "mq_open")
+_SYSCALL_NUMBERS = {
+    # AUDIT_ARCH_X86_64, and the numbers from asm/unistd_64.h
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101,
+                            "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438,
+                            "process_madvise": 440, "kcmp": 312, "perf_event_open": 298, "bpf": 321,
+                            "userfaultfd": 323, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240}),
+    # AUDIT_ARCH_AARCH64, and asm-generic/unistd.h
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117,
+                             "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438,
+                             "process_madvise": 440, "kcmp": 272, "perf_event_open": 241, "bpf": 280,
+                             "userfaultfd": 282, "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180}),
+}
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO, _EPERM = 0x7FFF0000, 0x00050000, 1
+
+
+def seccomp_program(machine: str | None = None) -> bytes:
+    """A classic-BPF seccomp filter (``struct sock_filter`` records) that refuses
+    :data:`SYSCALLS_REFUSED` with EPERM, and every system call of another ABI (32-bit calls from
+    a 64-bit process, x86-64's x32 numbers), whose numbers differ; it allows everything else."""
+    import platform
+    machine = machine or platform.machine()
+    if machine not in _SYSCALL_NUMBERS:
+        raise GpulabError(f"the sandbox's system-call filter knows x86-64 and AArch64, not {machine}")
+    arch, numbers = _SYSCALL_NUMBERS[machine]
+    refused = [numbers[name] for name in SYSCALLS_REFUSED]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06          # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    # (code, jump if true, jump if false, k); jumps count the records after the next one.
+    program = [(ld, 0, 0, 4)]                            # seccomp_data.arch
+    body = [(ld, 0, 0, 0)]                               # seccomp_data.nr
+    if machine == "x86_64":
+        body.append((jge, 0, 0, 0x40000000))             # the x32 ABI's numbers
+    body += [(jeq, 0, 0, nr) for nr in refused]
+    program.append((jeq, 0, len(body) + 1, arch))        # another ABI: to the refusal
+    program += body
+    program.append((ret, 0, 0, _SECCOMP_RET_ALLOW))
+    program.append((ret, 0, 0, _SECCOMP_RET_ERRNO | _EPERM))
+    deny = len(program) - 1
+    records = []
+    for i, (code, jt, jf, k) in enumerate(program):
+        if code in (jeq, jge) and i > 1:                 # a refused number (or x32): jump to the refusal
+            jt = deny - i - 1
+        records.append(struct.pack("<HBBI", code, jt, jf, k))
+    return b"".join(records)
+
+
+def install_seccomp(program: bytes | None = None) -> None:
+    """Apply :func:`seccomp_program` to this process and every process it starts from now on
+    (it cannot be removed); also no process of it may gain privileges by exec (setuid files)."""
+    import ctypes
+    program = seccomp_program() if program is None else program
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = Fprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot install the sandbox's system-call filter")
+
+
+def _isolate() -> None:
+    """What a child does to itself before any student code runs: no process of it may read or
+    write another's memory (not dumpable: a kernel's worker, same uid, cannot open the Python
+    process's /proc/PID/mem), the system-call filter (:func:`install_seccomp`), and a build
+    cache it trusts only where it made the file itself (a kernel may write the cache)."""
+    import ctypes
+
+    from .cpu import compiler
+    PR_SET_DUMPABLE = 4
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    install_seccomp()
+    compiler.distrust_cache()
+
+
+def _end_strays() -> None:
+    """In a sandbox's own pid namespace, end every process but this one and the namespace's
+    init: what a kernel left running (a forked process) when its launch ended."""
+    if os.environ.get("GPULAB_SANDBOXED") != "1":
+        return
+    try:
+        with open("/proc/self/status") as f:
+            nspid = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
+    except (OSError, StopIteration):
+        return
+    # bwrap's init is pid 1, the child pid 2, in a pid namespace of their own (NSpid lists the
+    # pid in each namespace, the host's first): never outside one.
+    if len(nspid) < 2 or nspid[-1] != "2":
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def student_tree(dest: Path, repo: Path | None = None) -> Path:
     """The student version of the lab's package and common headers, for children to import:
     ``gpulab/`` without the instructor-only files, and ``kernels/common/``. Returns ``dest``."""
@@ -273,8 +392,9 @@ def prebuilt_runtime() -> dict[str, Path]:
     """What every child's kernel exercise compiles against, made here, by the grader, from the
     lab's own sources into the grader's own build cache: the CPU backend's runtime as every
     module links it, plain and as the race checker's instrumented builds link it
-    (:func:`gpulab.cpu.compiler.runtime_object`), and the prelude every plain build includes,
-    precompiled (:func:`gpulab.cpu.compiler.precompiled_prelude`). Making them again in each
+    (:func:`gpulab.cpu.compiler.runtime_object`), the prelude every plain build includes,
+    precompiled (:func:`gpulab.cpu.compiler.precompiled_prelude`), and the control modules, plain
+    and instrumented (:func:`gpulab.cpu.compiler.control_library`). Making them again in each
     child costs more CPU time (about 2 s) than the rest of a small exercise. They hold the lab's
     runtime and headers only: no solution, no submission's code. Each file by its place in the
     build cache: children see them read-only at the same place in theirs, under the names their
@@ -283,7 +403,10 @@ def prebuilt_runtime() -> dict[str, Path]:
     from .cpu import compiler
     prelude = compiler.precompiled_prelude()
     precompiled = (prelude, prelude.with_name(prelude.name + ".gch")) if prelude != compiler.PRELUDE else ()
-    files = (compiler.runtime_object(False), compiler.runtime_object(True), *precompiled)
+    # With the control modules the checks of what a module runs at load compare it with
+    # (gpulab.cpu.compiler.load_time_code): built from the lab's clean kernel.
+    files = (compiler.runtime_object(False), compiler.runtime_object(True), *precompiled,
+             compiler.control_library(False), compiler.control_library(True))
     return {path.relative_to(compiler.cache_dir()).as_posix(): path for path in files}
 
 
@@ -446,7 +569,7 @@ class Child:
                        *[a for k, v in env.items() for a in ("--setenv", k, v)],
                        "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_LIMITS", limits,
                        "--setenv", "GPULAB_LAB", LAB,
-                       "--setenv", "GPULAB_SUBMISSION", SUBMISSION, "--", *serve]
+                       "--setenv", "GPULAB_SUBMISSION", SUBMISSION, *_isolation_args(), "--", *serve]
             arguments = _argument_file(command[1:-len(serve) - 1])
             command, cwd, passed = ["bwrap", "--args", str(arguments), "--", *serve], None, (arguments,)
         else:                      # --unsafe-no-sandbox: the same child, unconfined
@@ -715,9 +838,12 @@ class Served:
             module.get_global(name)[:] = np.frombuffer(data, np.uint8)
         args = m["args"]
         accepted = inspect.signature(cpu.checking).parameters
-        with cpu.checking(**{k: v for k, v in m["checking"].items() if k in accepted}):
-            module.get_function(m["kernel"])(tuple(m["grid"]), tuple(m["block"]), args,
-                                             shared_mem=m["shared_mem"])
+        try:
+            with cpu.checking(**{k: v for k, v in m["checking"].items() if k in accepted}):
+                module.get_function(m["kernel"])(tuple(m["grid"]), tuple(m["block"]), args,
+                                                 shared_mem=m["shared_mem"])
+        finally:
+            _end_strays()
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         return {"ok": True, "parts": len(arrays)}, [np.ascontiguousarray(a).tobytes() for a in arrays]
 
@@ -756,6 +882,7 @@ def serve() -> None:
         if limits.get(key) is not None:
             resource.setrlimit(name, (limits[key], limits[key]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _isolate()
     requests, answers = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -839,7 +966,10 @@ class RemoteModule:
     kernels that run beside them in the parent."""
 
     def __init__(self, child, file: str, source: str, options=(), checking: dict | None = None):
+        from .signature import parse_kernels
         self.child, self.file, self.checking = child, file, dict(checking or {})
+        # Which arguments a kernel may write, read here from the source (as the lab's Module does).
+        self.signatures = parse_kernels(source)
         header, _ = child.request({"op": "compile", "file": file, "source": source, "options": list(options)})
         if "error" in header:
             raise_error(header)
@@ -868,9 +998,10 @@ class RemoteFunction:
         import numpy as np
 
         from . import cpu
+        args, guarded = _guarded(self.module.signatures.get(self.name), tuple(args))
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         message = {"op": "launch", "file": self.module.file, "kernel": self.name, "grid": list(grid),
-                   "block": list(block), "args": tuple(args), "shared_mem": int(shared_mem),
+                   "block": list(block), "args": args, "shared_mem": int(shared_mem),
                    "checking": {**dataclasses.asdict(cpu.current_checking()), **self.module.checking},
                    "globals": {k: v.tobytes() for k, v in self.module.globals.items()}}
         header, parts = self.module.child.request(message)
@@ -880,3 +1011,54 @@ class RemoteFunction:
             raise KernelLaunchError(f"kernel '{self.name}': the worker's answer does not have the arrays' sizes")
         for part, array in zip(parts, arrays):
             array[...] = np.frombuffer(part, array.dtype).reshape(array.shape)
+        _check_guards(self.name, guarded)
+
+
+#: Bytes of a guard region the parent appends to each array a kernel may write (the most a
+#: kernel without a bounds test overruns by: the rest of its last block, 1,024 threads of 16
+#: bytes, and more for a two-dimensional grid's last rows); the CPU backend's own bounds
+#: checking covers what lies beyond it, in the child.
+GUARD_BYTES = 64 << 10
+
+
+def _guarded(signature, args: tuple) -> tuple[tuple, list]:
+    """``args`` with each array the kernel may write (a pointer parameter without ``const``)
+    replaced by a copy followed by a guard region of random bytes, made here: the parent
+    decides itself, from the bytes that come back, whether the kernel wrote past an array's
+    end, whatever the child says. An array passed twice stays one. Returns the arguments and
+    (name, the array, its copy, the guard's bytes) for each guarded one."""
+    import numpy as np
+    if signature is None or len(signature.params) != len(args):
+        return args, []
+    out, guarded, copies = list(args), [], {}
+    for i, (param, value) in enumerate(zip(signature.params, args)):
+        if not (param.is_pointer and not param.is_const and isinstance(value, np.ndarray)
+                and value.flags.c_contiguous and value.dtype.itemsize and value.size):
+            continue
+        if id(value) in copies:
+            out[i] = copies[id(value)]
+            continue
+        extra = GUARD_BYTES // value.dtype.itemsize
+        copy = np.empty(value.size + extra, value.dtype)
+        copy[:value.size] = value.reshape(-1)
+        guard = os.urandom(extra * value.dtype.itemsize)
+        copy[value.size:].view(np.uint8)[:] = np.frombuffer(guard, np.uint8)
+        copies[id(value)] = out[i] = copy
+        guarded.append((param.name, value, copy, guard))
+    return tuple(out), guarded
+
+
+def _check_guards(kernel: str, guarded: list) -> None:
+    """Each guarded array's data back in place, after its guard was found as the parent made it;
+    an out-of-bounds write (KernelLaunchError) where it was not."""
+    import numpy as np
+    for name, value, copy, guard in guarded:
+        after = copy[value.size:].view(np.uint8)
+        written = np.flatnonzero(after != np.frombuffer(guard, np.uint8))
+        if written.size:
+            index = value.size + int(written[0]) // value.dtype.itemsize
+            raise KernelLaunchError(
+                f"kernel '{kernel}': out-of-bounds write past the end of argument '{name}': element "
+                f"{name}[{index}] was written (the array has {value.size} elements, valid indices 0.."
+                f"{value.size - 1}; found by the grader in the bytes after the array, once the launch had ended)")
+        value[...] = copy[:value.size].reshape(value.shape)

@@ -29,7 +29,7 @@ from ..errors import KernelArgumentError, KernelLaunchError
 from ..datasheet import ARCHITECTURES
 from ..signature import KernelSignature
 from . import counters, crashes
-from .compiler import Built, build
+from .compiler import Built, build, check_symbol_accessors, load_time_code
 
 __all__ = ["compile_module", "checking", "current_checking", "CpuModule", "CpuFunction", "Checking",
            "MAX_SHARED_BYTES", "PRINTF_BYTES", "SCHEDULES", "DEFAULT_TIME_LIMIT_S", "WAIT_FACTOR", "LaunchCosts", "launch_costs", "counting",
@@ -169,6 +169,8 @@ class CpuModule:
         self.instrumented = built.instrumented
         self._origin = None
         self._twin = None
+        # Refused before it is loaded: a module that would run code of its own at load.
+        loaded = load_time_code(built.library.read_bytes(), built.instrumented, filename)
         self._lib = ctypes.CDLL(str(built.library))
         start = self._lib.gpulab_launch_start
         start.restype = ctypes.c_void_p
@@ -204,6 +206,10 @@ class CpuModule:
             size = ctypes.c_size_t()
             addresses.append(accessor(ctypes.byref(size)))
             sizes.append(size.value)
+        if loaded is not None and self.symbols:
+            base = ctypes.cast(self._lib.gpulab_counts_bytes, ctypes.c_void_p).value \
+                - loaded.symbols["gpulab_counts_bytes"].value
+            check_symbol_accessors(loaded, base, dict(zip(self.symbols, zip(addresses, sizes))), filename)
         n = max(len(addresses), 1)
         self._symbol_addresses = (ctypes.c_void_p * n)(*addresses)
         self._symbol_sizes = (ctypes.c_size_t * n)(*sizes)

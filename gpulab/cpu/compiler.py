@@ -298,8 +298,11 @@ def generated_tail(kernels: dict[str, KernelSignature], symbols: tuple[str, ...]
         lines.append(f'GPULAB_EXPORT void gpulab_thunk_{name}(void** args) '
                      f'{{ gpulab::invoke_kernel({name}, args); }}')
     for name in symbols:
+        # Called in the Python process itself (not in a launch's worker): no macro of the
+        # source's and no operator& of its types may turn it into a call of the source's code.
+        lines.append(f"#undef {name}")
         lines.append(f'GPULAB_EXPORT void* gpulab_symbol_{name}(size_t* bytes) '
-                     f'{{ *bytes = sizeof({name}); return (void*)&{name}; }}')
+                     f'{{ *bytes = sizeof({name}); return (void*)__builtin_addressof({name}); }}')
     return "\n".join(lines) + "\n"
 
 
@@ -370,17 +373,60 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
                  instrumented=instrumented)
 
 
+#: Whether files found in the build cache are used as they are (True), or only those this
+#: process made (while they still hold what it made) and those on a read-only mount (False: a
+#: grader's sandboxed child, whose cache the student's kernels, run as the same user, can write).
+_trust_cache = True
+_made_here: dict[Path, str] = {}
+
+
+def distrust_cache() -> None:
+    """From now on, use only what this process built, or found read-only (see ``_trust_cache``)."""
+    global _trust_cache
+    _trust_cache = False
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _trusted(target: Path) -> bool:
+    if _trust_cache:
+        return True
+    try:
+        if os.statvfs(target).f_flag & os.ST_RDONLY:
+            return True
+        return _made_here.get(target) == _digest(target)
+    except OSError:
+        return False
+
+
+def _distrust(target: Path) -> None:
+    """Remove ``target`` from the cache unless it may be used (:func:`_trusted`)."""
+    if target.exists() and not _trusted(target):
+        try:
+            target.unlink()
+        except OSError as error:
+            raise KernelCompileError(f"the CPU backend's build cache holds {target.name}, which this process "
+                                     f"did not make and cannot remove ({error})", path="", line=None,
+                                     log=str(error)) from None
+
+
 @contextlib.contextmanager
 def _once(target: Path, lock: Path | None = None):
     """Whether this process is to make ``target`` (True, holding its lock, ``target``'s name with
     ``.lock`` unless given) or another process sharing the cache has made it (False, perhaps
     while this one waited): processes that need it at once make it once. The maker writes it
     under a temporary name and renames it, so a reader sees all of it or nothing."""
+    _distrust(target)
     if target.exists():
         yield False
         return
     with _compiling(lock or target.with_suffix(".lock")):
-        yield not target.exists()
+        needed = not target.exists()
+        yield needed
+        if needed and not _trust_cache and target.exists():
+            _made_here[target] = _digest(target)
 
 
 @contextlib.contextmanager
@@ -424,6 +470,9 @@ def precompiled_prelude(extra: tuple[str, ...] = ()) -> Path:
     folder = cache_dir() / f"prelude-{digest.hexdigest()[:24]}"
     header = folder / PRELUDE.name
     precompiled = folder / (PRELUDE.name + ".gch")
+    if not (_trusted(header) and _trusted(precompiled)):
+        _distrust(precompiled)
+        _distrust(header)
     if precompiled.exists():                        # (a grader's child: shown read-only)
         return header
     try:
@@ -439,6 +488,8 @@ def precompiled_prelude(extra: tuple[str, ...] = ()) -> Path:
                         return PRELUDE
                     os.replace(text, header)        # the header first: a .gch is read only beside it
                     os.replace(out, precompiled)
+                    if not _trust_cache:
+                        _made_here[header] = _digest(header)
     except OSError:                                 # a cache this process may read but not write
         return header if precompiled.exists() else PRELUDE
     return header
@@ -484,6 +535,7 @@ def _compile(text: str, library: Path, flags: list[str], filename: str, source: 
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise _compile_error(result.stderr or result.stdout, filename, source)
+        _refuse_runtime_names(obj, runtime, filename)
         link = ["g++", "-shared", "-pthread", str(obj), str(runtime), "-o", str(out), "-ldl"]
         result = subprocess.run(link, capture_output=True, text=True)
         if result.returncode != 0:
@@ -519,3 +571,99 @@ def _compile_error(log: str, filename: str, source: str) -> KernelCompileError:
     quoted = f"\n{line:>5} | {lines[line - 1]}" if 0 < line <= len(lines) else ""
     return KernelCompileError(f"{path} line {line}: error: {message}{quoted}",
                               path=path, line=line, log=log)
+
+
+# ------------------------------------------------------------ code a module would run when loaded
+#: A clean kernel file, the control the checks below compare a module with: what the CPU
+#: backend's own compilation adds to every module (the C runtime's start-up files, the
+#: runtime's own constructors, the instrumented builds' ThreadSanitizer initialiser).
+CONTROL_SOURCE = """__device__ float gpulab_control_value;
+extern "C" __global__ void gpulab_control(int n, const float* x, float* y)
+{
+    __shared__ float tile[32];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x % 32] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (i < n) y[i] = tile[threadIdx.x % 32] + gpulab_control_value;
+}
+"""
+CONTROL_FILE = HERE / "control.cu"    # its name only (for the build's key): no such file is read
+
+
+@functools.lru_cache(maxsize=None)
+def control_profile(instrumented: bool):
+    """What the control module (:data:`CONTROL_SOURCE`, built as every module is) runs at load."""
+    from . import elf
+    built = build(CONTROL_SOURCE, filename=str(CONTROL_FILE), instrumented=instrumented)
+    return elf.profile(built.library.read_bytes())
+
+
+def control_library(instrumented: bool) -> Path:
+    """The control module's shared object in the build cache (the grader shows it to its children)."""
+    return build(CONTROL_SOURCE, filename=str(CONTROL_FILE), instrumented=instrumented).library
+
+
+def load_time_code(data: bytes, instrumented: bool, filename: str) -> "elf.Profile":
+    """The load-time profile of a module's shared object (its bytes, ``data``); raises
+    :class:`KernelCompileError` when it would run code of its own when loaded -- global
+    constructors, ``.init`` code, indirect functions' resolvers, extra libraries -- beyond what
+    the control module has. Nothing of a kernel file needs any of them (the lab's kernels have
+    none), and code run at load runs in the Python process that launches the kernels, outside
+    every check of a launch: it could change the checks themselves."""
+    from . import elf
+    try:
+        found = elf.profile(data)
+    except elf.NotElf:
+        return None
+    more = found.beyond(control_profile(instrumented))
+    if more:
+        raise KernelCompileError(
+            f"{filename}: refused: the compiled module would run code of its own when it is loaded, before "
+            f"any kernel is launched: {'; '.join(more)}. A kernel file must not declare global constructors "
+            "(__attribute__((constructor)), a global object with a constructor, a variable initialised by a "
+            "function call), indirect functions (ifunc) or code in the .init section: compute in the kernels",
+            path=filename, line=None, log="")
+    return found
+
+
+def check_symbol_accessors(found, base: int, accessors: dict[str, tuple[int, int]], filename: str) -> None:
+    """Each ``__device__``/``__constant__`` variable's place as the module's accessor reports it
+    (name -> (address, bytes)) must be exactly one variable's of the module (``found``, its
+    :func:`load_time_code` profile; ``base``, where it was loaded): the launch copies a variable's
+    bytes back from the worker into the Python process there, so a reference variable that said
+    it were larger would let a kernel write over the process's memory."""
+    if found is None:
+        return
+    extents = {(base + s.value, s.size) for s in found.symbols.values() if s.kind == 1 and s.size}   # STT_OBJECT
+    for name, (address, size) in accessors.items():
+        if (address, size) not in extents:
+            raise KernelCompileError(
+                f"{filename}: refused: the variable '{name}' is not a variable of its own {size} bytes (a reference "
+                "to other memory?): declare __device__ and __constant__ variables as plain variables or arrays",
+                path=filename, line=None, log="")
+
+
+@functools.lru_cache(maxsize=4)
+def _runtime_names(runtime: Path) -> frozenset[str]:
+    from . import elf
+    return frozenset(s.name for s in elf.object_symbols(runtime.read_bytes())
+                     if s.name and s.binding != 0)     # not STB_LOCAL: defined or needed across objects
+
+
+def _refuse_runtime_names(obj: Path, runtime: Path, filename: str) -> None:
+    """A module's object may define none of the names the runtime beside it defines or calls
+    (``fork``, ``memcpy``, ``operator new``, the race checker's hooks...): the linker would bind
+    the runtime's calls to the module's definitions, and the runtime's launch code runs in the
+    Python process, outside every check of a launch. The lab's kernels define none."""
+    from . import elf
+    try:
+        mine = elf.object_symbols(obj.read_bytes())
+        theirs = _runtime_names(runtime)
+    except elf.NotElf:
+        return
+    clash = sorted({s.name for s in mine if s.defined and s.binding != 0 and s.name in theirs})
+    if clash:
+        shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+        raise KernelCompileError(
+            f"{filename}: refused: it defines {shown}, which the CPU backend's runtime defines or calls itself; "
+            "rename your function (or make it static)", path=filename, line=None, log="")
