@@ -39,7 +39,7 @@ TRACE_OPTION = "-DGPULAB_HOPPER_TRACE"
 COLUMNS = ["seq", "kind", "block", "thread", "a", "b", "c"]
 #: The shapes the figures record, per step number: M, N and K (one block; the persistent steps
 #: walk two tiles, so the producer's run into the next tile shows).
-SHAPES = {"02": (128, 128, 8 * 64), "03": (128, 128, 8 * 64), "04": (128, 256, 8 * 64),
+SHAPES = {"01": (128, 128, 4 * 64), "02": (128, 128, 8 * 64), "03": (128, 128, 8 * 64), "04": (128, 256, 8 * 64),
           "05": (256, 256, 5 * 64), "06": (256, 256, 5 * 64), "07": (256, 256, 5 * 64)}
 
 
@@ -49,9 +49,9 @@ def record(step, M: int | None = None, N: int | None = None, K: int | None = Non
     its events in the order they ran (:data:`COLUMNS`). The run's C is checked first: a record
     of a wrong product is an error, never a figure."""
     from .workloads import hopper
-    if not step.tma or step.cluster != 1 or step.number < "02":
-        raise GpulabError(f"step {step.number}: the trace covers steps 2 to 7 (wgmma on one block's "
-                          "mbarriers), not the mma.sync steps or the cluster step")
+    if not step.tma or step.cluster != 1:
+        raise GpulabError(f"step {step.number}: the trace covers the steps whose copies complete on one block's "
+                          "mbarriers (1 to 7), not step 0's cp.async or the cluster step")
     M, N, K = (v if v is not None else d for v, d in zip((M, N, K), SHAPES.get(step.number, (128, 256, 512))))
     if (not step.persistent and (M > step.bm or N > step.bn)):
         raise GpulabError(f"step {step.number}: one block computes {step.bm} x {step.bn}; M x N = {M} x {N} "
