@@ -14,10 +14,13 @@
 //      right after it.
 // The check runs the kernel on the CPU backend's emulation (the same mbarrier phases, copies and
 // swizzle as the GPU): a wrong parity or a missing arrival hangs the block, and the backend names
-// the barrier its threads wait at; a slot refilled too early gives a wrong C.
+// the barrier its threads wait at; a wrong box or coordinate gives a wrong C. What it cannot catch
+// is a slot refilled before every warp has read it: it completes each copy at once and runs a
+// warp's lanes together through each wgmma, so a missing wait on empty goes unseen here and races
+// on the GPU. Step 1 of the task is yours to get right.
 #include <cuda_fp16.h>
 #include <common/hopper.h>
-#include "wgmma_store.cuh"
+#include <hopper/wgmma_store.cuh>   // from kernels/, where the grader finds it too
 
 #define BM 128
 #define BN 128

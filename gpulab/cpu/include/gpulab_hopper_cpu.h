@@ -321,7 +321,14 @@ GPULAB_UNCOUNTED static inline void named_barrier_sync(int id, int threads, GPUL
 
 static inline void wgmma_fence() {}
 static inline void wgmma_commit() { GPULAB_TRACE(false, "commit", 0); }
-template <int groups> static inline void wgmma_wait() { GPULAB_TRACE(false, "waitg", groups); }
+// wgmma.wait_group.sync.aligned is executed by the warp together: no lane passes it before every
+// lane of its warp has issued its products (here: computed its share of them). A lane that arrives
+// on an empty barrier after it would otherwise let the producer refill a slot another lane of its
+// warp has yet to read (a schedule the GPU's warp-wide wgmma cannot take).
+template <int groups> static inline void wgmma_wait(GPULAB_HOPPER_SITE) {
+    gpulab::warp_collective("wgmma_wait", 0, file, line);
+    GPULAB_TRACE(false, "waitg", groups);
+}
 static inline void fence_proxy_async() { GPULAB_TRACE(false, "fence", 0); }
 template <int regs> static inline void setmaxnreg_inc() {
     static_assert(regs >= 24 && regs <= 256 && regs % 8 == 0, "setmaxnreg takes 24 to 256, a multiple of 8");
