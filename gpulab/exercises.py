@@ -583,9 +583,15 @@ def _check_kernel(exercise: Exercise, backend=None) -> Passed:
     be = get_backend(backend)
     path = paths.REPO / exercise.file
     tables = []
+    from .errors import KernelLaunchError
     with bounds_checking(be.name):
         for case in exercise.public:
-            tables.append(run_kernel_case(exercise, path, case, be))
+            try:
+                tables.append(run_kernel_case(exercise, path, case, be))
+            except KernelLaunchError:
+                if is_unsolved(path.read_text()):      # a starter whose threads wait forever (hopper.3)
+                    raise not_solved(exercise) from None
+                raise
     checks = pd.concat(tables, ignore_index=True)
     failed = checks[failures(checks)]
     if len(failed):

@@ -474,6 +474,11 @@ def _evaluate_kernel(exercise, target: Path, rec: _Recorder, child, races: bool 
                 rec.finish("compile error")
                 return
             except Exception as error:          # noqa: BLE001 -- the student's kernel failed
+                if unsolved and classify(error) == "barrier or race":
+                    # The starter itself waits forever (hopper.3's empty producer: no copy ever lands).
+                    rec.done("not solved", "exercise not solved yet: the kernel's threads wait for each other "
+                             "forever" + ("" if hidden else f" ({error})"))
+                    continue
                 if _failure(rec, hidden, error, f"{type(error).__name__}: {error}") == "time limit":
                     break                       # the next cases would only use up the time too
                 continue

@@ -503,34 +503,157 @@ def occupancy(kernel: Kernel, block_threads: int, shared_mem: int = 0) -> dict:
 
 
 # --------------------------------------------------------------------------- showing source
+#: A region of a kernel file that the book shows on its own: ``// region: NAME`` ... ``// endregion``
+#: (comments only, so marking one changes no machine code); the marker lines are never shown.
+REGION_START = re.compile(r"^\s*//\s*region:\s*(?P<name>[\w.-]+)\s*$")
+REGION_END = re.compile(r"^\s*//\s*endregion\b.*$")
+
+
 @dataclass
 class KernelSource:
     """A kernel file rendered for the book: its path and text, shown as a
-    highlighted CUDA block in a notebook."""
+    highlighted CUDA block in a notebook; ``part`` says which part of the file
+    it is (a function or a region, with its lines), when not the whole file."""
 
     path: str
     text: str
+    part: str = ""
 
     def _repr_markdown_(self) -> str:
-        return f"**`{self.path}`**\n\n```cuda\n{self.text.rstrip()}\n```\n"
+        where = f"**`{self.path}`**" + (f", {self.part}" if self.part else "")
+        return f"{where}\n\n```cuda\n{self.text.rstrip()}\n```\n"
 
     def __str__(self) -> str:
         return self.text
 
 
-def show_source(path: str | Path, kernel: str | None = None) -> KernelSource:
-    """The source of a kernel file (or of one kernel in it, with the comment
-    block just above it) for display in a notebook (never another lab's: see
-    :func:`gpulab.paths.require_this_lab`)."""
+def show_source(path: str | Path, kernel: str | None = None, *, function: str | None = None,
+                region: str | None = None) -> KernelSource:
+    """The source of a kernel file for display in a notebook (never another lab's: see
+    :func:`gpulab.paths.require_this_lab`): the whole file, or one part of it:
+
+    kernel: one ``__global__`` kernel, with the comment block just above it;
+    function: the first definition of any function of that name (``__device__``, a template,
+        an inline helper of a header), with its ``template <...>`` line and the comments just
+        above it;
+    region: the lines between ``// region: NAME`` and ``// endregion``, dedented.
+
+    Region markers are never shown, in any of the four."""
     paths.require_this_lab()
+    if sum(x is not None for x in (kernel, function, region)) > 1:
+        raise KernelArgumentError("show_source shows a kernel, a function or a region: name one of them")
     real = paths.kernel_path(path)
-    text = real.read_text()
+    text, part = real.read_text(), ""
+    where = paths.display_path(real)
     if kernel is not None:
         signatures = parse_kernels(text)
         if kernel not in signatures:
-            raise KernelArgumentError(f"{paths.display_path(real)} has no kernel '{kernel}'")
+            raise KernelArgumentError(f"{where} has no kernel '{kernel}'")
         text = _kernel_text(text, signatures[kernel].line)
-    return KernelSource(paths.display_path(real), text)
+    elif function is not None:
+        first, last = _function_lines(text, function, where)
+        text, part = "\n".join(text.splitlines()[first:last + 1]), f"`{function}` (lines {first + 1}-{last + 1})"
+    elif region is not None:
+        first, last = _region_lines(text, region, where)
+        text = _dedent(text.splitlines()[first:last + 1])
+        part = f"lines {first + 1}-{last + 1}"
+    return KernelSource(where, _without_markers(text), part)
+
+
+def _dedent(lines: list[str]) -> str:
+    """The lines less the indent all their code lines share (preprocessor lines such as
+    ``#pragma unroll``, written from the first column, do not count and stay as they are)."""
+    code = [l for l in lines if l.strip() and not l.lstrip().startswith("#")]
+    cut = min((len(l) - len(l.lstrip()) for l in code), default=0)
+    return "\n".join(l[cut:] if l[:cut].isspace() else l.lstrip() if l.lstrip().startswith("#") else l
+                     for l in lines)
+
+
+def _without_markers(text: str) -> str:
+    return "\n".join(l for l in text.splitlines() if not (REGION_START.match(l) or REGION_END.match(l)))
+
+
+def _region_lines(source: str, name: str, where: str) -> tuple[int, int]:
+    """The first and last line (0-based) inside the region ``name``; regions may nest."""
+    lines = source.splitlines()
+    starts = [i for i, l in enumerate(lines) if (m := REGION_START.match(l)) and m["name"] == name]
+    if not starts:
+        names = [m["name"] for l in lines if (m := REGION_START.match(l))]
+        raise KernelArgumentError(f"{where} has no region '{name}' (a line '// region: {name}'); "
+                                  f"its regions: {', '.join(names) or 'none'}")
+    depth = 0
+    for i in range(starts[0] + 1, len(lines)):
+        if REGION_START.match(lines[i]):
+            depth += 1
+        elif REGION_END.match(lines[i]):
+            if depth == 0:
+                return starts[0] + 1, i - 1
+            depth -= 1
+    raise KernelArgumentError(f"{where}: region '{name}' (line {starts[0] + 1}) has no '// endregion'")
+
+
+def _code_mask(source: str) -> list[bool]:
+    """For each character of ``source``: whether it is code (not in a comment, a string or a
+    character literal), so that braces in comments are not counted."""
+    mask, i, n = [True] * len(source), 0, len(source)
+    while i < n:
+        two = source[i:i + 2]
+        if two == "//" or two == "/*":
+            end = source.find("\n", i) if two == "//" else source.find("*/", i + 2) + 2
+            end = n if end < (1 if two == "//" else 2) else end
+            mask[i:end] = [False] * (end - i)
+            i = end
+        elif source[i] in "\"'":
+            j = i + 1
+            while j < n and source[j] != source[i]:
+                j += 2 if source[j] == "\\" else 1
+            mask[i:j + 1] = [False] * (j + 1 - i)
+            i = j + 1
+        else:
+            i += 1
+    return mask
+
+
+def _function_lines(source: str, name: str, where: str) -> tuple[int, int]:
+    """The first and last line (0-based) of the first definition of function ``name``: from its
+    comments and ``template`` line to its closing brace."""
+    code = _code_mask(source)
+    text = "".join(c if ok else " " for c, ok in zip(source, code))
+    # A definition: the name after a type (a word, maybe * or &), then its parameters, then a body.
+    for m in re.finditer(rf"(?<![\w.>:])(?<=[\w*&>\s]){re.escape(name)}\s*\(", text):
+        before = text[:m.start()].rstrip()
+        if not before or not re.search(r"[\w*&>]$", before) or re.search(r"\b(return|else|new)$", before):
+            continue
+        if before.endswith(("=", ",")):
+            continue
+        depth, i = 0, m.end() - 1
+        while i < len(text):                       # past the parameter list
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        rest = re.match(r"[^;{()]*", text[i:])
+        if rest is None or i + rest.end() >= len(text) or text[i + rest.end()] != "{":
+            continue                               # a declaration or a call, not a definition
+        open_at, depth = i + rest.end(), 0
+        for j in range(open_at, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+        lines = source.splitlines()
+        first = source.count("\n", 0, m.start())
+        last = source.count("\n", 0, j)
+        line_start = source.rfind("\n", 0, m.start()) + 1
+        if not text[line_start:m.start()].strip() and first > 0:
+            first -= 1                             # the return type on the line before
+        while first > 0 and re.match(r"\s*template\s*<", lines[first - 1]):
+            first -= 1
+        while first > 0 and lines[first - 1].strip().startswith("//") and not REGION_END.match(lines[first - 1]):
+            first -= 1
+        while first < last and REGION_START.match(lines[first]):
+            first += 1
+        return first, last
+    raise KernelArgumentError(f"{where} defines no function '{name}'")
 
 
 def _kernel_text(source: str, line: int) -> str:

@@ -836,7 +836,16 @@ class Served:
         module = self.modules[m["file"]]
         for name, data in m["globals"].items():
             module.get_global(name)[:] = np.frombuffer(data, np.uint8)
-        args = m["args"]
+        args = list(m["args"])
+        kept = []     # the arrays the tensor maps describe that are not arguments, alive for the launch
+        for i, (where, data) in m.get("tensor_maps", {}).items():
+            from .tensormap import with_address
+            if where == "argument":
+                address = args[data].ctypes.data       # the map of an output (a TMA store): this copy of it
+            else:
+                kept.append(np.frombuffer(data, np.uint8).copy())
+                address = kept[-1].ctypes.data
+            args[i] = np.frombuffer(with_address(args[i].tobytes(), address), args[i].dtype)[0]
         accepted = inspect.signature(cpu.checking).parameters
         try:
             with cpu.checking(**{k: v for k, v in m["checking"].items() if k in accepted}):
@@ -998,9 +1007,25 @@ class RemoteFunction:
         import numpy as np
 
         from . import cpu
-        args, guarded = _guarded(self.module.signatures.get(self.name), tuple(args))
+        args = tuple(args)
+        # A tensor map holds the address of its array in this process: send the array (or name the
+        # argument it is) so that the child can point the map at its own copy.
+        import ctypes
+
+        from .tensormap import cpu_map_extent
+        maps = {}
+        for i, a in enumerate(args):
+            extent = cpu_map_extent(a.tobytes()) if isinstance(a, np.void) and a.dtype.itemsize >= 16 else None
+            if extent is not None:
+                same = next((j for j, b in enumerate(args) if isinstance(b, np.ndarray) and b.ctypes.data == extent[0]),
+                            None)
+                maps[i] = ("argument", same) if same is not None else ("copy", ctypes.string_at(*extent))
+        # Guarded after the maps are found: a map names the argument by its position, whose copy
+        # (with its guard region) the child receives.
+        args, guarded = _guarded(self.module.signatures.get(self.name), args)
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         message = {"op": "launch", "file": self.module.file, "kernel": self.name, "grid": list(grid),
+                   "tensor_maps": maps,
                    "block": list(block), "args": args, "shared_mem": int(shared_mem),
                    "checking": {**dataclasses.asdict(cpu.current_checking()), **self.module.checking},
                    "globals": {k: v.tobytes() for k, v in self.module.globals.items()}}

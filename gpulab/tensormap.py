@@ -206,3 +206,21 @@ def encode_4d(array, box: tuple[int, int, int, int], swizzle: int = 128) -> Tens
         raise KernelArgumentError(f"cuTensorMapEncodeTiled failed with CUresult {result} (array {array.shape} "
                                   f"{dtype}, box {b}, swizzle {swizzle})")
     return TensorMap(ctypes.string_at(out, TENSOR_MAP_BYTES), array, b, swizzle, "gpu")
+
+
+def cpu_map_extent(raw: bytes) -> tuple[int, int] | None:
+    """(address, bytes) of the array a CPU-backend tensor map's 128 bytes describe, or None for
+    bytes that are not one (the grader's sandbox sends that array to the process that launches)."""
+    magic, address = struct.unpack_from("<QQ", raw)
+    if magic == CPU_MAGIC:
+        _, _, rows, _, pitch, *_ = _CPU_LAYOUT.unpack_from(raw)
+        return address, rows * pitch
+    if magic == CPU_MAGIC_4D:
+        fields = _CPU_LAYOUT_4D.unpack_from(raw)
+        return address, fields[5] * fields[8]           # dims[3] x strides[2]
+    return None
+
+
+def with_address(raw: bytes, address: int) -> bytes:
+    """A CPU-backend tensor map's bytes describing the same array at ``address``."""
+    return raw[:8] + struct.pack("<Q", address) + raw[16:]

@@ -169,6 +169,78 @@ def test_show_source_renders_the_file_or_one_kernel():
     assert "__global__ void saxpy" in one.text
 
 
+SHOWN = """// A header the tests show parts of.
+#define N 4
+
+// Doubles x: the comment above the function is shown with it.
+template <typename T>
+__device__ __forceinline__ T twice(T x) { return x + x; }   // not "{" in a comment: }
+
+__device__ int
+on_two_lines(int a)
+{
+    // region: inner
+    if (a > 0) {
+        const char* s = "} not a brace";
+#pragma unroll
+        for (int i = 0; i < N; ++i) a += twice(i);
+    }
+    // endregion
+    return a;
+}
+
+int declared_only(int a);
+__device__ int caller(int a) { return on_two_lines(declared_only(a)); }
+"""
+
+
+def test_show_source_shows_a_named_function_with_its_comments_and_template(tmp_path):
+    f = tmp_path / "parts.cuh"
+    f.write_text(SHOWN)
+    twice = gpulab.show_source(f, function="twice")
+    assert twice.text.splitlines() == SHOWN.splitlines()[3:6]
+    assert twice.part == "`twice` (lines 4-6)" and "`twice` (lines 4-6)" in twice._repr_markdown_()
+    # The return type on its own line; the call in caller() and the declaration are not definitions;
+    # a brace inside a string does not end the body; the region markers are not shown.
+    two = gpulab.show_source(f, function="on_two_lines").text
+    assert two.startswith("__device__ int\non_two_lines(int a)") and two.rstrip().endswith("return a;\n}")
+    assert "region" not in two and "#pragma unroll" in two
+    with pytest.raises(KernelArgumentError, match="defines no function 'declared_only'"):
+        gpulab.show_source(f, function="declared_only")
+    with pytest.raises(KernelArgumentError, match="name one of them"):
+        gpulab.show_source(f, function="twice", region="inner")
+
+
+def test_show_source_shows_a_marked_region_dedented_without_its_markers(tmp_path):
+    f = tmp_path / "parts.cuh"
+    f.write_text(SHOWN)
+    inner = gpulab.show_source(f, region="inner")
+    lines = inner.text.splitlines()
+    assert lines[0] == "if (a > 0) {" and lines[-1] == "}" and "#pragma unroll" in lines
+    assert lines[3] == "    for (int i = 0; i < N; ++i) a += twice(i);"
+    assert inner.part == "lines 12-16"
+    assert "region" not in gpulab.show_source(f).text          # the whole file hides the markers too
+    with pytest.raises(KernelArgumentError, match="no region 'outer'.*its regions: inner"):
+        gpulab.show_source(f, region="outer")
+    f.write_text(SHOWN.replace("    // endregion\n", ""))
+    with pytest.raises(KernelArgumentError, match="has no '// endregion'"):
+        gpulab.show_source(f, region="inner")
+
+
+def test_the_hopper_chapter_shows_the_loops_of_persistent_gemm():
+    """The regions the chapter shows: the producer issues the copies, the consumer multiplies and
+    releases, the epilogue stores C; each is a balanced block."""
+    shown = {r: gpulab.show_source("hopper/persistent_gemm.cuh", region=r).text
+             for r in ("producer", "consumer", "epilogue")}
+    assert "mbar_arrive_expect_tx" in shown["producer"] and "tma_load_2d" in shown["producer"]
+    assert "wgmma_commit" in shown["consumer"] and "mbar_arrive(&empty" in shown["consumer"]
+    assert "tma_store_2d" in shown["epilogue"] and "store_accumulators" in shown["epilogue"]
+    for text in shown.values():
+        assert text.count("{") == text.count("}") and not text.startswith(" ")
+    for name in ("mbar_wait", "tma_load_2d", "smem_desc", "fence_proxy_async"):
+        assert f"{name}(" in gpulab.show_source("common/hopper.h", function=name).text
+
+
 def test_nvrtc_log_attribution(tmp_path):
     # Parsing of NVRTC logs (the GPU path), checked without a GPU.
     src = tmp_path / "k.cu"

@@ -118,6 +118,10 @@ def sample_files(chapter: str) -> dict[Path, str]:
             text = answer(exercise, answers[exercise.id]) if exercise.id in answers else unsolved(exercise)
             if exercise.kind == "kernel":
                 files[Path(student) / exercise.file] = text
+                # A chapter header the kernel includes from kernels/ (a student's copy has it; the
+                # grader's own tree has kernels/common/ only).
+                for header in re.findall(rf"^#include\s*<({chapter}/[^>]+)>", text, re.M):
+                    files[Path(student) / "kernels" / header] = (paths.REPO / "kernels" / header).read_text()
             else:
                 cells.setdefault(exercise.file, []).append((exercise.cell, text))
         for file, texts in cells.items():

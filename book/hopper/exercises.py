@@ -53,3 +53,11 @@ EXERCISES = [
              hint="A phase completes only when every arrival has come AND every announced byte has landed; "
                   "then the count starts again. wait(p) returns when the current phase's parity is not p."),
 ]
+
+EXERCISES.append(
+    Exercise("hopper.3", "hopper", "step 3's producer (the kernel)", 4, "kernel",
+             "kernels/hopper/exercise_03_producer.cu", step="EXERCISE", module="gpulab.hopper_exercise",
+             public=({"shapes": [(200, 136, 712), (72, 264, 200)], "seed": 0},),
+             hint="Slot t % STAGES; wait for empty's phase of parity ((t / STAGES) % 2) ^ 1 (round 0: parity 1, "
+                  "which a fresh barrier counts as done); then one mbar_arrive_expect_tx(&full[slot], SLICE_BYTES) "
+                  "before the two tma_load_2d, A's box at (t * BK, m0), B's at (t * BK, n0) BM * BK halves further."))

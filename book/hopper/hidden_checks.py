@@ -11,4 +11,12 @@ HIDDEN = {
         {"count": 1, "phases": 6, "seed": 9403},
         {"count": 4, "phases": 3, "tx": 50, "seed": 9413},
     ),
+    "hopper.3": (
+        # One slice (the ring never wraps), exactly the ring's 5, and 13 (it wraps twice): every parity.
+        {"shapes": [(128, 128, 64), (129, 120, 320), (40, 300, 832)], "seed": 9501},
+        # The block's threads in reverse and in a shuffled order (the grader shuffles every hidden
+        # case's threads as well): a producer that depends on the order the warps run in.
+        {"shapes": [(136, 136, 704)], "seed": 9511, "schedule": "reverse"},
+        {"shapes": [(96, 200, 456)], "seed": 9521, "schedule": "shuffle"},
+    ),
 }

@@ -91,6 +91,7 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
 
     if (wg == 0) {                                  // the producer
         setmaxnreg_dec<40>();
+        // region: producer
         if (tid == 0) {
             int it = 0;                                 // slices issued over all this block's tiles
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -106,6 +107,7 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                 }
             }
         }
+        // endregion
     } else {                                        // the consumers: rows 64 c .. 64 c + 63 of each tile
         setmaxnreg_inc<232>();
         const int c = wg - 1;
@@ -116,6 +118,7 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             tile_coords(tile, tiles_m, tiles_n, tm, tn);
 #pragma unroll
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+            // region: consumer
             for (int t = 0; t < KT; ++t, ++it) {
                 const int slot = it % STAGES;
                 mbar_wait(&full[slot], (it / STAGES) % 2);
@@ -136,7 +139,9 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                 wgmma_wait<0>();
                 if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
             }
+            // endregion
 
+            // region: epilogue
             if (TMA_STORE) {
                 // STORE_BOXES boxes of 64 rows x 128 bytes (64 halves or 32 floats wide) each
                 constexpr int BOX_COLS = 128 / (int)sizeof(T);
@@ -159,6 +164,7 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             } else {
                 store_accumulators<BN>(C, acc, tm * BM + 64 * c, tn * BN, M, N);
             }
+            // endregion
         }
         if (TMA_STORE && tid % 128 == 0) bulk_wait<0>();    // C written before the block's end
     }

@@ -29,6 +29,36 @@
 #include <string.h>
 #include <stdio.h>
 
+// Tracing (gpulab/hopper_trace.py builds a kernel with -DGPULAB_HOPPER_TRACE for the chapter's
+// timelines): each mbarrier, copy, wgmma, store and barrier event is printed as one line
+// "@T kind block thread a b c", in the order the CPU backend ran them; the events of a warp are
+// its first lane's (the others do the same), except the copy engine's and a barrier's phase
+// flips, whoever causes them. Without the macro nothing is printed and nothing changes.
+#ifdef GPULAB_HOPPER_TRACE
+namespace gpulab {
+namespace hopper_detail {
+static inline unsigned trace_thread() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+static inline void trace(bool every_lane, const char* kind, long long a, long long b = 0, long long c = 0) {
+    const unsigned t = trace_thread();
+    if (every_lane || t % 32 == 0)
+        printf("@T %s %u %u %lld %lld %lld\n", kind, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), t,
+               a, b, c);
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+#define GPULAB_TRACE(...) gpulab::hopper_detail::trace(__VA_ARGS__)
+#define GPULAB_TRACE_BAR(bar) ((long long)reinterpret_cast<uintptr_t>(bar))
+// __syncthreads, seen by the trace (the hopper steps 2's refill waits for it).
+#undef __syncthreads
+#define __syncthreads() (gpulab::hopper_detail::trace(false, "sync", 0), \
+                         (void)gpulab::barrier(gpulab::BAR_SYNC, 0, __FILE__, __LINE__), \
+                         gpulab::hopper_detail::trace(false, "syncp", 0))
+#else
+#define GPULAB_TRACE(...) ((void)0)
+#endif
+
 namespace gpulab {
 namespace hopper_detail {
 
@@ -82,6 +112,7 @@ GPULAB_UNCOUNTED static inline void settle(unsigned long long* bar, Mbar m) {
     if (m.pending == 0 && m.tx == 0) {
         m.phase ^= 1u;
         m.pending = m.count;
+        GPULAB_TRACE(true, "flip", GPULAB_TRACE_BAR(bar), m.phase);
     }
     *bar = pack(m);
 }
@@ -92,12 +123,14 @@ GPULAB_UNCOUNTED static inline void arrive(unsigned long long* bar, int tx_bytes
         trap("more arrivals on an mbarrier in one phase than the count it was initialised with", file, line);
     m.tx += tx_bytes;
     m.pending -= 1;
+    GPULAB_TRACE(false, "arrive", GPULAB_TRACE_BAR(bar), tx_bytes);
     settle(bar, m);
 }
 
 GPULAB_UNCOUNTED static inline void complete_tx(unsigned long long* bar, int bytes, const char* file, int line) {
     Mbar m = load_mbar(bar, "a bulk tensor copy's complete_tx", file, line);
     m.tx -= bytes;
+    GPULAB_TRACE(true, "landed", GPULAB_TRACE_BAR(bar), bytes);
     settle(bar, m);
 }
 
@@ -141,6 +174,7 @@ GPULAB_UNCOUNTED static inline void mbar_init(unsigned long long* bar, unsigned 
     if (count < 1 || count > 0xFFFF) gpulab::trap("mbar_init: the count must be 1 to 65535 here", file, line);
     gpulab::hopper_detail::Mbar m{count, count, 0, 0};
     *bar = gpulab::hopper_detail::pack(m);
+    GPULAB_TRACE(true, "init", GPULAB_TRACE_BAR(bar), count);
 }
 static inline void mbar_fence_init() {}
 static inline void mbar_arrive(unsigned long long* bar, GPULAB_HOPPER_SITE) {
@@ -152,7 +186,9 @@ static inline void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes
 }
 static inline void mbar_wait(unsigned long long* bar, unsigned parity, GPULAB_HOPPER_SITE) {
     gpulab::hopper_detail::load_mbar(bar, "mbar_wait", file, line);
+    GPULAB_TRACE(false, "wait", GPULAB_TRACE_BAR(bar), parity);
     gpulab::wait_until(gpulab::hopper_detail::phase_done, bar, parity, file, line);
+    GPULAB_TRACE(false, "pass", GPULAB_TRACE_BAR(bar), parity);
 }
 
 namespace gpulab {
@@ -199,6 +235,7 @@ GPULAB_UNCOUNTED static inline unsigned load_box_2d(void* dst, const CUtensorMap
 GPULAB_UNCOUNTED static inline void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, unsigned long long* bar,
                                GPULAB_HOPPER_SITE) {
     using namespace gpulab::hopper_detail;
+    GPULAB_TRACE(true, "load", GPULAB_TRACE_BAR(bar), x, y);
     complete_tx(bar, (int)load_box_2d(dst, map, x, y, "tma_load_2d", file, line), file, line);
 }
 
@@ -227,6 +264,7 @@ GPULAB_UNCOUNTED static inline void tma_store_2d(const CUtensorMap* map, const v
     if (x < 0 || y < 0)       // the H100 stopped on an illegal instruction for (-8, -3) (2026-11-26)
         gpulab::trap("tma_store_2d: a bulk tensor store at negative coordinates faults on the GPU (an illegal "
                      "instruction on the H100); a store is clipped only past the array's end", file, line);
+    GPULAB_TRACE(true, "store", 0, x, y);
     const unsigned es = t.elem_bytes, row_bytes = t.box_cols * es;
     for (unsigned r = 0; r < t.box_rows; ++r) {
         const long gy = (long)y + r;
@@ -238,9 +276,9 @@ GPULAB_UNCOUNTED static inline void tma_store_2d(const CUtensorMap* map, const v
         }
     }
 }
-static inline void bulk_commit() {}
-template <int groups> static inline void bulk_wait_read() {}
-template <int groups> static inline void bulk_wait() {}
+static inline void bulk_commit() { GPULAB_TRACE(false, "bcommit", 0); }
+template <int groups> static inline void bulk_wait_read() { GPULAB_TRACE(false, "bwaitr", groups); }
+template <int groups> static inline void bulk_wait() { GPULAB_TRACE(false, "bwait", groups); }
 
 namespace gpulab {
 namespace hopper_detail {
@@ -270,18 +308,28 @@ GPULAB_UNCOUNTED static inline void named_barrier_sync(int id, int threads, GPUL
         gpulab::trap("named_barrier_sync: threads arrive on one barrier with different counts", file, line);
     b.threads = threads;
     const unsigned generation = b.generation;
+    GPULAB_TRACE(false, "nbar", id, generation);
     if (++b.arrived == threads) {
         b.arrived = 0;
         b.generation++;
+        GPULAB_TRACE(false, "nbarp", id, generation);
         return;
     }
     gpulab::wait_until(generation_passed, &b, generation, file, line);
+    GPULAB_TRACE(false, "nbarp", id, generation);
 }
 
 static inline void wgmma_fence() {}
-static inline void wgmma_commit() {}
-template <int groups> static inline void wgmma_wait() {}
-static inline void fence_proxy_async() {}
+static inline void wgmma_commit() { GPULAB_TRACE(false, "commit", 0); }
+// wgmma.wait_group.sync.aligned is executed by the warp together: no lane passes it before every
+// lane of its warp has issued its products (here: computed its share of them). A lane that arrives
+// on an empty barrier after it would otherwise let the producer refill a slot another lane of its
+// warp has yet to read (a schedule the GPU's warp-wide wgmma cannot take).
+template <int groups> static inline void wgmma_wait(GPULAB_HOPPER_SITE) {
+    gpulab::warp_collective("wgmma_wait", 0, file, line);
+    GPULAB_TRACE(false, "waitg", groups);
+}
+static inline void fence_proxy_async() { GPULAB_TRACE(false, "fence", 0); }
 template <int regs> static inline void setmaxnreg_inc() {
     static_assert(regs >= 24 && regs <= 256 && regs % 8 == 0, "setmaxnreg takes 24 to 256, a multiple of 8");
 }
@@ -315,6 +363,7 @@ GPULAB_UNCOUNTED static inline void wgmma(float* d, unsigned long long desc_a, u
                          const char* file, int line) {
     const unsigned t = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128;
     const int warp = t / 32, g = (t % 32) / 4, q = t % 4;
+    GPULAB_TRACE(false, "mma", (long long)(desc_a & 0x3FFF) << 4, (long long)(desc_b & 0x3FFF) << 4, N);
     for (int i = 0; i < N / 2; ++i) {
         const int j = i / 4, e = i % 4;
         const int row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * q + e % 2;
@@ -387,6 +436,7 @@ GPULAB_UNCOUNTED static inline void wgmma_typed(float* d, unsigned long long des
                                                 unsigned bytes, float (*value)(const char*), const char* file, int line) {
     const unsigned t = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128;
     const int warp = t / 32, g = (t % 32) / 4, q = t % 4;
+    GPULAB_TRACE(false, "mma", (long long)(desc_a & 0x3FFF) << 4, (long long)(desc_b & 0x3FFF) << 4, N);
     for (int i = 0; i < N / 2; ++i) {
         const int j = i / 4, e = i % 4;
         const int row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * q + e % 2;
@@ -477,4 +527,6 @@ static inline void wgmma_m64n192k8_tf32(float d[96], unsigned long long desc_a, 
 }
 // ---- end hconv32 ----
 #undef GPULAB_HOPPER_SITE
+#undef GPULAB_TRACE
+#undef GPULAB_TRACE_BAR
 #endif  // GPULAB_HOPPER_CPU_H
