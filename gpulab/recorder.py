@@ -39,7 +39,7 @@ notebook (``gpulab.live_or_recorded(CHAPTER, benchmark_all)``) and by ``python -
 
 A chapter's record module, in short (its cases, launches and checks are the chapter's own)::
 
-    def ladder(rec, ctx):
+    def time_ladder(rec, ctx):
         def variant(step):
             launch = ladder.bind(step, ctx.case, ctx.arrays)
             return Variant(step.label, launch, check=lambda: {"rel_error": check_output(launch)},
@@ -47,8 +47,8 @@ A chapter's record module, in short (its cases, launches and checks are the chap
                            row=lambda t, checked, medians: t.row("ladder", step.label, N, **checked))
         rec.ladder([variant(step) for step in STEPS])
 
-    benchmark_all = Recording(CHAPTER.name, [Experiment("ladder", ladder),
-                                             Experiment("ceilings", ceilings, optional=True)],
+    benchmark_all = Recording(NAME, [Experiment("ladder", time_ladder),
+                                     Experiment("ceilings", ceilings, optional=True)],
                               setup=inputs, skipped=("step", "variant", "reason"), variant_budget_ms=500.0)
 """
 from __future__ import annotations
