@@ -4,7 +4,8 @@ A chapter is a folder ``book/<name>/`` holding the notebook ``<name>.ipynb`` (an
 exercises, their declarations ``exercises.py`` and hidden checks ``hidden_checks.py``: see
 :mod:`gpulab.exercises`), listed under the toc's "Chapters". Its workload, when it has one, is the
 package ``gpulab.workloads.<name>`` (its modules: :data:`WORKLOAD_MODULES`) declaring
-``CHAPTER = "<name>"``, ``TITLE`` and ``benchmark_all``; it is found by that name, not listed
+``CHAPTER`` (the name ``"<name>"``, or a :class:`gpulab.ladder.Chapter` of that name, which a
+ported chapter is), ``TITLE`` and ``benchmark_all``; it is found by that name, not listed
 anywhere. Everything that goes over every chapter (``python -m gpulab record``,
 the exercises, the tests) reads :func:`chapters`, so adding a chapter is: its folder, its
 workload, its toc entry and its lines in the README and ``book/intro.md``

@@ -47,7 +47,7 @@ def launches(backend: str = "cpu", fcnet_steps=None, alexnet_runs=None):
     only the fcnet steps and AlexNet (layer, step) runs given."""
     from .kernels import get_backend
     from .workloads import alexnet, fcnet
-    from .workloads.fcnet.steps import _resolve
+    from .workloads.fcnet.launchers import _resolve
     be = get_backend(backend)
     out = []
     weights = fcnet.make_weights()

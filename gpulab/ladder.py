@@ -1,39 +1,62 @@
-"""The protocol every chapter's ladder follows: steps declared as data, one check loop, one table.
+"""The protocol every chapter's ladder follows: steps declared as data, each launched by its
+family's :class:`Launcher` on a :class:`Case`, one check loop, one table, and the chapter as one
+object.
 
-A chapter declares its rungs as :class:`Step` objects (a subclass adds what its launches need:
-fcnet's ``launches``, alexnet's ``kind``, ...), looks them up with :func:`find` or :func:`select`,
-and checks them with :func:`check_steps`, which writes every chapter's checks in one schema: a row
-per step and case, with ``rel_error``, ``tolerance``, ``unwritten`` and a ``status`` that is
-``"ok"``, ``"FAILED"`` or ``"skipped: <why>"``. :func:`assert_ok` stops a notebook on a failure.
+* a :class:`Step` is data: its number, kernel file, title, precision and ``launcher``, the launch
+  family that knows what a step of it needs (:class:`Needs`: shared and scratch bytes, compute
+  capability) and binds it to a case (``launcher.bind(step, case, arrays, backend) -> launch``);
+* a :class:`Case` is what a check or a timing runs on: its table columns, ``inputs(seed)``, the
+  float64 ``reference`` and the output's shape and type;
+* :func:`run` poisons the output, binds, launches and brings the output back; :func:`check` is
+  the one check loop over a :class:`Chapter`'s steps and cases, in one schema: a row per step
+  and case, with ``rel_error``, ``tolerance``, ``unwritten`` and a ``status`` that is ``"ok"``,
+  ``"FAILED"`` or ``"skipped: <why>"``. :func:`assert_ok` stops a notebook on a failure;
+* a :class:`Chapter` is what every consumer reads (the notebook, the tests, the grader and the
+  recorder): its steps, cases, predictions, views and recorded run, with one look-up,
+  ``CHAPTER.step("07")``.
 
 A new chapter's ladder, in full (its kernels and reference are the chapter's own)::
 
     @dataclass(frozen=True)
+    class Vector(ladder.Case):                     # problem.py
+        n: int
+        output_name = "y"
+        @property
+        def columns(self): return {"n": self.n}
+        def inputs(self, seed, precision="fp32"): return {"x": np.random.default_rng(seed).random(self.n)}
+        def reference(self, inputs, precision="fp32"): return 2.0 * inputs["x"].astype(np.float64)
+        def output(self, precision="fp32"): return (self.n,), np.float32
+
+    class OneThreadPerOutput(ladder.Launcher):     # launchers.py
+        def bind(self, step, case, arrays, backend):
+            fn = load_module(step.file, backend).get_function(step.kernel)
+            return fn.bind((-(-case.n // 256),), (256,), (arrays["x"], arrays["y"], np.int32(case.n)))
+
+    @dataclass(frozen=True)                        # steps.py
     class Step(ladder.Step):
-        kernel: str                       # what this chapter needs beyond number, file, title
-        block: int = 256
+        kernel: str = ""
+        launcher: ladder.Launcher = field(default=OneThreadPerOutput(), kw_only=True)
 
-    STEPS = [Step(1, "mychapter/01_naive.cu", "one thread per output", "naive"),
-             Step(2, "mychapter/02_tiled.cu", "shared-memory tiles", "tiled", precision="fp16")]
+    STEPS = [Step(1, "mychapter/01_naive.cu", "one thread per output", kernel="naive"),
+             Step(2, "mychapter/02_tiled.cu", "shared-memory tiles", kernel="tiled", precision="fp16")]
 
-    def check_steps(backend=None, steps=None, sizes=(1, 255, 1000)):
-        def check_one(step, be):          # one (columns, CheckResult) per case
-            for n in sizes:
-                x = make_inputs(n)
-                yield {"n": n}, compare(run(step, x, be), reference(x), step.precision)
-        return ladder.check_steps(steps or STEPS, check_one, backend)
+    CHAPTER = ladder.Chapter("mychapter", "Doubling a vector", STEPS,   # __init__.py
+                             check_cases=[Vector(1), Vector(255), Vector(1000)], predicted=PREDICTED)
 
-and in the notebook, ``gpulab.assert_ok(mychapter.check_steps(backend, steps=[ladder.find(STEPS, 2)]))``.
+and in the notebook, ``gpulab.assert_ok(mychapter.CHAPTER.check(backend, steps=[mychapter.CHAPTER.step(2)]))``.
+The chapters not yet ported to cases and launchers check through :func:`check_steps`, the loop
+with a chapter's own ``check_one`` callback.
 """
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
-from typing import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
+from types import ModuleType
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .check import TOLERANCE, CheckResult, CheckTable
+from .check import TOLERANCE, CheckResult, CheckTable, compare
 from .errors import CheckFailed
 from .kernels import get_backend
 
@@ -70,6 +93,8 @@ class Step:
 
     ``precision`` is the arithmetic the step computes in: it sets the check's tolerance.
     ``gpu_only`` marks a kernel the CPU backend cannot run; its checks are skipped there.
+    ``launcher`` is the step's launch family (a :class:`Launcher`): what it needs of the device
+    and how it is bound to a case; a chapter's Step subclass gives its family as the default.
     """
 
     number: str
@@ -78,6 +103,7 @@ class Step:
     _: KW_ONLY
     precision: str = "fp32"
     gpu_only: bool = False
+    launcher: "Launcher | None" = field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "number", number(self.number))
@@ -173,3 +199,233 @@ def assert_ok(checks: pd.DataFrame) -> pd.DataFrame:
     if len(failed):
         raise CheckFailed("these kernels disagree with the float64 reference:\n" + failed.to_string())
     return checks
+
+
+# ------------------------------------------------------------------ cases and launchers
+@dataclass(frozen=True)
+class Needs:
+    """What a step of a launch family asks of the device: dynamic shared memory per block,
+    device memory beyond its inputs and output (``scratch_bytes``), and the lowest compute
+    capability it runs on (``capability``: 90 for sm_90a; 0, any), with what needs it (``because``)."""
+
+    shared_bytes: int = 0
+    scratch_bytes: int = 0
+    capability: int = 0
+    because: str = ""
+
+
+class Case:
+    """One problem instance a step is checked or timed on: a size, a GEMM shape, a layer at a batch.
+
+    A chapter's case (a frozen dataclass) gives its table ``columns``, its ``inputs(seed,
+    precision)`` (host arrays by name: the names its launcher binds), the float64 ``reference``
+    of those inputs and the ``output``'s shape and type in a step's precision; the output is
+    bound under ``output_name``. ``values`` turns an output into the floats the reference is
+    compared with (bfloat16 bit patterns decoded, say); ``check_columns`` is what a check row
+    says of the case beyond its columns; ``label`` names the comparison in a failure's message.
+    """
+
+    output_name = "out"
+
+    @property
+    def columns(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} gives its table columns (e.g. {{'n': 1000}})")
+
+    def inputs(self, seed: int | None, precision: str = "fp32") -> dict:
+        raise NotImplementedError(f"{type(self).__name__} makes its inputs: {{name: host array}}")
+
+    def reference(self, inputs: dict, precision: str = "fp32") -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} computes its float64 reference")
+
+    def output(self, precision: str = "fp32") -> tuple[tuple, np.dtype]:
+        raise NotImplementedError(f"{type(self).__name__} gives its output's (shape, dtype)")
+
+    def values(self, out, precision: str, xp=np):
+        return out
+
+    def check_columns(self, step: Step, inputs: dict, out) -> dict:
+        return dict(self.columns)
+
+    def label(self, step: Step) -> str:
+        return f"{step.label} {self.columns}"
+
+
+class Launcher:
+    """One launch family ("a GEMM on tensor maps", "a list of kernel launches", ...): what a step
+    of the family needs (:meth:`needs`), why this device cannot run one (:meth:`unfit`), and the
+    step bound to a case's device arrays as a no-argument launch (:meth:`bind`), what the checks
+    and the timers call. A family is a class; its steps differ only in their data."""
+
+    def needs(self, step: Step) -> Needs:
+        return Needs()
+
+    def unfit(self, step: Step, backend) -> str | None:
+        """Why ``backend`` cannot run ``step`` (None: it can). The default: a GPU below the
+        compute capability the family needs (the CPU backend emulates what the kernels use)."""
+        needs = self.needs(step)
+        if not needs.capability or backend.name != "gpu":
+            return None
+        import cupy
+        cc = cupy.cuda.Device().compute_capability          # "90" on an H100
+        if int(cc) >= needs.capability:
+            return None
+        need = f"{needs.capability // 10}.{needs.capability % 10}"
+        return (f"needs compute capability {need}" + (f" ({needs.because})" if needs.because else "")
+                + f"; this GPU is {cc[:-1]}.{cc[-1]}")
+
+    def bind(self, step: Step, case: Case, arrays: dict, backend) -> Callable[[], None]:
+        raise NotImplementedError(f"{type(self).__name__} binds a step to a case's arrays")
+
+
+def launcher(step: Step) -> Launcher:
+    if step.launcher is None:
+        raise TypeError(f"step {step.number} ({step.file}) has no launcher: its chapter checks it through "
+                        "its own check_steps (see gpulab.ladder.check_steps)")
+    return step.launcher
+
+
+def unfit(step: Step, backend=None) -> str | None:
+    """Why ``backend`` cannot run ``step`` (``gpu_only`` on the CPU backend, or its launcher's
+    reason), or None."""
+    be = get_backend(backend)
+    if step.gpu_only and be.name != "gpu":
+        return "GPU only: the CPU backend cannot run this kernel"
+    return launcher(step).unfit(step, be)
+
+
+def bind(step: Step, case: Case, arrays: dict, backend=None) -> Callable[[], None]:
+    """``step`` bound to ``case``'s device ``arrays`` (its output among them): refused with the
+    reason where the backend cannot run it, else its launcher's binding."""
+    be = get_backend(backend)
+    why = unfit(step, be)
+    if why:
+        raise NotImplementedError(f"step {step.number} ({step.file}) cannot run here: {why}")
+    return launcher(step).bind(step, case, arrays, be)
+
+
+def run(step: Step, case: Case, inputs: dict, backend=None) -> np.ndarray:
+    """``step`` once on ``case``'s host ``inputs``: copied to the device, the output poisoned
+    (NaN: what the kernel leaves unwritten fails the check), bound, launched; the output on the host."""
+    be = get_backend(backend)
+    shape, dtype = case.output(step.precision)
+    arrays = {name: be.to_device(value) for name, value in inputs.items()}
+    arrays[case.output_name] = out = be.poisoned(shape, dtype)
+    bind(step, case, arrays, be)()
+    be.synchronize()
+    return be.to_host(out)
+
+
+def check_case(step: Step, case: Case, seed: int | None = None, backend=None) -> tuple[dict, CheckResult]:
+    """``step`` on fresh inputs of ``case`` (from ``seed``) against the float64 reference: the
+    check row's columns for the case and the comparison."""
+    inputs = case.inputs(seed, step.precision)
+    out = run(step, case, inputs, backend)
+    result = compare(case.values(out, step.precision), case.reference(inputs, step.precision),
+                     precision=step.precision, name=case.label(step))
+    return case.check_columns(step, inputs, out), result
+
+
+#: ``check``'s seed when none is given: the chapter's (``Chapter.seed``).
+CHAPTER_SEED = object()
+
+
+def check(chapter: "Chapter", steps: Iterable[Step] | None = None, cases: Sequence[Case] | None = None,
+          backend=None, seed=CHAPTER_SEED) -> CheckTable:
+    """The one check: each step (default: the chapter's ladder) on each case (default: its
+    check cases), fresh inputs from ``seed`` (default: the chapter's; None: new random inputs
+    every call), run on a poisoned output and compared with the float64 reference. A step the
+    backend cannot run is one skipped row with the reason."""
+    be = get_backend(backend)
+    seed = chapter.seed if seed is CHAPTER_SEED else seed
+    cases = chapter.check_cases if cases is None else cases
+
+    def check_one(step, be):
+        for case in cases:
+            yield check_case(step, case, seed, be)
+    return check_steps(chapter.steps if steps is None else steps, check_one, be,
+                       skip=lambda step: launcher(step).unfit(step, be))
+
+
+# ------------------------------------------------------------------ the chapter
+@dataclass(frozen=True, eq=False)
+class Chapter:
+    """A chapter's workload as one object, what the notebook, the tests, the grader and the
+    recorder read: its ``steps`` (the ladder; ``exercises``, steps found by number beside it),
+    the ``check_cases`` a check runs on by default and ``cases(**spec)``, which makes the cases
+    a notebook's or an exercise's keywords name (``sizes=(1000,)``, ``shapes=...``), the check's
+    default ``seed`` (None: fresh inputs each check), what each kernel file ``predicted``, the
+    ``views`` module (what the notebook shows of a run), its recorded run (``recording``, the
+    :class:`gpulab.recorder.Recording` ``python -m gpulab record`` runs) and ``profile_driver``.
+
+    A chapter is known by its name: ``CHAPTER == "fcnet"`` and ``str(CHAPTER)`` is the name,
+    so it stands where a chapter's name is asked for (``gpulab.load_run(CHAPTER)``)."""
+
+    name: str
+    title: str
+    steps: Sequence[Step]
+    check_cases: Sequence[Case]
+    predicted: Mapping = field(default_factory=dict)
+    views: ModuleType | None = None
+    recording: object = None
+    cases: Callable[..., Sequence[Case]] | None = None
+    seed: int | None = 0
+    exercises: Sequence[Step] = ()
+    profile_driver: Callable | None = None
+
+    def __post_init__(self):
+        labels = [s.label for s in self.steps]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"chapter {self.name}: two steps have one label: {labels}")
+        missing = [s.number for s in [*self.steps, *self.exercises] if s.launcher is None]
+        if missing:
+            raise ValueError(f"chapter {self.name}: steps {missing} have no launcher")
+
+    def rung(self, number: int | str) -> list[Step]:
+        """Every kernel of step ``number`` (a rung may have one per case: fcnet's 13)."""
+        return select([*self.steps, *self.exercises], number)
+
+    def step(self, number: int | str) -> Step:
+        """The step numbered ``number`` (``7``, ``"07"``, ``"E1"``), of the ladder or an exercise."""
+        found = self.rung(number)
+        if len(found) > 1:
+            raise KeyError(f"step {found[0].number} of {self.name} has {len(found)} kernels "
+                           f"({', '.join(s.label for s in found)}): CHAPTER.rung({found[0].number!r}) lists them")
+        return found[0]
+
+    def check(self, backend=None, steps: Iterable[Step] | None = None, seed=CHAPTER_SEED, **spec) -> CheckTable:
+        """:func:`check` of ``steps`` (default: the ladder) on the cases ``spec`` names
+        (``self.cases(**spec)``; none: the check cases)."""
+        if spec and self.cases is None:
+            raise TypeError(f"chapter {self.name} takes no case keywords, got {sorted(spec)}")
+        return check(self, steps, self.cases(**spec) if spec else None, backend, seed)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Chapter({self.name!r}: {len(self.steps)} steps)"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Chapter):
+            return other.name == self.name
+        if isinstance(other, str):
+            return other == self.name
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def owned_names(package: str, owners: Sequence[ModuleType]) -> Callable[[str], object]:
+    """Compatibility shim for a ported chapter's package: its ``__getattr__``, which finds the
+    names a notebook still reads as ``chapter.X`` (``fcnet.ladder_figure``) in the module of
+    ``owners`` that owns each (not a module, function or class it imports), until the notebook's
+    cells name that module; the package itself holds only its ``CHAPTER``."""
+    def __getattr__(name: str):
+        for module in owners if not name.startswith("_") else ():
+            value = getattr(module, name, owners)
+            if value is not owners and not isinstance(value, ModuleType) \
+                    and getattr(value, "__module__", module.__name__) == module.__name__:
+                return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return __getattr__

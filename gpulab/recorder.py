@@ -13,6 +13,11 @@ it again:
 * **check before time**: :meth:`Recorder.checked` runs a step's check; the step is timed only
   when it passed. A failed check is a ``FAILED: why`` row of the ``skipped`` table, never a
   timing, and :attr:`Recorder.failed` lists it;
+* **the ladder loop**: :meth:`Recorder.ladder` checks every :class:`Variant` of a case (a step
+  bound to it, or a vendor path), times those that passed (in rounds, interleaved, where a
+  chapter asks) with the recording's one per-variant budget (``Recording.variant_budget_ms``),
+  and adds their rows; :meth:`Recorder.vendor` does the same for the vendor libraries' paths
+  (:func:`gpulab.baselines.measure`);
 * **the skipped-with-reason table** (its columns are the chapter's: ``Recording.skipped``) and
   the other side tables; what the run's metadata says beyond the machine (:meth:`Recorder.add_meta`:
   the kernel sources' digests, the compiler's version);
@@ -32,17 +37,19 @@ notebook (``gpulab.live_or_recorded(CHAPTER, benchmark_all)``) and by ``python -
 
     benchmark_all(repeats=100, quick=False, budget_s=None, log=print) -> (rows, tables)
 
-A chapter's record module, in short (its measuring functions are the chapter's own)::
+A chapter's record module, in short (its cases, launches and checks are the chapter's own)::
 
-    def ladder(rec, ctx):
-        for step in STEPS:
-            out = run(step, ctx.x)
-            if rec.checked(lambda: check(out, ctx.ref, step.precision), variant=step.label):
-                rec.add(benchmark(lambda: run(step, ctx.x), repeats=rec.repeats).row("ladder", step.label, N))
+    def time_ladder(rec, ctx):
+        def variant(step):
+            launch = ladder.bind(step, ctx.case, ctx.arrays)
+            return Variant(step.label, launch, check=lambda: {"rel_error": check_output(launch)},
+                           where={"step": step.number},
+                           row=lambda t, checked, medians: t.row("ladder", step.label, N, **checked))
+        rec.ladder([variant(step) for step in STEPS])
 
-    benchmark_all = Recording(CHAPTER, [Experiment("ladder", ladder),
-                                        Experiment("ceilings", ceilings, optional=True)],
-                              setup=inputs, skipped=("variant", "reason"))
+    benchmark_all = Recording(NAME, [Experiment("ladder", time_ladder),
+                                     Experiment("ceilings", ceilings, optional=True)],
+                              setup=inputs, skipped=("step", "variant", "reason"), variant_budget_ms=500.0)
 """
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from . import timing
@@ -92,6 +100,23 @@ class Experiment:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One thing a ladder experiment times on one case: a step bound to the case, or a vendor
+    library's path. ``launch()`` runs it once; ``check()`` runs it on a poisoned output and
+    compares that with the float64 reference, raising when they disagree, and returns what the
+    row says of the check (``{"rel_error": ...}``); ``where`` are the ``skipped`` table's columns
+    should the check fail (beside ``variant``: the ``label``); ``row(timing, checked, medians)``
+    makes the variant's row (or rows) from its :class:`~gpulab.timing.Timing`, what ``check``
+    returned and each round's median."""
+
+    label: str
+    launch: Callable[[], object]
+    check: Callable[[], dict]
+    row: Callable
+    where: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Checked:
     """What :meth:`Recorder.checked` found: ``passed``, the check's return value, and the error
     (``"CheckFailed: ..."``) when it did not pass."""
@@ -110,12 +135,14 @@ class Recorder:
     def __init__(self, chapter: str, *, repeats: int = 100, quick: bool = False, budget_s: float | None = None,
                  log: Callable = print, skipped: Sequence[str] | None = None,
                  skipped_key: Sequence[str] | None = None, keep_going: bool = False,
-                 problem_row: Callable | None = None):
+                 problem_row: Callable | None = None, variant_budget_ms: float | None = None):
         if repeats < 1:
             raise ValueError(f"repeats is a positive number of timed calls, got {repeats!r}")
         if budget_s is not None and not budget_s > 0:
             raise ValueError(f"budget_s is a positive number of seconds (or None: no limit), got {budget_s!r}")
         self.chapter, self.repeats, self.quick, self.budget_s = chapter, repeats, quick, budget_s
+        #: The most time one variant's timing may take (the stop rule usually ends it sooner).
+        self.variant_budget_ms = variant_budget_ms
         self.log = log
         self.skipped_columns = list(skipped) if skipped is not None else None
         self.skipped_key = list(skipped_key) if skipped_key else None
@@ -192,6 +219,54 @@ class Recorder:
             self.skip(f"{FAILED}: {error}", **columns)
             self.progress(f"{FAILED}, not timed: {columns} {error}")
             return Checked(False, None, error)
+
+    # ---------------------------------------------------------------- the ladder loop
+    def ladder(self, variants: Sequence[Variant], *, rounds: int = 1, **timing_options) -> list[dict]:
+        """Check every variant (a failure is a ``FAILED`` row of the ``skipped`` table and is not
+        timed), then time those that passed with :func:`gpulab.timing.benchmark` under the
+        recording's ``variant_budget_ms``, ``rounds`` rounds with each variant once per round in
+        turn (a GPU's clock drifts over a run: timing the variants one after the other would
+        favour the first; a variant's timing then holds the samples of all its rounds), and add
+        their rows in the variants' order. ``timing_options`` go to the timer (``min_repeats``...)."""
+        if rounds < 1:
+            raise ValueError(f"rounds is a positive number of timing rounds, got {rounds!r}")
+        passed = []
+        for v in variants:
+            checked = self.checked(v.check, **v.where, variant=v.label)
+            if checked:
+                passed.append((v, checked.value))
+        timings = [[] for _ in passed]
+        for _ in range(rounds):
+            for i, (v, _) in enumerate(passed):
+                timings[i].append(timing.benchmark(v.launch, repeats=self.repeats, budget_ms=self.variant_budget_ms,
+                                                   **timing_options))
+        added = []
+        for (v, checked), runs in zip(passed, timings):
+            measured = runs[0] if rounds == 1 else timing.Timing(
+                np.concatenate([t.samples_ms for t in runs]), method="cuda events, queued, rounds interleaved",
+                **timing.crosscheck_fields(v.launch))
+            rows = v.row(measured, checked, [t.median_ms for t in runs])
+            rows = [rows] if isinstance(rows, dict) else list(rows)
+            self.add(rows)
+            added += rows
+            self.progress(f"{v.label}: {rows[0]['median_ms']:.4f} ms at size {rows[0].get('size', '')}"
+                          + (f" (round medians {' '.join(f'{t.median_ms:.4f}' for t in runs)})" if rounds > 1 else ""))
+        return added
+
+    def vendor(self, paths, *, skipped_as: dict | None = None, **options):
+        """The vendor libraries' ``paths`` checked against the reference and timed
+        (:func:`gpulab.baselines.measure`, with the recording's ``variant_budget_ms`` unless
+        ``options`` give a ``budget_ms``); their rows added, and each path skipped (its check
+        failed, or its library lacks it) listed in the ``skipped`` table with ``skipped_as``'s
+        columns (None: not listed). Returns what ``measure`` found."""
+        from . import baselines
+        options = {"repeats": self.repeats, "budget_ms": self.variant_budget_ms, "on_failure": "skip", **options}
+        result = baselines.measure(paths, **options)
+        self.add(result.rows)
+        if skipped_as is not None:
+            for entry in result.skipped:
+                self.skip(**{**skipped_as, **entry})
+        return result
 
     # ---------------------------------------------------------------- experiments
     def attempt(self, name: str, fn: Callable, default=None):
@@ -295,6 +370,9 @@ class Recording:
     #: Which rows the chapter's verdicts rest on (a test on a row, e.g. its experiment and size):
     #: each is cross-checked as it is made (see :func:`crosscheck_table`). None: nothing is.
     crosscheck: Callable | None = None
+    #: The most time one variant's timing may take in :meth:`Recorder.ladder` and
+    #: :meth:`Recorder.vendor` (the stop rule usually ends it sooner). None: the timer's own.
+    variant_budget_ms: float | None = None
 
     def __post_init__(self):
         names = [e.name for e in self.experiments]
@@ -306,7 +384,7 @@ class Recording:
         return Recorder(self.chapter, repeats=repeats, quick=quick,
                         budget_s=self.budget_s if budget_s is None else budget_s, log=log,
                         skipped=self.skipped, skipped_key=self.skipped_key, keep_going=self.keep_going,
-                        problem_row=self.problem_row)
+                        problem_row=self.problem_row, variant_budget_ms=self.variant_budget_ms)
 
     def only(self, *names: str) -> "Recording":
         """This recording with only the experiments ``names`` (in its order), e.g. the part of a

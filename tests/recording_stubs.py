@@ -170,8 +170,8 @@ def fcnet(fail):
             return np.asarray(self)
     r.reference = lambda *args, **options: np.asarray(real_reference(*args, **options)).view(OnDevice)
 
-    def runnable_steps():                       # the last step does not fit this "GPU"
-        ok, skipped = real_runnable()
+    def runnable_steps(*args):                  # the last step does not fit this "GPU"
+        ok, skipped = real_runnable(*args)
         last = ok.pop()
         return ok, skipped + [{"step": last.ordinal, "variant": last.label, "reason": "too much shared memory"}]
     r.runnable_steps = runnable_steps
@@ -300,7 +300,7 @@ def hopper(fail):
     cuBLAS's paths are float64 products rounded to the output type; the kernels' registers, NVRTC's
     version and Nsight Compute's profile, which need a GPU, are stubbed."""
     from gpulab.workloads.hopper import record as r
-    from gpulab.workloads.hopper.steps import as_float, poisoned, to_bf16_bits
+    from gpulab.workloads.hopper.problem import as_float, poisoned, to_bf16_bits
     r.benchmark = timing.benchmark
     r.QUICK_SIZES = (136,)
     r.SHAPES = (("tiny conv", 200, 136, 712, "a conv layer, smaller"), ("tiny dense", 72, 264, 200, "a dense layer"))

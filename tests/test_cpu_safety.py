@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpulab import cpu
+from gpulab import cpu, ladder
 from gpulab.errors import KernelLaunchError
 from gpulab.paths import KERNELS as BOOK_KERNELS
 from gpulab.workloads import fcnet
@@ -55,20 +55,20 @@ def unguarded_exercise(folder: Path) -> fcnet.Step:
     body = guarded.replace("if (row < M && col < N) {", "{")
     path = folder / "16_exercise_unguarded.cu"
     path.write_text(source.replace(guarded, body))
-    return dataclasses.replace(fcnet.EXERCISE, file=str(path))
+    return dataclasses.replace(fcnet.CHAPTER.step(16), file=str(path))
 
 
 @pytest.mark.solutions
 def test_unguarded_exercise_is_an_error_naming_block_thread_and_array(tmp_path):
     step = unguarded_exercise(tmp_path)
     with pytest.raises(KernelLaunchError) as info:
-        fcnet.check_steps("cpu", steps=[step])
+        fcnet.CHAPTER.check("cpu", steps=[step])
     message = str(info.value)
     for part in ("kernel 'matmul_relu'", "block (", "thread (", "out-of-bounds", "past the end of the array"):
         assert part in message, message
     assert any(f"argument '{name}'" in message for name in "ABC"), message
     # The process is alive and the correct answer still checks.
-    table = fcnet.check_steps("cpu", steps=[fcnet.EXERCISE])
+    table = fcnet.CHAPTER.check("cpu", steps=[fcnet.CHAPTER.step(16)])
     assert (table["status"] == "ok").all(), table
 
 
@@ -77,12 +77,12 @@ def test_unguarded_exercise_without_bounds_checking_cannot_harm_python(tmp_path)
     step = unguarded_exercise(tmp_path)
     with cpu.checking(bounds=False):
         try:
-            table = fcnet.check_steps("cpu", steps=[step])
+            table = fcnet.CHAPTER.check("cpu", steps=[step])
         except KernelLaunchError as exc:
             assert "matmul_relu" in str(exc)
         else:
             assert (table["status"] == "FAILED").any(), table  # an overrun shows as a failed check at worst
-    assert (fcnet.check_steps("cpu", steps=[fcnet.EXERCISE])["status"] == "ok").all()
+    assert (fcnet.CHAPTER.check("cpu", steps=[fcnet.CHAPTER.step(16)])["status"] == "ok").all()
 
 
 def test_a_thread_that_overflows_its_stack_is_named_and_python_lives_on(traps):
@@ -249,21 +249,21 @@ OVERHEAD_MARGIN = 0.20
 @pytest.mark.slow
 def test_isolation_costs_the_chapters_little():
     before = cpu.launch_costs()
-    table = fcnet.check_steps("cpu")
+    table = fcnet.CHAPTER.check("cpu")
     costs = cpu.launch_costs() - before
     assert (table["status"] == "ok").all(), table
-    assert costs.launches >= 2 * len(fcnet.STEPS)
+    assert costs.launches >= 2 * len(fcnet.CHAPTER.steps)
     assert 0 < costs.kernel_cpu_s <= costs.cpu_s
     assert costs.overhead <= OVERHEAD_MARGIN, costs
 
 
 @pytest.mark.solutions
 def test_correct_kernels_give_identical_results_with_and_without_bounds():
-    for step in fcnet.steps(1) + fcnet.steps(3) + fcnet.steps(8) + [fcnet.EXERCISE]:
-        x = fcnet.make_inputs(1_000, 7)
-        weights = fcnet.make_weights()
-        checked = fcnet.run(step, x, weights, "cpu")
+    case = fcnet.problem.Vectors(1_000)
+    inputs = case.inputs(7)
+    for step in [fcnet.CHAPTER.step(n) for n in (1, 3, 8, 16)]:
+        checked = ladder.run(step, case, inputs, "cpu")
         with cpu.checking(bounds=False):
-            unchecked = fcnet.run(step, x, weights, "cpu")
+            unchecked = ladder.run(step, case, inputs, "cpu")
         np.testing.assert_array_equal(checked, unchecked)
         assert np.isfinite(checked).all()

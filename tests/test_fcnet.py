@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gpulab
+from gpulab import ladder
 from gpulab.workloads import fcnet
 from notebook_on_profile import execute_on_profile
 
@@ -16,49 +17,50 @@ SLOW_TO_CHECK = (("18", "tf32x3"), ("13", "best_large"))
 
 
 @pytest.mark.parametrize("step", [pytest.param(s, marks=pytest.mark.slow) if (s.number, s.kernels[0]) in SLOW_TO_CHECK
-                                  else s for s in fcnet.STEPS], ids=lambda s: f"{s.number}-{s.kernels[0]}")
+                                  else s for s in fcnet.CHAPTER.steps], ids=lambda s: f"{s.number}-{s.kernels[0]}")
 def test_every_step_matches_the_reference(backend, step):
-    result = fcnet.check_steps(backend, steps=[step])
+    result = fcnet.CHAPTER.check(backend, steps=[step])
     assert (result["status"] == "ok").all(), result.to_string()
-    assert set(result["n"]) == set(fcnet.CHECK_SIZES)
+    assert set(result["n"]) == {case.n for case in fcnet.CHAPTER.check_cases}
     if step.precision == "fp16":
         # Half precision costs accuracy, but stays well inside its tolerance.
         assert (result["rel_error"] > 1e-4).all() and (result["rel_error"] < 5e-3).all()
 
 
-@pytest.mark.parametrize("step", fcnet.MMA_STEPS, ids=lambda s: f"{s.number}-{s.kernels[0]}")
+@pytest.mark.parametrize("step", fcnet.steps.MMA_STEPS, ids=lambda s: f"{s.number}-{s.kernels[0]}")
 def test_the_mma_steps_match_the_reference(backend, step):
-    result = fcnet.check_steps(backend, steps=[step], seed=int(np.random.SeedSequence().entropy % 2**31))
+    result = fcnet.CHAPTER.check(backend, steps=[step], seed=int(np.random.SeedSequence().entropy % 2**31))
     assert (result["status"] == "ok").all(), result.to_string()
-    assert set(result["n"]) == set(fcnet.CHECK_SIZES)
+    assert set(result["n"]) == set(fcnet.problem.CHECK_SIZES)
 
 
 def test_a_gpu_only_step_is_skipped_on_the_cpu_with_a_reason():
-    gpu_only = dataclasses.replace(fcnet.steps(15)[0], gpu_only=True)
-    result = fcnet.check_steps("cpu", steps=[gpu_only])
+    gpu_only = dataclasses.replace(fcnet.CHAPTER.step(15), gpu_only=True)
+    result = fcnet.CHAPTER.check("cpu", steps=[gpu_only])
     assert (result["status"] == "skipped: GPU only: the CPU backend cannot run this kernel").all()
-    with pytest.raises(NotImplementedError, match="gpu_only"):
-        fcnet.run(gpu_only, fcnet.make_inputs(10), backend="cpu")
+    case = fcnet.problem.Vectors(10)
+    with pytest.raises(NotImplementedError, match="step 15 .* cannot run here: GPU only"):
+        ladder.run(gpu_only, case, case.inputs(0), backend="cpu")
 
 
 def test_a_kernel_that_drops_half_of_each_dot_product_is_caught(tmp_path):
     # The check must be able to fail: without the shuffle that joins the two
     # half-rows, every hidden unit misses half of its sum.
-    step = fcnet.steps(7)[0]
+    step = fcnet.CHAPTER.step(7)
     source = gpulab.show_source(step.file).text
     broken_source = source.replace("acc += __shfl_xor_sync(0xffffffffu, acc, 1);", "")
     assert broken_source != source
     broken = tmp_path / "07_no_shuffle.cu"
     broken.write_text(broken_source)
-    bad_step = fcnet.Step(7, str(broken), "no shuffle", step.launches)
-    result = fcnet.check_steps("cpu", steps=[bad_step], sizes=(1000,))
+    bad_step = fcnet.steps.Step(7, str(broken), "no shuffle", step.launches)
+    result = fcnet.CHAPTER.check("cpu", steps=[bad_step], sizes=(1000,))
     assert (result["status"] == "FAILED").all()
 
 
 def test_every_output_is_written_even_in_a_partial_last_tile():
     # 4099 vectors: the last tile of every tiled step is partial; poisoned
     # outputs would show as NaN (unwritten) in the check.
-    result = fcnet.check_steps("cpu", steps=fcnet.steps(14) + fcnet.steps(9), sizes=(33, 4099))
+    result = fcnet.CHAPTER.check("cpu", steps=fcnet.CHAPTER.rung(14) + fcnet.CHAPTER.rung(9), sizes=(33, 4099))
     assert (result["unwritten"] == 0).all() and (result["status"] == "ok").all()
 
 
@@ -90,16 +92,17 @@ def test_inputs_weights_and_reference_are_what_the_chapter_says():
 
 
 def test_launch_shapes_cover_the_vectors():
-    matmul = fcnet.steps(1)[0].launches[0]
+    matmul = fcnet.CHAPTER.step(1).launches[0]
     assert matmul.grid(1000) == (63, 4)                 # 16 vectors x 16 units per block
-    assert fcnet.steps(1)[0].launches[-1].grid(1000) == (63, 1)
-    assert fcnet.steps(2)[0].launches[0].grid(4099) == (1025, 1)
-    persistent = fcnet.steps(9)[0].launches[0]
-    assert persistent.grid(4099) == (fcnet.CPU_PERSISTENT_BLOCKS, 1)
+    assert fcnet.CHAPTER.step(1).launches[-1].grid(1000) == (63, 1)
+    assert fcnet.CHAPTER.step(2).launches[0].grid(4099) == (1025, 1)
+    persistent = fcnet.CHAPTER.step(9).launches[0]
+    assert persistent.grid(4099) == (fcnet.launchers.CPU_PERSISTENT_BLOCKS, 1)
     assert persistent.grid(4099, resident_blocks=1000) == (129, 1)   # never more blocks than tiles
-    assert [s.kernels[0] for s in fcnet.steps(13, "small")] == ["best_small"]   # written for the small case
-    with pytest.raises(ValueError, match="size must be"):
-        fcnet.steps(size="medium")
+    small = [s.kernels[0] for s in fcnet.CHAPTER.rung(13) if s.sizes == ("small",)]
+    assert small == ["best_small"]                                    # written for the small case
+    with pytest.raises(KeyError, match=r"CHAPTER.rung\('13'\) lists them"):
+        fcnet.CHAPTER.step(13)                                        # two kernels: one per case
 
 
 def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
@@ -125,7 +128,7 @@ def test_the_recorded_run_has_every_step_both_sizes_and_the_baselines():
 def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with_the_reason():
     from gpulab import device
     with device.simulate("T4"):
-        ok, skipped = fcnet.runnable_steps()
+        ok, skipped = fcnet.launchers.runnable_steps(fcnet.CHAPTER.steps)
         assert {(s["step"], s["variant"]) for s in skipped} == {
             (14, "14 fp32 register tiles (large)"), (14, "14 fp32 register tiles (small)"),
             (15, "15 tensor cores (wmma fp16)"),
@@ -133,14 +136,14 @@ def test_steps_that_need_more_shared_memory_than_the_device_has_are_skipped_with
             (17, "17 mma.sync, activations in registers (small)"),      # 113,792
             (18, "18 fp32 accuracy on tensor cores (3xTF32)")}          # 165,888
         assert all("Tesla T4" in s["reason"] and "bytes of shared memory" in s["reason"] for s in skipped)
-        checks = fcnet.check_steps("cpu", steps=fcnet.steps(15), sizes=(1000,))
+        checks = fcnet.CHAPTER.check("cpu", steps=[fcnet.CHAPTER.step(15)], sizes=(1000,))
         assert checks["status"].str.startswith("skipped: step 15").all()
     with device.simulate("L4"):
         # the L4's 99 KB per block: only the steps above 101,376 bytes are left out
-        assert [s["variant"] for s in fcnet.runnable_steps()[1]] == [
+        assert [s["variant"] for s in fcnet.launchers.runnable_steps(fcnet.CHAPTER.steps)[1]] == [
             "14 fp32 register tiles (large)", "17 mma.sync, activations in registers (large)",
             "17 mma.sync, activations in registers (small)", "18 fp32 accuracy on tensor cores (3xTF32)"]
-    assert fcnet.runnable_steps()[1] == [] or device.gpu_available()
+    assert fcnet.launchers.runnable_steps(fcnet.CHAPTER.steps)[1] == [] or device.gpu_available()
 
 
 def test_targets_use_the_fastest_vendor_path_of_matching_precision():
@@ -184,7 +187,7 @@ def test_the_eager_and_graph_figure_pairs_steps_whose_fastest_kernel_differs_eac
     run = gpulab.load_run(fcnet.CHAPTER)
     t = run.timings.copy()
     n = fcnet.SIZES["small"]
-    thirteen = [s.label for s in fcnet.steps(13)]
+    thirteen = [s.label for s in fcnet.CHAPTER.rung(13)]
     assert len(thirteen) == 2
     for experiment, faster in (("ladder", thirteen[0]), ("graph", thirteen[1])):
         at = (t["experiment"] == experiment) & (t["size"] == n)

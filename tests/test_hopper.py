@@ -23,7 +23,7 @@ def _hopper_backend(backend):
 
 
 def _units(be):
-    return load_module(UNITS, be, options=hopper.GPU_OPTIONS if be.name == "gpu" else ())
+    return load_module(UNITS, be, options=hopper.launchers.GPU_OPTIONS if be.name == "gpu" else ())
 
 
 def hand_swizzled_chunk(row: int, chunk: int, swizzle: int) -> int:
@@ -235,22 +235,22 @@ def test_mbarrier_wait_on_a_phase_nobody_completes_is_reported(arrivals, parity)
     assert out[0] == 0
 
 
-@pytest.mark.parametrize("number", [s.number for s in hopper.STEPS])
+@pytest.mark.parametrize("number", [s.number for s in hopper.CHAPTER.steps])
 def test_step_matches_float64_reference(backend, number):
     be = _hopper_backend(backend)
-    step = ladder.find(hopper.STEPS, number)
-    for M, N, K in hopper.CHECK_SHAPES:
-        assert M % step.bm or N % step.bn or K % hopper.BK     # edges of the tile are tested
-    table = ladder.assert_ok(hopper.check_steps(be, steps=[step]))
-    assert len(table) == len(hopper.CHECK_SHAPES)
+    step = hopper.CHAPTER.step(number)
+    for case in hopper.CHAPTER.check_cases:
+        assert case.M % step.bm or case.N % step.bn or case.K % hopper.steps.BK     # edges of the tile are tested
+    table = ladder.assert_ok(hopper.CHAPTER.check(be, steps=[step]))
+    assert len(table) == len(hopper.CHAPTER.check_cases)
     assert (table["status"] == ladder.OK).all() and (table["unwritten"] == 0).all()
 
 
 def test_shapes_the_steps_cannot_take_are_refused():
     with pytest.raises(KernelArgumentError, match="multiple of 8"):
-        hopper.check(ladder.find(hopper.STEPS, "02"), 64, 64, 100, "cpu")
+        ladder.check_case(hopper.CHAPTER.step("02"), hopper.problem.Gemm(64, 64, 100), backend="cpu")
     with pytest.raises(KernelArgumentError, match="N must be a multiple of 8"):
-        hopper.check(ladder.find(hopper.STEPS, "07"), 64, 68, 64, "cpu")
+        ladder.check_case(hopper.CHAPTER.step("07"), hopper.problem.Gemm(64, 68, 64), backend="cpu")
     with pytest.raises(KernelArgumentError, match="16 bytes"):
         tensormap.encode_2d(np.zeros((8, 12), np.float16), (8, 8), 0)
     with pytest.raises(KernelArgumentError, match="at most 128 bytes"):
@@ -280,7 +280,7 @@ def test_wgmma_steps_compile_to_hopper_instructions():
               # the multicast copy, the arrival on the peer's barrier, barrier.cluster
               "08": ("HGMMA", "UTMALDG.2D.MULTICAST", "UTMASTG", "USETMAXREG", "SYNCS.ARRIVE.TRANS64.RED",
                      "UCGABAR_ARV", "UCGABAR_WAIT")}
-    for step in hopper.STEPS:
+    for step in hopper.CHAPTER.steps:
         real = paths.kernel_path(step.file)
         cubin = resources.compile_cubin(real.read_text(), step.file, "sm_90a", (str(paths.KERNELS), str(real.parent)))
         table = resources.cubin_resources(cubin)
@@ -303,5 +303,5 @@ def test_race_checking_sees_no_race_in_the_mbarrier_ordered_steps():
     # 5's and 6's, so this covers theirs too).
     from gpulab import cpu
     with cpu.checking(races=True):
-        result = hopper.check(ladder.find(hopper.STEPS, "07"), 72, 136, 136, "cpu", seed=None)
+        _, result = ladder.check_case(hopper.CHAPTER.step("07"), hopper.problem.Gemm(72, 136, 136), backend="cpu")
     assert result.passed, result

@@ -21,7 +21,7 @@ UNITS = "tests/kernels/hopper_cluster_units.cu"
 
 
 def _units(be):
-    return load_module(UNITS, be, options=hopper.GPU_OPTIONS if be.name == "gpu" else ())
+    return load_module(UNITS, be, options=hopper.launchers.GPU_OPTIONS if be.name == "gpu" else ())
 
 
 @pytest.mark.parametrize("mask", [0b11, 0b01, 0b10])
@@ -95,7 +95,7 @@ def test_race_checking_sees_no_race_in_the_cluster_step():
     # Step 8's multicast copies, remote arrivals and cluster barriers are ordered by mbarrier
     # phases and barrier.cluster, which the race checker does not model: no race may be reported.
     with cpu.checking(races=True):
-        result = hopper.check(ladder.find(hopper.STEPS, "08"), 72, 136, 136, "cpu", seed=None)
+        _, result = ladder.check_case(hopper.CHAPTER.step("08"), hopper.problem.Gemm(72, 136, 136), backend="cpu")
     assert result.passed, result
 
 
@@ -128,16 +128,17 @@ def test_the_cluster_step_over_several_clusters_matches_float64(backend):
     # backend), under a schedule that starts the clusters in another order; C starts as NaN. A and
     # B are temporaries: the launch must keep the arrays its tensor maps point into alive.
     from gpulab.check import compare
-    from gpulab.workloads.hopper.steps import poisoned
+    from gpulab.workloads.hopper.problem import Gemm, make_inputs, poisoned, reference
     be = _hopper_backend(backend)
-    step = ladder.find(hopper.STEPS, "08")
+    step = hopper.CHAPTER.step("08")
     M, N, K = 300, 520, 136                         # 3 tile-rows (a pair and a lone tile), 3 tile-columns
-    A, B = hopper.make_inputs(M, N, K, seed=5)
+    A, B = make_inputs(M, N, K, seed=5)
     C = poisoned(be.xp, (M, N), "fp16")
     with cpu.checking(schedule="reverse"):
-        launch = hopper.make_launch(step, be.to_device(A), be.to_device(B), C, be, blocks=6)
+        launch = step.launcher.bind(step, Gemm(M, N, K), {"A": be.to_device(A), "B": be.to_device(B), "C": C}, be,
+                                    blocks=6)
         gc.collect()
         launch()
     be.synchronize()
-    result = compare(be.to_host(C).astype(np.float32), hopper.reference(A, B), precision="fp16", name="step 08")
+    result = compare(be.to_host(C).astype(np.float32), reference(A, B), precision="fp16", name="step 08")
     assert result.passed and result.unwritten == 0, result

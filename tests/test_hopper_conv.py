@@ -19,7 +19,7 @@ STEP9 = convpool.STEP["09"]
 
 
 def _units(be):
-    return load_module(UNITS, be, options=hopper.GPU_OPTIONS if be.name == "gpu" else ())
+    return load_module(UNITS, be, options=hopper.launchers.GPU_OPTIONS if be.name == "gpu" else ())
 
 
 def hand_box4(a, box, at):

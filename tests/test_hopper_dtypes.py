@@ -9,6 +9,7 @@ from gpulab import ladder, tensormap
 from gpulab.errors import KernelArgumentError
 from gpulab.kernels import get_backend, load_module
 from gpulab.workloads import hopper
+from gpulab.workloads.hopper import problem as hproblem
 from gpulab.workloads.hopper import steps as hsteps
 
 UNITS = "tests/kernels/bf16_units.cu"
@@ -47,7 +48,7 @@ HAND = [
 
 
 def _units(be):
-    return load_module(UNITS, be, options=hopper.GPU_OPTIONS if be.name == "gpu" else ())
+    return load_module(UNITS, be, options=hopper.launchers.GPU_OPTIONS if be.name == "gpu" else ())
 
 
 def _is_bf16_nan(bits):
@@ -80,7 +81,7 @@ def test_host_conversion_is_the_kernels_on_random_and_edge_floats(backend):
     out = be.xp.zeros(len(x), dtype=np.uint16)
     _units(be).get_function("to_bf16").bind(8, 512, (be.to_device(x), out, np.int32(len(x))))()
     be.synchronize()
-    got, host = be.to_host(out), hsteps.to_bf16_bits(x)
+    got, host = be.to_host(out), hproblem.to_bf16_bits(x)
     nan = _is_bf16_nan(host)
     assert nan.sum() > 5                         # random bit patterns include NaNs
     np.testing.assert_array_equal(got[~nan], host[~nan])
@@ -97,13 +98,13 @@ def test_bf16_to_float_is_exact_and_pairs_round_each_half(backend):
     want = (b.astype(np.uint32) << 16).view(np.float32)      # 16 zero bits appended, by definition
     same = np.isnan(want) & np.isnan(got) | (got.view(np.uint32) == want.view(np.uint32))
     assert same.all()
-    np.testing.assert_array_equal(hsteps.from_bf16_bits(b).view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(hproblem.from_bf16_bits(b).view(np.uint32), want.view(np.uint32))
     x = np.array([h[0] for h in HAND if not _is_bf16_nan(np.uint16(h[1]))], np.uint32).view(np.float32)
     x = x[: len(x) // 2 * 2]
     pairs = be.xp.zeros(len(x), dtype=np.uint16)
     _units(be).get_function("to_bf16_pairs").bind(1, 32, (be.to_device(x), pairs, np.int32(len(x) // 2)))()
     be.synchronize()
-    np.testing.assert_array_equal(be.to_host(pairs), hsteps.to_bf16_bits(x))
+    np.testing.assert_array_equal(be.to_host(pairs), hproblem.to_bf16_bits(x))
 
 
 def test_bf16_tensor_map_needs_uint16_bits():
@@ -119,12 +120,12 @@ def test_bf16_tensor_map_needs_uint16_bits():
 @pytest.mark.parametrize("precision", ["bf16", "tf32"])
 def test_step7_in_bf16_and_tf32_against_float64(backend, precision):
     be = get_backend(backend)
-    why = hopper.needs_hopper(be)
+    why = hopper.launchers.needs_hopper(be)
     if why:
         pytest.skip(why)
-    step = hsteps.in_precision(ladder.find(hopper.STEPS, "07"), precision)
-    for M, N, K in hopper.CHECK_SHAPES:
-        result = hopper.check(step, M, N, K, be, seed=11)
+    step = hsteps.in_precision(hopper.CHAPTER.step("07"), precision)
+    for case in hopper.CHAPTER.check_cases:
+        _, result = ladder.check_case(step, case, seed=11, backend=be)
         assert result.passed and result.unwritten == 0, str(result)
         # the error of rounding operands and C, not of a wrong element: bf16 C alone is ~1e-3,
         # tf32's operands ~5e-4; a misplaced k slice or tile would be near 1
@@ -135,29 +136,30 @@ def test_bf16_step_reads_its_bits_as_bfloat16_not_half(backend):
     """The same bits run as bf16 and as fp16 give different products: the bf16 file's wgmma reads
     bfloat16 (a kernel reading halves would match the fp16 reference instead)."""
     be = get_backend(backend)
-    why = hopper.needs_hopper(be)
+    why = hopper.launchers.needs_hopper(be)
     if why:
         pytest.skip(why)
-    step = hsteps.in_precision(ladder.find(hopper.STEPS, "07"), "bf16")
-    A, B = hopper.make_inputs(72, 264, 200, seed=5, precision="bf16")
-    C = hopper.run(step, be.to_device(A), be.to_device(B), be)
-    got = hsteps.as_float(be.to_host(C), "bf16")
-    as_bf16 = hopper.reference(A, B, "bf16")
-    as_half = hopper.reference(A.view(np.float16), B.view(np.float16), "fp16")
+    step = hsteps.in_precision(hopper.CHAPTER.step("07"), "bf16")
+    A, B = hproblem.make_inputs(72, 264, 200, seed=5, precision="bf16")
+    C = ladder.run(step, hproblem.Gemm(72, 264, 200), {"A": A, "B": B}, be)
+    got = hproblem.as_float(C, "bf16")
+    as_bf16 = hproblem.reference(A, B, "bf16")
+    as_half = hproblem.reference(A.view(np.float16), B.view(np.float16), "fp16")
     assert np.linalg.norm(got - as_bf16) / np.linalg.norm(as_bf16) < 6e-3
     assert not np.allclose(got, as_half, rtol=0.1, equal_nan=True)
 
 
 def test_in_precision_refuses_a_step_without_that_type():
     with pytest.raises(KernelArgumentError, match="comes in"):
-        hsteps.in_precision(ladder.find(hopper.STEPS, "06"), "bf16")
+        hsteps.in_precision(hopper.CHAPTER.step("06"), "bf16")
     with pytest.raises(KernelArgumentError, match="comes in"):
-        hsteps.in_precision(ladder.find(hopper.STEPS, "07"), "fp8")
-    step = hsteps.in_precision(ladder.find(hopper.STEPS, "07"), "tf32")
+        hsteps.in_precision(hopper.CHAPTER.step("07"), "fp8")
+    step = hsteps.in_precision(hopper.CHAPTER.step("07"), "tf32")
     A = np.zeros((64, 36), np.float32)
     with pytest.raises(KernelArgumentError, match="float32"):
-        hopper.make_launch(step, A.astype(np.float16), np.zeros((64, 36), np.float16), np.zeros((64, 64), np.float16),
-                           "cpu")
+        ladder.bind(step, hproblem.Gemm(64, 64, 36), {"A": A.astype(np.float16), "B": np.zeros((64, 36), np.float16),
+                                                      "C": np.zeros((64, 64), np.float16)}, "cpu")
     with pytest.raises(KernelArgumentError, match="multiple of 4"):
-        hopper.make_launch(step, np.zeros((64, 34), np.float32), np.zeros((64, 34), np.float32),
-                           np.zeros((64, 64), np.float32), "cpu")
+        ladder.bind(step, hproblem.Gemm(64, 64, 34), {"A": np.zeros((64, 34), np.float32),
+                                                      "B": np.zeros((64, 34), np.float32),
+                                                      "C": np.zeros((64, 64), np.float32)}, "cpu")

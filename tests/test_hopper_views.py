@@ -21,11 +21,11 @@ def test_numbers_agree_with_the_runs_own_ratios(gpu):
     assert n["best_ms"] == t[t["step"] != views.VENDOR]["median_ms"].min()
     assert n["standing"] == ("past" if n["best_cublas"] > 1 else "short of")
     assert n["cublas_cluster"] in ("2x1", "1x2", "1x1", "none")
-    assert [s for s in views.prediction_table(run)["step"]] == [s.number for s in hopper.STEPS] + ["07 bf16", "07 tf32"]
+    assert [s for s in views.prediction_table(run)["step"]] == [s.number for s in hopper.CHAPTER.steps] + ["07 bf16", "07 tf32"]
 
 
 def test_the_cpu_backend_runs_the_steps():
-    assert hopper.needs_hopper("cpu") is None
+    assert hopper.launchers.needs_hopper("cpu") is None
 
 
 def test_swizzle_chunk_by_hand():

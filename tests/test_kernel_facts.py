@@ -56,7 +56,7 @@ def test_weight_reads_of_steps_3_and_4_are_8_way_and_32_way():
     # 4 vectors per block of 256 threads: 64 threads per vector, thread j = unit j,
     # so a warp is 32 consecutive units of one vector reading row j of W1s / W2s.
     for number in (3, 4):
-        launch = fcnet.steps(number)[0].launches[0]
+        launch = fcnet.CHAPTER.rung(number)[0].launches[0]
         threads_per_vector = launch.block[0] // launch.vectors_per_block
         assert threads_per_vector == fcnet.HID
         units = np.arange(datasheet.WARP_SIZE) % threads_per_vector
@@ -71,7 +71,7 @@ def test_weight_reads_of_steps_3_and_4_are_8_way_and_32_way():
 
 
 def test_step_1_warp_reads_16_floats_in_two_sectors():
-    matmul = fcnet.steps(1)[0].launches[0]
+    matmul = fcnet.CHAPTER.rung(1)[0].launches[0]
     lanes = warp_lanes(matmul.block)
     columns = {x for x, _ in lanes}              # threadIdx.x runs along the vectors
     rows = {y for _, y in lanes}
@@ -87,7 +87,7 @@ def test_step_1_warp_reads_16_floats_in_two_sectors():
 def test_step_1_hidden_layers_move_2_kb_per_vector():
     # Each launch touches a hidden buffer once per vector and unit, the in-place relu twice.
     bytes_per_vector = 0
-    for launch in fcnet.steps(1)[0].launches:
+    for launch in fcnet.CHAPTER.rung(1)[0].launches:
         for buffer in ("h1", "h2"):
             if buffer in launch.args:
                 bytes_per_vector += (2 if launch.kernel == "relu" else 1) * fcnet.HID * 4
@@ -99,7 +99,7 @@ def test_step_1_hidden_layers_move_2_kb_per_vector():
 
 def test_step_7_input_loads_touch_16_rows_per_warp():
     # 2 vectors per iteration: the fill gives thread t feature t // 2, vector t % 2.
-    launch = fcnet.steps(7)[0].launches[0]
+    launch = fcnet.CHAPTER.rung(7)[0].launches[0]
     features = {t // launch.vectors_per_block for t in range(datasheet.WARP_SIZE)}
     assert len(features) == 16
 
@@ -107,7 +107,7 @@ def test_step_7_input_loads_touch_16_rows_per_warp():
 def test_tiles_per_block_of_the_persistent_fp16_steps():
     run = gpulab.load_run(fcnet.CHAPTER)
     for number in (9, 10, 11):
-        step = fcnet.steps(number)[0]
+        step = fcnet.CHAPTER.rung(number)[0]
         assert run.tables["resources"].set_index("variant").loc[step.label, "blocks_per_sm"] == 1
         assert fcnet.tiles_per_block(run, step, "large") == pytest.approx(160_000 / 132)
         assert 3 < fcnet.tiles_per_block(run, step, "small") < 4
@@ -119,7 +119,7 @@ def test_tiles_per_block_of_the_persistent_fp16_steps():
 
 def test_step_11_output_shuffles_are_most_of_its_shuffles():
     d = defines("fcnet/11_hide_input_loads.cu")
-    assert d["TILE"] == fcnet.steps(11)[0].launches[0].vectors_per_block
+    assert d["TILE"] == fcnet.CHAPTER.rung(11)[0].launches[0].vectors_per_block
     hidden = 2 * d["GROUP_VECTORS"]                               # one xor-1 shuffle per vector and layer
     output = d["GROUP_VECTORS"] * int(np.log2(datasheet.WARP_SIZE))   # a 5-level tree per vector
     assert (hidden, output) == (32, 80)
@@ -145,7 +145,7 @@ def test_step_13_ladder_shows_the_faster_kernel_on_each_case():
     for case in fcnet.SIZES:
         shown = fcnet.ladder(run.timings, case).set_index("step")
         for number in (13, 14):
-            labels = [s.label for s in fcnet.steps(number)]
+            labels = [s.label for s in fcnet.CHAPTER.rung(number)]
             rows = run.timings.query("experiment == 'ladder' and size == @fcnet.SIZES[@case]")
             times = rows[rows["variant"].isin(labels)].set_index("variant")["median_ms"]
             assert shown.loc[number, "variant"] == times.idxmin()

@@ -93,3 +93,126 @@ def test_a_subclass_adds_fields_after_the_common_ones():
     step = Launching(2, "f.cu", "title", "k", precision="fp16")
     assert (step.number, step.kernel, step.block, step.precision) == ("02", "k", 256, "fp16")
     assert dataclasses.replace(step, file="g.cu").number == "02"
+
+
+# ------------------------------------------------------------------ cases, launchers, the chapter
+@dataclasses.dataclass(frozen=True)
+class Doubled(ladder.Case):
+    """y = 2 x: the smallest case (its launchers below are NumPy, on the CPU backend's arrays)."""
+    n: int
+    output_name = "y"
+
+    @property
+    def columns(self):
+        return {"n": self.n}
+
+    def inputs(self, seed, precision="fp32"):
+        return {"x": np.random.default_rng(seed).uniform(-1, 1, self.n).astype(np.float32)}
+
+    def reference(self, inputs, precision="fp32"):
+        return 2.0 * inputs["x"].astype(np.float64)
+
+    def output(self, precision="fp32"):
+        return (self.n,), np.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Writes(ladder.Launcher):
+    """Writes ``factor`` x into y, the first ``skip`` elements left as they were; needs ``shared``."""
+    factor: float = 2.0
+    skip: int = 0
+    capability: int = 0
+
+    def needs(self, step):
+        return ladder.Needs(shared_bytes=1024, capability=self.capability, because="a made-up instruction")
+
+    def bind(self, step, case, arrays, backend):
+        def launch():
+            arrays["y"][self.skip:] = self.factor * arrays["x"][self.skip:]
+        return launch
+
+
+class TooBig(Writes):
+    def unfit(self, step, backend):
+        return "needs 200 KB of shared memory"
+
+
+def _chapter(**extra):
+    steps = [ladder.Step(1, "a.cu", "right", launcher=Writes()),
+             ladder.Step(2, "b.cu", "wrong", launcher=Writes(factor=2.5)),
+             ladder.Step(3, "c.cu", "forgets one", launcher=Writes(skip=1)),
+             ladder.Step(4, "d.cu", "too big", launcher=TooBig()),
+             ladder.Step(5, "e.cu", "gpu only", gpu_only=True, launcher=Writes()),
+             ladder.Step(6, "f.cu", "other kernel", launcher=Writes())]
+    return ladder.Chapter("demo", "Doubling", steps, [Doubled(5), Doubled(7)],
+                          cases=lambda sizes: [Doubled(n) for n in sizes], **extra)
+
+
+def test_the_one_check_runs_every_step_on_every_case_through_its_launcher():
+    table = ladder.check(_chapter(), backend="cpu")
+    assert list(table.columns) == ["step", "n", "rel_error", "tolerance", "unwritten", "status"]
+    assert list(table["step"]) == ["01", "01", "02", "02", "03", "03", "04", "05", "06", "06"]
+    assert list(table["status"]) == ["ok", "ok", "FAILED", "FAILED", "FAILED", "FAILED",
+                                     "skipped: needs 200 KB of shared memory",
+                                     "skipped: GPU only: the CPU backend cannot run this kernel", "ok", "ok"]
+    assert list(table.loc[table["step"] == "03", "unwritten"]) == [1, 1]     # the output was poisoned
+    spec = _chapter().check("cpu", steps=[_chapter().step(1)], sizes=(3,))
+    assert list(spec["n"]) == [3] and (spec["status"] == "ok").all()
+
+
+def test_a_check_s_inputs_come_from_its_seed():
+    chapter = _chapter(seed=4)
+    first, again = (ladder.check(chapter, [chapter.step(2)], backend="cpu")["rel_error"] for _ in range(2))
+    assert list(first) == list(again)            # the chapter's seed: the same inputs each check
+    case = Doubled(6)
+    assert np.array_equal(case.inputs(4)["x"], case.inputs(4)["x"])
+    assert not np.array_equal(case.inputs(None)["x"], case.inputs(None)["x"])
+
+
+def test_run_and_bind_refuse_a_step_the_backend_cannot_run():
+    chapter = _chapter()
+    case = Doubled(4)
+    out = ladder.run(chapter.step(3), case, case.inputs(0), "cpu")
+    assert np.isnan(out[0]) and np.isfinite(out[1:]).all()
+    with pytest.raises(NotImplementedError, match="step 04 .* cannot run here: needs 200 KB"):
+        ladder.run(chapter.step(4), case, case.inputs(0), "cpu")
+    with pytest.raises(TypeError, match="has no launcher"):
+        ladder.run(ladder.Step(9, "g.cu", "no family"), case, case.inputs(0), "cpu")
+    # a family's compute capability is asked of a GPU only: the CPU backend emulates the kernels
+    assert Writes(capability=90).unfit(chapter.step(1), gpulab.get_backend("cpu")) is None
+
+
+def test_a_chapter_is_one_object_known_by_its_name():
+    chapter = _chapter(exercises=[ladder.Step(16, "x.cu", "exercise", launcher=Writes())])
+    assert chapter.step("01") is chapter.step(1) is chapter.steps[0]
+    assert chapter.step(16).title == "exercise"          # an exercise's step is found by its number too
+    assert chapter == "demo" and "demo" == chapter and str(chapter) == "demo" and chapter != "fcnet"
+    assert pd.Series(["demo", "fcnet"]).eq(chapter).tolist() == [True, False]
+    with pytest.raises(KeyError, match="none is number 7"):
+        chapter.step(7)
+    with pytest.raises(TypeError, match="takes no case keywords"):
+        ladder.Chapter("x", "t", chapter.steps[:1], [Doubled(1)]).check("cpu", sizes=(1,))
+    twice = [ladder.Step(13, "a.cu", "large", launcher=Writes()), ladder.Step(13, "b.cu", "small", launcher=Writes())]
+    both = ladder.Chapter("y", "t", twice, [Doubled(1)])
+    assert both.rung(13) == twice
+    with pytest.raises(KeyError, match=r"CHAPTER.rung\('13'\) lists them"):
+        both.step(13)
+    with pytest.raises(ValueError, match="no launcher"):
+        ladder.Chapter("z", "t", [ladder.Step(1, "a.cu", "bare")], [Doubled(1)])
+
+
+#: The chapters ported to cases and launchers (a CHAPTER object); the others still check through
+#: their own check_steps (gpulab.ladder.check_steps).
+PORTED = ("fcnet", "hopper")
+
+
+@pytest.mark.parametrize("name", PORTED)
+def test_a_ported_chapter_exports_one_chapter_every_consumer_reads(name):
+    module = chapters.workload(name)
+    chapter = module.CHAPTER
+    assert isinstance(chapter, ladder.Chapter) and chapter == name and module.benchmark_all is chapter.recording
+    assert all(isinstance(s.launcher, ladder.Launcher) for s in [*chapter.steps, *chapter.exercises])
+    assert all(isinstance(c, ladder.Case) for c in chapter.check_cases)
+    assert not hasattr(module, "check_steps") and not hasattr(module, "make_launch")
+    numbers = {s.number for s in chapter.steps}
+    assert {ladder.number(str(key).split()[0]) for key in chapter.predicted} <= numbers   # "07 bf16": step 07

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------- the chapters' ladders
 def _ladders():
     from importlib import import_module
-    from gpulab.workloads import alexnet, fcnet, measuring
+    from gpulab.workloads import alexnet, fcnet, hopper, measuring
     convpool_steps = import_module("gpulab.workloads.convpool.steps")
     lenet_steps = import_module("gpulab.workloads.lenet.steps")
     training_steps = import_module("gpulab.workloads.training.steps")
@@ -30,10 +30,10 @@ def _ladders():
         "training": ([(s.ordinal, s.title, s.file) for s in training_steps.STEPS], training_steps.PREDICTED),
         "lenet": ([(s.number, s.title, s.file) for s in lenet_steps.STEPS if not s.graph], lenet_steps.PREDICTED),
         "convpool": ([(s.number, s.title, s.file) for s in convpool_steps.STEPS], convpool_steps.PREDICTED),
-        "fcnet": (p.ladder_steps(fcnet.STEPS, key=lambda s: s.ordinal), fcnet.PREDICTED),
+        "fcnet": (p.ladder_steps(fcnet.CHAPTER.steps, key=lambda s: s.ordinal), fcnet.CHAPTER.predicted),
         "measuring": ([(str(i), s.title, s.file) for i, s in enumerate(measuring.STEPS, 1)], measuring.PREDICTED),
         "alexnet": ([(s.number, s.title, s.file) for s in alexnet.STEPS], alexnet.PREDICTED),
-        "hopper": (hopper_steps.prediction_steps(), hopper_steps.PREDICTED),   # the ladder, then step 7 in bf16, tf32
+        "hopper": (hopper_steps.prediction_steps(), hopper.CHAPTER.predicted),   # the ladder, then step 7 in bf16, tf32
     }
 
 
@@ -42,12 +42,12 @@ def _tables(chapter: str, run):
     from gpulab.workloads.convpool import views as convpool_views
     from gpulab.workloads.lenet import views as lenet_views
     from gpulab.workloads.training import views as training_views
-    from gpulab.workloads.hopper import views as hopper_views
-    return {"hopper": lambda: hopper_views.prediction_table(run),
+    from gpulab.workloads import hopper
+    return {"hopper": lambda: hopper.CHAPTER.views.prediction_table(run),
             "training": lambda: training_views.prediction_table(run),
             "lenet": lambda: lenet_views.prediction_table(run.experiment("ladder")),
             "convpool": lambda: convpool_views.prediction_table(run, 1),
-            "fcnet": lambda: fcnet.prediction_table(run, "large"),
+            "fcnet": lambda: fcnet.CHAPTER.views.prediction_table(run, "large"),
             "measuring": lambda: measuring.prediction_table(run),
             "alexnet": lambda: alexnet.prediction_table(run)}[chapter]()
 

@@ -297,3 +297,55 @@ def test_one_profiler_entry_point(capsys):
     assert "chapter 'measuring' has no profile_driver" in capsys.readouterr().err
     assert cli.run(["profile-driver", "basics"]) == 2
     assert "has no workload" in capsys.readouterr().err
+
+
+def _variant(label, out, *, fails=False):
+    def check_it():
+        if fails:
+            raise CheckFailed(f"{label}: relative error 1.0")
+        return {"rel_error": 0.0}
+    return recorder.Variant(label, lambda: out.append(label), check_it,
+                            row=lambda t, checked, medians: {**t.row("ladder", label, 8), **checked,
+                                                             "rounds": len(medians)},
+                            where={"size": 8})
+
+
+def test_the_ladder_loop_checks_then_times_in_interleaved_rounds_with_the_recordings_budget(monkeypatch):
+    """Recorder.ladder: every variant checked first (a failure a FAILED row, never timed), then
+    those that passed timed round after round in turn, each under the recording's one budget."""
+    from gpulab import timing
+    calls, launched = [], []
+
+    def fake_benchmark(fn, *, repeats, budget_ms, **options):
+        fn()
+        calls.append((launched[-1], budget_ms, options))
+        return timing.Timing([1.0, 2.0, float(len(calls))])
+    monkeypatch.setattr(timing, "benchmark", fake_benchmark)
+    rec = Recording("demo", [Experiment("x", lambda rec, ctx: None)], variant_budget_ms=250.0).recorder(
+        log=lambda *a, **k: None)
+    rows = rec.ladder([_variant("a", launched), _variant("b", launched, fails=True), _variant("c", launched)],
+                      rounds=2, min_repeats=10)
+    assert [c[0] for c in calls] == ["a", "c", "a", "c"]                 # interleaved, b never timed
+    assert {c[1] for c in calls} == {250.0} and all(c[2] == {"min_repeats": 10} for c in calls)
+    assert [r["variant"] for r in rows] == ["a", "c"] == [r["variant"] for r in rec.rows]
+    assert [r["repeats"] for r in rows] == [6, 6] and [r["rounds"] for r in rows] == [2, 2]   # both rounds' samples
+    assert [(s["variant"], s["size"]) for s in rec.skipped] == [("b", 8)]
+    assert rec.skipped[0]["reason"].startswith("FAILED: CheckFailed: b")
+
+
+def test_the_vendor_paths_are_timed_with_the_same_budget_and_their_skips_listed(monkeypatch):
+    from gpulab import baselines
+    seen = {}
+
+    def measure(paths, **options):
+        seen.update(options)
+        return baselines.Measured([{"variant": "cuBLAS", "median_ms": 1.0}],
+                                  [{"variant": "cuBLAS bf16", "reason": "no bf16 path"}])
+    monkeypatch.setattr(baselines, "measure", measure)
+    rec = Recorder("demo", log=lambda *a, **k: None, variant_budget_ms=600.0, repeats=30)
+    rec.vendor([], reference=None, experiment="ladder", size=1, skipped_as={"step": "vendor"})
+    assert (seen["budget_ms"], seen["repeats"], seen["on_failure"]) == (600.0, 30, "skip")
+    assert rec.rows == [{"variant": "cuBLAS", "median_ms": 1.0}]
+    assert rec.skipped == [{"step": "vendor", "variant": "cuBLAS bf16", "reason": "no bf16 path"}]
+    rec.vendor([], reference=None, experiment="cold", size=1, budget_ms=500)     # a budget of its own; skips unlisted
+    assert seen["budget_ms"] == 500 and len(rec.skipped) == 1

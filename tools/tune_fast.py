@@ -166,7 +166,7 @@ def fcnet(out: Path, repeats: int = 100):
             try:
                 fns = FC.step_kernels(step, "gpu")
                 bufs["y"].fill(cupy.nan)
-                inference = FC.bind(step, fns, bufs)
+                inference = FC.launchers.SEQUENCE.bind(step, FC.problem.Vectors(n), bufs, "gpu", fns=fns)
                 inference()
                 r = compare(bufs["y"], ref, step.precision, name=step.label)
                 row = {"case": case, "variant": step.label, "intended": case in step.sizes, "rel_error": r.rel_error,

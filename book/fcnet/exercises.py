@@ -23,7 +23,7 @@ _LANES = list(range(32))
 
 EXERCISES = [
     Exercise("fcnet.1", "fcnet", "fuse the ReLU into step 1's matrix product", 4, "kernel",
-             "kernels/fcnet/16_exercise_matmul_relu.cu", public=({"seed": 0},), number="2",
+             "kernels/fcnet/16_exercise_matmul_relu.cu", step="16", public=({"seed": 0},), number="2",
              hint="Guard both row < M and col < N, sum over all K, and apply max(C, 0) only when "
                   "apply_relu is non-zero (the last layer has no ReLU)."),
     Exercise("fcnet.2", "fcnet", "count the bank conflicts of a fill", 2, "function",

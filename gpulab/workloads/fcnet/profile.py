@@ -6,8 +6,9 @@ import pandas as pd
 
 from ... import profiler
 from ...kernels import get_backend
-from .shapes import SIZES, make_inputs, make_weights
-from .steps import STEPS, bind, buffers, runnable_steps, step_kernels
+from .launchers import SEQUENCE, buffers, runnable_steps
+from .problem import SIZES, Vectors, make_inputs, make_weights
+from .steps import STEPS
 
 
 #: The Nsight Compute counters the chapter reads (see gpulab.profiler.STANDARD_METRICS).
@@ -33,8 +34,8 @@ def profile_driver(case: str = "large") -> None:
     be = get_backend("gpu")
     n = SIZES[case]
     bufs = buffers(be, make_inputs(n), weights, scratch=True)
-    for step_ in runnable_steps()[0]:
-        bind(step_, step_kernels(step_, be), bufs)()
+    for step_ in runnable_steps(STEPS)[0]:
+        SEQUENCE.bind(step_, Vectors(n), bufs, be)()
     cupy.cuda.get_current_stream().synchronize()
 
 
@@ -48,7 +49,7 @@ def profile_steps(quick: bool = False, case: str = "large") -> pd.DataFrame:
     raw = profiler.profile(profiler.driver("fcnet", case), PROFILE_METRICS,
                            kernel_regex="^(" + "|".join(kernel_names()) + ")$")
     table = profiler.per_launch(raw)
-    launches = [(s, launch.kernel) for s in runnable_steps()[0] for launch in s.launches]
+    launches = [(s, launch.kernel) for s in runnable_steps(STEPS)[0] for launch in s.launches]
     if len(launches) != len(table):
         raise RuntimeError(f"expected {len(launches)} profiled launches, got {len(table)}")
     table = table.sort_values("id").reset_index(drop=True)

@@ -10,10 +10,12 @@ import pandas as pd
 from ... import baselines, recorder, roofline, transfers
 from ...check import check, compare
 from ...kernels import get_backend, occupancy, resource_table
+from ...recorder import Variant
 from ...timing import benchmark, graph_benchmark
+from .launchers import SEQUENCE, buffers, runnable_steps, step_kernels
+from .problem import HID, NAME, OUT, RELU, SIZES, Vectors, make_inputs, make_weights, plan_sizes, reference, work
 from .profile import profile_steps
-from .shapes import CHAPTER, HID, OUT, RELU, SIZES, make_inputs, make_weights, plan_sizes, reference, work
-from .steps import STEPS, Step, bind, buffers, runnable_steps, step_kernels
+from .steps import STEPS, Step
 from .views import ladder
 
 
@@ -26,12 +28,6 @@ def _row_labels(step_: Step, n: int) -> dict:
             "kernel": ", ".join(step_.kernels)}
 
 
-#: Time one vendor path may take to time (the stop rule usually ends it sooner).
-VENDOR_BUDGET_MS = 600.0
-#: Time one variant may take to time: slow kernels get fewer repeats (at least 10).
-TIMING_BUDGET_MS = 1500.0
-
-
 class _Run:
     """What every experiment of the run reads: the weights, the cases that fit this GPU, the steps
     it can run, each compiled once, and the vendor paths' kernel names gathered on the way."""
@@ -42,7 +38,7 @@ class _Run:
         sizes = dict(SIZES)
         if rec.quick:
             sizes["large"] = SIZES["large"] // 10
-        self.here, skipped = runnable_steps()
+        self.here, skipped = runnable_steps(STEPS)
         self.sizes, too_large = plan_sizes(sizes)
         for entry in skipped + too_large:   # not an error: the notebook shows the skipped table with the reasons
             rec.progress(f"skipping {entry['variant']}: {entry['reason']}")
@@ -70,24 +66,28 @@ def _ladder_case(rec, run: _Run, case: str, n: int):
     x32 = bufs["x"]
     ref = reference(x32, run.weights, cupy.float64, xp=cupy)
     ref32 = reference(x32, run.weights, cupy.float32, xp=cupy).get()
-    for step_ in run.here:
-        fns = run.fns_by_step[step_.label]
-        bufs["y"].fill(cupy.nan)
-        inference = bind(step_, fns, bufs)
-        inference()
-        checked = rec.checked(lambda: check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}"),
-                              step=step_.ordinal, variant=step_.label, precision=step_.precision, size=n)
-        if not checked:
-            continue
-        labels = {**_row_labels(step_, n), "rel_error": checked.value.rel_error, "intended": case in step_.sizes,
-                  "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
-        timing = benchmark(inference, repeats=repeats, budget_ms=TIMING_BUDGET_MS, min_repeats=10)
-        rec.add(timing.row("ladder", step_.label, n, **work(n), **labels))
-        if case == "small":
-            rec.add(graph_benchmark(inference, launches=20, repeats=repeats)
-                    .row("graph", step_.label, n, **work(n), **labels))
-            rec.add(_cold_rows(inference, step_.label, n, labels, repeats))
-        rec.progress(f"{case:5s} {step_.label:45s} {rec.rows[-1]['median_ms']:.4f} ms")
+
+    def variant(step_: Step) -> Variant:
+        inference = SEQUENCE.bind(step_, Vectors(n), bufs, "gpu", fns=run.fns_by_step[step_.label])
+
+        def checked():
+            bufs["y"].fill(cupy.nan)
+            inference()
+            result = check(bufs["y"], ref, step_.precision, name=f"{step_.label} n={n}")
+            return {"rel_error": result.rel_error, "intended": case in step_.sizes,
+                    "rel_error_vs_fp32": compare(bufs["y"], ref32, step_.precision).rel_error}
+
+        def rows(timing, labels, medians):
+            labels = {**_row_labels(step_, n), **labels}
+            out = [timing.row("ladder", step_.label, n, **work(n), **labels)]
+            if case == "small":
+                out.append(graph_benchmark(inference, launches=20, repeats=repeats)
+                           .row("graph", step_.label, n, **work(n), **labels))
+                out += _cold_rows(inference, step_.label, n, labels, repeats)
+            return out
+        return Variant(step_.label, inference, checked, rows,
+                       where={"step": step_.ordinal, "precision": step_.precision, "size": n})
+    rec.ladder([variant(step_) for step_ in run.here], min_repeats=10)
 
     # Every vendor path, checked against the same reference, eager and in CUDA graphs.
     eager = baselines.matmul_chain_paths(x32, run.matrices, RELU)
@@ -95,20 +95,15 @@ def _ladder_case(rec, run: _Run, case: str, n: int):
     labels = {"step": np.nan, "case": case, "intended": True}
     w = work(n)
     half_bytes = lambda path: w["bytes"] / (2 if path.precision in ("fp16", "bf16") else 1)   # noqa: E731
-    result = baselines.measure(paths, reference=ref, experiment="ladder", graph_experiment="graph", size=n,
-                               flops=w["flops"], bytes=half_bytes, repeats=repeats,
-                               budget_ms=VENDOR_BUDGET_MS, labels=labels, on_failure="skip")
-    rec.add(result.rows)
-    for entry in result.skipped:
-        rec.skip(**{"step": "vendor", **entry})
+    rec.vendor(paths, reference=ref, experiment="ladder", graph_experiment="graph", size=n, flops=w["flops"],
+               bytes=half_bytes, labels=labels, skipped_as={"step": "vendor"})
     if case == "small":          # cold: L2 flushed before every call, eager and in one-call graphs
         capturable = [p for p in eager if p.capture != "none"]
         for experiment, chosen, flush in (("ladder_cold", eager, True),
                                           ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], False),
                                           ("graph_cold", [baselines.in_graph(p, 1) for p in capturable], True)):
-            rec.add(baselines.measure(chosen, reference=ref, experiment=experiment, size=n, flops=w["flops"],
-                                      bytes=half_bytes, repeats=repeats, budget_ms=500, flush_l2=flush,
-                                      labels=labels, on_failure="skip", log=lambda text: None).rows)
+            rec.vendor(chosen, reference=ref, experiment=experiment, size=n, flops=w["flops"], bytes=half_bytes,
+                       budget_ms=500, flush_l2=flush, labels=labels, log=lambda text: None)
     run.vendor_kernels += _vendor_kernel_names(eager, case)
 
 
@@ -148,13 +143,13 @@ def profile_counters(rec, run: _Run):
 #: Every experiment of the chapter on the GPU, in order (``quick``: a tenth of the large case, a
 #: smoke test, not for committing). Steps this GPU cannot run, and cases over its memory budget,
 #: are listed with the reason in the ``skipped`` table.
-benchmark_all = recorder.Recording(CHAPTER, [
+benchmark_all = recorder.Recording(NAME, [
     recorder.Experiment("ladder", time_ladder),
     recorder.Experiment("transfers", time_transfers),
     recorder.Experiment("ceilings", time_ceilings),
     recorder.Experiment("side tables", side_tables),
     recorder.Experiment("profile", profile_counters),
-], setup=_Run, skipped=("step", "variant", "library", "precision", "size", "reason"),
+], setup=_Run, skipped=("step", "variant", "library", "precision", "size", "reason"), variant_budget_ms=1500.0,
     crosscheck=lambda row: row["experiment"] in ("ladder", "graph"))
 
 
@@ -191,7 +186,8 @@ def _transfer_rows(step_: Step, fns, x_host, weights, n, repeats) -> list[dict]:
     def launch(inputs, output):
         key = (inputs[0].data.ptr, output.data.ptr)
         if key not in bound:   # bind once per buffer pair: no host work inside the timed region
-            bound[key] = bind(step_, fns, {**base, "n": n, "hid_n": HID * n, "x": inputs[0], "y": output})
+            bound[key] = SEQUENCE.bind(step_, Vectors(n), {**base, "n": n, "hid_n": HID * n, "x": inputs[0],
+                                                           "y": output}, be, fns=fns)
         bound[key]()
 
     memories = ("pinned",) if n > 1_000_000 else ("pageable", "pinned")

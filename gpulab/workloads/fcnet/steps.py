@@ -1,58 +1,25 @@
-"""The fcnet chapter's ladder: each step a kernel file and the launches one inference takes
-(the launch declarations say which form of the weights each kernel reads), what each needs of
-the device, how a step is bound and run, the checks against the float64 reference, and what
-each kernel file predicts."""
+"""The fcnet chapter's ladder, as data: each step a kernel file and the launches one inference
+takes (the launch declarations say which form of the weights each kernel reads), the exercise's
+step, and what each kernel file predicts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from ... import ladder as protocol   # (fcnet.ladder is views.ladder: a run's ladder table)
-from ... import predictions
-from ...check import CheckTable, compare
-from ...device import limits as device_limits
-from ...kernels import Backend, Kernel, get_backend, load_module, occupancy
-from .shapes import (CHECK_SIZES, HID, IN, OUT, SIZES, TC_K1, TC_SHARED_BYTES, make_inputs, make_weights,
-                     reference, weight_forms)
-
-
-#: CPU backend: the grid "persistent" kernels get (the GPU's is measured).
-CPU_PERSISTENT_BLOCKS = 3
+from ... import ladder, predictions
+from .launchers import SEQUENCE, Launch
+from .problem import HID, IN, OUT, TC_K1, TC_SHARED_BYTES
 
 
 @dataclass(frozen=True)
-class Launch:
-    """One kernel launch of a step. ``args`` name the buffers and sizes the
-    kernel takes (see :func:`buffers`). The grid covers the vectors:
-    ``ceil(N / vectors_per_block)`` blocks, times ``rows`` along y; a
-    ``persistent`` kernel instead gets as many blocks as fit on the GPU at once
-    and loops over its work."""
-
-    kernel: str
-    args: tuple[str, ...]
-    block: tuple[int, ...] = (256,)
-    vectors_per_block: int = 256
-    rows: int = 1
-    persistent: bool = False
-    shared_mem: int = 0
-
-    def grid(self, n: int, resident_blocks: int | None = None) -> tuple[int, int]:
-        blocks = -(-n // self.vectors_per_block)
-        if self.persistent:
-            blocks = min(blocks, resident_blocks or CPU_PERSISTENT_BLOCKS)
-        return (max(1, blocks), self.rows)
-
-
-@dataclass(frozen=True)
-class Step(protocol.Step):
-    """One rung of the ladder: a kernel file and the launches one inference takes."""
+class Step(ladder.Step):
+    """One rung of the ladder: a kernel file and the launches one inference takes (its family:
+    :data:`~.launchers.SEQUENCE`)."""
 
     launches: tuple[Launch, ...]
     #: The cases this kernel was written for (a prediction: the ladder shows, per
     #: case, whichever of a step's kernels the run measured fastest).
     sizes: tuple[str, ...] = ("small", "large")
+    launcher: ladder.Launcher = field(default=SEQUENCE, kw_only=True, compare=False)
 
     @property
     def kernels(self) -> list[str]:
@@ -153,131 +120,6 @@ EXERCISE = Step(16, "fcnet/16_exercise_matmul_relu.cu", "exercise: matmul with f
                         vectors_per_block=16, rows=HID // 16),
                  Launch("matmul_relu", (str(OUT), "n", str(HID), "0", "w3", "h2", "y"), block=(16, 16),
                         vectors_per_block=16, rows=1)))
-
-
-def steps(number: int | str | None = None, size: str | None = None) -> list[Step]:
-    """The ladder's steps, optionally only step ``number`` (13 and 14 have one
-    kernel per size) and only those written for ``size`` ("small" or "large")."""
-    if size is not None and size not in SIZES:
-        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
-    chosen = [s for s in protocol.select(STEPS, number) if size is None or size in s.sizes]
-    if not chosen:
-        raise KeyError(f"step {number} of the fcnet ladder has no kernel written for size {size}")
-    return chosen
-
-
-def unfit_reason(step: Step, limits=None) -> str | None:
-    """Why ``step`` cannot run on this device (or the simulated one: see
-    :func:`gpulab.device.simulate`), or None when it can: a launch asking for
-    more dynamic shared memory per block than the device allows (step 14's
-    large kernel asks 105,472 bytes; a T4 allows 65,536, an L4 101,376)."""
-    limits = limits if limits is not None else device_limits()
-    if limits is None:             # the CPU backend, no profile simulated: no such limit
-        return None
-    for launch in step.launches:
-        why = limits.shared_fits(launch.shared_mem)
-        if why:
-            return f"step {step.number} ({launch.kernel}) {why}"
-    return None
-
-
-def runnable_steps(steps_=None, limits=None) -> tuple[list[Step], list[dict]]:
-    """The steps this device can run, and one row per step it cannot, with the reason."""
-    ok, skipped = [], []
-    for step_ in steps_ or STEPS:
-        why = unfit_reason(step_, limits)
-        if why:
-            skipped.append({"step": step_.ordinal, "variant": step_.label, "reason": why})
-        else:
-            ok.append(step_)
-    return ok, skipped
-
-
-def buffers(be: Backend, x, weights: dict, scratch: bool = False) -> dict:
-    """Device copies of the inputs and every weight form, a NaN-poisoned output
-    and (for the steps that need them) H1/H2 scratch, by the names launches use."""
-    n = x.shape[1]
-    bufs = {"n": n, "hid_n": HID * n, "x": be.to_device(x), "y": be.poisoned((OUT, n), np.float32)}
-    bufs.update({name: be.to_device(w) for name, w in weight_forms(weights).items()})
-    if scratch:
-        bufs["h1"] = be.poisoned((HID, n), np.float32)
-        bufs["h2"] = be.poisoned((HID, n), np.float32)
-    return bufs
-
-
-def _resolve(token: str, bufs: dict):
-    if token.isdigit():
-        return int(token)
-    return bufs[token]
-
-
-def resident_blocks(fn: Kernel, launch: Launch) -> int | None:
-    """How many blocks of ``launch`` fit on the whole GPU at once (None on the CPU)."""
-    if fn.module.backend.name != "gpu":
-        return None
-    import cupy
-    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
-    threads = int(np.prod(launch.block))
-    return sms * max(1, occupancy(fn, threads, launch.shared_mem)["blocks_per_sm"])
-
-
-def step_kernels(step: Step, backend=None) -> dict[str, Kernel]:
-    be = get_backend(backend)
-    module = load_module(step.file, be)
-    fns = {name: module.get_function(name) for name in step.kernels}
-    for launch in step.launches:
-        if launch.shared_mem > 48 * 1024:
-            fns[launch.kernel].allow_shared_memory(launch.shared_mem)
-    return fns
-
-
-def bind(step: Step, fns: dict[str, Kernel], bufs: dict) -> Callable[[], None]:
-    """One inference of ``step`` over ``bufs`` as a no-argument function (the
-    launches checked once, so the timers measure only the launches)."""
-    n = bufs["n"]
-    calls = []
-    for launch in step.launches:
-        fn = fns[launch.kernel]
-        args = tuple(_resolve(t, bufs) for t in launch.args)
-        calls.append(fn.bind(launch.grid(n, resident_blocks(fn, launch)), launch.block, args,
-                             launch.shared_mem))
-    if len(calls) == 1:
-        return calls[0]
-
-    def inference():
-        for call in calls:
-            call()
-    return inference
-
-
-def run(step: Step, x: np.ndarray, weights: dict | None = None, backend=None) -> np.ndarray:
-    """One inference of ``step`` on host inputs X (72 x n), output poisoned
-    beforehand; returns Y (4 x n) on the host."""
-    be = get_backend(backend)
-    if step.gpu_only and be.name != "gpu":
-        raise NotImplementedError(f"step {step.number} ({step.file}) is marked gpu_only: it uses "
-                                  "instructions the CPU backend does not run")
-    weights = weights or make_weights()
-    bufs = buffers(be, x, weights, scratch=any("h1" in launch.args for launch in step.launches))
-    bind(step, step_kernels(step, be), bufs)()
-    be.synchronize()
-    return be.to_host(bufs["y"])
-
-
-def check_steps(backend=None, steps=None, sizes=CHECK_SIZES, seed: int = 0) -> CheckTable:
-    """Every step against the float64 reference at every check size, fresh
-    inputs each time. Half-precision steps also report their error against the
-    float32 result (``vs_fp32``). Steps the device cannot run are listed as skipped."""
-    weights = make_weights()
-
-    def check_one(step_, be):
-        for i, n in enumerate(sizes):
-            x = make_inputs(n, seed + 100 + i)
-            out = run(step_, x, weights, be)
-            vs32 = compare(out, reference(x, weights, np.float32), step_.precision).rel_error
-            yield ({"kernel": ", ".join(step_.kernels), "n": n, "precision": step_.precision, "vs_fp32": vs32},
-                   compare(out, reference(x, weights), step_.precision, name=f"{step_.file} n={n}"))
-    return protocol.check_steps(steps or STEPS, check_one, backend, skip=unfit_reason)
 
 
 # The kernel files' predictions as claims a run can check (gpulab.predictions states the rules),

@@ -14,8 +14,10 @@ from ...roofline import ceilings_table, rates
 from ...roofline import floors_ms as roofline_floors
 from ...runs import gpu_comparison as compare_gpus
 from ...runs import load_run, recorded_beside
-from .shapes import CHAPTER, SIZES, work
-from .steps import PREDICTED, STEPS, Step, steps
+from ...ladder import select
+from .problem import NAME as CHAPTER
+from .problem import SIZES, work
+from .steps import PREDICTED, STEPS, Step
 
 
 #: Why a vendor path has no ``rel_error_vs_fp32`` (the lab's fp16 steps are also compared with
@@ -117,7 +119,7 @@ def step_times(run, number: int):
     """One step's times on both cases (eager, and in a CUDA graph on the small
     case), with the speedups over step 1 and over the previous step."""
     out = []
-    several = len(steps(number)) > 1
+    several = len(select(STEPS, number)) > 1
     notes = []
     for case, n in SIZES.items():
         table = ladder(run.timings, case)
@@ -128,7 +130,7 @@ def step_times(run, number: int):
             continue
         first, previous = table["median_ms"].iloc[0], table["median_ms"].shift(1)[table["step"] == number]
         measured = run.timings[(run.timings["size"] == n) & (run.timings["step"] == number)]
-        for step_ in steps(number):
+        for step_ in select(STEPS, number):
             eager = measured[(measured["experiment"] == "ladder") & (measured["variant"] == step_.label)]
             if eager.empty:
                 continue

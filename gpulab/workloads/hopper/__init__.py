@@ -1,17 +1,19 @@
-"""The Hopper GEMM chapter's workload, declared once: C = A B^T in half precision with float
-accumulation, from the lab's mma.sync GEMM to the bulk tensor copy engine (TMA), wgmma and warp
-specialization, and a 2x1 thread-block cluster with TMA multicast; step 7 also in bf16 and tf32
-(in_precision).
+"""The Hopper GEMM chapter's workload: C = A B^T in half precision with float accumulation, from
+the lab's mma.sync GEMM to the bulk tensor copy engine (TMA), wgmma and warp specialization, and a
+2x1 thread-block cluster with TMA multicast; step 7 also in bf16 and tf32.
 
-:mod:`.steps` holds the ladder (gpulab.ladder's protocol), its launches and its check against a float64
-reference; :mod:`.record` what a GPU run measures (``python -m gpulab record hopper``).
+:mod:`.problem` (the GEMM cases, inputs and float64 reference), :mod:`.launchers` (how a step is
+bound), :mod:`.steps` (the ladder and its predictions, data), :mod:`.record` (``python -m gpulab
+record hopper``) and :mod:`.views` (what the notebook shows of a run).
 """
-from .record import CHAPTER, benchmark_all, profile_driver
-from .steps import BK, CHECK_SHAPES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, Step, check, check_shape, \
-    check_steps, in_precision, make_inputs, make_launch, needs_hopper, reference, run
+from ...ladder import Chapter, owned_names
+from . import launchers, problem, record, steps, views
+from .problem import TITLE
 
-TITLE = "What wins on Hopper: a GEMM from mma.sync to TMA, wgmma and warp specialization"
-
-__all__ = ["CHAPTER", "TITLE", "benchmark_all", "BK", "CHECK_SHAPES", "GPU_OPTIONS", "MAIN_SIZE", "OTHER_PRECISIONS", "PREDICTED",
-           "STEPS", "Step", "check", "check_shape", "check_steps", "in_precision", "make_inputs", "make_launch",
-           "needs_hopper", "profile_driver", "reference", "run"]
+CHAPTER = Chapter(problem.NAME, TITLE, steps.STEPS, problem.cases(), predicted=steps.PREDICTED, views=views,
+                  recording=record.benchmark_all, cases=problem.cases, seed=None,
+                  profile_driver=record.profile_driver)
+benchmark_all, profile_driver = CHAPTER.recording, CHAPTER.profile_driver
+#: Compatibility shim: the names the notebook reads as ``hopper.X`` (``hopper.MAIN_SIZE``), from the module that
+#: owns each, until its cells name that module.
+__getattr__ = owned_names(__name__, (problem, launchers, steps, record, views))

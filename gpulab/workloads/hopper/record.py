@@ -28,24 +28,24 @@ import subprocess
 import numpy as np
 import pandas as pd
 
-from ... import datasheet, paths, profiler, recorder
+from ... import datasheet, ladder, paths, profiler, recorder
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend, load_module
-from ...timing import Timing, benchmark, crosscheck_fields
+from ...recorder import Variant
 from ...runs import code_digest
-from .steps import CHECK_SHAPES, ELEMENT_BYTES, GPU_OPTIONS, MAIN_SIZE, OTHER_PRECISIONS, STEPS, TYPED_STEP, as_float, \
-    in_precision, make_launch, poisoned, storage_dtype, to_bf16_bits
-from .steps import check as check_step
+from .launchers import GPU_OPTIONS
+from .problem import CHECK_SHAPES, ELEMENT_BYTES, MAIN_SIZE, NAME, Gemm, as_float, poisoned, storage_dtype, \
+    to_bf16_bits
+from .steps import OTHER_PRECISIONS, STEPS, TYPED_STEP, in_precision
 
-CHAPTER = "hopper"
 #: The square sizes n^3 the ladder (and step 7 in bf16 and tf32) is timed at; a quick run's.
 SIZES = (MAIN_SIZE, 8192)
 QUICK_SIZES = (1024,)
 #: The element types the recorded run times step 7 and cuBLAS in.
 PRECISIONS = ("fp16", *OTHER_PRECISIONS)
-#: Each variant's timings: ``ROUNDS`` rounds of up to ``BUDGET_MS`` each (a quick run: one round).
-BUDGET_MS = 500.0
+#: Each variant is timed in ``ROUNDS`` rounds (a quick run: one), each of up to the recording's
+#: ``variant_budget_ms``.
 ROUNDS = 3
 
 #: H100 SXM dense fp16/bf16 tensor-core peak with float accumulation, TFLOP/s (gpulab.datasheet,
@@ -194,12 +194,10 @@ def vendor_launches(A, B, precision: str = "fp16"):
     return launches
 
 
-def _measure(rec, case: dict, variants, ref, rows, *, rounds: int) -> None:
-    """Check every (label, launch, C, step) of one GEMM against ``ref`` (of the rows ``rows`` of C,
-    or all) through ``rec.checked``, then time those that passed in ``rounds`` rounds, each variant
-    once per round in turn: a large GEMM heats the card and its clock drifts down over a run, so
-    timing the variants one after the other would favour the first. A variant's row holds the
-    samples of all its rounds (``round_medians_ms``: each round's median)."""
+def _variants(rec, case: dict, steps, A, B, ref, rows, be) -> list[Variant]:
+    """Each step of ``steps`` bound to the GEMM A B^T of ``case`` (a step that cannot be bound is a
+    ``FAILED`` row of the ``skipped`` table), then cuBLAS's paths on A and B, each checked against
+    ``ref`` (of the rows ``rows`` of C, or all) with every element of C written."""
     import cupy
     M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
     name = case.get("shape", f"{case['size']}^3")
@@ -214,48 +212,29 @@ def _measure(rec, case: dict, variants, ref, rows, *, rounds: int) -> None:
         if not result.passed or unwritten:
             raise CheckFailed(f"{name} {precision}: {result}" + (f", {unwritten} elements never written"
                                                                   if unwritten else ""))
-        return result, unwritten
+        return {"rel_error": result.rel_error, "unwritten": unwritten, "passed": True}
 
-    checked = []
-    for label, fn, C, number in variants:
-        passed = rec.checked(lambda: check(label, fn, C), **where, variant=label)
-        if passed:
-            result, unwritten = passed.value
-            checked.append(({**case, "variant": label, "step": number, "rel_error": result.rel_error,
-                             "unwritten": unwritten, "passed": True}, fn))
-    samples = [[] for _ in checked]
-    medians = [[] for _ in checked]
-    for _ in range(rounds):
-        for i, (row, fn) in enumerate(checked):
-            timing = benchmark(fn, budget_ms=BUDGET_MS, repeats=rec.repeats)
-            samples[i].append(timing.samples_ms)
-            medians[i].append(timing.median_ms)
-    for i, (row, fn) in enumerate(checked):
-        timing = Timing(np.concatenate(samples[i]), method="cuda events, queued, rounds interleaved",
-                        **crosscheck_fields(fn))
-        row.update(timing.row(case["experiment"], row["variant"], size=case["size"], flops=gemm_flops(M, N, K),
-                              bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision]), precision=precision))
-        row["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians[i])
-        row["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
-        rec.progress(f"{name} {precision} {row['variant']}: {row['median_ms']:.4f} ms, {row['tflops']:.1f} TFLOP/s "
-                     f"(rounds {row['round_medians_ms']}), rel error {row['rel_error']:.2e}")
-        rec.add(row)
+    def row(label, number):
+        def make(timing, checked, medians):
+            out = {**case, "variant": label, "step": number, **checked}
+            out.update(timing.row(case["experiment"], label, size=case["size"], flops=gemm_flops(M, N, K),
+                                  bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision]), precision=precision))
+            out["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians)
+            out["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
+            return out
+        return make
 
-
-def _case_variants(rec, steps, A, B, M, N, precision, be, where: dict):
-    """(label, launch, C, step number) of each step in ``steps`` and of cuBLAS's paths on A and B;
-    a step that cannot be launched is a ``FAILED`` row of the ``skipped`` table."""
-    import cupy
-    variants = []
+    launches = []
     for step in steps:
         C = poisoned(cupy, (M, N), precision)
         label = f"step {step.label}" + ("" if precision == "fp16" else f" {precision}")
-        launch = rec.checked(lambda: make_launch(step, A, B, C, be), **where, variant=label)
-        if launch:
-            variants.append((label, launch.value, C, step.number))
-    for label, (fn, C) in vendor_launches(A, B, precision).items():
-        variants.append((label, fn, C, "vendor"))
-    return variants
+        bound = rec.checked(lambda: ladder.bind(step, Gemm(M, N, K), {"A": A, "B": B, "C": C}, be), **where,
+                            variant=label)
+        if bound:
+            launches.append((label, bound.value, C, step.number))
+    launches += [(label, fn, C, "vendor") for label, (fn, C) in vendor_launches(A, B, precision).items()]
+    return [Variant(label, fn, check=lambda label=label, fn=fn, C=C: check(label, fn, C), row=row(label, number),
+                    where=where) for label, fn, C, number in launches]
 
 
 def _free():
@@ -270,10 +249,11 @@ def _free():
 
 def time_case(rec, case: dict, steps, *, seed: int = 0) -> None:
     """One GEMM ``case`` (experiment, size or shape, M, N, K, precision): random inputs, the
-    float64 reference, ``steps`` and cuBLAS checked and timed (:func:`_measure`). A case that
-    fails as a whole (out of memory, say) is listed in the run's ``problems`` table."""
+    float64 reference, ``steps`` and cuBLAS checked, then timed in rounds (:meth:`Recorder.ladder`:
+    a large GEMM heats the card and its clock drifts down over a run, so timing the variants one
+    after the other would favour the first). A case that fails as a whole (out of memory, say) is
+    listed in the run's ``problems`` table."""
     M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
-    where = {k: case[k] for k in ("experiment", "shape", "size", "precision") if k in case}
 
     def measure():
         try:
@@ -281,8 +261,8 @@ def time_case(rec, case: dict, steps, *, seed: int = 0) -> None:
             B = _random((N, K), seed + 1, precision)
             checked = _checked_rows(M, N, seed)
             ref = _reference(A, B, precision, checked)
-            variants = _case_variants(rec, steps, A, B, M, N, precision, get_backend("gpu"), where)
-            _measure(rec, case, variants, ref, checked, rounds=1 if rec.quick else ROUNDS)
+            variants = _variants(rec, case, steps, A, B, ref, checked, get_backend("gpu"))
+            rec.ladder(variants, rounds=1 if rec.quick else ROUNDS)
         finally:
             A = B = ref = variants = None
             _free()
@@ -352,7 +332,7 @@ def build_and_check(rec, ctx) -> None:
         for M, N, K in CHECK_SHAPES:
             where = {"step": step.number, "precision": step.precision, "M": M, "N": N, "K": K}
             try:
-                result = check_step(step, M, N, K, "gpu", seed=1)
+                _, result = ladder.check_case(step, Gemm(M, N, K), seed=1, backend="gpu")
                 checks.append({**where, "rel_error": result.rel_error, "unwritten": result.unwritten,
                                "passed": bool(result.passed)})
             except Exception as exc:       # noqa: BLE001 (listed in the checks table with its error)
@@ -421,7 +401,7 @@ def ncu_profile(n: int) -> pd.DataFrame:
     if ncu is None:
         raise profiler.ProfilerError("ncu is not on PATH")
     cmd = [ncu, "--csv", "--print-units", "base", "--section", "SpeedOfLight", "--section",
-           "ComputeWorkloadAnalysis", *profiler.driver(CHAPTER, str(n))]
+           "ComputeWorkloadAnalysis", *profiler.driver(NAME, str(n))]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     if done.returncode != 0:
         raise profiler.ProfilerError(f"ncu exited {done.returncode}: {done.stderr[-2000:]}")
@@ -450,16 +430,16 @@ def profile_driver(n: str = str(MAIN_SIZE)) -> None:
     B = cupy.random.RandomState(1).uniform(-1, 1, (n, n)).astype(cupy.float16)
     C = cupy.empty((n, n), cupy.float16)
     for step in STEPS:
-        make_launch(step, A, B, C, be)()
+        ladder.bind(step, Gemm(n, n, n), {"A": A, "B": B, "C": C}, be)()
     cupy.matmul(A, B.T)
     cupy.cuda.Device().synchronize()
 
 
-benchmark_all = recorder.Recording(CHAPTER, [
+benchmark_all = recorder.Recording(NAME, [
     recorder.Experiment("checks", build_and_check),
     recorder.Experiment("ladder", time_ladder),
     *(recorder.Experiment(p, time_in(p)) for p in PRECISIONS if p != "fp16"),
     recorder.Experiment("shapes", time_shapes),
     recorder.Experiment("profile", profile, optional=True),
-], setup=provenance, keep_going=True, finish=vs_best_cublas,
+], setup=provenance, keep_going=True, finish=vs_best_cublas, variant_budget_ms=500.0,
     crosscheck=lambda row: row["experiment"].startswith("hopper_gemm"))

@@ -14,9 +14,11 @@ import pandas as pd
 from ... import datasheet, plots, predictions, roofline, runs
 from ...errors import RecordedRunError
 from ...kernels import get_backend
-from .record import CHAPTER, SHAPES, SIZES, benchmark_all, gemm_bytes, gemm_flops
-from .steps import BK, MAIN_SIZE, OTHER_PRECISIONS, PREDICTED, STEPS, TYPED_STEP, in_precision, needs_hopper, prediction_steps, \
-    variant_key
+from .launchers import needs_hopper
+from .problem import MAIN_SIZE
+from .problem import NAME as CHAPTER
+from .record import SHAPES, SIZES, benchmark_all, gemm_bytes, gemm_flops
+from .steps import BK, OTHER_PRECISIONS, PREDICTED, STEPS, TYPED_STEP, in_precision, prediction_steps, variant_key
 
 #: Hopper's SM: 4 tensor cores, each 512 dense fp16 multiply-adds (1,024 FLOP) per clock
 #: (NVIDIA H100 Tensor Core GPU Architecture whitepaper).

@@ -5,7 +5,7 @@ inference,
 
 applied to N input vectors at once: the shapes, the two cases, the seeded weights and inputs,
 the FLOP and byte counts, the float64 reference, every form a kernel reads the weights in, and
-what a case needs of the device's memory.
+what a case needs of the device's memory; a :class:`Vectors` is one case of a check.
 
 Layout (every step): X is feature-major, ``X[k, v]`` at ``k*N + v`` (72 x N),
 so consecutive threads reading consecutive vectors read consecutive
@@ -16,13 +16,17 @@ and each launch names which form it reads.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from ... import ladder
+from ...check import compare
 from ...device import limits as device_limits
 from ...roofline import floors_ms as roofline_floors
 
-CHAPTER = "fcnet"
+NAME = "fcnet"
+TITLE = "A fully-connected network's inference, from five kernel launches to one kernel at the hardware limit"
 
 IN, HID, OUT = 72, 64, 4          # inputs, hidden units per layer, outputs
 #: The two cases of the report: 12,800 vectors ("small") and 5,120,000 ("large").
@@ -149,3 +153,47 @@ TC_SHARED_BYTES = 2 * (HID * (TC_K1 + 8) + HID * (HID + 8) + TC_M3 * (HID + 8) +
                        + HID * 136) + 8 * 16 * 16 * 4
 #: The ReLUs of the chain: after layers 1 and 2, not after the output layer.
 RELU = (True, True, False)
+
+
+@dataclass(frozen=True)
+class Vectors(ladder.Case):
+    """One inference of ``n`` input vectors through the seeded network: X (72 x n) from the
+    check's seed plus ``offset`` (each check size its own inputs), the weights in every form a
+    kernel reads (:func:`weight_forms`), Y (4 x n, float32) the output. A check row also says
+    which kernels ran and, for a half-precision step, its error against the float32 result
+    (``vs_fp32``)."""
+
+    n: int
+    offset: int = 0
+    output_name = "y"
+
+    @property
+    def columns(self) -> dict:
+        return {"n": self.n}
+
+    def inputs(self, seed, precision="fp32") -> dict:
+        weights = make_weights()
+        x = make_inputs(self.n, None if seed is None else seed + self.offset)
+        return {"x": x, **{f"W{i}": weights[f"W{i}"] for i in (1, 2, 3)}, **weight_forms(weights)}
+
+    @staticmethod
+    def weights(inputs: dict) -> dict:
+        return {k: inputs[k] for k in ("W1", "W2", "W3")}
+
+    def reference(self, inputs, precision="fp32") -> np.ndarray:
+        return reference(inputs["x"], self.weights(inputs))
+
+    def output(self, precision="fp32"):
+        return (OUT, self.n), np.float32
+
+    def check_columns(self, step, inputs, out) -> dict:
+        vs32 = compare(out, reference(inputs["x"], self.weights(inputs), np.float32), step.precision).rel_error
+        return {"kernel": ", ".join(step.kernels), "n": self.n, "precision": step.precision, "vs_fp32": vs32}
+
+    def label(self, step) -> str:
+        return f"{step.file} n={self.n}"
+
+
+def cases(sizes=CHECK_SIZES) -> list[Vectors]:
+    """The check's cases: ``sizes`` vectors each, every size its own inputs (seed + 100 + its index)."""
+    return [Vectors(n, 100 + i) for i, n in enumerate(sizes)]
