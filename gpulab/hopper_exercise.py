@@ -18,7 +18,7 @@ import pandas as pd
 from .workloads import hopper
 
 #: Step 3 with the student's producer: the same launch, tile, ring and check.
-EXERCISE = dataclasses.replace(next(s for s in hopper.STEPS if s.number == "03"),
+EXERCISE = dataclasses.replace(hopper.CHAPTER.step("03"),
                                file="hopper/exercise_03_producer.cu", kernel="gemm_ring_exercise",
                                title="exercise: step 3's producer")
 #: Sizes the public check runs: K of 11 and 3 slices (more and fewer slices than the ring's 5
@@ -37,7 +37,7 @@ def check_steps(backend=None, steps=None, shapes=CHECK_SHAPES, seed=None, schedu
         from . import cpu
         guard = cpu.checking(schedule=schedule, seed=seed or 0)
     with guard:
-        return hopper.check_steps(be, steps=steps or [EXERCISE], shapes=[tuple(s) for s in shapes], seed=seed)
+        return hopper.CHAPTER.check(be, steps=steps or [EXERCISE], shapes=[tuple(s) for s in shapes], seed=seed)
 
 
 def your_prediction(numbers: dict, blocks_02=None, blocks_03=None, speedup_03=None) -> pd.DataFrame:

@@ -44,10 +44,12 @@ def test_the_record_is_of_a_checked_run_and_names_its_barriers(records):
 
 def test_a_traced_build_is_one_only_the_trace_asks_for():
     """Without the macro the same kernel prints nothing (the book's and the grader's builds)."""
-    A, B = hopper.make_inputs(64, 128, 128)
+    from gpulab import ladder as the_ladder
+    from gpulab.workloads.hopper import problem
+    case = problem.Gemm(64, 128, 128)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        C = hopper.run(step(3), A, B, "cpu")
+        C = the_ladder.run(step(3), case, case.inputs(0), "cpu")
     assert "@T" not in out.getvalue() and np.isfinite(C).all()
 
 
