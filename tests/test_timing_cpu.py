@@ -60,6 +60,7 @@ class SimulatedGpu:
         import types
         self.host = 0.0
         self.gpu_free = 0.0
+        self.work_ended = 0.0      # when the GPU last ended work other than the guard's spin
         self.call_ms, self.latency_ms = call_ms, latency_ms
         sim = self
 
@@ -91,7 +92,10 @@ class SimulatedGpu:
 
             def __call__(self, grid, block, args):
                 # The guard spins for its argument (ns); the flush writes its buffer in 0.03 ms.
-                sim.enqueue(float(args[0]) / 1e6 if self.name == "gpulab_guard" else 0.03)
+                if self.name == "gpulab_guard":
+                    sim.enqueue(float(args[0]) / 1e6, work=False)
+                else:
+                    sim.enqueue(0.03)
 
         current = Stream()
         self.cupy = types.SimpleNamespace(
@@ -104,12 +108,19 @@ class SimulatedGpu:
                 runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"l2CacheSize": 50 * 2**20})))
         self.stream = current
 
-    def enqueue(self, gpu_ms):
-        """One call into the GPU's queue: its start on the GPU (an event's timestamp)."""
+    def enqueue(self, gpu_ms, work=True):
+        """One call into the GPU's queue: its start on the GPU (an event's timestamp). ``work``
+        False: a spin of one thread, which leaves the card as cool as idling does."""
         self.host += self.call_ms
-        start = max(self.host + self.latency_ms, self.gpu_free)
+        start = self.next_start()
         self.gpu_free = start + gpu_ms
+        if work and gpu_ms:
+            self.work_ended = self.gpu_free
         return start
+
+    def next_start(self):
+        """When the GPU would start the next thing enqueued."""
+        return max(self.host + self.call_ms + self.latency_ms, self.gpu_free)
 
     def host_work(self, ms):
         self.host += ms
@@ -199,3 +210,27 @@ def test_the_crosscheck_keeps_only_each_groups_fastest(simulated, monkeypatch):
         assert check.run(rows, log=lambda *a, **k: None) == 2
     checked = [r["variant"] for r in rows if "do_bench_ms" in r]
     assert checked == ["step 2", "cuBLAS"] and len(timed) == 2
+
+
+def test_calls_are_timed_back_to_back_as_do_bench_times_them(simulated):
+    # A card that idled before a kernel runs it 10% faster (cooler, a higher clock, as a GEMM at the
+    # power limit does): the loop's samples are of calls that follow other calls, as do_bench's are.
+    sim = simulated
+
+    def heats_up():
+        sim.host_work(0.004)
+        cool = sim.next_start() + sim.call_ms - sim.work_ended > 0.020
+        sim.enqueue(0.200 * (0.9 if cool else 1.0))
+    t = timing.benchmark(heats_up, warmup=3, repeats=40, rel_ci=None)
+    assert t.median_ms == pytest.approx(0.200, rel=1e-6) and t.queued, t
+    # Each call alone behind its own guard (batch=1) runs cool every time: the trial runs' bias.
+    alone = timing.benchmark(heats_up, warmup=3, repeats=10, rel_ci=None, batch=1)
+    assert alone.median_ms == pytest.approx(0.180, rel=1e-6)
+
+
+def test_a_batch_keeps_only_the_calls_the_gpu_did_not_wait_for(simulated):
+    # 1 us kernels after 50 us of host work each: the GPU outruns the host inside a batch, so the
+    # later calls of the first batch are dropped and the guard grows to cover the whole batch.
+    t = timing.benchmark(host_then_kernel(simulated, 0.050, 0.001), warmup=3, repeats=60, rel_ci=None)
+    assert t.requeued > 0 and t.queued
+    assert len(t.samples_ms) == 60 and np.allclose(t.samples_ms, 0.001), t

@@ -7,7 +7,9 @@ and the profiler). This probe times the same calls every way the lab could, in i
 and samples the SM clock and power (NVML, a thread at 1 kHz) while each timer runs, so that the
 criterion the cross-check applies can be chosen from data:
 
-* ``lab_cold`` / ``lab_warm``: gpulab.timing.benchmark, L2 flushed or not (queued behind a guard);
+* ``lab_cold`` / ``lab_warm``: gpulab.timing.benchmark, L2 flushed or not (queued, in batches run
+  back to back behind a guard);
+* ``lab_cold_alone``: the same with one call per batch (the GPU idle between calls: the trial runs' loop);
 * ``do_bench``: triton.testing.do_bench, median (256 MB zeroed before each call, calls queued);
 * ``stream_flushed``: do_bench's protocol with the lab's flusher (flush, start, call, end, no
   host wait between calls, events read at the end);
@@ -123,6 +125,10 @@ def calls(quick: bool):
     y = cupy.zeros_like(x)
     saxpy = cupy.RawKernel(r'''extern "C" __global__ void probe_saxpy(float a, const float *x, float *y, int n)
         { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }''', "probe_saxpy")
+    big = cupy.ones(1 << 25, dtype=cupy.float32)
+    big_y = cupy.zeros_like(big)
+    out.append(("saxpy 33,554,432 (about 0.15 ms)",
+                lambda: saxpy((big.size // 256,), (256,), (np.float32(2), big, big_y, np.int32(big.size)))))
     out.append(("saxpy 65,536 (about 1 us)",
                 lambda: saxpy((256,), (256,), (np.float32(2), x, y, np.int32(x.size)))))
     return out
@@ -142,6 +148,8 @@ def main() -> None:
     timers = {
         "lab_cold": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream).median_ms,
         "lab_warm": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, stream=stream).median_ms,
+        "lab_cold_alone": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream,
+                                                      batch=1).median_ms,
         "do_bench": lambda fn: float(do_bench(fn, warmup=25, rep=100, return_mode="median")),
         "stream_flushed": lambda fn: stream_loop(fn, stream, flush=True),
         "stream_warm": lambda fn: stream_loop(fn, stream, flush=False),
