@@ -41,7 +41,7 @@ from __future__ import annotations
 import ctypes
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -59,9 +59,12 @@ TIMING_COLUMNS = ["experiment", "variant", "size", "phase", "median_ms", "q1_ms"
 class StopRule:
     """When to stop repeating a measurement: once the ``confidence`` interval of
     the median (distribution-free, from the order statistics) is within
-    ``rel_half_width`` of the median, but never before ``min_repeats`` calls,
-    never after ``max_repeats``, and not once ``budget_ms`` of wall-clock time
-    has been spent on the timed calls."""
+    ``rel_half_width`` of the median, but never before ``min_repeats`` calls and
+    ``min_span_ms`` of timed GPU time (as Triton's do_bench times ``rep`` = 100 ms of calls:
+    a card at its power limit lowers its clock over tens of milliseconds, so a few calls'
+    median is not the median of sustained work), never after ``max_repeats`` calls once that
+    span is reached (nor after :data:`MAX_SPAN_REPEATS` to reach it), and not once
+    ``budget_ms`` of wall-clock time has been spent on the timed calls."""
 
     rel_half_width: float = 0.01
     confidence: float = 0.95
@@ -69,11 +72,17 @@ class StopRule:
     min_repeats: int = 3
     max_repeats: int = 100
     budget_ms: float | None = None
+    min_span_ms: float = 100.0
 
     def describe(self) -> str:
         budget = f", at most {self.budget_ms:g} ms" if self.budget_ms else ""
+        span = f" and {self.min_span_ms:g} ms of timed calls" if self.min_span_ms else ""
         return (f"repeat until the median's {self.confidence:.0%} confidence interval is within "
-                f"±{self.rel_half_width:.0%}, after {self.min_repeats} to {self.max_repeats} repeats{budget}")
+                f"±{self.rel_half_width:.0%}, after {self.min_repeats} to {self.max_repeats} repeats{span}{budget}")
+
+
+#: The most samples the stop rule takes to reach its ``min_span_ms`` (calls of a few microseconds).
+MAX_SPAN_REPEATS = 4000
 
 
 #: The lab's stop rule (benchmark's defaults): stated once, printed by the notebooks.
@@ -328,10 +337,14 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
         stream.synchronize()
     pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(per_batch)]
     gpu, host = [], []
-    spent_ms = 0.0
+    spent_ms = span_ms = 0.0
     requeued, all_queued = 0, True
-    while len(gpu) < max_repeats:
-        n = min(per_batch, max_repeats - len(gpu))
+    while True:
+        n = per_batch if rule is not None else min(per_batch, repeats - len(gpu))
+        if rule is not None and rule.budget_ms is not None:
+            # No batch runs far past the budget: as many calls as it has left, and the minimum.
+            left = int(np.ceil(max(rule.budget_ms - spent_ms, 0.0) / call_ms))
+            n = max(1, min(n, max(left, rule.min_repeats - len(gpu))))
         _guard(stream, guard_us)
         g = time.perf_counter()
         dispatched = []
@@ -358,26 +371,41 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
                     late_us = max(late_us, lag_us)
                     continue
                 all_queued = False                # longer than the longest guard: kept, and said so
-            gpu.append(cupy.cuda.get_elapsed_time(a, b) / divide)
+            ms = cupy.cuda.get_elapsed_time(a, b)
+            span_ms += ms
+            gpu.append(ms / divide)
             host.append((t1 - t0) * 1e3 / divide)
         if late_us:
             guard_us = min(2.0 * late_us / GUARD_MARGIN, GUARD_MAX_US)
-        stop = _stopped(rule, gpu, spent_ms)
+        if rule is None:
+            if len(gpu) >= repeats:
+                del gpu[repeats:], host[repeats:]
+                break
+            continue
+        stop = _stopped(rule, gpu, spent_ms, span_ms)
         if stop:
             reason = stop
             break
     return np.asarray(gpu), np.asarray(host), reason, requeued, all_queued
 
 
-def _stopped(rule: StopRule | None, gpu: list, spent_ms: float) -> str:
+def _stopped(rule: StopRule, gpu: list, spent_ms: float, span_ms: float) -> str:
     """Why the stop rule ends the repeats now, or '' while it does not."""
-    if rule is None or len(gpu) < rule.min_repeats:
+    n = len(gpu)
+    if n < rule.min_repeats:
         return ""
+    if rule.budget_ms is not None and spent_ms >= rule.budget_ms:
+        return f"time budget of {rule.budget_ms:g} ms spent after {n} repeats"
+    if span_ms < rule.min_span_ms and n < MAX_SPAN_REPEATS:
+        return ""
+    if n >= max(rule.max_repeats, rule.min_repeats) and span_ms >= rule.min_span_ms:
+        return f"reached the maximum of {rule.max_repeats} repeats ({span_ms:.0f} ms of calls)"
+    if n >= MAX_SPAN_REPEATS:
+        return f"reached {MAX_SPAN_REPEATS} repeats ({span_ms:.1f} ms of calls)"
     half = ci_half_width(gpu, rule.confidence)
     if half == half and half <= rule.rel_half_width:
-        return f"median's {rule.confidence:.0%} CI within ±{rule.rel_half_width:.0%} after {len(gpu)} repeats"
-    if rule.budget_ms is not None and spent_ms >= rule.budget_ms:
-        return f"time budget of {rule.budget_ms:g} ms spent after {len(gpu)} repeats"
+        return (f"median's {rule.confidence:.0%} CI within ±{rule.rel_half_width:.0%} after {n} repeats "
+                f"({span_ms:.0f} ms of calls)")
     return ""
 
 
@@ -403,7 +431,8 @@ def _host_waits_loop(fn, stream, flusher, rule, max_repeats, reason, divide):
         spent_ms += (time.perf_counter() - t0) * 1e3
         gpu.append(cupy.cuda.get_elapsed_time(start, end) / divide)
         host.append(dispatched_us / 1e3 / divide)
-        stop = _stopped(rule, gpu, spent_ms)
+        # The naive method is for dispatch, not sustained work: no minimum span.
+        stop = _stopped(replace(rule, min_span_ms=0.0), gpu, spent_ms, 0.0) if rule else ""
         if stop:
             reason = stop
             break
@@ -411,20 +440,21 @@ def _host_waits_loop(fn, stream, flusher, rule, max_repeats, reason, divide):
 
 
 def _rule(repeats: int, min_repeats: int, budget_ms: float | None, rel_ci: float | None,
-          confidence: float) -> StopRule | None:
+          confidence: float, min_span_ms: float = STOP_RULE.min_span_ms) -> StopRule | None:
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     if rel_ci is None and budget_ms is None:
         return None
     return StopRule(rel_half_width=rel_ci if rel_ci is not None else 0.0, confidence=confidence,
                     min_repeats=max(1, min(min_repeats, repeats)), max_repeats=repeats,
-                    budget_ms=budget_ms)
+                    budget_ms=budget_ms, min_span_ms=min_span_ms)
 
 
 def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
               budget_ms: float | None = None, min_repeats: int = STOP_RULE.min_repeats,
               rel_ci: float | None = STOP_RULE.rel_half_width, confidence: float = STOP_RULE.confidence,
-              flush_l2: bool = False, stream=None, queued: bool = True, batch: int | None = None) -> Timing:
+              flush_l2: bool = False, stream=None, queued: bool = True, batch: int | None = None,
+              min_span_ms: float = STOP_RULE.min_span_ms) -> Timing:
     """Time ``fn()`` on the GPU with CUDA events: ``warmup`` untimed calls,
     then timed ones, each between its own pair of events and queued behind a
     guard (the host's dispatch excluded; ``queued=False``: included, the naive
@@ -438,7 +468,8 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
     stays within minutes. With ``flush_l2``, L2 is flushed before every call,
     outside the timed region (the row says so). ``stream``: the stream ``fn``
     runs on (default: the current one). ``batch``: calls per batch run back to back (default:
-    as many as fill about :data:`BATCH_MS`; 1 leaves the GPU idle between calls)."""
+    as many as fill about :data:`BATCH_MS`; 1 leaves the GPU idle between calls).
+    ``min_span_ms``: the timed GPU time the stop rule waits for (see :class:`StopRule`)."""
     require_gpu("timing with CUDA events")
     import cupy
 
@@ -446,7 +477,7 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
     if budget_ms is not None:
         once = event_region(fn, stream)
         warmup = min(warmup, 1 if once > 20 else 3)
-    rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence)
+    rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence, min_span_ms)
     gpu, host, stop, requeued, all_queued = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats,
                                                         flush_l2=flush_l2, queued=queued, batch=batch)
     method = "cuda events, queued" if queued else "cuda events, host waits (dispatch included)"
@@ -714,31 +745,35 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> 
     return out
 
 
-def _profiled_ms(fn, calls: int, repeats: int = 10) -> tuple[float, int]:
+def _profiled_ms(fn, calls: int, repeats: int = 30) -> tuple[float, int]:
     """(median of the summed kernel durations per call, kernels per call) from PyTorch's
-    profiler, L2 flushed before each call. Each call follows a flush and a guard kernel (both
-    named ``gpulab_...``): a call's kernels are those between its guard and the next flush."""
+    profiler, L2 flushed before each call, the calls queued back to back behind one guard as
+    the lab's loop runs them (calls alone, the host waiting after each, ran up to 15% slower on
+    a hot H100 in the probe of 2026-12-07). A call's kernels are those between one flush (a
+    kernel named ``gpulab_l2_flush``) and the next."""
     import cupy
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     stream = getattr(fn, "stream", None) or cupy.cuda.get_current_stream()
     flusher = L2Flusher.get()
-    fn()
+    for _ in range(3):
+        fn()
     stream.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _guard(stream, GUARD_MIN_US)
         for _ in range(repeats):
             flusher.flush(stream)
-            _guard(stream, GUARD_MIN_US)
             fn()
-            stream.synchronize()
+        flusher.flush(stream)
+        stream.synchronize()
     on_gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     per_call, current = [], None
     for e in sorted(on_gpu, key=lambda e: e.time_range.start):
-        if e.name.startswith("gpulab_guard"):
+        if e.name.startswith("gpulab_l2_flush"):
             current = [0.0, 0]
             per_call.append(current)
-        elif e.name.startswith("gpulab_l2_flush"):
+        elif e.name.startswith("gpulab_guard"):
             current = None
         elif current is not None:
             current[0] += e.time_range.elapsed_us() / 1e3

@@ -234,3 +234,17 @@ def test_a_batch_keeps_only_the_calls_the_gpu_did_not_wait_for(simulated):
     t = timing.benchmark(host_then_kernel(simulated, 0.050, 0.001), warmup=3, repeats=60, rel_ci=None)
     assert t.requeued > 0 and t.queued
     assert len(t.samples_ms) == 60 and np.allclose(t.samples_ms, 0.001), t
+
+
+def test_the_stop_rule_times_at_least_its_span_of_sustained_calls(simulated):
+    # 0.2 ms calls that never vary: the CI is within 1% at once, but the rule times 100 ms of them
+    # (as do_bench's rep does), and so at least 500 calls; without the span, the first batch.
+    t = timing.benchmark(host_then_kernel(simulated, 0.004, 0.200), warmup=3, repeats=100)
+    assert t.samples_ms.size >= 500 and t.samples_ms.sum() >= 100.0, t.stop
+    short = timing.benchmark(host_then_kernel(simulated, 0.004, 0.200), warmup=3, repeats=100, min_span_ms=0.0)
+    assert short.samples_ms.size <= timing.MAX_BATCH
+
+
+def test_a_budget_bounds_the_batch(simulated):
+    t = timing.benchmark(host_then_kernel(simulated, 0.004, 2.0), warmup=3, repeats=100, budget_ms=10)
+    assert 3 <= t.samples_ms.size <= 6 and "budget" in t.stop, t.stop

@@ -9,12 +9,11 @@ criterion the cross-check applies can be chosen from data:
 
 * ``lab_cold`` / ``lab_warm``: gpulab.timing.benchmark, L2 flushed or not (queued, in batches run
   back to back behind a guard);
+* ``lab_cold_short``: lab_cold without the stop rule's 100 ms minimum span (a few batches);
 * ``lab_cold_alone``: the same with one call per batch (the GPU idle between calls: the trial runs' loop);
 * ``do_bench``: triton.testing.do_bench, median (256 MB zeroed before each call, calls queued);
 * ``stream_flushed``: do_bench's protocol with the lab's flusher (flush, start, call, end, no
   host wait between calls, events read at the end);
-* ``stream_warm``: the same without the flush (calls back to back, one pair of events each);
-* ``burst``: 20 calls between one pair of events, divided by 20;
 * ``profiler``: the kernels' own durations (CUPTI through PyTorch's profiler), gpulab's method.
 
 Usage on the GPU machine: ``python tools/crosscheck_probe.py OUT_DIR [--quick]``; writes
@@ -91,23 +90,6 @@ def stream_loop(fn, stream, *, flush: bool, calls: int = 100, warmup: int = 10) 
     return float(np.median([cupy.cuda.get_elapsed_time(s, e) for s, e in events]))
 
 
-def burst(fn, stream, calls: int = 20) -> float:
-    import cupy
-    fn()
-    stream.synchronize()
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(10):
-        timing._guard(stream, timing.GUARD_MIN_US)
-        start.record(stream)
-        for _ in range(calls):
-            fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / calls)
-    return float(np.median(times))
-
-
 def calls(quick: bool):
     """(name, fn) pairs: cuBLAS through CuPy and PyTorch at two sizes, and a kernel of ~1 us."""
     import cupy
@@ -138,22 +120,28 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import cupy
     from triton.testing import do_bench
 
     stream = cupy.cuda.Stream(non_blocking=True)
+    def bench(fn):
+        # As crosscheck() calls it: on the work's stream, so do_bench's events are ordered with it
+        # (the first probe, 2026-12-07, timed every call at 2 us on PyTorch's default stream).
+        with stream, timing._torch_stream(stream):
+            return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
     timers = {
         "lab_cold": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream).median_ms,
+        "do_bench": bench,
         "lab_warm": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, stream=stream).median_ms,
+        "lab_cold_short": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream,
+                                                      min_span_ms=0.0).median_ms,
         "lab_cold_alone": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream,
                                                       batch=1).median_ms,
-        "do_bench": lambda fn: float(do_bench(fn, warmup=25, rep=100, return_mode="median")),
         "stream_flushed": lambda fn: stream_loop(fn, stream, flush=True),
-        "stream_warm": lambda fn: stream_loop(fn, stream, flush=False),
-        "burst": lambda fn: burst(fn, stream),
         "profiler": lambda fn: timing._profiled_ms(fn, 1)[0],
     }
     rows = []
@@ -161,6 +149,13 @@ def main() -> None:
     print(device.conditions(timing.describe_method()), flush=True)
     for name, raw in calls(args.quick):
         fn = timing._on_stream(raw, stream)
+        # Each call's rounds start on a card that has run it for a second (its clock and power
+        # settled), not on whatever the previous call left.
+        heat_until = time.perf_counter() + 1.0
+        while time.perf_counter() < heat_until:
+            for _ in range(10):
+                fn()
+            stream.synchronize()
         for r in range(args.rounds):
             for timer, measure in timers.items():
                 with sampler:
