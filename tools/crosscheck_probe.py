@@ -8,13 +8,17 @@ and samples the SM clock and power (NVML, a thread at 1 kHz) while each timer ru
 criterion the cross-check applies can be chosen from data:
 
 * ``lab_cold`` / ``lab_warm``: gpulab.timing.benchmark, L2 flushed or not (queued, in batches run
-  back to back behind a guard);
-* ``lab_cold_short``: lab_cold without the stop rule's 100 ms minimum span (a few batches);
-* ``lab_cold_alone``: the same with one call per batch (the GPU idle between calls: the trial runs' loop);
-* ``do_bench``: triton.testing.do_bench, median (256 MB zeroed before each call, calls queued);
-* ``stream_flushed``: do_bench's protocol with the lab's flusher (flush, start, call, end, no
-  host wait between calls, events read at the end);
-* ``profiler``: the kernels' own durations (CUPTI through PyTorch's profiler), gpulab's method.
+  back to back behind a guard, on a settled card, over at least 100 ms of calls);
+* ``do_bench``: triton.testing.do_bench, median (256 MB zeroed before each call, calls queued),
+  after the lab's settling (as timing.crosscheck runs it); ``do_bench_unsettled``: without it;
+* ``profiler``: the kernels' own durations (CUPTI through PyTorch's profiler), gpulab's method,
+  after the settling;
+* ``lab_cold_alone``: lab_cold with one call per batch (the GPU idle between calls: the trial runs' loop).
+
+The probe of 2026-12-07 (H100 SXM, before the settling) found a 4096^3 fp16 GEMM at 0.181 ms and
+1980 MHz in any timer shorter than about 30 ms of calls and at 0.19-0.21 ms and about 1650 MHz in
+any longer one (the card over its 700 W limit), so that a timer's reading depended on how long it
+ran; the lab's loop now settles the card first and times at least 100 ms of calls.
 
 Usage on the GPU machine: ``python tools/crosscheck_probe.py OUT_DIR [--quick]``; writes
 ``crosscheck_probe.csv`` (one row per call, timer and round, with the clock and power seen) and
@@ -72,24 +76,6 @@ class Sampler:
         return {"sm_mhz": float(np.median(a[:, 0])), "power_w": float(np.median(a[:, 1]))}
 
 
-def stream_loop(fn, stream, *, flush: bool, calls: int = 100, warmup: int = 10) -> float:
-    """do_bench's protocol on ``stream``: (flush,) start, call, end, with no host wait between calls."""
-    import cupy
-    flusher = timing.L2Flusher.get()
-    for _ in range(warmup):
-        fn()
-    stream.synchronize()
-    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(calls)]
-    for start, end in events:
-        if flush:
-            flusher.flush(stream)
-        start.record(stream)
-        fn()
-        end.record(stream)
-    stream.synchronize()
-    return float(np.median([cupy.cuda.get_elapsed_time(s, e) for s, e in events]))
-
-
 def calls(quick: bool):
     """(name, fn) pairs: cuBLAS through CuPy and PyTorch at two sizes, and a kernel of ~1 us."""
     import cupy
@@ -127,22 +113,27 @@ def main() -> None:
     from triton.testing import do_bench
 
     stream = cupy.cuda.Stream(non_blocking=True)
-    def bench(fn):
+    def bench(fn, settled=True):
         # As crosscheck() calls it: on the work's stream, so do_bench's events are ordered with it
-        # (the first probe, 2026-12-07, timed every call at 2 us on PyTorch's default stream).
+        # (the first probe, 2026-12-07, timed every call at 2 us on PyTorch's default stream), on
+        # a card the lab's settling left as the lab's loop times it.
+        if settled:
+            timing._settle(fn, stream, timing.L2Flusher.get(), 0.01, timing.GUARD_MIN_US)
         with stream, timing._torch_stream(stream):
             return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+    def profiled(fn):
+        timing._settle(fn, stream, timing.L2Flusher.get(), 0.01, timing.GUARD_MIN_US)
+        return timing._profiled_ms(fn, 1)[0]
 
     timers = {
         "lab_cold": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream).median_ms,
         "do_bench": bench,
         "lab_warm": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, stream=stream).median_ms,
-        "lab_cold_short": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream,
-                                                      min_span_ms=0.0).median_ms,
+        "profiler": profiled,
+        "do_bench_unsettled": lambda fn: bench(fn, settled=False),
         "lab_cold_alone": lambda fn: timing.benchmark(fn, warmup=3, repeats=60, flush_l2=True, stream=stream,
                                                       batch=1).median_ms,
-        "stream_flushed": lambda fn: stream_loop(fn, stream, flush=True),
-        "profiler": lambda fn: timing._profiled_ms(fn, 1)[0],
     }
     rows = []
     sampler = Sampler()
