@@ -292,28 +292,33 @@ SETTLE_TOLERANCE = 0.01
 
 
 def _settle(fn, stream, flusher, call_ms: float, guard_us: float) -> float:
-    """Run ``fn`` untimed until the card settles (see :data:`WARMUP_MS`); returns the ms spent."""
+    """Run ``fn`` untimed until the card settles (see :data:`WARMUP_MS`); returns the ms spent.
+    The batches run back to back (the host reads one's events while the GPU runs the next), as
+    the timed calls will."""
     import cupy
 
     per_batch = int(min(MAX_BATCH * 4, max(1, BATCH_MS // call_ms)))
-    a, b = cupy.cuda.Event(), cupy.cuda.Event()
-    spent, previous = 0.0, None
-    while spent < MAX_SETTLE_MS:
-        _guard(stream, guard_us)
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(2)]
+    spent, previous, pending, which = 0.0, None, None, 0
+    while True:
+        a, b = events[which]
+        which ^= 1
         a.record(stream)
         for _ in range(per_batch):
             if flusher:
                 flusher.flush(stream)
             fn()
         b.record(stream)
-        b.synchronize()
-        batch_ms = cupy.cuda.get_elapsed_time(a, b)
-        spent += batch_ms
-        per_call = batch_ms / per_batch
-        if spent >= WARMUP_MS and previous is not None and abs(per_call - previous) <= SETTLE_TOLERANCE * previous:
-            break
-        previous = per_call
-    return spent
+        if pending is not None:
+            pending[1].synchronize()
+            batch_ms = cupy.cuda.get_elapsed_time(*pending)
+            spent += batch_ms
+            per_call = batch_ms / per_batch
+            if spent >= MAX_SETTLE_MS or (spent >= WARMUP_MS and previous is not None
+                                          and abs(per_call - previous) <= SETTLE_TOLERANCE * previous):
+                return spent          # the batch in flight runs on; the timed calls queue behind it
+            previous = per_call
+        pending = (a, b)
 
 
 def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule | None,
@@ -361,38 +366,36 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
     call_ms = max(min(once_ms), 1e-3)
     per_batch = max(1, batch or int(min(MAX_BATCH, max(1, BATCH_MS // call_ms))))
     _settle(fn, stream, flusher, call_ms, guard_us)
-    pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(per_batch)]
+    # Two sets of events: the host reads one batch's while the GPU runs the next, so the GPU never
+    # waits for the host between batches (an idle gap each batch let a card over its power limit
+    # run 3-10% faster than do_bench, which queues all its calls: hopper's H100 run of 2026-12-07).
+    pools = [[(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(per_batch)] for _ in range(2)]
     gpu, host = [], []
-    spent_ms = span_ms = 0.0
+    span_ms = 0.0
     requeued, all_queued = 0, True
-    while True:
-        n = per_batch if rule is not None else min(per_batch, repeats - len(gpu))
-        if rule is not None and rule.budget_ms is not None:
-            # No batch runs far past the budget: as many calls as it has left, and the minimum.
-            left = int(np.ceil(max(rule.budget_ms - spent_ms, 0.0) / call_ms))
-            n = max(1, min(n, max(left, rule.min_repeats - len(gpu))))
-        _guard(stream, guard_us)
-        g = time.perf_counter()
-        dispatched = []
-        for a, b in pairs[:n]:
-            if flusher:
-                flusher.flush(stream)
-            t0 = time.perf_counter()
-            a.record(stream)
-            fn()
-            b.record(stream)
-            dispatched.append((t0, time.perf_counter()))
-        pairs[n - 1][1].synchronize()
-        spent_ms += (time.perf_counter() - g) * 1e3
-        first = pairs[0][0]
+    #: A segment: the batches queued behind one guard, each checked against the guard's end.
+    segment = None                 # [host time at the guard's launch, start event, guard_us, batches]
+    # Batches a segment may hold (None: as many as the host keeps up with); ``batch=1`` times
+    # each call alone, behind its own guard, the GPU idle before it (for contrast only).
+    max_batches = 1 if batch == 1 else None
+    pending = None                 # (pairs, dispatched, segment, index in segment): queued, not yet read
+    segment_start = cupy.cuda.Event()
+    began = time.perf_counter()
+    stop = ""
+
+    def read(batch) -> float:
+        """Wait for ``batch``, keep its queued samples; the lateness (us) of the latest late one."""
+        nonlocal span_ms, requeued, all_queued
+        pairs, dispatched, (g, first, guard, _), _ = batch
+        pairs[-1][1].synchronize()
         late_us = 0.0
-        for (a, b), (t0, t1) in zip(pairs[:n], dispatched):
+        for (a, b), (t0, t1) in zip(pairs, dispatched):
             # How long after the guard's launch the host finished call i, less the GPU time from
-            # the batch's first start event to call i's: under the guard's length, call i was
-            # in the queue before the GPU could reach it.
+            # the guard's end (the segment's start event) to call i's start: under the guard's
+            # length, call i was in the queue before the GPU could reach it.
             lag_us = (t1 - g) * 1e6 - cupy.cuda.get_elapsed_time(first, a) * 1e3
-            if lag_us > GUARD_MARGIN * guard_us:
-                if guard_us < GUARD_MAX_US:       # the GPU may have waited for the host: time it again
+            if lag_us > GUARD_MARGIN * guard:
+                if guard < GUARD_MAX_US:          # the GPU may have waited for the host: time it again
                     requeued += 1
                     late_us = max(late_us, lag_us)
                     continue
@@ -401,17 +404,73 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
             span_ms += ms
             gpu.append(ms / divide)
             host.append((t1 - t0) * 1e3 / divide)
-        if late_us:
-            guard_us = min(2.0 * late_us / GUARD_MARGIN, GUARD_MAX_US)
+        return late_us
+
+    which = 0
+    while True:
+        in_flight = len(pending[0]) if pending else 0
+        n = per_batch if rule is not None else min(per_batch, repeats - len(gpu) - in_flight)
+        if rule is not None and rule.budget_ms is not None:
+            # No batch runs far past the budget: as many calls as it has left, and the minimum.
+            spent = (time.perf_counter() - began) * 1e3
+            left = int(np.ceil(max(rule.budget_ms - spent, 0.0) / call_ms)) - in_flight
+            n = max(1, min(n, max(left, rule.min_repeats - len(gpu) - in_flight)))
+        current = None
+        if n > 0:
+            if segment is None or (max_batches is not None and segment[3] >= max_batches):
+                if pending is not None:           # a new guard waits behind the batch in flight
+                    late = read(pending)
+                    pending = None
+                    if late:
+                        guard_us = min(2.0 * late / GUARD_MARGIN, GUARD_MAX_US)
+                # The GPU idle when the guard is launched (the settling's last batch done), so that
+                # it cannot reach the first call before the guard's launch plus its length.
+                stream.synchronize()
+                _guard(stream, guard_us)
+                g = time.perf_counter()
+                # The segment's own start event, written when the guard ends (the batches' events
+                # are reused every other batch, so none of them can be the segment's reference).
+                segment_start.record(stream)
+                segment = [g, segment_start, guard_us, 0]
+            pairs = pools[which][:n]
+            which ^= 1
+            dispatched = []
+            for a, b in pairs:
+                if flusher:
+                    flusher.flush(stream)
+                t0 = time.perf_counter()
+                a.record(stream)
+                fn()
+                b.record(stream)
+                dispatched.append((t0, time.perf_counter()))
+            current = (pairs, dispatched, segment, segment[3])
+            segment[3] += 1
+        if pending is not None:
+            index = pending[3]
+            late = read(pending)
+            if late:
+                # Late in a segment's first batch: the guard did not cover the batch's dispatch.
+                # Late in a later batch: the host did not keep up with the GPU across batches.
+                if index == 0:
+                    guard_us = min(2.0 * late / GUARD_MARGIN, GUARD_MAX_US)
+                else:
+                    max_batches = index
+                segment = None
+        pending = current
         if rule is None:
-            if len(gpu) >= repeats:
-                del gpu[repeats:], host[repeats:]
+            if pending is None and len(gpu) >= repeats:
                 break
             continue
-        stop = _stopped(rule, gpu, spent_ms, span_ms)
+        stop = _stopped(rule, gpu, (time.perf_counter() - began) * 1e3, span_ms)
         if stop:
+            if pending is not None:               # the batch in flight is timed too
+                read(pending)
+                stop = _stopped(rule, gpu, (time.perf_counter() - began) * 1e3, span_ms) or stop
             reason = stop
             break
+    if rule is None:
+        del gpu[repeats:], host[repeats:]
+    stream.synchronize()
     return np.asarray(gpu), np.asarray(host), reason, requeued, all_queued
 
 
