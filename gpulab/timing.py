@@ -414,7 +414,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
             # No batch runs far past the budget: as many calls as it has left, and the minimum.
             spent = (time.perf_counter() - began) * 1e3
             left = int(np.ceil(max(rule.budget_ms - spent, 0.0) / call_ms)) - in_flight
-            n = max(1, min(n, max(left, rule.min_repeats - len(gpu) - in_flight)))
+            n = min(n, max(left, rule.min_repeats - len(gpu) - in_flight))
         current = None
         if n > 0:
             if segment is None or (max_batches is not None and segment[3] >= max_batches):

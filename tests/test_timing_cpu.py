@@ -250,7 +250,7 @@ def test_the_stop_rule_times_at_least_its_span_of_sustained_calls(simulated):
 
 def test_a_budget_bounds_the_batch(simulated):
     t = timing.benchmark(host_then_kernel(simulated, 0.004, 2.0), warmup=3, repeats=100, budget_ms=10)
-    assert 3 <= t.samples_ms.size <= 6 and "budget" in t.stop, t.stop
+    assert 3 <= t.samples_ms.size <= 5 and "budget" in t.stop, t.stop
 
 
 def test_calls_are_timed_once_the_card_has_settled(simulated):
