@@ -166,6 +166,9 @@ def load_run(chapter: str, gpu: str | None = None, root: Path | None = None) -> 
     when several GPUs have run it; without it, the :data:`BOOK_GPU`'s run if the
     chapter has one, else the most recent run."""
     root = root or paths.RUNS
+    # A Chapter object compares equal to its name, but pandas 3's Arrow strings compare only
+    # with strings (NotImplementedError on the device image's pandas, 2026-12-07).
+    chapter = str(chapter)
     runs = available_runs(root)
     runs = runs[runs["chapter"] == chapter]
     if gpu is None and runs["gpu"].str.contains(BOOK_GPU, case=False, regex=False).any():
@@ -188,6 +191,9 @@ def compare_runs(chapter: str, root: Path | None = None) -> pd.DataFrame:
     """Every GPU's recorded run of ``chapter`` in one frame, with ``gpu`` and
     ``date`` columns, for side-by-side plots (``label="gpu"``)."""
     root = root or paths.RUNS
+    # A Chapter object compares equal to its name, but pandas 3's Arrow strings compare only
+    # with strings (NotImplementedError on the device image's pandas, 2026-12-07).
+    chapter = str(chapter)
     runs = available_runs(root)
     runs = runs[runs["chapter"] == chapter]
     if runs.empty:
@@ -282,7 +288,7 @@ def recorded_beside(run: RecordedRun, root: Path | None = None) -> dict:
     root = root or paths.RUNS
     found = available_runs(root)
     out = {}
-    for entry in found[found["chapter"] == run.chapter].itertuples():
+    for entry in found[found["chapter"] == str(run.chapter)].itertuples():
         try:
             other = read_run(root / entry.folder / f"{run.chapter}.csv")
         except RecordedRunError:
@@ -296,7 +302,7 @@ def gpu_pair(chapter: str, a: str = "H100", b: str = "H200", root: Path | None =
     e.g. "H100" and "H200"), or None when either is missing."""
     root = root or paths.RUNS
     found = available_runs(root)
-    found = found[found["chapter"] == chapter]
+    found = found[found["chapter"] == str(chapter)]
     picked = []
     for key in (a, b):
         match = found[found["gpu"].str.contains(key, case=False, regex=False)]

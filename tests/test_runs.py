@@ -257,3 +257,15 @@ def test_every_queued_run_was_cross_checked_and_agrees_with_do_bench_within_3_pe
         off = checked[~np.asarray(agrees, dtype=bool)]
         assert off.empty, f"{table.relative_to(REPO)}: do_bench and the lab's median differ by more than 3%:\n" \
                           f"{off[['variant', 'size', 'precision', 'median_ms', 'do_bench_ms', 'profiler_ms']]}"
+
+
+def test_a_chapter_object_finds_its_run_where_strings_are_arrow_backed(monkeypatch):
+    # pandas 3 with pyarrow (the GPU image, Colab) compares Arrow strings only with strings: a
+    # Chapter object (equal to its name) raised NotImplementedError in load_run on the device.
+    pytest.importorskip("pyarrow")
+    from gpulab.workloads import fcnet
+    found = runs.available_runs()
+    arrow = found.astype({"chapter": "string[pyarrow]", "gpu": "string[pyarrow]"})
+    monkeypatch.setattr(runs, "available_runs", lambda root=None: arrow)
+    assert runs.load_run(fcnet.CHAPTER).chapter == "fcnet"
+    assert not runs.compare_runs(fcnet.CHAPTER).empty
