@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import textwrap
 from dataclasses import replace
 
@@ -43,6 +44,30 @@ SHAPES = {"01": (128, 128, 4 * 64), "02": (128, 128, 8 * 64), "03": (128, 128, 8
           "05": (256, 256, 5 * 64), "06": (256, 256, 5 * 64), "07": (256, 256, 5 * 64)}
 
 
+@contextlib.contextmanager
+def _printed():
+    """What the launch prints, through Python's sys.stdout or straight to file descriptor 1: on the
+    GPU machine of 2026-12-07 the CPU backend's kernel printed to the descriptor (the trace went
+    to the notebook's stream and the record found no events), here through sys.stdout."""
+    import os
+    import tempfile
+
+    text = io.StringIO()
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+b") as raw:
+        saved = os.dup(1)
+        try:
+            os.dup2(raw.fileno(), 1)
+            with contextlib.redirect_stdout(text):
+                yield text
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            raw.seek(0)
+            text.write(raw.read().decode(errors="replace"))
+
+
 def record(step, M: int | None = None, N: int | None = None, K: int | None = None, seed: int = 0) -> pd.DataFrame:
     """Run one block of ``step`` (a hopper ladder step from 2 on, not the cluster step) on the CPU
     backend with tracing on, on random inputs of M x N x K (default :data:`SHAPES`), and return
@@ -64,8 +89,7 @@ def record(step, M: int | None = None, N: int | None = None, K: int | None = Non
     maps = (tensormap.encode_2d(A, (step.slice_k, step.bm)), tensormap.encode_2d(B, (step.slice_k, step.bn)))
     if step.tma_store:
         maps += (tensormap.encode_2d(C, (64, hopper.steps.STORE_BOX)),)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with _printed() as printed:
         kernel((1,), (step.threads,), (*maps, C, np.int32(M), np.int32(N), np.int32(K)),
                shared_mem=step.shared_bytes)
     result = compare(C.astype(np.float32), hopper.reference(A, B), precision="fp16",

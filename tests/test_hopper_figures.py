@@ -199,3 +199,15 @@ def test_your_prediction_sits_beside_the_run():
     assert table["your prediction"].tolist() == [2, "not made", 1.3]
     assert table["the run"].tolist()[:2] == [numbers["blocks02"], numbers["blocks03"]]
     assert table["the run"].iloc[2] == pytest.approx(numbers["t02"] / numbers["t03"], abs=0.005)
+
+
+def test_the_trace_reads_what_is_printed_either_way():
+    # The CPU backend's printf reaches Python's sys.stdout here and file descriptor 1 on the GPU
+    # machine (where the record found no events on 2026-12-07): both are read.
+    import os
+    from gpulab import hopper_trace
+    with hopper_trace._printed() as printed:
+        print("@T through sys.stdout")
+        os.write(1, b"@T through the descriptor\n")
+    lines = printed.getvalue().splitlines()
+    assert "@T through sys.stdout" in lines and "@T through the descriptor" in lines
