@@ -321,6 +321,21 @@ def _settle(fn, stream, flusher, call_ms: float, guard_us: float) -> float:
         pending = (a, b)
 
 
+def _between_events(fn, stream, start, end) -> tuple[float, float]:
+    """Record ``start``, call ``fn``, record ``end`` on ``stream``; the host's clock (s) before
+    and after, so the caller knows how long the dispatch took."""
+    t0 = time.perf_counter()
+    start.record(stream)
+    fn()
+    end.record(stream)
+    return t0, time.perf_counter()
+
+
+def _longer_guard(late_us: float) -> float:
+    """A guard long enough for a dispatch that was ``late_us`` behind the GPU, with the margin."""
+    return min(2.0 * late_us / GUARD_MARGIN, GUARD_MAX_US)
+
+
 def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule | None,
                 repeats: int, flush_l2: bool, divide: int = 1, queued: bool = True,
                 batch: int | None = None) -> tuple[np.ndarray, np.ndarray, str, int, bool]:
@@ -346,11 +361,8 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
     for _ in range(max(warmup, 1 if queued else 0)):
         if flusher:
             flusher.flush(stream)
-        t0 = time.perf_counter()
-        start.record(stream)
-        fn()
-        end.record(stream)
-        dispatch_us.append((time.perf_counter() - t0) * 1e6)
+        t0, t1 = _between_events(fn, stream, start, end)
+        dispatch_us.append((t1 - t0) * 1e6)
         end.synchronize()
         once_ms.append(cupy.cuda.get_elapsed_time(start, end))
     stream.synchronize()
@@ -361,7 +373,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
     # The first dispatch may include a one-time set-up (a plan, a handle): the guard follows the
     # later ones, and grows by itself if it is too short.
     typical = max(dispatch_us[1:] or dispatch_us or [0.0])
-    guard_us = min(max(GUARD_MIN_US, 2.0 * typical / GUARD_MARGIN), GUARD_MAX_US)
+    guard_us = max(GUARD_MIN_US, _longer_guard(typical))
     # An upper bound of the call's GPU time (the warm-up's events held its dispatch).
     call_ms = max(min(once_ms), 1e-3)
     per_batch = max(1, batch or int(min(MAX_BATCH, max(1, BATCH_MS // call_ms))))
@@ -422,7 +434,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
                     late = read(pending)
                     pending = None
                     if late:
-                        guard_us = min(2.0 * late / GUARD_MARGIN, GUARD_MAX_US)
+                        guard_us = _longer_guard(late)
                 # The GPU idle when the guard is launched (the settling's last batch done), so that
                 # it cannot reach the first call before the guard's launch plus its length.
                 stream.synchronize()
@@ -438,11 +450,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
             for a, b in pairs:
                 if flusher:
                     flusher.flush(stream)
-                t0 = time.perf_counter()
-                a.record(stream)
-                fn()
-                b.record(stream)
-                dispatched.append((t0, time.perf_counter()))
+                dispatched.append(_between_events(fn, stream, a, b))
             current = (pairs, dispatched, segment, segment[3])
             segment[3] += 1
         if pending is not None:
@@ -452,7 +460,7 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
                 # Late in a segment's first batch: the guard did not cover the batch's dispatch.
                 # Late in a later batch: the host did not keep up with the GPU across batches.
                 if index == 0:
-                    guard_us = min(2.0 * late / GUARD_MARGIN, GUARD_MAX_US)
+                    guard_us = _longer_guard(late)
                 else:
                     max_batches = index
                 segment = None
@@ -507,11 +515,8 @@ def _host_waits_loop(fn, stream, flusher, rule, max_repeats, reason, divide):
         if flusher:
             flusher.flush(stream)
             stream.synchronize()
-        t0 = time.perf_counter()
-        start.record(stream)
-        fn()
-        end.record(stream)
-        dispatched_us = (time.perf_counter() - t0) * 1e6
+        t0, t1 = _between_events(fn, stream, start, end)
+        dispatched_us = (t1 - t0) * 1e6
         end.synchronize()
         spent_ms += (time.perf_counter() - t0) * 1e3
         gpu.append(cupy.cuda.get_elapsed_time(start, end) / divide)
@@ -948,7 +953,7 @@ def span_samples(run: Callable, stream=None, *, repeats: int = 30, warmup: int =
         stream.synchronize()
         cupy.cuda.Device().synchronize()
         if r < warmup or dispatch_us > GUARD_MARGIN * guard_us:
-            guard_us = min(max(guard_us, 2.0 * dispatch_us / GUARD_MARGIN), GUARD_MAX_US)
+            guard_us = max(guard_us, _longer_guard(dispatch_us))
             r += r < warmup          # a timed run that outlasted its guard is run again
             continue
         for name, a, b in marks:
