@@ -779,12 +779,15 @@ def _torch_stream(stream):
         yield
 
 
+#: The rounds of the cross-check (see :func:`crosscheck`): five, so that the median of each timer
+#: is not one round's clock.
+CROSSCHECK_ROUNDS = 5
 #: The columns a cross-checked row gains (see :func:`crosscheck`).
 CROSSCHECK_COLUMNS = ["crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms",
                       "profiler_kernels", "crosscheck_note"]
 
 
-def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> dict:
+def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = CROSSCHECK_ROUNDS) -> dict:
     """Three independent times of ``fn()`` (per call of the ``calls`` it makes), in ms:
 
     * ``crosscheck_cold_ms`` and ``crosscheck_warm_ms``: this module's loop, queued, with L2
@@ -797,23 +800,25 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> 
       ``profiler_kernels`` the number of kernels one call runs (a sum of several kernels leaves
       out the gaps between them).
 
-    Each is the median of ``rounds`` rounds, the timers interleaved. A timer that is not
+    Each is the median of ``rounds`` rounds, the timers interleaved, their order rotated. A timer that is not
     available (no Triton, no PyTorch) leaves its column NaN and says why in ``crosscheck_note``."""
     out = {c: float("nan") for c in CROSSCHECK_COLUMNS}
     notes: list[str] = []
     stream = getattr(fn, "stream", None)
     found: dict[str, list] = {"cold": [], "warm": [], "do_bench": [], "profiler": [], "kernels": []}
-    # In rounds, each timer once per round, and the medians of the rounds kept: a card running
-    # large GEMMs lowers its clock as it heats, and three timers run one after the other would
-    # each see a different clock.
-    for _ in range(rounds):
-        found["cold"].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=True,
-                                       stream=stream).median_ms)
-        found["warm"].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width,
-                                       stream=stream).median_ms)
+    def lab(flushed: bool):
+        key = "cold" if flushed else "warm"
+        found[key].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=flushed,
+                                    stream=stream).median_ms)
+
+    def settle():
         # do_bench and the profiler find the card as the lab's loop leaves it, settled (their own
         # warm-ups are 25 ms and three calls: a GEMM over the power limit is still at its boost clock).
-        _settle(fn, stream or _current_stream(), L2Flusher.get(), max(found["cold"][-1], 1e-3), GUARD_MIN_US)
+        reference = found["cold"] or found["warm"]
+        _settle(fn, stream or _current_stream(), L2Flusher.get(), max(min(reference or [1e-3]), 1e-3), GUARD_MIN_US)
+
+    def triton_do_bench():
+        settle()
         try:
             from triton.testing import do_bench
             # On the stream the work runs on, so that do_bench's own events are ordered with it
@@ -822,13 +827,25 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = 3) -> 
                 found["do_bench"].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
         except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
             notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
-        _settle(fn, stream or _current_stream(), L2Flusher.get(), max(found["cold"][-1], 1e-3), GUARD_MIN_US)
+
+    def profiler():
+        settle()
         try:
             ms, kernels = _profiled_ms(fn, 1)
             found["profiler"].append(ms)
             found["kernels"].append(kernels)
         except Exception as exc:       # noqa: BLE001
             notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
+
+    timers = [lambda: lab(True), triton_do_bench, lambda: lab(False), profiler]
+    # In rounds, each timer once per round, the order rotated from round to round, and the medians
+    # of the rounds kept: a card running large GEMMs at its power limit moves its clock by 10-20%
+    # over seconds (an H100's 4096^3 fp16 GEMM: 1290-1980 MHz from one timer to the next in the
+    # probe of 2026-12-07), and a timer that always ran first, or always after a given one, would
+    # always find the card in the same part of that swing.
+    for r in range(rounds):
+        for timer in timers[r % len(timers):] + timers[:r % len(timers)]:
+            timer()
     for column, key in (("crosscheck_cold_ms", "cold"), ("crosscheck_warm_ms", "warm"), ("do_bench_ms", "do_bench"),
                         ("profiler_ms", "profiler")):
         if found[key]:

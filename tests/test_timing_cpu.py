@@ -285,3 +285,34 @@ def test_the_gpu_never_waits_between_batches(simulated):
     assert t.samples_ms.size >= 500
     gaps = [b[0] - a[1] for a, b in zip(sim.worked, sim.worked[1:])]
     assert sum(gap > 0.010 for gap in gaps) <= 6, [g for g in gaps if g > 0.010]
+
+
+def test_the_crosscheck_rotates_its_timers_and_keeps_each_ones_median(monkeypatch):
+    # A clock that swings with the call's position in the sequence of timers: a timer always run
+    # first would always see one part of the swing. Each round starts one timer later, and each
+    # column is the median of its rounds.
+    import sys
+    import types
+    order, clock = [], iter(np.tile([1.00, 1.10, 1.20, 1.30], 10))
+
+    def timer(name):
+        order.append(name)
+        return next(clock)
+    monkeypatch.setattr(timing, "benchmark", lambda fn, flush_l2=False, **_: timing.Timing(
+        [timer("cold" if flush_l2 else "warm")]))
+    monkeypatch.setattr(timing, "_settle", lambda *a, **k: 0.0)
+    monkeypatch.setattr(timing, "_profiled_ms", lambda fn, calls: (timer("profiler"), 1))
+    monkeypatch.setattr(timing, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing.L2Flusher, "get", classmethod(lambda cls: None))
+    triton = types.ModuleType("triton")
+    triton.testing = types.SimpleNamespace(do_bench=lambda fn, **_: timer("do_bench"))
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.testing", triton.testing)
+    out = timing.crosscheck(lambda: None, rounds=4)
+    assert order[:4] == ["cold", "do_bench", "warm", "profiler"]
+    assert order[4:8] == ["do_bench", "warm", "profiler", "cold"]
+    assert [order[4 * r] for r in range(4)] == ["cold", "do_bench", "warm", "profiler"]
+    # Every timer saw every position once: each median is that of 1.0, 1.1, 1.2 and 1.3.
+    for column in ("crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms"):
+        assert out[column] == pytest.approx(1.15), column
+    assert out["crosscheck_note"] == "" and out["profiler_kernels"] == 1

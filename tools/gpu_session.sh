@@ -6,6 +6,7 @@
 # Usage (on the GPU machine, repo root):
 #   bash tools/gpu_session.sh "CHAPTERS" "TESTS" "NOTEBOOKS" [NOTEBOOK_TIMEOUT_S]
 #   bash tools/gpu_session.sh check [SECONDS]
+#   bash tools/gpu_session.sh tests [SECONDS]     (the GPU tests alone, no notebooks)
 # "check" is the closing check of every session that touches GPU code, in one call
 # (carry .whl; about 7 minutes): the timing tests alone on the idle GPU, then every
 # other test (4 workers) beside every notebook of the book executed live in parallel,
@@ -21,12 +22,21 @@ if [ -d .whl ]; then
     && export PYTHONPATH=$PWD:/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a $OUT/nvidia-smi.txt
+# The test files with GPU paths (the others test the CPU backend, the site and grading, which CI runs).
+gpu_tests="alexnet alexnet_winograd basics check convpool datasheet device exercises fcnet kernels lenet
+           measuring multigpu prose ptx runs timeline training hopper hopper_dtypes hopper_conv sass convpool_f32 hopper_cluster
+           alexnet_wgmma32"
+if [ "${1:-}" = tests ]; then
+  # The GPU tests alone (no notebooks): the timing tests on the idle GPU, then the rest, 4 workers.
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
+  tail -3 $OUT/tests.log
+  timeout ${2:-400} python3 -m pytest -q -o addopts="-ra" -p no:cacheprovider -n 4 --dist loadfile \
+    $(for t in $gpu_tests; do echo tests/test_$t.py; done) >> $OUT/tests.log 2>&1
+  echo "tests: rc=$?"; tail -15 $OUT/tests.log
+  exit 0
+fi
 if [ "${1:-}" = check ]; then
   limit=${2:-420}
-  # The test files with GPU paths (the others test the CPU backend, the site and grading, which CI runs).
-  gpu_tests="alexnet alexnet_winograd basics check convpool datasheet device exercises fcnet kernels lenet
-             measuring multigpu prose ptx runs timeline training hopper hopper_dtypes hopper_conv sass convpool_f32 hopper_cluster
-             alexnet_wgmma32"
   python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
   tail -3 $OUT/tests.log
   python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 --gpu-share 9% --deadline $((limit - SECONDS - 15)) \
