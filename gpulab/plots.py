@@ -359,8 +359,11 @@ def roofline(points: pd.DataFrame, *, peak_gflops: float, peak_gbs: float, title
     lo = min(finite["intensity"].min() / 4 if len(finite) else 0.01, 0.01)
     hi = max(finite["intensity"].max() * 4 if len(finite) else 100, 100)
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
-    ax.plot(xs, np.minimum(peak_gflops, xs * peak_gbs), color="black", lw=1.5,
-            label=f"measured: {peak_gbs:,.0f} GB/s, {peak_gflops / 1e3:,.1f} TFLOP/s")
+    if np.isfinite(peak_gflops) and np.isfinite(peak_gbs):
+        ax.plot(xs, np.minimum(peak_gflops, xs * peak_gbs), color="black", lw=1.5,
+                label=f"measured: {peak_gbs:,.0f} GB/s, {peak_gflops / 1e3:,.1f} TFLOP/s")
+    else:                 # the run did not measure its ceilings: only the datasheet's roof is drawn
+        ax.plot([], [], " ", label="measured ceilings: not in this run")
     if datasheet_gflops and datasheet_gbs:
         ax.plot(xs, np.minimum(datasheet_gflops, xs * datasheet_gbs), color="gray", ls=":",
                 label=f"datasheet: {datasheet_gbs:,.0f} GB/s, {datasheet_gflops / 1e3:,.1f} TFLOP/s")

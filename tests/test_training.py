@@ -613,3 +613,19 @@ def test_the_graph_saving_reads_right_when_a_live_run_times_the_graph_slower():
     faster = {"saved (µs)": 52.0, "saved, share of the step": 0.0118, "eager (ms)": 4.42}
     assert views._saving_text(slower) == "made it 557 µs slower in this run (89.1% of its 625 µs)"
     assert views._saving_text(faster) == "saves 52 µs, 1.2% of its 4.42 ms"
+
+
+def test_a_run_without_its_ceilings_still_draws_its_roofline():
+    # A live run that spent its budget before the ceilings (the H100's check of 2026-12-07 stopped
+    # with KeyError 'device copy') draws the datasheet's roof, and the table says what is missing.
+    from gpulab import roofline, runs
+    from gpulab.workloads.training import views
+    run = runs.load_run("training")
+    without = run.timings[run.timings["experiment"] != "ceilings"]
+    table = roofline.ceilings_table(without, run.gpu)
+    assert table["measured"].isna().all()
+    assert table["how"].str.contains("not measured in this run").all()
+    run.timings = without
+    fig = views.roofline_figure(run)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "measured ceilings: not in this run" in labels and any(l.startswith("datasheet") for l in labels)
