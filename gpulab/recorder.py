@@ -427,6 +427,9 @@ def record(chapter: str, benchmark_all: Callable, *, repeats: int = 100, quick: 
     throttle reasons before, during and after) and write the run; return its CSV path, its
     number of timing rows and the number of checks that failed (their rows are in the
     ``skipped`` table, not timed)."""
+    if timing.smoke():
+        raise RuntimeError(f"{timing.SMOKE_ENV} is set: a smoke run's timings (the card not settled, no minimum "
+                           f"span) are not for recording; unset it to record {chapter}")
     added = {}
     with GpuMonitor() as monitor:
         if isinstance(benchmark_all, Recording):

@@ -39,6 +39,7 @@ What else this module owns:
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -260,7 +261,9 @@ def describe_method() -> str:
             f"card settles ({WARMUP_MS:g} to {MAX_SETTLE_MS:g} ms, until a batch's time per call is within "
             f"{SETTLE_TOLERANCE:.0%} of the one before); cold: 256 MiB written before each call; medians under "
             "the stop rule: "
-            + STOP_RULE.describe())
+            + STOP_RULE.describe()
+            + (f"; SMOKE RUN ({SMOKE_ENV} set): the card not settled and no minimum span, numbers not for reading"
+               if smoke() else ""))
 
 
 def _guard(stream, microseconds: float) -> None:
@@ -289,6 +292,18 @@ MAX_BATCH = 50
 WARMUP_MS = 100.0
 MAX_SETTLE_MS = 400.0
 SETTLE_TOLERANCE = 0.01
+
+
+#: Set (to 1) in the environment of a smoke run, such as the GPU check's notebooks executed eight
+#: at once on one GPU: the loop neither settles the card nor waits for ``min_span_ms``, and every
+#: Timing's method says so. Such numbers show that the notebook runs, not how fast anything is
+#: (eight processes share the GPU), and a recorded run never uses it.
+SMOKE_ENV = "GPULAB_SMOKE_TIMING"
+
+
+def smoke() -> bool:
+    """Whether this process times as a smoke run (see :data:`SMOKE_ENV`)."""
+    return os.environ.get(SMOKE_ENV, "") not in ("", "0")
 
 
 def _settle(fn, stream, flusher, call_ms: float, guard_us: float) -> float:
@@ -377,7 +392,8 @@ def _event_loop(fn: Callable[[], object], stream, *, warmup: int, rule: StopRule
     # An upper bound of the call's GPU time (the warm-up's events held its dispatch).
     call_ms = max(min(once_ms), 1e-3)
     per_batch = max(1, batch or int(min(MAX_BATCH, max(1, BATCH_MS // call_ms))))
-    _settle(fn, stream, flusher, call_ms, guard_us)
+    if not smoke():
+        _settle(fn, stream, flusher, call_ms, guard_us)
     # Two sets of events: the host reads one batch's while the GPU runs the next, so the GPU never
     # waits for the host between batches (an idle gap each batch let a card over its power limit
     # run 3-10% faster than do_bench, which queues all its calls: hopper's H100 run of 2026-12-07).
@@ -567,10 +583,14 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
     if budget_ms is not None:
         once = event_region(fn, stream)
         warmup = min(warmup, 1 if once > 20 else 3)
+    if smoke():
+        min_span_ms = 0.0
     rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence, min_span_ms)
     gpu, host, stop, requeued, all_queued = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats,
                                                         flush_l2=flush_l2, queued=queued, batch=batch)
     method = "cuda events, queued" if queued else "cuda events, host waits (dispatch included)"
+    if smoke():
+        method += f", smoke run ({SMOKE_ENV}: not settled, not for reading)"
     return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop, queued=all_queued,
                   requeued=requeued, **_kept(fn, stream, 1))
 

@@ -228,6 +228,15 @@ def test_record_writes_the_run_with_its_side_tables_through_save_run(tmp_path, f
     assert run.meta["gpu_state"] == {"samples": 0}
 
 
+def test_a_smoke_run_is_never_recorded(tmp_path, fake_gpu, monkeypatch):
+    from gpulab import timing
+    monkeypatch.setenv(timing.SMOKE_ENV, "1")
+    recording = Recording("demo", [Experiment("ladder", _ladder([("good", np.ones(4, np.float32))]))])
+    with pytest.raises(RuntimeError, match="smoke run"):
+        recorder.record("demo", recording, repeats=3, root=tmp_path, log=lambda *a, **k: None)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_recording_adds_meta_and_derives_from_its_rows(tmp_path, fake_gpu):
     """What a chapter says beyond the machine (add_meta) reaches the run's meta.json; the keys the
     recorder and save_run write are refused; ``finish`` sees every experiment's rows, once."""

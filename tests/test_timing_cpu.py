@@ -316,3 +316,25 @@ def test_the_crosscheck_rotates_its_timers_and_keeps_each_ones_median(monkeypatc
     for column in ("crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms"):
         assert out[column] == pytest.approx(1.15), column
     assert out["crosscheck_note"] == "" and out["profiler_kernels"] == 1
+
+
+def test_a_smoke_run_neither_settles_nor_waits_for_the_span_and_says_so(simulated, monkeypatch):
+    # The GPU check's notebooks, eight at once on one GPU: only that they run is checked.
+    calls = []
+
+    def kernel():
+        calls.append(1)
+        simulated.host_work(0.004)
+        simulated.enqueue(0.200)
+    monkeypatch.delenv(timing.SMOKE_ENV, raising=False)
+    measured = timing.benchmark(kernel, warmup=3, repeats=20)
+    full, calls[:] = len(calls), []
+    monkeypatch.setenv(timing.SMOKE_ENV, "1")
+    smoke = timing.benchmark(kernel, warmup=3, repeats=20)
+    # Settling (at least 100 ms) and the span (100 ms) take 1,000 calls of 0.2 ms; a smoke run, its
+    # warm-up and the batches the stop rule reads (one in flight as the first is read).
+    assert full >= 1000 and len(calls) <= 3 + 2 * timing.MAX_BATCH, (full, len(calls))
+    assert "smoke run" in smoke.method and "smoke run" not in measured.method
+    assert "SMOKE RUN" in timing.describe_method()
+    monkeypatch.delenv(timing.SMOKE_ENV)
+    assert "SMOKE" not in timing.describe_method()

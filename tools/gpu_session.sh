@@ -9,7 +9,8 @@
 #   bash tools/gpu_session.sh tests [SECONDS]     (the GPU tests alone, no notebooks)
 # "check" is the closing check of every session that touches GPU code, in one call
 # (carry .whl; about 7 minutes): the timing tests alone on the idle GPU, then every
-# other test (4 workers) beside every notebook of the book executed live in parallel,
+# other test (4 workers) beside every notebook of the book executed live in parallel (their timings
+# smoke runs: GPULAB_SMOKE_TIMING, the card not settled, numbers not for reading),
 # each scanned for stderr, errors, "nan" and raw dicts (tools/run_notebooks.py). Each notebook
 # may hold 9% of the GPU's memory (CUPY_GPU_MEMORY_LIMIT), so batches over its share are
 # skipped with the reason, as on a smaller GPU; gpu_record.sh measures them, one chapter at a time.
@@ -39,7 +40,8 @@ if [ "${1:-}" = check ]; then
   limit=${2:-420}
   python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
   tail -3 $OUT/tests.log
-  python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 --gpu-share 9% --deadline $((limit - SECONDS - 15)) \
+  # Eight notebooks share one GPU: their timings are smoke runs (timing.SMOKE_ENV), not for reading.
+  GPULAB_SMOKE_TIMING=1 python3 tools/run_notebooks.py $OUT/notebooks book/*/*.ipynb --jobs 8 --gpu-share 9% --deadline $((limit - SECONDS - 15)) \
     > $OUT/notebooks.log 2>&1 &
   # Every notebook as it is, solutions in place, on the CPU backend (the GPU hidden), its glued numbers
   # compared with tests/fixtures/glued (conftest.py, marker as_is): CI executes only the student versions.
