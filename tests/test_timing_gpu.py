@@ -124,3 +124,20 @@ def test_the_crosscheck_agrees_with_do_bench_and_the_profiler(spin_kernel):
     for column in ("crosscheck_cold_ms", "crosscheck_warm_ms", "do_bench_ms", "profiler_ms"):
         assert 0.199 <= found[column] <= 0.210, (column, found)
     assert found["profiler_kernels"] == 1
+
+
+def test_the_flush_writes_every_byte_of_its_buffer_and_evicts_l2():
+    import cupy
+    flusher = timing.L2Flusher.get()
+    flusher.buffer.fill(-1)
+    stream = cupy.cuda.get_current_stream()
+    flusher.flush(stream)
+    stream.synchronize()
+    assert int((flusher.buffer != flusher.value).sum()) == 0, "the flush left part of its buffer unwritten"
+    assert flusher.nbytes >= 2 * cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
+    # A read of 16 MiB that fits in L2 is slower after a flush than straight after itself.
+    x = cupy.ones(4 * 2**20, dtype=cupy.float32)
+    total = lambda: x.sum()
+    warm = timing.benchmark(total, warmup=3, repeats=30, rel_ci=None, min_span_ms=0.0).median_ms
+    cold = timing.benchmark(total, warmup=3, repeats=30, rel_ci=None, min_span_ms=0.0, flush_l2=True).median_ms
+    assert cold > 1.1 * warm, (cold, warm)

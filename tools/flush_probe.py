@@ -9,13 +9,14 @@ The trial runs of 2026-12-07 left two kinds of cross-check rows off by more than
   behind (dirty lines in L2 being written back) is what the timed call starts on.
 
 Both timers write 256 MiB before each call, but with different kernels: the lab's own
-(``gpulab_l2_flush``: 4-byte stores in a grid-stride loop of 65,536 blocks) and PyTorch's
+(``gpulab_l2_flush``: until 2026-12-07 4-byte stores in a grid-stride loop of 65,536 blocks,
+``scalar`` here; now one 16-byte store per thread, as PyTorch's ``zero_`` writes) and PyTorch's
 ``zero_`` (do_bench's ``clear_cache``). This probe swaps the flushes between the timers: the lab's
 loop with each flush, do_bench with its own and with the lab's, in interleaved rounds, the order
 rotated each round; and times each flush alone (events around 20 back to back) with the SM
 clock and power seen (NVML). Nothing here changes the GPU's settings.
 
-Usage on the GPU machine: ``python tools/flush_probe.py OUT_DIR [--rounds 5]``; writes
+Usage on the GPU machine: ``python tools/flush_probe.py OUT_DIR [--rounds 3]``; writes
 ``flush_probe.csv`` and ``flush_kernels.csv`` and prints the medians.
 """
 from __future__ import annotations
@@ -34,11 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpulab import device, timing  # noqa: E402
 from crosscheck_probe import Sampler  # noqa: E402
 
-_VEC4 = r"""
-extern "C" __global__ void probe_flush_vec4(int4 *buffer, long long n4, int value)
+# The lab's flush before 2026-12-07's change to 16-byte stores: 4-byte stores, grid-stride loop.
+_SCALAR = r"""
+extern "C" __global__ void probe_flush_scalar(int *buffer, long long n, int value)
 {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < n4) buffer[i] = make_int4(value, value, value, value);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        buffer[i] = value;
 }
 """
 
@@ -51,14 +53,14 @@ def flushes():
 
     lab = timing.L2Flusher.get()
     lab_flush = timing.L2Flusher.flush.__get__(lab)
-    vec4 = cupy.RawKernel(_VEC4, "probe_flush_vec4")
-    n4 = lab.buffer.size // 4
+    scalar = cupy.RawKernel(_SCALAR, "probe_flush_scalar")
+    n = lab.buffer.size
     counter = [0]
 
-    def flush_vec4(stream):
+    def flush_scalar(stream):
         counter[0] += 1
         with stream:
-            vec4(((n4 + 255) // 256,), (256,), (lab.buffer, np.int64(n4), np.int32(counter[0])))
+            scalar((min((n + 255) // 256, 65_536),), (256,), (lab.buffer, np.int64(n), np.int32(counter[0])))
 
     cache = torch.empty(lab.buffer.size, dtype=torch.int, device="cuda")
 
@@ -70,7 +72,7 @@ def flushes():
         counter[0] += 1
         cupy.cuda.runtime.memsetAsync(lab.buffer.data.ptr, counter[0] & 0xFF, lab.nbytes, stream.ptr)
 
-    return {"lab": lab_flush, "vec4": flush_vec4, "torch_zero": torch_zero, "memset": memset}
+    return {"lab": lab_flush, "scalar": flush_scalar, "torch_zero": torch_zero, "memset": memset}
 
 
 @contextmanager
@@ -106,7 +108,7 @@ def calls():
     b = cupy.random.standard_normal((4096, 4096), dtype=cupy.float32).astype(cupy.float16)
     c = cupy.empty_like(a)
     out.append(("cupy.matmul fp16 4096^3", lambda: cupy.matmul(a, b, out=c)))
-    for n in (4096, 262_144, 1_048_576):
+    for n in (4096, 262_144):
         x = cupy.ones(n, dtype=cupy.float32)
         y = cupy.zeros_like(x)
         saxpy = cupy.RawKernel(r'''extern "C" __global__ void probe_saxpy(float a, const float *x, float *y, int n)
@@ -119,7 +121,7 @@ def calls():
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import cupy
@@ -163,10 +165,10 @@ def main() -> None:
                 return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
         return measure
 
-    timers = {f"lab_cold[{n}]": lab_cold(n) for n in flush}
+    timers = {f"lab_cold[{n}]": lab_cold(n) for n in ("lab", "scalar", "torch_zero")}
     timers["do_bench"] = bench(None)
     timers["do_bench[lab]"] = bench("lab")
-    timers["do_bench[vec4]"] = bench("vec4")
+    timers["do_bench[scalar]"] = bench("scalar")
     rows = []
     names = list(timers)
     for call, raw in calls():
