@@ -74,7 +74,12 @@ class RecordedRun:
         before each call, its dispatch inside the events; and the power limit, where recorded."""
         conditions = self.meta.get("conditions") or {}
         limit = conditions.get("power_limit_w")
-        power = f", power limit {limit:g} W" if limit else ""
+        form = str(conditions.get("form_factor") or "").split(" (")[0]
+        power = (f", {form}" if form else "") + (f", power limit {limit:g} W" if limit else "")
+        vendor = ", ".join(f"{name} {version}" for name, version in (
+            ("cuBLAS", conditions.get("cublas")), ("cuDNN", _cudnn_version(conditions.get("cudnn"))),
+            ("PyTorch", conditions.get("torch"))) if version)
+        power += f"; {vendor}" if vendor else ""
         if "queued" in self.timings.columns:
             return f"; calls queued (host dispatch excluded){power}"
         return "; host waited before each call (dispatch included: an earlier method)" + power
@@ -95,6 +100,16 @@ class RecordedRun:
                 f"{', '.join(sorted(self.timings['experiment'].unique()))}. Re-record it with "
                 f"`python -m gpulab record {self.chapter}` on a GPU machine")
         return rows.reset_index(drop=True)
+
+
+def _cudnn_version(number) -> str | None:
+    """cuDNN's version number as its release (91900: 9.19.0; cudnnGetVersion's major * 10000 +
+    minor * 100 + patch since cuDNN 9), or None when not recorded."""
+    try:
+        n = int(number)
+    except (TypeError, ValueError):
+        return str(number) if number else None
+    return f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 10000 else str(n)
 
 
 #: A C or C++ comment, or a string literal (kept: a "//" inside one is not a comment).

@@ -33,6 +33,13 @@ def test_the_caption_names_the_timing_method_and_the_power_limit(tmp_path):
     runs.save_run("demo", rows(), {**META, "conditions": {"power_limit_w": 700.0}}, root=tmp_path)
     caption = runs.load_run("demo", root=tmp_path).caption
     assert caption.endswith("; calls queued (host dispatch excluded), power limit 700 W"), caption
+    # The card's form and the vendor libraries' versions, where the run recorded them.
+    runs.save_run("full", rows(), {**META, "conditions": {
+        "power_limit_w": 700.0, "form_factor": "SXM module (from the name 'X', power limit 700 W)",
+        "cublas": "13.1.0", "cudnn": "91900", "torch": "2.11.0+cu130"}}, root=tmp_path)
+    caption = runs.load_run("full", root=tmp_path).caption
+    assert caption.endswith("; calls queued (host dispatch excluded), SXM module, power limit 700 W; "
+                            "cuBLAS 13.1.0, cuDNN 9.19.0, PyTorch 2.11.0+cu130"), caption
     earlier = pd.DataFrame(rows()).drop(columns=["queued"])
     runs.save_run("old", earlier, META, root=tmp_path)
     assert "host waited before each call (dispatch included" in runs.load_run("old", root=tmp_path).caption
