@@ -709,12 +709,21 @@ class Crosscheck:
         """Cross-check every group's fastest row and copy the columns into the row of ``rows``
         with the same labels and median; returns how many rows were cross-checked."""
         done = 0
-        for group, (row, fn, calls) in sorted(self.best.items(), key=lambda kv: str(kv[0])):
+        # The rows of one comparison (the same experiment, size, precision and layer: the lab's
+        # fastest and the vendor's) are cross-checked together, round by round.
+        comparisons: dict = {}
+        for group, kept in sorted(self.best.items(), key=lambda kv: str(kv[0])):
+            comparisons.setdefault(group[:-1], []).append(kept)
+        checked = []
+        for kept in comparisons.values():
             try:
-                found = crosscheck(fn, calls=calls)
-            except Exception as exc:       # noqa: BLE001 (the row stays, its cross-check says why)
-                found = {c: float("nan") for c in CROSSCHECK_COLUMNS}
-                found["crosscheck_note"] = f"cross-check failed: {type(exc).__name__}: {exc}"[:300]
+                found = crosscheck_interleaved([(fn, calls) for _, fn, calls in kept])
+            except Exception as exc:       # noqa: BLE001 (the rows stay, their cross-check says why)
+                failed = {c: float("nan") for c in CROSSCHECK_COLUMNS}
+                failed["crosscheck_note"] = f"cross-check failed: {type(exc).__name__}: {exc}"[:300]
+                found = [dict(failed) for _ in kept]
+            checked += [(row, result) for (row, _, _), result in zip(kept, found)]
+        for row, found in checked:
             if found["crosscheck_cold_ms"] < 0.5 * row["median_ms"]:      # cold is never half the warm time
                 found["crosscheck_note"] = "; ".join(filter(None, [
                     found["crosscheck_note"], f"the cross-check's time is not the row's ({found['crosscheck_cold_ms']:.4g} "
@@ -824,16 +833,54 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = CROSSC
       ``profiler_kernels`` the number of kernels one call runs (a sum of several kernels leaves
       out the gaps between them).
 
-    Each is the median of ``rounds`` rounds, the timers interleaved, their order rotated. A timer that is not
+    Each is the median of ``rounds`` rounds, the timers interleaved, their order rotated
+    (:func:`crosscheck_interleaved` for several calls, round by round). A timer that is not
     available (no Triton, no PyTorch) leaves its column NaN and says why in ``crosscheck_note``."""
-    out = {c: float("nan") for c in CROSSCHECK_COLUMNS}
+    return crosscheck_interleaved([(fn, calls)], rounds=rounds)[0]
+
+
+def crosscheck_interleaved(items: list[tuple[Callable[[], object], int]], *, rounds: int = CROSSCHECK_ROUNDS) -> list[dict]:
+    """:func:`crosscheck` of several ``(fn, calls)`` at once, round by round: in each round every
+    call's four timers, so that the calls of one comparison (a lab step and the vendor's path)
+    are timed in the same stretch of the card's state, as the ladders time their variants."""
+    states = [_crosscheck_timers(fn) for fn, _ in items]
+    # In rounds, each timer once per round, the order rotated from round to round, and the medians
+    # of the rounds kept: a card running large GEMMs at its power limit moves its clock by 10-20%
+    # over seconds (an H100's 4096^3 fp16 GEMM: 1290-1980 MHz from one timer to the next in the
+    # probe of 2026-12-07), and a timer that always ran first, or always after a given one, would
+    # always find the card in the same part of that swing.
+    for r in range(rounds):
+        for timers, _, _ in states:
+            for timer in timers[r % len(timers):] + timers[:r % len(timers)]:
+                timer()
+    results = []
+    for (_, found, notes), (_, calls) in zip(states, items):
+        out = {c: float("nan") for c in CROSSCHECK_COLUMNS}
+        for column, key in (("crosscheck_cold_ms", "cold"), ("crosscheck_warm_ms", "warm"),
+                            ("do_bench_ms", "do_bench"), ("profiler_ms", "profiler")):
+            if found[key]:
+                out[column] = float(np.median(found[key])) / calls
+        if found["kernels"]:
+            out["profiler_kernels"] = int(np.median(found["kernels"]))
+        out["crosscheck_note"] = "; ".join(dict.fromkeys(notes))
+        results.append(out)
+    return results
+
+
+def _crosscheck_timers(fn) -> tuple[list[Callable[[], None]], dict, list]:
+    """The cross-check's four timers of ``fn`` (lab cold, do_bench, lab warm, profiler), each
+    adding its time to ``found``, and the notes of those that could not run."""
     notes: list[str] = []
     stream = getattr(fn, "stream", None)
     found: dict[str, list] = {"cold": [], "warm": [], "do_bench": [], "profiler": [], "kernels": []}
+
     def lab(flushed: bool):
         key = "cold" if flushed else "warm"
-        found[key].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=flushed,
-                                    stream=stream).median_ms)
+        try:
+            found[key].append(benchmark(fn, warmup=3, repeats=60, rel_ci=STOP_RULE.rel_half_width, flush_l2=flushed,
+                                        stream=stream).median_ms)
+        except Exception as exc:       # noqa: BLE001 (the row stays, its cross-check says why)
+            notes.append(f"lab's loop ({key}): {type(exc).__name__}: {exc}"[:200])
 
     def settle():
         # do_bench and the profiler find the card as the lab's loop leaves it, settled (their own
@@ -861,23 +908,7 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = CROSSC
         except Exception as exc:       # noqa: BLE001
             notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
 
-    timers = [lambda: lab(True), triton_do_bench, lambda: lab(False), profiler]
-    # In rounds, each timer once per round, the order rotated from round to round, and the medians
-    # of the rounds kept: a card running large GEMMs at its power limit moves its clock by 10-20%
-    # over seconds (an H100's 4096^3 fp16 GEMM: 1290-1980 MHz from one timer to the next in the
-    # probe of 2026-12-07), and a timer that always ran first, or always after a given one, would
-    # always find the card in the same part of that swing.
-    for r in range(rounds):
-        for timer in timers[r % len(timers):] + timers[:r % len(timers)]:
-            timer()
-    for column, key in (("crosscheck_cold_ms", "cold"), ("crosscheck_warm_ms", "warm"), ("do_bench_ms", "do_bench"),
-                        ("profiler_ms", "profiler")):
-        if found[key]:
-            out[column] = float(np.median(found[key])) / calls
-    if found["kernels"]:
-        out["profiler_kernels"] = int(np.median(found["kernels"]))
-    out["crosscheck_note"] = "; ".join(dict.fromkeys(notes))
-    return out
+    return [lambda: lab(True), triton_do_bench, lambda: lab(False), profiler], found, notes
 
 
 def _current_stream():

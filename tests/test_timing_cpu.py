@@ -200,8 +200,9 @@ def test_parts_of_a_run_are_timed_queued(simulated):
 
 def test_the_crosscheck_keeps_only_each_groups_fastest(simulated, monkeypatch):
     timed = []
-    monkeypatch.setattr(timing, "crosscheck", lambda fn, calls=1: (timed.append(fn), {
-        **{c: 1.0 for c in timing.CROSSCHECK_COLUMNS}, "crosscheck_note": ""})[1])
+    # The rows of one comparison (the lab's fastest and the vendor's) are timed together.
+    monkeypatch.setattr(timing, "crosscheck_interleaved", lambda items, **_: (timed.append(len(items)), [{
+        **{c: 1.0 for c in timing.CROSSCHECK_COLUMNS}, "crosscheck_note": ""} for _ in items])[1])
     rows = []
     with timing.crosschecking(lambda row: row["experiment"] == "ladder") as check:
         for variant, ms in (("step 1", 0.030), ("step 2", 0.010), ("step 3", 0.020), ("cuBLAS", 0.015)):
@@ -211,7 +212,7 @@ def test_the_crosscheck_keeps_only_each_groups_fastest(simulated, monkeypatch):
                     .row("other", "step 2", 64))
         assert check.run(rows, log=lambda *a, **k: None) == 2
     checked = [r["variant"] for r in rows if "do_bench_ms" in r]
-    assert checked == ["step 2", "cuBLAS"] and len(timed) == 2
+    assert checked == ["step 2", "cuBLAS"] and timed == [2]
 
 
 def test_calls_are_timed_back_to_back_as_do_bench_times_them(simulated):
@@ -338,3 +339,25 @@ def test_a_smoke_run_neither_settles_nor_waits_for_the_span_and_says_so(simulate
     assert "SMOKE RUN" in timing.describe_method()
     monkeypatch.delenv(timing.SMOKE_ENV)
     assert "SMOKE" not in timing.describe_method()
+
+
+def test_the_calls_of_one_comparison_are_crosschecked_round_by_round(monkeypatch):
+    # Round 1: the lab's step's four timers, then the vendor's; round 2 the same, each rotated.
+    seen = []
+    monkeypatch.setattr(timing, "benchmark", lambda fn, flush_l2=False, **_: (seen.append(fn.__name__),
+                                                                              timing.Timing([1.0]))[1])
+    monkeypatch.setattr(timing, "_settle", lambda *a, **k: 0.0)
+    monkeypatch.setattr(timing, "_profiled_ms", lambda fn, calls: (seen.append(fn.__name__), (1.0, 1))[1])
+    monkeypatch.setattr(timing, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing.L2Flusher, "get", classmethod(lambda cls: None))
+    monkeypatch.setitem(__import__("sys").modules, "triton", None)      # no Triton: do_bench says why
+
+    def step():
+        pass
+
+    def vendor():
+        pass
+    out = timing.crosscheck_interleaved([(step, 1), (vendor, 2)], rounds=2)
+    assert seen == ["step"] * 3 + ["vendor"] * 3 + ["step"] * 3 + ["vendor"] * 3
+    assert out[0]["crosscheck_cold_ms"] == 1.0 and out[1]["crosscheck_cold_ms"] == 0.5     # per call
+    assert "do_bench" in out[0]["crosscheck_note"] and out[0]["profiler_kernels"] == 1
