@@ -31,7 +31,8 @@ them).
 
 An exercise earns all its points when every check passes, else none. The grades are one
 row per student and exercise; each student also gets a feedback file with the public
-checks' details and, for hidden checks, only their number and the kind of failure. The
+checks' details and, of the hidden checks, only how many passed (the instructor's grades.csv
+keeps each hidden check's kind of failure). The
 threat model is in book/instructors.md.
 """
 from __future__ import annotations
@@ -875,34 +876,58 @@ def _write_results(out: Path, feedback: Path, names: list[str], chosen, rows: di
 
 
 def feedback_text(student: str, rows: list[dict]) -> str:
-    """A student's feedback: public checks in full, hidden checks by number and kind only."""
+    """A student's feedback: public checks in full; of the hidden checks, only how many passed
+    (:func:`shown_status`: no hidden check's kind of failure, message, size or value, not even
+    through the exercise's status)."""
     total, most = sum(r["points"] for r in rows), sum(r["max_points"] for r in rows)
     lines = [f"# Feedback for {student}", "", f"Total: {total} of {most} points.", ""]
     for r in rows:
         exercise = ex_mod.get(r["exercise"])
+        status, setup = shown_status(exercise, r)
         lines += [f"## Exercise {r['exercise']} (the book's Exercise {exercise.shown}): {r['title']} -- "
                   f"{r['points']} of {r['max_points']} "
-                  f"points ({r['status']})", ""]
+                  f"points ({status})", ""]
         if r["status"] == "grader error":
             # The details (which may be a hidden check's) are in grades.csv and the grader's output.
             lines += ["The grader itself failed on this exercise, not your code: your instructor has the "
                       "details and will grade it again.", ""]
             continue
         for c in r["checks"]:
+            if c["hidden"]:
+                continue
             text = c["message"] if c["message"] not in ("", c["status"]) and c["status"] != "passed" else ""
-            if text and not c["hidden"]:
+            if text:
                 fence = _fence(text)
                 text = f"\n\n  {fence}\n  {_indent(text)}\n  {fence}"
-            elif text:
-                text = f" ({text})"
             lines.append(f"- {c['name']}: {c['status']}{text}")
-        if r["message"] and not any(c["status"] != "passed" for c in r["checks"]):
+        hidden = r["total_checks"] - len(exercise.public)
+        if hidden > 0:
+            passed = sum(c["hidden"] and c["status"] == "passed" for c in r["checks"])
+            lines.append(f"- hidden checks: {passed} of {hidden} passed")
+        if setup and r["message"]:
             fence = _fence(r["message"])
             lines.append(f"\n{fence}\n{r['message']}\n{fence}")
         if r["status"] not in ("passed", "missing") and exercise.hint:
             lines.append(f"\nHint: {exercise.hint}")
         lines.append("")
     return "\n".join(lines)
+
+
+def shown_status(exercise, row: dict) -> tuple[str, bool]:
+    """The status a student is shown for ``row``, and whether it is the verdict of something before
+    the checks (a missing or refused file, a notebook cell that does not define the function),
+    whose message is then shown: the worst of the public checks' statuses where one failed, else
+    the row's where the public checks did not all run, else "passed" or "failed hidden checks".
+    Never a hidden check's own status: the row's (the worst of all checks') could be one."""
+    if row["status"] == "grader error":
+        return row["status"], False
+    public = [c for c in row["checks"] if not c["hidden"]]
+    failed = [c["status"] for c in public if c["status"] != "passed"]
+    if failed:
+        return min(failed, key=STATUSES.index), False
+    if len(public) < len(exercise.public):
+        return row["status"], True
+    return ("passed", False) if row["status"] == "passed" else ("failed hidden checks", False)
 
 
 def _indent(text: str) -> str:

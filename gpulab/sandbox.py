@@ -30,7 +30,12 @@ Limits (:data:`LIMITS`) cap memory, processes, file size and open files; its CPU
 measured over the whole process tree, and the tree dies with its pid namespace when the
 exercise ends, ``setsid`` or not. No process in the sandbox shows a path of this machine in its
 command line or environment (bwrap reads its arguments from a file descriptor; Python runs
-through a link at :data:`CHILD_PYTHON`).
+through a link at :data:`CHILD_PYTHON`), and the sandbox has no ``/proc`` at all: its mount
+table would name, in its source column, the folders of this machine bound into the sandbox (the
+grader's temporary folder, its build cache), which bwrap cannot hide, and Linux lets no child
+mount a ``/proc`` of its own where none is shown. (The CPU backend then limits a launch by the
+clock instead of its busiest thread's CPU time; the grader's own CPU limit counts the child's
+whole process tree from outside.)
 
 Every wait for a child has a deadline: requests are written without blocking and answers read
 with a timeout, under the child's CPU limit, its wall budget (:data:`WALL_FACTOR`,
@@ -127,7 +132,7 @@ def problem() -> str | None:
         return "bubblewrap (bwrap) is not installed"
     try:
         result = subprocess.run([bwrap, "--tmpfs", "/tmp", *_system_binds(), *_namespaces(), "--die-with-parent",
-                                 "--proc", "/proc", "--dev", "/dev", "--", sys.executable, "-c", "pass"],
+                                 "--dev", "/dev", "--", sys.executable, "-c", "pass"],
                                 capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bwrap does not run here ({error})"
@@ -344,16 +349,9 @@ def _isolate() -> None:
 def _end_strays() -> None:
     """In a sandbox's own pid namespace, end every process but this one and the namespace's
     init: what a kernel left running (a forked process) when its launch ended."""
-    if os.environ.get("GPULAB_SANDBOXED") != "1":
-        return
-    try:
-        with open("/proc/self/status") as f:
-            nspid = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
-    except (OSError, StopIteration):
-        return
-    # bwrap's init is pid 1, the child pid 2, in a pid namespace of their own (NSpid lists the
-    # pid in each namespace, the host's first): never outside one.
-    if len(nspid) < 2 or nspid[-1] != "2":
+    # bwrap's init is pid 1 and the child pid 2 in a pid namespace of their own (the sandbox has
+    # no /proc to say so; outside a pid namespace, pid 2 is the kernel's kthreadd): never outside one.
+    if os.environ.get("GPULAB_SANDBOXED") != "1" or os.getpid() != 2:
         return
     try:
         os.kill(-1, signal.SIGKILL)
@@ -564,7 +562,7 @@ class Child:
             # /tmp first: the Python environment may live under it (bound on top).
             command = ["bwrap", *_private_tmp(), *shown, *_system_binds(), *python_args,
                        "--ro-bind", str(lab), LAB,
-                       "--ro-bind", str(submission), SUBMISSION, "--proc", "/proc", "--dev", "/dev", *_namespaces(),
+                       "--ro-bind", str(submission), SUBMISSION, "--dev", "/dev", *_namespaces(),
                        "--die-with-parent", "--new-session", "--chdir", SUBMISSION, "--clearenv",
                        *[a for k, v in env.items() for a in ("--setenv", k, v)],
                        "--setenv", "GPULAB_SANDBOX_UID", str(uid or ""), "--setenv", "GPULAB_LIMITS", limits,

@@ -183,6 +183,8 @@ def test_feedback_says_why_and_never_shows_a_hidden_input(graded):
     assert sorted(texts) == ["ada.md", "ben.md", "cy.md"]
     texts["grades.csv"] = graded.out.read_text()
     for name, text in texts.items():
+        # (Not inside an address a message shows, 0x7f5a13465fd0: ASLR makes its digits anything.)
+        text = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
         leaked = {number for number in hidden if re.search(rf"(?<![\d.]){number}(?![\d])", text)}
         assert not leaked, f"{name} shows hidden inputs {leaked}"
         assert "hidden_checks" not in text and "perturb" not in text

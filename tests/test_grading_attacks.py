@@ -67,6 +67,10 @@ __device__ int flag = ran();
 extern "C" void gpulab_hook() { setenv("@MARK@", "ran", 1); }
 asm(".pushsection .init_array,\\"aw\\"\\n.balign 8\\n.quad gpulab_hook\\n.popsection");
 """,
+    "init_array entry by a section attribute": """#include <stdlib.h>
+extern "C" void gpulab_hook() { setenv("@MARK@", "ran", 1); }
+__attribute__((section(".init_array"), used)) static void (*gpulab_entry)() = gpulab_hook;
+""",
     "code in .init": """#include <stdlib.h>
 extern "C" void gpulab_hook() { setenv("@MARK@", "ran", 1); }
 asm(".pushsection .init,\\"ax\\"\\ncall gpulab_hook@PLT\\n.popsection");
@@ -87,7 +91,9 @@ def test_a_module_that_runs_code_when_it_loads_is_refused_before_it_loads(way, m
     monkeypatch.delenv(MARK, raising=False)
     text = LOAD_TIME[way].replace("@MARK@", MARK)
     source = text if "saxpy" in text else text + SAXPY_KERNEL
-    with pytest.raises(KernelCompileError, match="refused: the compiled module would run code of its own"):
+    # (The ways in assembly are refused sooner, before the module is linked, as inline assembly.)
+    with pytest.raises(KernelCompileError, match="refused: (the compiled module would run code of its own|'asm' is "
+                                                 "inline assembly)"):
         cpu.compile_module(source, filename=f"kernels/measuring/attack_{way.replace(' ', '_')}.cu")
     assert MARK not in os.environ, f"{way}: its code ran"
     # The same kernel alone loads, and so does its instrumented build (the race checker's).
@@ -154,6 +160,99 @@ def test_the_lab_kernels_have_no_load_time_code_beyond_the_control():
         module = cpu.compile_module((paths.REPO / "kernels/basics/06_constant_scale.cu").read_text(),
                                     filename="kernels/basics/06_constant_scale.cu", instrumented=instrumented)
         assert module.symbols and elf.profile(module.path.read_bytes()).beyond(control) == []
+
+
+# ------------------------------------------------------------------ 1b. accesses hidden from the race checker
+#: A histogram that counts each block's values in shared memory with BUMP, then adds each bin to
+#: the total with one atomicAdd. BUMP as a plain increment races (two threads of a block, one
+#: bin): its values are right on the CPU backend, whose threads of a block take turns, and only
+#: the race checker, which sees each access through the compiler's instrumentation, fails it.
+SHARED_HISTOGRAM = """@HELPER@
+#define MAX_BINS 1024
+extern "C" __global__ void histogram(int n, int bins, const int* __restrict__ values, unsigned int* counts)
+{
+    __shared__ unsigned int local[MAX_BINS];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (bins > MAX_BINS) {
+        if (i < n) atomicAdd(&counts[values[i]], 1u);
+        return;
+    }
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0u;
+    __syncthreads();
+    if (i < n) BUMP(&local[values[i]]);
+    __syncthreads();
+    for (int b = threadIdx.x; b < bins; b += blockDim.x)
+        if (local[b]) atomicAdd(&counts[b], local[b]);
+}
+"""
+_BUMP = "__device__ {} void bump(unsigned int* p) {{ *p += 1u; }}\n#define BUMP bump"
+#: Ways to take BUMP's accesses out of the instrumentation's sight. Each passes every check on the
+#: CPU backend unless refused (the race checker sees nothing to report).
+HIDDEN_ACCESSES = {
+    "no_sanitize attribute": _BUMP.format('__attribute__((no_sanitize("thread"), noinline))'),
+    "no_sanitize_thread attribute": _BUMP.format("__attribute__((no_sanitize_thread, noinline))"),
+    "C++11 attribute": _BUMP.format("[[gnu::no_sanitize_thread, gnu::noinline]]"),
+    "attribute pasted by a macro": "#define GLUE(a, b) a##b\n"
+                                   + _BUMP.format("__attribute__((GLUE(no_sanit, ize_thread), noinline))"),
+    "the prelude's own macro": _BUMP.format("GPULAB_UNCOUNTED"),
+    "only in the race checker's build": "#ifdef __SANITIZE_THREAD__\n#define QUIET __attribute__((no_sanitize_thread, "
+                                        "noinline))\n#else\n#define QUIET\n#endif\n" + _BUMP.format("QUIET"),
+    "in a header of its own": '#include "quiet.cuh"',
+    "inline assembly": '__device__ void bump(unsigned int* p) { asm volatile("incl %0" : "+m"(*p)); }\n#define BUMP bump',
+}
+
+
+@pytest.mark.parametrize("way", sorted(HIDDEN_ACCESSES))
+def test_a_kernel_that_hides_its_accesses_from_the_race_checker_is_refused(way, tmp_path):
+    if way == "inline assembly" and platform.machine() != "x86_64":
+        pytest.skip("the attack's assembly is x86-64's")
+    folder = submission(HISTOGRAM, SHARED_HISTOGRAM.replace("@HELPER@", HIDDEN_ACCESSES[way]), tmp_path / "sub")
+    (folder / "kernels/basics/quiet.cuh").write_text(HIDDEN_ACCESSES["no_sanitize_thread attribute"] + "\n")
+    staged = grading.stage(folder, tmp_path / "staged", [HISTOGRAM])
+    row = grading._summarise(HISTOGRAM, grading.evaluate(HISTOGRAM, staged))
+    assert row["points"] == 0 and row["status"] == "compile error", row
+    assert re.match(r"public check .*: kernels/basics/(exercise_03_histogram\.cu|quiet\.cuh) line \d+: refused: "
+                    r"'(__)?(no_sanitize\w*|asm)'", row["message"]), row["message"]
+
+
+@pytest.mark.parametrize("bump, status", [("#define BUMP(p) (*(p) += 1u)", "barrier or race"),
+                                          ("#define BUMP(p) atomicAdd(p, 1u)", "passed")])
+def test_the_shared_histogram_is_graded_on_its_races(bump, status, tmp_path):
+    """The attacks' kernel as it is: the race checker fails it; with an atomic BUMP, it passes."""
+    row = grading._summarise(HISTOGRAM, grading.evaluate(HISTOGRAM, _staged(HISTOGRAM, SHARED_HISTOGRAM.replace(
+        "@HELPER@", bump), tmp_path)))
+    assert row["status"] == status and row["points"] == (HISTOGRAM.points if status == "passed" else 0), row
+
+
+@pytest.mark.parametrize("text", [
+    '#pragma GCC optimize("no-sanitize=thread")',
+    '#define QUIET _Pragma("GCC push_options")\nQUIET',
+    '#pragma clang attribute push(__attribute__((no_sanitize("thread"))), apply_to = function)',
+    'static int __attribute__((optimize("O0"))) slow(int x) { return x; }',
+    # A line directive would make the kernel's own lines look like a system header's.
+    '# 1 "/usr/include/stdlib.h" 1 3\nstatic void __attribute__((no_sanitize_thread)) quiet() {}\n# 3 "k.cu" 2',
+    '#line 1 "/usr/include/stdio.h"\nint x;',
+    '%:line 1 "/usr/include/stdio.h"\nint x;',
+    '#\\\nline 1 "/usr/include/stdio.h"\nint x;',
+    'asm(".globl gpulab_nothing");',
+])
+def test_pragmas_option_switches_and_line_directives_are_refused(text):
+    """Refused in the plain build as in the race checker's (g++ would let none of these pragmas turn
+    the instrumentation off; nothing in a kernel needs them)."""
+    for instrumented in (False, True):
+        with pytest.raises(KernelCompileError, match="refused: "):
+            cpu.compile_module(text + "\n" + SAXPY_KERNEL, filename="kernels/measuring/attack_pragma.cu",
+                               instrumented=instrumented)
+
+
+def test_what_the_lab_writes_is_not_refused():
+    """Words the check looks for, where they mean nothing to it: in strings, comments, names."""
+    source = ('// asm, no_sanitize("thread"), #pragma GCC optimize\n/* # 1 "x" */\n'
+              'static const char* said = "asm no_sanitize_thread";\n'
+              "static int optimize(int x) { return x + 1'000; }\n#pragma unroll\n" + SAXPY_KERNEL)
+    for instrumented in (False, True):
+        assert cpu.compile_module(source, filename="kernels/measuring/words.cu",
+                                  instrumented=instrumented).kernel_names == ["saxpy"]
 
 
 def _staged(exercise, text: str, tmp_path: Path):
@@ -304,6 +403,39 @@ def store(text):
     assert stored["uid"] == uid, "the two children ran as different uids: the test shows nothing"
     assert stored["key -4"] == [-1, 1] and stored["key -5"] == [-1, 1] and stored["shm"] == [-1, 1], stored
     assert told.startswith("HOARD[]") and "5000" not in told, told
+
+
+# ------------------------------------------------------------------ 3. what the hidden checks tell
+#: A relu right on the public check's sizes (the student knows them) that fails every other size
+#: in a way of its own: the feedback would tell which of them a hidden check's size hit.
+PROBE = """extern "C" __global__ void relu(int n, const float* __restrict__ x, float* __restrict__ y)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (!(@PUBLIC@)) { @MISBEHAVE@ }
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+"""
+PROBES = {"wrong": "if (i < n) y[i] = 1.0f; return;", "out of bounds": "y[n + i] = 0.0f; return;",
+          "crashed": "__trap();", "time limit": "for (;;) {}"}
+
+
+def test_the_feedback_tells_how_many_hidden_checks_passed_and_nothing_else(tmp_path):
+    """Four submissions fail the hidden checks in four ways (each kind in the instructor's grades):
+    the student's feedback is the same text for all four."""
+    public = " || ".join(f"n == {n}" for case in RELU.public for n in case["sizes"])
+    shown, kinds = set(), set()
+    for kind, misbehave in PROBES.items():
+        text = PROBE.replace("@PUBLIC@", public).replace("@MISBEHAVE@", misbehave)
+        row = grading._summarise(RELU, grading.evaluate(RELU, _staged(RELU, text, tmp_path / kind.replace(" ", "_")),
+                                                        races=False, launch_limit=1))
+        assert row["points"] == 0 and row["passed_checks"] == len(RELU.public), row
+        kinds.add(row["status"])
+        shown.add(grading.feedback_text("probe", [{"student": "probe", **row}]))
+    assert kinds == set(PROBES), kinds             # the grades keep the kind
+    assert len(shown) == 1, "\n\n".join(shown)
+    text = shown.pop()
+    assert f"hidden checks: 0 of {len(exercises.hidden_cases(RELU))} passed" in text
+    assert "(failed hidden checks)" in text and "hidden check 1" not in text, text
 
 
 # ------------------------------------------------------------------ graded: the attacks beside honest students

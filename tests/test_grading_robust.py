@@ -301,26 +301,50 @@ def _state(pid: int) -> str | None:
 # ----------------------------------------------------------------- what the sandbox shows
 @needs_sandbox
 def test_the_sandbox_shows_no_path_of_the_graders_and_its_tmp_has_a_size(tmp_path, monkeypatch):
-    """Every process a child can see names no folder of this machine in its command line or
-    environment (the grader's temporary folder, its build cache, its Python), and the child's
-    /tmp, which is memory, holds at most TMP_BYTES (16 MB here; 512 MB when grading)."""
+    """Nothing a child can read of the kernel's views of processes names a folder of this
+    machine's (the grader's temporary folder, its build cache, its checkout, its Python): not a
+    process's command line or environment, nor the mount table, whose source column would name
+    the folders bound into the sandbox (the sandbox has no /proc, and a child cannot mount one);
+    and the child's /tmp, which is memory, holds at most TMP_BYTES (16 MB here; 512 MB when
+    grading)."""
     monkeypatch.setattr(sandbox, "TMP_BYTES", 16 << 20)
     runtime = tmp_path / "cache-of-the-grader" / "runtime-0123.o"
     runtime.parent.mkdir()
     runtime.write_bytes(b"the grader's runtime")
     child = _child(tmp_path, prebuilt={f"{sandbox.CHILD_CACHE}/cpu/{runtime.name}": runtime})
     probe = """
-import os
+import ctypes, os
 def f():
     seen = {}
-    for pid in os.listdir("/proc"):
-        for part in ("cmdline", "environ"):
-            try:
-                with open(f"/proc/{pid}/{part}", "rb") as file:
-                    seen[f"{pid}/{part}"] = file.read().decode(errors="replace")
-            except OSError:
-                pass
+    places = ["/proc/self/mountinfo", "/proc/self/mounts", "/proc/mounts", "/proc/self/mountstats",
+              "/proc/self/maps", "/proc/self/environ", "/proc/self/cmdline", "/proc/1/mountinfo",
+              "/proc/1/cmdline", "/proc/1/environ", "/proc/2/mountinfo"]
+    try:
+        places += [f"/proc/{pid}/{part}" for pid in os.listdir("/proc") if pid.isdigit()
+                   for part in ("cmdline", "environ", "mountinfo", "maps")]
+    except OSError:
+        pass
+    for place in places:
+        try:
+            with open(place, "rb") as file:
+                seen[place] = file.read().decode(errors="replace")
+        except OSError as error:
+            seen[place] = type(error).__name__
     seen["own environment"] = repr(dict(os.environ))
+    # A /proc of its own, in a user namespace of its own: refused (none is shown to it).
+    read, write = os.pipe()
+    if os.fork() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        os.makedirs("/tmp/proc", exist_ok=True)
+        said = "unshare refused"
+        if libc.unshare(0x10000000 | 0x00020000) == 0:          # CLONE_NEWUSER | CLONE_NEWNS
+            said = "mounted" if libc.mount(b"proc", b"/tmp/proc", b"proc", 0, None) == 0 else "mount refused"
+            if said == "mounted":
+                said += open("/tmp/proc/self/mountinfo").read()
+        os.write(write, said.encode()[:60000])
+        os._exit(0)
+    os.close(write)
+    seen["own /proc"] = os.read(read, 65536).decode(errors="replace")
     written = 0
     try:
         for i in range(8):
@@ -340,7 +364,8 @@ def f():
     finally:
         child.kill()
     got = header["value"]
-    assert any(key.endswith("/cmdline") for key in got["seen"]) and "own environment" in got["seen"]
+    assert "own environment" in got["seen"] and "/proc/self/mountinfo" in got["seen"]
+    assert not got["seen"]["own /proc"].startswith("mounted"), got["seen"]["own /proc"][:300]
     host = {str(tmp_path), str(runtime.parent), sys.prefix, sys.base_prefix, str(paths.REPO),
             str(Path(sys.executable).parent)}
     for key, text in got["seen"].items():

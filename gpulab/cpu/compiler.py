@@ -27,6 +27,7 @@ except ImportError:                   # Windows
     fcntl = None
 
 from .. import paths
+from . import unchecked
 from ..errors import KernelCompileError
 from ..signature import KernelSignature, parse_kernels, strip_comments
 
@@ -50,6 +51,7 @@ FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-alias
 INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0",
                     "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
                     "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED")
+_UNCHECKED_SOURCE = Path(unchecked.__file__).read_bytes()
 # Bump when the generated code changes in a way the hashed inputs do not show.
 FORMAT_VERSION = "4"
 
@@ -355,6 +357,8 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
     for part in (FORMAT_VERSION, compiler_identity(), " ".join(command_flags), text):
         digest.update(_in_lab(part).encode() + b"\0")
     digest.update(_runtime_sources())
+    # A module is in the cache only if this version of the check let it through.
+    digest.update(_UNCHECKED_SOURCE)
     if instrumented:
         digest.update(INSTRUMENT.read_bytes())
     for path in _included_files(source, search, set()):
@@ -531,10 +535,18 @@ def _compile(text: str, library: Path, flags: list[str], filename: str, source: 
         # Relative includes must resolve against the user's folder, not the temp one.
         user_dir = str(Path(filename).resolve().parent)
         out, obj = Path(tmp) / "module.so", Path(tmp) / "module.o"
-        command = ["g++", *[f for f in flags if f != "-shared"], "-c", "-iquote", user_dir, str(cpp), "-o", str(obj)]
+        # -save-temps keeps the preprocessed text g++ compiled (module.ii), which is read for what
+        # would hide the kernel's accesses from the checks (gpulab.cpu.unchecked).
+        command = ["g++", *[f for f in flags if f != "-shared"], "-save-temps=obj", "-c", "-iquote", user_dir,
+                   str(cpp), "-o", str(obj)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise _compile_error(result.stderr or result.stdout, filename, source)
+        prelude = flags[flags.index("-include") + 1] if "-include" in flags else str(PRELUDE)
+        why = unchecked.refusal((Path(tmp) / "module.ii").read_text(errors="replace"), filename=filename,
+                                source=source, main=str(cpp), trusted=(str(INCLUDE_DIR), prelude))
+        if why:
+            raise KernelCompileError(why, path=filename, line=None, log="")
         _refuse_runtime_names(obj, runtime, filename)
         link = ["g++", "-shared", "-pthread", str(obj), str(runtime), "-o", str(out), "-ldl"]
         result = subprocess.run(link, capture_output=True, text=True)
