@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ... import baselines, ladder, roofline, transfers
+from ... import baselines, roofline, transfers
 from ...check import check, compare
 from ...errors import CheckFailed, KernelCompileError
 from ...kernels import get_backend, load_module, resource_table
+from ...ladder import find
 from ...recorder import Experiment, Recording, Variant
 from ...timing import Timing, benchmark
 from . import winograd
@@ -305,7 +306,7 @@ def copies(rec, plan: Plan) -> None:
     for layer in LAYERS:
         x_host, w_host = make_inputs(layer, N)
         for number in ("01",) + TRANSFER_STEPS:
-            step = ladder.find(STEPS, number)
+            step = find(STEPS, number)
             if _failed_on(rec, number, layer):       # check before time: its copies are not timed either
                 continue
             memories = transfers.MEMORY_KINDS if number == "01" else ("pageable", "pinned")
@@ -346,7 +347,7 @@ def scaling(rec, plan: Plan) -> None:
                 ref = reference(x32[_subset(N)], w32, layer, xp=cupy)
                 rec.progress(f"scaling {layer.name} N={N}")
                 for number in SCALING_STEPS:
-                    step = ladder.find(STEPS, number)
+                    step = find(STEPS, number)
                     predicted = plan.main_ms.get((number, layer.index, main), 0.0) * N / main
                     why = unfit_reason(step, layer, N)
                     if why:
