@@ -6,9 +6,6 @@ has for it.
 """
 from __future__ import annotations
 
-import numpy as np
-
-
 FILE = "alexnet/25_wgmma_tma.cu"
 GPU_OPTIONS = ("-arch=sm_90a",)
 BM, BK, STAGES, THREADS = 128, 64, 4, 384

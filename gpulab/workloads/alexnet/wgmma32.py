@@ -9,8 +9,6 @@ step 21 (tf32) or 22 (fp32 accuracy).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ...errors import KernelArgumentError
 from ..convpool.steps import tf32_split
 from . import wgmma
