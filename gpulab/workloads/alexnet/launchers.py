@@ -47,6 +47,8 @@ WGMMA_CAPABILITY = "9."
 #: the warp does; 8 warps, a common default).
 CHUNK = 8
 CHUNK_BLOCK = 256
+CHUNK_COPY_FILE = "alexnet/28_vector_copies.cu"
+CHUNK_COPY_KERNEL = "to_nhwc_chunks_half"
 
 
 # ------------------------------------------------------------------ the direct kernels' shared memory
@@ -701,10 +703,6 @@ class ChunkCopy(Family):
         run.keep = launch.keep
         run.parts = {"layout": (copy,), "gemm": gemm}
         return run
-
-
-CHUNK_COPY_FILE = "alexnet/28_vector_copies.cu"
-CHUNK_COPY_KERNEL = "to_nhwc_chunks_half"
 
 
 def chunks(xt_shape) -> int:
