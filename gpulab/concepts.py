@@ -116,7 +116,7 @@ KNOWN_GAPS = {
 #: alexnet package that come after the hopper chapter.
 def _alexnet_hopper_files() -> tuple:
     from .workloads import alexnet
-    return tuple(alexnet.STEP[n].file for n in alexnet.CHAPTER_STEPS["alexnet_hopper"])
+    return tuple(alexnet.CHAPTER.step(n).file for n in alexnet.CHAPTER_STEPS["alexnet_hopper"])
 
 
 TAKES = {"alexnet_hopper": _alexnet_hopper_files}

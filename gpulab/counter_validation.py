@@ -64,16 +64,16 @@ def launches(backend: str = "cpu", fcnet_steps=None, alexnet_runs=None):
             args = tuple(_resolve(t, bufs) for t in launch.args)
             calls.append(fns[launch.kernel].bind(launch.grid(FCNET_N, None), launch.block, args, launch.shared_mem))
         out.append(("fcnet", int(step.number), None, _sequence(calls)))
-    by_number = {s.number: s for s in alexnet.STEPS}
     for index, number in alexnet.PROFILE_RUNS if alexnet_runs is None else alexnet_runs:
-        step = by_number[number]
+        step = alexnet.CHAPTER.step(number)
         if step.gpu_only or _uses_wmma(step.file):
             continue
         layer = alexnet_layer(index)
         xh, wh = alexnet.make_inputs(layer, ALEXNET_N, 3)
         dx, dw = be.to_device(xh.astype(step.dtype)), be.to_device(wh.astype(step.dtype))
         y = be.poisoned(layer.y_shape(ALEXNET_N), step.dtype)
-        out.append(("alexnet", number, index, alexnet.make_launch(step, layer, ALEXNET_N, dx, dw, y, be)))
+        launch = step.launcher.bind(step, alexnet.problem.Conv(layer, ALEXNET_N), {"x": dx, "w": dw, "y": y}, be)
+        out.append(("alexnet", number, index, launch))
     return out
 
 

@@ -371,10 +371,9 @@ def alexnet(fail):
     kernels' resources and Nsight Compute's profile, which need a GPU, stubbed. Step ``fail``
     made wrong."""
     from gpulab import baselines
-    from gpulab.workloads.alexnet import record as r
-    from gpulab.workloads.alexnet import shapes, winograd
-    from gpulab.workloads.alexnet.shapes import Layer
-    r.benchmark = winograd.benchmark = timing.benchmark
+    from gpulab.workloads.alexnet import problem, record as r
+    from gpulab.workloads.alexnet.problem import Layer
+    r.benchmark = timing.benchmark
     # The layers' strides, paddings and filter sizes, each making a 4 x 4 output
     r.LAYERS = [Layer(1, C=3, H=23, W=23, M=10, R=11, S=11, U=4, P=0), Layer(2, C=10, H=4, W=4, M=17, R=5, S=5, U=1, P=2),
                 *(Layer(i, C=c, H=4, W=4, M=m, R=3, S=3, U=1, P=1) for i, c, m in ((3, 17, 20), (4, 20, 19), (5, 19, 13)))]
@@ -382,7 +381,7 @@ def alexnet(fail):
     # call) then predict layer 1's steps under the record's 4 s a call and the later layers' over
     # it, so both the timed and the skipped-with-its-estimate paths of the scaling study run.
     r.QUICK_BATCHES, r.MAIN_N, r.QUICK_SCALING_BATCHES = (1, 2), 2, (64,)
-    shapes.MAIN_N = 2                          # which images are checked beyond the main batch
+    problem.MAIN_N = 2                         # which images are checked beyond the main batch
     r.SCALING_STEPS = ("04", "14", "20")       # three, each kind of kernel
     RECORD_OPTIONS.extend(["--budget-s", "3600"])   # every experiment runs, however slow this machine
     r.vendor_paths = r.nchw_input_paths = lambda *args, **options: []

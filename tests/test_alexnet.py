@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 
 import gpulab
+from gpulab import ladder
 from gpulab.workloads import alexnet
-from gpulab.workloads.alexnet import tc
+from gpulab.workloads.alexnet import launchers, steps, tc
+from gpulab.workloads.alexnet.problem import Conv
+
+CHAPTER = alexnet.CHAPTER
 
 
 #: The steps slowest to check on the CPU backend (3-5 CPU-s each from a cold cache): marked slow, so
@@ -17,13 +21,12 @@ SLOW_TO_CHECK = ("20", "22", "26", "27")
 
 # The exercise: test_exercises.py; the Winograd steps (on shapes of their own): test_alexnet_winograd.py.
 @pytest.mark.parametrize("step", [pytest.param(s, marks=pytest.mark.slow) if s.number in SLOW_TO_CHECK else s
-                                  for s in alexnet.STEPS if s not in alexnet.WINOGRAD_STEPS],
+                                  for s in CHAPTER.steps if s not in steps.WINOGRAD_STEPS],
                          ids=lambda s: s.number)
 def test_every_step_matches_the_reference(backend, step):
-    checks = alexnet.check_steps(backend, steps=[step])
-    ran = checks[checks["status"] != "skipped"]
-    if ran.empty:
-        pytest.skip(checks["note"].iloc[0])
+    checks = CHAPTER.check(backend, steps=[step])
+    if checks["status"].str.startswith(ladder.SKIPPED).all():
+        pytest.skip(checks["status"].iloc[0])
     gpulab.assert_ok(checks)
     assert list(checks["layer"]) == [layer.name for layer in alexnet.CHECK_LAYERS]
 
@@ -37,7 +40,7 @@ MMA_CPU_LAYERS = [dataclasses.replace(alexnet.CHECK_LAYERS[0], H=67, W=67)] + al
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", alexnet.MMA_STEPS, ids=lambda s: s.number)
+@pytest.mark.parametrize("step", steps.MMA_STEPS, ids=lambda s: s.number)
 def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
     # Every tile a step may pick for any layer (steps 20 on pick per layer), on every layer.
     be = gpulab.get_backend(backend)
@@ -49,14 +52,13 @@ def test_the_mma_steps_match_the_reference_with_every_tile(backend, step):
     layers = MMA_CPU_LAYERS if backend == "cpu" else alexnet.CHECK_LAYERS
     assert all(2 * layers[0].E * layers[0].F % width for width in (64, 96, 128, 256))   # partial tiles
     for layer in layers:
-        x, w = alexnet.make_inputs(layer, 2, seed=None)
-        ref = alexnet.reference(x, w, layer)
+        case = Conv(layer, 2)
+        inputs = case.inputs(None, step.precision)
+        ref = case.reference(inputs, step.precision)
         for name in names:
-            y = be.poisoned(layer.y_shape(2), step.dtype)
-            tc.make_launch(step, layer, 2, be.to_device(x.astype(step.dtype)),
-                                   be.to_device(w.astype(step.dtype)), y, be, kernel=name)()
-            be.synchronize()
-            result = gpulab.compare(be.to_host(y), ref, step.precision, name=f"{name} {layer.name}")
+            one_tile = dataclasses.replace(step, launcher=launchers.Mma(tile=name))
+            result = gpulab.compare(ladder.run(one_tile, case, inputs, be), ref, step.precision,
+                                    name=f"{name} {layer.name}")
             assert result.passed, str(result)
 
 
@@ -85,7 +87,7 @@ def test_step28s_copy_writes_every_chunk_of_the_channels_last_layout(backend, C,
     want = np.zeros((N, Hp, Wp, Cp), np.float16)
     want[:, P:P + H, P:P + W, :C] = x.transpose(0, 2, 3, 1)
     xt = be.poisoned((N, Hp, Wp, Cp), np.float16)
-    alexnet.copies.copy_launch(be.to_device(x), xt, C, H, W, P, be)()
+    launchers.chunk_copy(be.to_device(x), xt, C, H, W, P, be)()
     be.synchronize()
     np.testing.assert_array_equal(be.to_host(xt), want)     # a copy: exact, and no NaN left
 
@@ -93,13 +95,13 @@ def test_step28s_copy_writes_every_chunk_of_the_channels_last_layout(backend, C,
 def test_step28s_copy_refuses_layouts_it_cannot_write():
     x = np.zeros((1, 3, 5, 5), np.float16)
     with pytest.raises(gpulab.KernelArgumentError, match="multiple of 8"):
-        alexnet.copies.copy_launch(x, np.zeros((1, 5, 5, 4), np.float16), 3, 5, 5, 0, "cpu")   # 25 pixels: odd
+        launchers.chunk_copy(x, np.zeros((1, 5, 5, 4), np.float16), 3, 5, 5, 0, "cpu")   # 25 pixels: odd
     with pytest.raises(gpulab.KernelArgumentError, match="multiple of 8"):
-        alexnet.copies.copy_launch(x, np.zeros((1, 5, 6, 2), np.float16), 3, 5, 5, 0, "cpu")  # fewer than C
+        launchers.chunk_copy(x, np.zeros((1, 5, 6, 2), np.float16), 3, 5, 5, 0, "cpu")  # fewer than C
     with pytest.raises(gpulab.KernelArgumentError, match="border"):
-        alexnet.copies.copy_launch(x, np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 1, "cpu")
+        launchers.chunk_copy(x, np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 1, "cpu")
     with pytest.raises(gpulab.KernelArgumentError, match="float16"):
-        alexnet.copies.copy_launch(x.astype(np.float32), np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 0, "cpu")
+        launchers.chunk_copy(x.astype(np.float32), np.zeros((1, 5, 6, 8), np.float16), 3, 5, 5, 0, "cpu")
 
 
 def test_the_checks_use_shapes_that_break_sloppy_tiling():
@@ -112,7 +114,7 @@ def test_the_checks_use_shapes_that_break_sloppy_tiling():
 
 def test_a_kernel_that_skips_the_last_filter_is_caught(tmp_path):
     # The check must be able to fail: step 2 with its grid one filter short.
-    step = alexnet.STEP["02"]
+    step = CHAPTER.step("02")
     layer = alexnet.CHECK_LAYERS[2]
     x, w = alexnet.make_inputs(layer, 2)
     module = gpulab.load_module(step.file, "cpu")
@@ -146,7 +148,7 @@ def test_layer_shapes_and_work():
     assert layer1.flops(1) == 2 * 96 * 55 * 55 * 3 * 11 * 11
     assert layer1.bytes(1) == 4 * (3 * 227 * 227 + 96 * 3 * 11 * 11 + 96 * 55 * 55)
     # Step 7's partial sums at N = 128: C times the output (12.8 GB on layer 4).
-    assert alexnet.scratch_bytes(alexnet.STEP["07"], alexnet.LAYERS[3], 128) == 128 * 384 * 384 * 169 * 4
+    assert alexnet.scratch_bytes(CHAPTER.step("07"), alexnet.LAYERS[3], 128) == 128 * 384 * 384 * 169 * 4
 
 
 def test_inputs_are_seeded_and_prefix_stable():
@@ -159,11 +161,11 @@ def test_inputs_are_seeded_and_prefix_stable():
 
 
 def test_shared_memory_fits_or_is_opted_in():
-    for step in alexnet.STEPS:
+    for step in CHAPTER.steps:
         for layer in alexnet.LAYERS:
             assert alexnet.shared_bytes(step, layer) <= 227 * 1024, (step.number, layer.name)
     # Layer 1's input patch (119 x 119 floats) is over the default 48 KB: the launch opts in.
-    assert alexnet.shared_bytes(alexnet.STEP["09"], alexnet.LAYERS[0]) > 48 * 1024
+    assert alexnet.shared_bytes(CHAPTER.step("09"), alexnet.LAYERS[0]) > 48 * 1024
 
 
 def test_the_recorded_run_has_every_experiment():
@@ -172,8 +174,8 @@ def test_the_recorded_run_has_every_experiment():
     ladder = run.experiment("ladder")
     # Steps added after the run was recorded have no rows at all; every view says "not recorded yet".
     unrecorded = alexnet.unrecorded_steps(ladder)
-    assert set(unrecorded) <= {s.number for s in alexnet.WINOGRAD_STEPS}
-    expected = {s.label for s in alexnet.STEPS if s.number not in unrecorded}
+    assert set(unrecorded) <= {s.number for s in steps.WINOGRAD_STEPS}
+    expected = {s.label for s in CHAPTER.steps if s.number not in unrecorded}
     for N in alexnet.BATCHES:
         at_n = ladder[ladder["size"] == N]
         for layer in alexnet.LAYERS:
@@ -225,9 +227,9 @@ def test_memory_budgets_come_from_the_device():
     from gpulab import device
     with device.simulate("T4"):
         assert alexnet.memory_limit() == 0.5 * device.PROFILES["T4"].total_memory
-        why = alexnet.unfit_reason(alexnet.STEP["07"], alexnet.LAYERS[1], 128)
+        why = launchers.unfit_reason(CHAPTER.step("07"), alexnet.LAYERS[1], 128)
         assert why and "GB of device memory" in why and "Tesla T4" in why
-        assert alexnet.unfit_reason(alexnet.STEP["14"], alexnet.LAYERS[1], 128) is None
+        assert launchers.unfit_reason(CHAPTER.step("14"), alexnet.LAYERS[1], 128) is None
         fits_t4 = alexnet.memory_table([128])["fits"]
     assert alexnet.memory_table([128])["fits"].sum() > fits_t4.sum()
 
@@ -315,3 +317,43 @@ def test_the_copy_table_splits_each_call_into_its_copy_and_its_gemm():
     assert layer1["25"] == pytest.approx(layer1["20"], rel=0.1)
     assert alexnet.copy_table(run, steps=("99",))[["given NCHW x (ms)", "copy (ms)"]].isna().all().all()
 
+
+
+def test_the_ladder_is_data_and_each_step_names_its_family():
+    # One way to find a step, the exercise among them; a step's family is its launcher, no string.
+    assert CHAPTER.step(7) is CHAPTER.step("07") and CHAPTER.step("E1") is steps.EXERCISE
+    assert CHAPTER.step("E1").launcher == launchers.Direct(filters_per_block=4)
+    for step in [*CHAPTER.steps, *CHAPTER.exercises]:
+        assert isinstance(step.launcher, launchers.Family) and not hasattr(step, "kind"), step.number
+    # Exercise 1 is step 2's family with a quarter of the blocks along M.
+    layer = alexnet.LAYERS[0]
+    e1, s2 = (launchers.launch_config(CHAPTER.step(n), layer, 128) for n in ("E1", "02"))
+    assert e1["grid"] == (-(-layer.M // 4), 128) and s2["grid"] == (layer.M, 128) and e1["block"] == s2["block"]
+
+
+def test_a_step_hands_the_layers_its_family_does_not_apply_to_to_another_step():
+    # Winograd (3 x 3, stride 1) and wgmma (stride 1): the other layers are the named step's,
+    # kernel, launch, scratch and check row (which says so).
+    for number, fallback in (("23", "22"), ("24", "22"), ("25", "20"), ("26", "21"), ("27", "22"), ("28", "20")):
+        step = CHAPTER.step(number)
+        assert launchers.fallback_step(step, alexnet.LAYERS[0]) is CHAPTER.step(fallback), number
+        assert launchers.fallback_step(step, alexnet.LAYERS[3]) is step, number
+        assert step.launcher.note(step, alexnet.LAYERS[0]).startswith(f"step {fallback}'s kernel: "), number
+        assert step.launcher.note(step, alexnet.LAYERS[3]) == "", number
+    table = CHAPTER.check("cpu", steps=[CHAPTER.step("24")], layers=alexnet.CHECK_LAYERS[1:3], N=1)
+    assert list(table["kernel"]) == ["conv_split_128x128_k64", "conv_winograd_gemm"]
+    assert list(table["note"]) == ["step 22's kernel: Winograd needs 3 x 3, stride 1", ""]
+
+
+def test_step28_is_step25s_launch_with_layer_1s_copy_replaced():
+    be = gpulab.get_backend("cpu")
+
+    def layout(number, layer):
+        step, case = CHAPTER.step(number), Conv(layer, 1)
+        arrays = {name: be.to_device(a) for name, a in case.inputs(0, step.precision).items()}
+        arrays["y"] = be.poisoned(*case.output(step.precision))
+        return [part.__name__ for part in step.launcher.bind(step, case, arrays, be).parts["layout"]]
+    layer1, layer3 = alexnet.CHECK_LAYERS[0], alexnet.CHECK_LAYERS[2]
+    assert layout("25", layer1) == ["launch_to_padded_nhwc_half"]        # step 20's copy, its border written
+    assert layout("28", layer1) == ["launch_to_nhwc_chunks_half"]
+    assert layout("28", layer3) == layout("25", layer3) == ["launch_to_nhwc_half"]

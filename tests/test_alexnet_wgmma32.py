@@ -2,13 +2,17 @@
 gpulab.workloads.alexnet.wgmma32 on kernels/common/hopper_conv.cuh's float GEMMs, against the
 float64 reference with NaN-poisoned outputs, on layers whose channels, filters and images fill
 no slice, tile or box. On a Hopper GPU the same tests run there."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import gpulab
+from gpulab import ladder
 from gpulab.errors import KernelArgumentError
 from gpulab.workloads import alexnet
-from gpulab.workloads.alexnet import shapes, wgmma32
+from gpulab.workloads.alexnet import launchers, wgmma32
+from gpulab.workloads.alexnet import problem as shapes
 from gpulab.workloads.convpool.steps import tf32_split
 
 from test_hopper import _hopper_backend
@@ -20,10 +24,26 @@ PRECISION = {"26": "tf32", "27": "fp32"}
 TWO_SLICES = shapes.Layer(3, C=40, H=9, W=11, M=140, R=3, S=3, U=1, P=1)
 
 
+def _alone(number, tile=None, blocks=None):
+    """Step ``number`` on its wgmma family alone (no step for the layers it does not apply to),
+    with ``tile`` on every layer and a grid of ``blocks``."""
+    return dataclasses.replace(alexnet.CHAPTER.step(number), launcher=launchers.Wgmma32(tile=tile, blocks=blocks))
+
+
+def _run(number, layer, x, w, be, tile=None, blocks=None):
+    """y on the host: the step alone on host float inputs, its output poisoned."""
+    return ladder.run(_alone(number, tile, blocks), shapes.Conv(layer, x.shape[0]), {"x": x, "w": w}, be)
+
+
+def _bind(number, layer, N, x, w, y, be, tile=None, blocks=None):
+    step = _alone(number, tile, blocks)
+    return step.launcher.bind(step, shapes.Conv(layer, N), {"x": x, "w": w, "y": y}, be)
+
+
 def _check(number, layer, be, tile=None, N=shapes.CHECK_N, seed=None, blocks=2):
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else seed
     x, w = shapes.make_inputs(layer, N, seed)
-    y = wgmma32.run(number, layer, x, w, be, tile=tile, blocks=blocks)
+    y = _run(number, layer, x, w, be, tile=tile, blocks=blocks)
     result = gpulab.compare(y, shapes.reference(x, w, layer), PRECISION[number],
                             name=f"step {number} {layer.name} tile {tile} seed {seed}")
     assert result.passed and result.unwritten == 0, result
@@ -118,8 +138,8 @@ def test_the_copies_are_channels_last_and_step_27s_is_split_as_the_host_splits(b
     want[..., :layer.C] = x.transpose(0, 2, 3, 1)
     for number in ("26", "27"):
         y = be.poisoned(layer.y_shape(shapes.CHECK_N), np.float32)
-        launch = wgmma32.make_launch(number, layer, shapes.CHECK_N, be.to_device(x), be.to_device(w), y, be,
-                                     tile=(8, 128), blocks=1)      # a rectangle: the dense copy
+        launch = _bind(number, layer, shapes.CHECK_N, be.to_device(x), be.to_device(w), y, be,
+                       tile=(8, 128), blocks=1)      # a rectangle: the dense copy
         copies = launch.keep[0]
         for copy in copies:
             copy[...] = np.nan
@@ -140,8 +160,8 @@ def test_the_flat_copies_put_each_pixel_in_its_slot_and_keep_the_zeros(backend):
     want = want.reshape(N * hp * wp, 12)
     for number in ("26", "27"):
         y = be.poisoned(layer.y_shape(N), np.float32)
-        launch = wgmma32.make_launch(number, layer, N, be.to_device(x), be.to_device(w), y, be,
-                                     tile=(wgmma32.FLAT, 128), blocks=1)
+        launch = _bind(number, layer, N, be.to_device(x), be.to_device(w), y, be,
+                       tile=(wgmma32.FLAT, 128), blocks=1)
         launch.parts["layout"][0]()
         be.synchronize()
         _assert_copied(number, [be.to_host(copy) for copy in launch.keep[0]], want)
@@ -151,33 +171,33 @@ def test_refusals_name_what_was_expected():
     layer1, layer2 = shapes.CHECK_LAYERS[0], shapes.CHECK_LAYERS[1]
     x, w = shapes.make_inputs(layer1, 1, seed=1)
     with pytest.raises(KernelArgumentError, match="stride 4"):
-        wgmma32.run("26", layer1, x, w, "cpu")
+        _run("26", layer1, x, w, "cpu")
     x, w = shapes.make_inputs(layer2, 1, seed=1)
     with pytest.raises(KernelArgumentError, match="not compiled for step 27"):
-        wgmma32.run("27", layer2, x, w, "cpu", tile=(8, 256))       # 3xTF32 has 128 filters per tile
+        _run("27", layer2, x, w, "cpu", tile=(8, 256))       # 3xTF32 has 128 filters per tile
     with pytest.raises(KernelArgumentError, match="not a float wgmma step"):
-        wgmma32.run("25", layer2, x, w, "cpu")
+        _run("25", layer2, x, w, "cpu")
 
 
 @pytest.mark.parametrize("number, layer1_step", [("26", "21"), ("27", "22")])
 def test_the_ladder_runs_layer1_on_the_fastest_kernel_of_the_same_precision(number, layer1_step):
     from gpulab import device
-    step, fallback = alexnet.STEP[number], alexnet.STEP[layer1_step]
+    step, fallback = alexnet.CHAPTER.step(number), alexnet.CHAPTER.step(layer1_step)
     layer1, layer2 = alexnet.LAYERS[0], alexnet.LAYERS[1]
     assert step.precision == fallback.precision == PRECISION[number]
-    assert alexnet.fallback_step(step, layer1) is fallback
-    assert alexnet.main_kernel(step, layer1) == alexnet.main_kernel(fallback, layer1)
-    assert alexnet.launch_config(step, layer1, 128) == alexnet.launch_config(fallback, layer1, 128)
-    assert [alexnet.main_kernel(step, layer) for layer in alexnet.LAYERS[1:]] == \
+    assert launchers.fallback_step(step, layer1) is fallback
+    assert launchers.main_kernel(step, layer1) == launchers.main_kernel(fallback, layer1)
+    assert launchers.launch_config(step, layer1, 128) == launchers.launch_config(fallback, layer1, 128)
+    assert [launchers.main_kernel(step, layer) for layer in alexnet.LAYERS[1:]] == \
         [wgmma32.kernel_for(number, layer) for layer in alexnet.LAYERS[1:]]
     # The checks of the ladder (layer 1 through the fallback) pass with poisoned outputs.
-    table = gpulab.assert_ok(alexnet.check_steps("cpu", steps=[step]))
+    table = gpulab.assert_ok(alexnet.CHAPTER.check("cpu", steps=[step]))
     assert (table["unwritten"] == 0).all() and len(table) == 5
     assert table.iloc[0]["note"].startswith(f"step {layer1_step}'s kernel")
     with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
-        why = alexnet.unfit_reason(step, layer2, 128)
+        why = launchers.unfit_reason(step, layer2, 128)
         assert "sm_90a" in why and l4.name in why
-        assert alexnet.unfit_reason(step, layer1, 128) is None
+        assert launchers.unfit_reason(step, layer1, 128) is None
 
 
 def test_shared_memory_and_scratch_as_the_rings_hold_them():

@@ -6,7 +6,9 @@ import pytest
 
 import gpulab
 from gpulab.workloads import alexnet
+from gpulab.workloads.alexnet import launchers, steps
 from gpulab.workloads.alexnet import winograd as wino
+from gpulab.workloads.alexnet.problem import Conv
 
 #: Odd planes that the 2 x 2 and 4 x 4 tiles overhang on both sides (H != W), odd channel and
 #: filter counts, and one layer without padding (P = 0: E = H - 2).
@@ -34,13 +36,13 @@ def test_one_tile_of_winograd_is_direct_correlation(m):
     assert errors[2] < errors[4] < 1e-5
 
 
-@pytest.mark.parametrize("step", alexnet.WINOGRAD_STEPS, ids=lambda s: s.number)
+@pytest.mark.parametrize("step", steps.WINOGRAD_STEPS, ids=lambda s: s.number)
 def test_the_winograd_steps_match_the_reference_on_odd_shapes(backend, step):
     # Layers 3-5 of the checks (7 x 7, C = 17, 20, 19) and the odd shapes above, through the
     # book's check (fresh seed, NaN-poisoned output); layer 2 of the checks once, through the
     # fallback step (layer 1's fallback, step 22, is tested in test_alexnet.py).
     layers = alexnet.CHECK_LAYERS[2:] + ODD_LAYERS + ([alexnet.CHECK_LAYERS[1]] if step.number == "23" else [])
-    checks = alexnet.check_steps(backend, steps=[step], layers=layers, N=3)
+    checks = alexnet.CHAPTER.check(backend, steps=[step], layers=layers, N=3)
     gpulab.assert_ok(checks)
     assert (checks["unwritten"] == 0).all()
     assert list(checks["kernel"]) == ["conv_winograd_gemm"] * (len(layers) - (step.number == "23")) + \
@@ -50,11 +52,11 @@ def test_the_winograd_steps_match_the_reference_on_odd_shapes(backend, step):
 def test_a_winograd_output_transform_one_filter_short_is_caught():
     # The check must be able to fail: the output transform's grid one filter short leaves the
     # last filter's plane NaN.
-    step, layer, N = alexnet.STEP["23"], ODD_LAYERS[0], 3
+    step, layer, N = alexnet.CHAPTER.step("23"), ODD_LAYERS[0], 3
     be = gpulab.get_backend("cpu")
     x, w = alexnet.make_inputs(layer, N, seed=5)
     y = be.poisoned(layer.y_shape(N), np.float32)
-    launch = wino.make_launch(step, layer, N, be.to_device(x), be.to_device(w), y, be)
+    launch = step.launcher.bind(step, Conv(layer, N), {"x": be.to_device(x), "w": be.to_device(w), "y": y}, be)
     launch.parts["input transform"]()
     launch.parts["gemm"]()
     g = wino.geometry("23", layer, N)
@@ -67,7 +69,7 @@ def test_a_winograd_output_transform_one_filter_short_is_caught():
 
 def test_winograd_applies_to_layers_3_to_5_and_the_others_run_their_fastest_fp32_step():
     assert [wino.applies(layer) for layer in alexnet.LAYERS] == [False, False, True, True, True]
-    table = alexnet.kernels_per_layer()
+    table = alexnet.views.kernels_per_layer()
     assert len(table) == len(wino.TILE) * len(alexnet.LAYERS)
     # FALLBACK is the fastest fp32 step on its layer at N = 128 in the book's recorded run, of the
     # steps before Winograd's (a later step, such as 27's 3xTF32 on wgmma, cannot be what 23 and 24
@@ -75,17 +77,18 @@ def test_winograd_applies_to_layers_3_to_5_and_the_others_run_their_fastest_fp32
     ladder = gpulab.load_run(alexnet.CHAPTER).experiment("ladder")
     main = ladder[(ladder["size"] == alexnet.MAIN_N) & (ladder["precision"] == "fp32")]
     main = alexnet.step_labels(main)
-    first_winograd = min(int(s.number) for s in alexnet.STEPS if s.kind == "winograd")
-    earlier = [s.number for s in alexnet.STEPS if s.kind != "winograd" and int(s.number) < first_winograd]
+    first_winograd = min(int(s.number) for s in steps.WINOGRAD_STEPS)
+    earlier = [s.number for s in alexnet.CHAPTER.steps if int(s.number) < first_winograd]
     ours = main[main["step"].isin(earlier)]
     for index, number in wino.FALLBACK.items():
         at = ours[ours["layer"] == index]
         assert at.loc[at["median_ms"].idxmin(), "step"] == number, index
-    step, layer = alexnet.STEP["24"], alexnet.LAYERS[0]
+    step, layer = alexnet.CHAPTER.step("24"), alexnet.LAYERS[0]
     with pytest.raises(ValueError, match="3 x 3 filter with stride 1"):     # the ladder hands it over, not wino
         wino.launch_config(step, layer, 128)
-    assert alexnet.launch_config(step, layer, 128) == alexnet.launch_config(alexnet.STEP["22"], layer, 128)
-    assert alexnet.scratch_bytes(step, layer, 128) == alexnet.scratch_bytes(alexnet.STEP["22"], layer, 128)
+    step22 = alexnet.CHAPTER.step("22")
+    assert launchers.launch_config(step, layer, 128) == launchers.launch_config(step22, layer, 128)
+    assert launchers.scratch_bytes(step, layer, 128) == launchers.scratch_bytes(step22, layer, 128)
 
 
 def test_multiply_counts_and_launch_shapes():
@@ -101,8 +104,8 @@ def test_multiply_counts_and_launch_shapes():
     assert table.loc["conv4", "F(4x4,3x3) fewer"] == pytest.approx(144 * 169 / (36 * 256))
     g = wino.geometry("23", layer4, 128)
     assert (g.TH, g.TW, g.P, g.Pp, g.Mp, g.Kp, g.points) == (7, 7, 6272, 6272, 384, 384, 16)
-    assert alexnet.launch_config(alexnet.STEP["23"], layer4, 128)["grid"] == (49, 3, 16)
+    assert launchers.launch_config(alexnet.CHAPTER.step("23"), layer4, 128)["grid"] == (49, 3, 16)
     g4 = wino.geometry("24", layer4, 128)
     assert (g4.TH, g4.P, g4.points) == (4, 2048, 36)
     # U, V and Mt for layer 4 at N = 128: 9.4 MB + 154 MB + 154 MB.
-    assert alexnet.scratch_bytes(alexnet.STEP["23"], layer4, 128) == 4 * 16 * (384 * 384 + 2 * 384 * 6272)
+    assert launchers.scratch_bytes(alexnet.CHAPTER.step("23"), layer4, 128) == 4 * 16 * (384 * 384 + 2 * 384 * 6272)

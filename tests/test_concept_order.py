@@ -49,9 +49,10 @@ def test_every_kernel_file_belongs_to_one_chapter():
     # the second AlexNet chapter owns its steps' files, the first the rest of kernels/alexnet/
     from gpulab.workloads import alexnet
     mine = set(concepts.kernel_files("alexnet_hopper"))
-    assert mine == {alexnet.STEP[n].file for n in alexnet.CHAPTER_STEPS["alexnet_hopper"]}
-    assert {alexnet.STEP[n].file for n in alexnet.CHAPTER_STEPS["alexnet"]} <= set(concepts.kernel_files("alexnet"))
-    assert set(alexnet.CHAPTER_STEPS["alexnet"]) | set(alexnet.CHAPTER_STEPS["alexnet_hopper"]) == set(alexnet.STEP)
+    assert mine == {alexnet.CHAPTER.step(n).file for n in alexnet.CHAPTER_STEPS["alexnet_hopper"]}
+    assert {alexnet.CHAPTER.step(n).file for n in alexnet.CHAPTER_STEPS["alexnet"]} <= set(concepts.kernel_files("alexnet"))
+    assert set(alexnet.CHAPTER_STEPS["alexnet"]) | set(alexnet.CHAPTER_STEPS["alexnet_hopper"]) == \
+        {s.number for s in alexnet.CHAPTER.steps}
 
 
 @pytest.mark.parametrize("chapter", NAMES)

@@ -119,43 +119,56 @@ def test_race_checking_sees_no_race_in_the_conv_ring():
     # wraps twice), the cheapest kernel built on it (about 15 CPU-s under the checker); convpool's
     # step 9 is the same loop with 25 taps (about 70 CPU-s: checked once, no race reported).
     from gpulab import cpu
-    from gpulab.workloads.alexnet import shapes, wgmma
+    from gpulab.workloads.alexnet import problem as shapes
     layer = shapes.CHECK_LAYERS[2]
     x, w = shapes.make_inputs(layer, 1, seed=11)
     with cpu.checking(races=True, time_limit_s=600):
-        y = wgmma.run(layer, x, w, "cpu", tile=(16, 128, 64))
+        y = _alexnet_wgmma(layer, x, w, "cpu", tile=(16, 128, 64))
     assert gpulab.compare(y, shapes.reference(x, w, layer), "fp16").passed
 
 
 # ------------------------------------------------- AlexNet's stride-1 layers on the same GEMM
+def _alexnet_wgmma(layer, x, w, backend, tile=None, blocks=None):
+    """AlexNet's step 25 on its wgmma family alone (no step for layer 1), ``tile`` on every layer,
+    on host float inputs (made half) with a poisoned output: y on the host."""
+    import dataclasses
+
+    from gpulab import ladder
+    from gpulab.workloads import alexnet
+    from gpulab.workloads.alexnet import launchers, problem
+    step = dataclasses.replace(alexnet.CHAPTER.step("25"), launcher=launchers.Wgmma(tile=tile, blocks=blocks))
+    inputs = {"x": x.astype(np.float16), "w": w.astype(np.float16)}
+    return ladder.run(step, problem.Conv(layer, x.shape[0]), inputs, backend)
+
+
 @pytest.mark.parametrize("index", [2, 3, 4, 5])
 def test_alexnet_wgmma_matches_the_reference_on_the_check_layers(backend, index):
     # The check layers' channels (10, 17, 20, 19) and filters (17, 20, 19, 13) fill no slice or
     # tile, their 15 x 15 and 7 x 7 images no 16 x 8 box, and the zero border (P = 2, 1) is read
     # at negative coordinates of the channels-last copy, which has none written out.
-    from gpulab.workloads.alexnet import shapes, wgmma
+    from gpulab.workloads.alexnet import problem as shapes, wgmma
     be = _hopper_backend(backend)
     layer = shapes.CHECK_LAYERS[index - 1]
     x, w = shapes.make_inputs(layer, shapes.CHECK_N, seed=int(np.random.SeedSequence().entropy % 2**31))
     ref = shapes.reference(x, w, layer)
     tiles = [wgmma.DEFAULT_TILES[index]] + ([(8, 128), (32, 256, 32)] if index == 2 else [])
     for tile in tiles:
-        y = wgmma.run(layer, x, w, be, tile=tile, blocks=2)
+        y = _alexnet_wgmma(layer, x, w, be, tile=tile, blocks=2)
         result = gpulab.compare(y, ref, "fp16", name=f"{layer.name} tile {tile}")
         assert result.passed and result.unwritten == 0, result
 
 
 def test_alexnet_wgmma_refuses_the_strided_layer_and_unknown_tiles():
-    from gpulab.workloads.alexnet import shapes, wgmma
+    from gpulab.workloads.alexnet import problem as shapes, wgmma
     layer1, layer2 = shapes.CHECK_LAYERS[0], shapes.CHECK_LAYERS[1]
     x, w = shapes.make_inputs(layer1, 1, seed=1)
     with pytest.raises(KernelArgumentError, match="stride 4"):
-        wgmma.run(layer1, x, w, "cpu")
+        _alexnet_wgmma(layer1, x, w, "cpu")
     x, w = shapes.make_inputs(layer2, 1, seed=1)
     with pytest.raises(KernelArgumentError, match="not compiled"):
-        wgmma.run(layer2, x, w, "cpu", tile=(64, 128))
+        _alexnet_wgmma(layer2, x, w, "cpu", tile=(64, 128))
     with pytest.raises(KernelArgumentError, match="not compiled"):
-        wgmma.run(layer2, x, w, "cpu", tile=(8, 128, 32))
+        _alexnet_wgmma(layer2, x, w, "cpu", tile=(8, 128, 32))
     # the row use the sweep's tiles trade: 13 x 13 in 16 x 8 boxes, 384 filters in 3 x 128
     assert wgmma.row_use(shapes.LAYERS[2], (16, 128)) == pytest.approx(169 / 256)
     assert wgmma.row_use(shapes.LAYERS[2], (16, 256)) == pytest.approx(169 / 256 * 384 / 512)
@@ -164,17 +177,19 @@ def test_alexnet_wgmma_refuses_the_strided_layer_and_unknown_tiles():
 def test_alexnet_step25_is_refused_off_hopper_and_runs_step20_on_layer1():
     from gpulab import device
     from gpulab.workloads import alexnet
-    step25, layer1, layer2 = alexnet.STEP["25"], alexnet.LAYERS[0], alexnet.LAYERS[1]
+    from gpulab.workloads.alexnet import launchers
+    step25, step20 = alexnet.CHAPTER.step("25"), alexnet.CHAPTER.step("20")
+    layer1, layer2 = alexnet.LAYERS[0], alexnet.LAYERS[1]
     # Layer 1 (stride 4) is step 20's kernel, launch and scratch; layers 2-5 are step 25's own.
-    assert alexnet.fallback_step(step25, layer1) is alexnet.STEP["20"]
-    assert alexnet.main_kernel(step25, layer1) == alexnet.main_kernel(alexnet.STEP["20"], layer1)
-    assert alexnet.launch_config(step25, layer1, 128) == alexnet.launch_config(alexnet.STEP["20"], layer1, 128)
-    assert [alexnet.main_kernel(step25, layer) for layer in alexnet.LAYERS[1:]] == \
+    assert launchers.fallback_step(step25, layer1) is step20
+    assert launchers.main_kernel(step25, layer1) == launchers.main_kernel(step20, layer1)
+    assert launchers.launch_config(step25, layer1, 128) == launchers.launch_config(step20, layer1, 128)
+    assert [launchers.main_kernel(step25, layer) for layer in alexnet.LAYERS[1:]] == \
         [alexnet.wgmma.kernel_for(layer) for layer in alexnet.LAYERS[1:]]
     with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
-        why = alexnet.unfit_reason(step25, layer2, 128)
+        why = launchers.unfit_reason(step25, layer2, 128)
         assert "sm_90a" in why and l4.name in why
-        assert alexnet.unfit_reason(step25, layer1, 128) is None
-        status = gpulab.assert_ok(alexnet.check_steps("cpu", steps=[step25])).set_index("step")["status"]
+        assert launchers.unfit_reason(step25, layer1, 128) is None
+        status = gpulab.assert_ok(alexnet.CHAPTER.check("cpu", steps=[step25])).set_index("step")["status"]
         assert status["25"].startswith("skipped: ")
         assert all(step != "25" for _, step in alexnet.profile.profile_runs())

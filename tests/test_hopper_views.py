@@ -113,7 +113,7 @@ def test_the_shapes_are_the_book_chapters_gemms():
     """record.SHAPES against the chapters' own shape declarations, and the rules a tensor map sets
     (rows of A, B and C multiples of 16 bytes in every type)."""
     from gpulab.workloads import training
-    from gpulab.workloads.alexnet import shapes as alexnet
+    from gpulab.workloads.alexnet import problem as alexnet
     from gpulab.workloads.convpool import shapes as convpool
     shapes = {name: (M, N, K) for name, M, N, K, _ in hopper.record.SHAPES}
     L = convpool.LAYER

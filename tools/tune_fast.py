@@ -28,7 +28,7 @@ from gpulab.check import compare                                  # noqa: E402
 from gpulab.kernels import get_backend, load_module, resource_table   # noqa: E402
 from gpulab.timing import benchmark, graph_benchmark               # noqa: E402
 from gpulab.workloads import alexnet as A, fcnet as FC   # noqa: E402
-from gpulab.workloads.alexnet import tc as TC   # noqa: E402
+from gpulab.workloads.alexnet import launchers as AL, tc as TC   # noqa: E402
 
 T0 = time.time()
 A_STEPS = A.STEPS + [s for s in getattr(A, "MMA_STEPS", []) if s not in A.STEPS]
@@ -63,10 +63,10 @@ def alexnet(out: Path, N: int = 128, repeats: int = 50):
         x32, w32 = cupy.asarray(x), cupy.asarray(w)
         ref = A.reference(x32, w32, layer, xp=cupy)
         for number in numbers:
-            step = A.STEP[number]
+            step = A.CHAPTER.step(number)
             xs = x32.astype(step.dtype)
             ws = w32.astype(step.dtype)
-            if step.kind == "mma":
+            if isinstance(step.launcher, AL.Mma):
                 chosen = TC.kernel_for(number, layer)
                 prefix = "_".join(chosen.split("_")[:2])
                 names = [chosen] + ([n for n in TC.TILES if n.startswith(prefix + "_") and n != chosen
@@ -78,10 +78,8 @@ def alexnet(out: Path, N: int = 128, repeats: int = 50):
                 label = f"{number} {name or step.kernels[0]}"
                 try:
                     y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
-                    if name:
-                        launch = TC.make_launch(step, layer, N, xs, ws, y, be, kernel=name)
-                    else:
-                        launch = A.make_launch(step, layer, N, xs, ws, y, "gpu")
+                    launcher = AL.Mma(tile=name) if name else step.launcher
+                    launch = launcher.bind(step, A.problem.Conv(layer, N), {"x": xs, "w": ws, "y": y}, be)
                     launch()
                     r = compare(y, ref, step.precision, name=label)
                     row = {"layer": layer.index, "variant": label, "precision": step.precision,
@@ -215,13 +213,13 @@ def record(chapter: str, out: Path, budget_s: float | None, precheck: list[str])
     if chapter == "alexnet" and precheck:
         be = get_backend("gpu")
         for number in precheck:
-            step = A.STEP[number]
+            step = A.CHAPTER.step(number)
             for layer in A.LAYERS:
                 x, w = A.make_inputs(layer, 128)
                 ref = A.reference(cupy.asarray(x), cupy.asarray(w), layer, xp=cupy)
                 y = cupy.full(layer.y_shape(128), cupy.nan, dtype=step.dtype)
-                A.make_launch(step, layer, 128, cupy.asarray(x.astype(step.dtype)),
-                              cupy.asarray(w.astype(step.dtype)), y, be)()
+                step.launcher.bind(step, A.problem.Conv(layer, 128), {"x": cupy.asarray(x.astype(step.dtype)),
+                                   "w": cupy.asarray(w.astype(step.dtype)), "y": y}, be)()
                 r = compare(y, ref, step.precision, name=f"step {number} {layer.name}")
                 log(f"precheck {r}")
                 if not r.passed or r.rel_error > 0.7 * r.tolerance:    # a margin for other inputs

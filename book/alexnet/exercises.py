@@ -1,8 +1,7 @@
 """The alexnet chapter's exercises, found through the toc by gpulab.exercises (which explains them)."""
 from gpulab.exercises import Exercise, measured_ceilings, recorded_run
-from gpulab.ladder import find
 from gpulab.workloads import alexnet
-from gpulab.workloads.alexnet import CHECK_LAYERS, Layer
+from gpulab.workloads.alexnet.problem import CHECK_LAYERS, Layer
 
 
 def _inputs_totals(case: dict) -> dict:
@@ -10,7 +9,7 @@ def _inputs_totals(case: dict) -> dict:
 
 
 def _inputs_2(case: dict) -> dict:
-    return {"step": find([*alexnet.STEPS, alexnet.EXERCISE], case["step"]),
+    return {"step": alexnet.CHAPTER.step(case["step"]),
             "capacity": case["capacity"]}
 
 
@@ -33,7 +32,7 @@ def _check_layers():
 
 EXERCISES = [
     Exercise("alexnet.1a", "alexnet", "four filters per block (the kernel)", 4, "kernel",
-             "kernels/alexnet/exercise_01_four_filters.cu",
+             "kernels/alexnet/exercise_01_four_filters.cu", step="E1",
              # Race-checked: the chapter's five reduced layers, the first one smaller (7 x 7 outputs,
              # not 33 x 33: 11 x 11 filters at stride 4 all the same), at a few seconds of CPU.
              public=({"layers": _check_layers(), "seed": 0},),

@@ -1,5 +1,5 @@
 """The hidden checks of the alexnet chapter's exercises: instructors only (see gpulab.exercises)."""
-from gpulab.workloads.alexnet import Layer
+from gpulab.workloads.alexnet.problem import Layer
 
 HIDDEN = {
     "alexnet.1a": (

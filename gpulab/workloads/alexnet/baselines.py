@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import baselines
-from .shapes import MAIN_N, Layer, _subset
+from .problem import MAIN_N, Layer, _subset
 
 
 #: cuDNN may compute an fp32 convolution with Winograd or FFT algorithms, which round

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import profiler
-from .shapes import CHAPTER, LAYERS, make_inputs
-from .steps import STEP, make_launch, wgmma_refusal
+from ... import ladder, profiler
+from .problem import LAYERS, NAME, Conv, make_inputs
+from .steps import STEPS
 
 
 def profile_runs() -> list[tuple[int, str]]:
     """:data:`PROFILE_RUNS` less the runs this GPU refuses (step 25 off Hopper), in launch order."""
-    return [(layer, step) for layer, step in PROFILE_RUNS
-            if not (STEP[step].kind == "wgmma" and wgmma_refusal(STEP[step]))]
+    steps = {number: ladder.find(STEPS, number) for _, number in PROFILE_RUNS}
+    return [(layer, number) for layer, number in PROFILE_RUNS if not steps[number].launcher.refusal(steps[number])]
 
 
 #: Nsight Compute counters the chapter reads to explain the big steps: the profiler
@@ -54,7 +54,7 @@ def profile_table() -> pd.DataFrame | None:
     if profiler.ncu_path() is None:
         print("alexnet: no ncu here, so the run has no profile table")
         return None
-    driver = profiler.driver(CHAPTER)
+    driver = profiler.driver(NAME)
     base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
     table = None
     for metrics in (base + list(PROFILE_STALL_METRICS), base):
@@ -93,9 +93,9 @@ def profile_driver() -> None:
     (``python -m gpulab profile-driver alexnet``)."""
     import cupy
     for index, number in profile_runs():
-        layer, step = LAYERS[index - 1], STEP[number]
+        layer, step = LAYERS[index - 1], ladder.find(STEPS, number)
         x, w = make_inputs(layer, PROFILE_N)
-        y = cupy.empty(layer.y_shape(PROFILE_N), dtype=step.dtype)
-        make_launch(step, layer, PROFILE_N, cupy.asarray(x.astype(step.dtype)),
-                    cupy.asarray(w.astype(step.dtype)), y, "gpu")()
+        arrays = {"x": cupy.asarray(x.astype(step.dtype)), "w": cupy.asarray(w.astype(step.dtype)),
+                  "y": cupy.empty(layer.y_shape(PROFILE_N), dtype=step.dtype)}
+        step.launcher.bind(step, Conv(layer, PROFILE_N), arrays, "gpu")()
     cupy.cuda.get_current_stream().synchronize()

@@ -14,7 +14,8 @@
 * side tables: ``checks``, ``skipped`` (step / layer / size / reason), ``cudnn_algorithms``,
   ``resources`` and, where ncu works, ``profile`` (optional).
 
-A new step needs nothing here: the ladder times whatever :data:`.steps.STEPS` lists.
+A new step needs nothing here: the ladder checks and times (:meth:`gpulab.recorder.Recorder.ladder`)
+whatever :data:`.steps.STEPS` lists, each bound by its launcher.
 """
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ import pandas as pd
 from ... import baselines, roofline, transfers
 from ...check import check, compare
 from ...errors import CheckFailed, KernelCompileError
-from ...kernels import load_module
-from ...recorder import Experiment, Recording
+from ...kernels import get_backend, load_module, resource_table
+from ...ladder import find
+from ...recorder import Experiment, Recording, Variant
 from ...timing import Timing, benchmark
 from . import winograd
 from .baselines import _algorithm_rows, nchw_input_paths, vendor_paths
+from .launchers import filter_transform, main_kernel, unfit_reason
+from .problem import BATCHES, LAYERS, MAIN_N, NAME, SCALING_BATCHES, Conv, Layer, _subset, make_inputs, reference
 from .profile import profile_table
-from .shapes import BATCHES, CHAPTER, LAYERS, MAIN_N, SCALING_BATCHES, Layer, _subset, make_inputs, reference
-from .steps import CPU_LOOP_FILE, EXERCISE, STEP, STEPS, Step, main_kernel, make_launch, resources_table, unfit_reason
+from .steps import CPU_LOOP_FILE, EXERCISE, STEPS, Step
 from .views import layer_totals, vendor_best
 
 
@@ -140,7 +143,6 @@ class Plan:
 
     batches: list
     scaling: list
-    budget_ms: float                                  # each timed variant's
     main_ms: dict = field(default_factory=dict)       # (step, layer, N) -> median ms in the ladder
     checks: list = field(default_factory=list)
     algorithms: list = field(default_factory=list)
@@ -153,8 +155,7 @@ def setup(rec) -> Plan:
     rec.table("resources", pd.DataFrame())
     rec.table("cudnn_algorithms", pd.DataFrame(columns=ALGORITHM_COLUMNS))
     return Plan(list(QUICK_BATCHES if rec.quick else BATCHES),
-                list(QUICK_SCALING_BATCHES if rec.quick else SCALING_BATCHES),
-                100.0 if rec.quick else 300.0)
+                list(QUICK_SCALING_BATCHES if rec.quick else SCALING_BATCHES))
 
 
 def _keep_checks(rec, plan: Plan) -> None:
@@ -168,39 +169,57 @@ def _failed_on(rec, number: str, layer: Layer) -> list:
 
 
 def measure(rec, plan: Plan, step: Step, layer: Layer, N: int, x, w, ref, experiment: str) -> float | None:
-    """Check ``step`` on ``layer`` at batch N against ``ref``, then time it (and, in the ladder,
-    cold at :data:`COLD_N` and without its layout copy at N = 128); its median in ms, or None
-    when the check failed (or the kernel did not run): a ``FAILED`` row, not timed."""
+    """``step`` on ``layer`` at batch N, bound by its launcher, checked against ``ref`` and timed
+    by the recorder's ladder loop (and, in the ladder, cold at :data:`COLD_N` and without its
+    layout copy at N = 128); its median in ms, or None when the check failed (or the kernel did
+    not bind or run): a ``FAILED`` row, not timed."""
     import cupy
 
-    def launch_and_check():
-        y = cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)
-        launch = make_launch(step, layer, N, x, w, y, "gpu")
+    arrays = {"x": x, "w": w, "y": cupy.full(layer.y_shape(N), cupy.nan, dtype=step.dtype)}
+    where = {"step": step.number, "layer": layer.index, "size": N}
+    bound = rec.checked(lambda: step.launcher.bind(step, Conv(layer, N), arrays, "gpu"), **where)
+    if not bound:
+        return None
+    launch = bound.value
+
+    def checked():
         launch()
+        y = arrays["y"]
         result = compare(y if ref.shape[0] == N else y[_subset(N)], ref, step.precision,
                          name=f"step {step.number} {layer.name} N={N}")
-        plan.checks.append({"step": step.number, "layer": layer.index, "size": N,
-                            "rel_error": result.rel_error, "passed": result.passed})
+        plan.checks.append({**where, "rel_error": result.rel_error, "passed": result.passed})
         if not result.passed:
             raise CheckFailed(str(result))
-        return launch
-    checked = rec.checked(launch_and_check, step=step.number, layer=layer.index, size=N)
-    if not checked:
-        return None
-    launch, budget_ms = checked.value, plan.budget_ms
-    timing = benchmark(launch, repeats=rec.repeats, budget_ms=budget_ms)
-    labels = dict(flops=layer.flops(N), bytes=layer.bytes(N, step.itemsize), layer=layer.index,
-                  step=step.number, precision=step.precision, kernel=main_kernel(step, layer))
-    rec.add(timing.row(experiment, step.label, N, "kernel", **labels))
-    if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
-        rec.add(benchmark(launch, repeats=rec.repeats, budget_ms=budget_ms, flush_l2=True)
-                .row("ladder_cold", step.label, N, "kernel", **labels))
-    if experiment == "ladder" and N == MAIN_N and step.kind in ("mma", "wgmma"):
-        # The same call given its input already channels-last, as cuDNN's channels-last paths
-        # are (their copy is made before timing): the GEMM alone, without the copy of x.
-        rec.add(benchmark(launch.parts["gemm"], repeats=rec.repeats, budget_ms=budget_ms)
-                .row(NHWC_INPUT, step.label, N, "kernel", **labels))
-    return timing.median_ms
+        return {}
+
+    def rows(timing, _checked, _medians) -> list[dict]:
+        labels = dict(flops=layer.flops(N), bytes=layer.bytes(N, step.itemsize), layer=layer.index,
+                      step=step.number, precision=step.precision, kernel=main_kernel(step, layer))
+        out = [timing.row(experiment, step.label, N, "kernel", **labels)]
+        budget_ms = rec.variant_budget_ms
+        if experiment == "ladder" and N == COLD_N:     # a small batch fits in L2: time it cold too
+            out.append(benchmark(launch, repeats=rec.repeats, budget_ms=budget_ms, flush_l2=True)
+                       .row("ladder_cold", step.label, N, "kernel", **labels))
+        if experiment == "ladder" and N == MAIN_N and step.launcher.copies_input:
+            # The same call given its input already channels-last, as cuDNN's channels-last paths
+            # are (their copy is made before timing): the GEMM alone, without the copy of x.
+            out.append(benchmark(launch.parts["gemm"], repeats=rec.repeats, budget_ms=budget_ms)
+                       .row(NHWC_INPUT, step.label, N, "kernel", **labels))
+        return out
+    added = rec.ladder([Variant(step.label, launch, checked, rows, where=where)])
+    return added[0]["median_ms"] if added else None
+
+
+def time_filter_transform(rec, step: Step, layer: Layer, w) -> dict:
+    """One tidy row (experiment ``winograd_setup``): the GPU time of a Winograd step's filter
+    transform on ``layer``, which the step's launches do once, when bound, and so leave out of
+    its timed calls."""
+    set_up, U = filter_transform(step, layer, w, get_backend("gpu"))
+    g = winograd.geometry(step.number, layer, 1)
+    timing = benchmark(set_up, repeats=rec.repeats, budget_ms=rec.variant_budget_ms)
+    return timing.row("winograd_setup", step.label, 0, "filter transform",
+                      bytes=4 * (layer.M * layer.K + U.size), layer=layer.index, step=step.number,
+                      precision=step.precision, kernel=f"winograd_filter_{winograd.suffix(step)}", points=g.points)
 
 
 def _vendor_bytes(layer: Layer, N: int):
@@ -220,7 +239,7 @@ def measure_cudnn(rec, plan: Plan, layer: Layer, N: int, x32, w32, ref, experime
     (and cold at :data:`COLD_N` in the ladder, its eager paths); the paths."""
     paths = vendor_paths(layer, x32, w32, N, graphs=graphs, labels=labels)
     options = dict(reference=ref, size=N, flops=layer.flops(N), bytes=_vendor_bytes(layer, N), repeats=rec.repeats,
-                   budget_ms=min(plan.budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
+                   budget_ms=min(rec.variant_budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
                    on_failure="skip", log=lambda text: None)
     result = baselines.measure(paths, experiment=experiment, **options)
     _add_vendor(rec, layer, N, result)
@@ -261,16 +280,16 @@ def _ladder_layer(rec, plan: Plan, layer: Layer) -> None:
             if ms is None:
                 continue
             plan.main_ms[(step.number, layer.index, N)] = ms
-            if step.kind == "winograd" and N == MAIN_N and winograd.applies(layer):
+            if N == MAIN_N and step.launcher.sets_up_once(step, layer):
                 # The filter transform runs once per model, outside the timed calls: time it here.
-                rec.add(winograd.time_filter_transform(step, layer, w32, rec.repeats, plan.budget_ms))
+                rec.add(time_filter_transform(rec, step, layer, w32))
         paths = measure_cudnn(rec, plan, layer, N, x32[:N], w32, ref, "ladder", graphs=N in (1, MAIN_N))
         if N == MAIN_N:
             plan.algorithms.extend(_algorithm_rows(layer, paths))
             _add_vendor(rec, layer, N, baselines.measure(
                 nchw_input_paths(layer, x16[:N], w16), reference=ref, experiment=NCHW_INPUT, size=N,
                 flops=layer.flops(N), bytes=lambda path: layer.bytes(N, 2), repeats=rec.repeats,
-                budget_ms=min(plan.budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
+                budget_ms=min(rec.variant_budget_ms, 150.0), labels={"layer": layer.index, "step": "cuDNN"},
                 on_failure="skip", log=lambda text: None))
         rec.progress(f"ladder {layer.name} N={N}: " + ", ".join(
             f"{s.number} {plan.main_ms[(s.number, layer.index, N)]:.3g}" for s in STEPS
@@ -287,7 +306,7 @@ def copies(rec, plan: Plan) -> None:
     for layer in LAYERS:
         x_host, w_host = make_inputs(layer, N)
         for number in ("01",) + TRANSFER_STEPS:
-            step = STEP[number]
+            step = find(STEPS, number)
             if _failed_on(rec, number, layer):       # check before time: its copies are not timed either
                 continue
             memories = transfers.MEMORY_KINDS if number == "01" else ("pageable", "pinned")
@@ -328,7 +347,7 @@ def scaling(rec, plan: Plan) -> None:
                 ref = reference(x32[_subset(N)], w32, layer, xp=cupy)
                 rec.progress(f"scaling {layer.name} N={N}")
                 for number in SCALING_STEPS:
-                    step = STEP[number]
+                    step = find(STEPS, number)
                     predicted = plan.main_ms.get((number, layer.index, main), 0.0) * N / main
                     why = unfit_reason(step, layer, N)
                     if why:
@@ -363,6 +382,17 @@ def ceilings(rec, plan: Plan) -> None:
     rec.add(roofline.measure_ceilings(repeats=10))
 
 
+def resources_table() -> pd.DataFrame:
+    """Registers, shared and local memory of every kernel of the ladder, as compiled here."""
+    frames = []
+    for step in STEPS:
+        if step.launcher.refusal(step):
+            continue                  # its sm_90a cubin does not load here
+        table = resource_table(load_module(step.file, "gpu", options=step.launcher.gpu_options)).reset_index()
+        frames.append(table.assign(step=step.number))
+    return pd.concat(frames, ignore_index=True)
+
+
 def resources(rec, plan: Plan) -> None:
     rec.table("resources", resources_table())
 
@@ -379,12 +409,12 @@ def profile(rec, plan: Plan) -> None:
 #: the chapter can do without, are not started once the run's budget (300 s by default) is spent;
 #: a part that fails or is not started is a row of the ``skipped`` table (its name as the step,
 #: layer and size 0), the one table of what is missing that the chapter's views read.
-benchmark_all = Recording(CHAPTER, [
+benchmark_all = Recording(NAME, [
     Experiment("ladder", ladder), Experiment("transfers", copies), Experiment("scaling", scaling, optional=True),
     Experiment("cpu", cpu), Experiment("ceilings", ceilings), Experiment("resources", resources),
     Experiment("profile", profile, optional=True),
 ], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=360.0, keep_going=True,
-    problem_row=lambda experiment: {"step": experiment, "layer": 0, "size": 0},
+    problem_row=lambda experiment: {"step": experiment, "layer": 0, "size": 0}, variant_budget_ms=300.0,
     crosscheck=lambda row: row["experiment"] == "ladder" and row["size"] == MAIN_N)
 
 
@@ -402,7 +432,7 @@ def _device_launcher(step: Step, layer: Layer, N: int):
     def launch(inputs, output):
         key = (inputs[0].data.ptr, inputs[1].data.ptr, output.data.ptr)
         if key not in bound:
-            bound[key] = make_launch(step, layer, N, inputs[0], inputs[1], output, "gpu")
+            bound[key] = step.launcher.bind(step, Conv(layer, N), {"x": inputs[0], "w": inputs[1], "y": output}, "gpu")
         bound[key]()
     return launch
 

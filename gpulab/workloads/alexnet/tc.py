@@ -1,19 +1,16 @@
-"""The AlexNet chapter's tensor-core steps beyond wmma (18 on): mma.sync with ldmatrix,
-cp.async pipelines, swizzled shared memory, their tf32 form; and the layout they read.
+"""The geometry of the AlexNet chapter's tensor-core steps beyond wmma (18-22): mma.sync with
+ldmatrix, cp.async pipelines, swizzled shared memory, their tf32 form and the split fp16 one.
 
-Kept apart from :mod:`gpulab.workloads.alexnet.steps` (which declares these steps in its ladder
-and calls :func:`make_launch` here) so that module stays readable: this one holds the geometry of
-the channels-last copy with its border written out (``kernels/alexnet/nhwc_runs.h``), the
-tile shapes of each kernel, the per-layer choice of tile, and the launches.
+This module holds the channels-last copy with its border written out (``kernels/alexnet/nhwc_runs.h``),
+the tile shapes of each kernel and the per-layer choice of tile; :class:`.launchers.Mma` binds
+the steps from them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from ...kernels import DEFAULT_SHARED_LIMIT, load_module
 
 LAYOUT_BLOCK = 256       # to_padded_nhwc's threads per block (one block per padded row)
 FILTER_BLOCK = 256
@@ -166,43 +163,3 @@ def launch_config(step_number: str, layer, N: int, itemsize: int) -> dict:
 def layout_shared_bytes(layer, itemsize: int) -> int:
     """to_padded_nhwc's dynamic shared memory: one input row of every channel."""
     return layer.C * layer.W * itemsize
-
-
-def make_launch(step, layer, N: int, x, w, y, be, kernel: str | None = None) -> Callable[[], None]:
-    """Steps 18-21 on NCHW device arrays x, w -> y in the step's precision. Binding lays the
-    filters out as runs once (they are the network's constants); each call then copies x to
-    the padded channels-last layout and runs the GEMM. ``kernel`` overrides the layer's tile
-    (for tuning)."""
-    dtype, suffix, blocks = copy_layout(step)
-    itemsize = np.dtype(dtype).itemsize
-    g = geometry(layer, itemsize, blocks)
-    if N * g.Hp * g.Wp * g.Cp >= 2**31:
-        raise ValueError(f"step {step.number} indexes the channels-last copy with 32-bit integers: N = {N} "
-                         f"makes it {N * g.Hp * g.Wp * g.Cp} elements for {layer.name}, over 2^31")
-    module = load_module(step.file, be)
-    name = kernel or kernel_for(step.number, layer)
-    tile = TILES[name]
-    Kp = g.Kp(tile, itemsize)
-    gemm = module.get_function(name)
-    shared = tile.shared_bytes(np.dtype(step.dtype).itemsize)
-    if shared > DEFAULT_SHARED_LIMIT:
-        gemm.allow_shared_memory(shared)
-    xt = be.xp.empty((N, g.Hp, g.Wp, g.Cp), dtype=dtype)
-    wt = be.xp.empty((layer.M, Kp), dtype=dtype)
-    module.get_function(f"to_filter_runs_{suffix}")(
-        (-(-layer.M * Kp // FILTER_BLOCK),), (FILTER_BLOCK,),
-        (w, wt, layer.M, layer.C, layer.R, layer.S, g.block, g.L, Kp))
-    to_nhwc = module.get_function(f"to_padded_nhwc_{suffix}").bind(
-        (g.Hp, N), LAYOUT_BLOCK, (x, xt, layer.C, layer.H, layer.W, g.block, g.Hp, g.Wp, layer.P),
-        layout_shared_bytes(layer, np.dtype(step.dtype).itemsize))
-    grid = (-(-N * layer.E * layer.F // tile.BN), -(-layer.M // tile.BM))
-    run = gemm.bind(grid, (tile.threads,),
-                    (xt, wt, y, N, layer.M, Kp, layer.R * g.Lc, g.Lc, g.Wp * g.Cp, g.Cp, g.Hp, g.Wp, layer.U,
-                     layer.E, layer.F), shared)
-
-    def launch():
-        to_nhwc()
-        run()
-    launch.keep = (xt, wt)       # the scratch lives as long as the launch
-    launch.parts = {"layout": (to_nhwc,), "gemm": run}
-    return launch

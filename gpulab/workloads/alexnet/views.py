@@ -1,14 +1,19 @@
-"""What the AlexNet notebook shows of a recorded run: the five layers added up per step, the
+"""What the AlexNet notebooks show of a recorded run: the five layers added up per step, the
 targets, cuDNN's paths beside the ladder, the profile, the predictions judged, and why a cell
-is empty."""
+is empty; and, from the declarations, which step runs each layer, the device memory each step
+needs and the Winograd steps' accuracy measured now."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ... import baselines, plots, predictions, runs
+from ... import baselines, ladder, plots, predictions, runs
+from ...check import compare
+from ...kernels import get_backend
+from . import winograd
+from .launchers import fallback_step, footprint_bytes, scratch_bytes
+from .problem import BATCHES, LAYERS, MAIN_N, NAME, SCALING_BATCHES, Conv, memory_limit
 from .profile import PROFILE_N
-from .shapes import CHAPTER, LAYERS, MAIN_N
 from .steps import PREDICTED, PREDICTION_CASES, STEPS
 
 
@@ -119,7 +124,7 @@ def gpu_comparison(root=None):
         ours = totals_at(totals, MAIN_N, [s.number for s in STEPS])
         return pd.concat([ours, vendor_lines(totals, MAIN_N)])[["variant", "median_ms", "flops", "bytes",
                                                                  "precision"]]
-    return runs.gpu_comparison(CHAPTER, select, root=root,
+    return runs.gpu_comparison(NAME, select, root=root,
                         title=f"Does each step gain what the roofline predicts on the H200? (N = {MAIN_N})")
 
 
@@ -346,3 +351,55 @@ def copy_table(run, steps=("25", "28"), N: int = MAIN_N) -> pd.DataFrame:
             out.append({"layer": layer.index, "step": step, "given NCHW x (ms)": nchw,
                         "given channels-last x (ms)": nhwc, "copy (ms)": nchw - nhwc})
     return pd.DataFrame(out)
+
+
+def kernels_per_layer(steps=None, layers=None) -> pd.DataFrame:
+    """Which step and kernel file run each layer for the Winograd steps."""
+    out = []
+    for number in steps or winograd.TILE:
+        step = ladder.find(STEPS, number)
+        for layer in layers or LAYERS:
+            ran = fallback_step(step, layer)
+            how = (f"Winograd F({winograd.TILE[number]}x{winograd.TILE[number]},3x3)" if ran is step
+                   else f"step {ran.number} ({ran.title})")
+            out.append({"step": number, "layer": layer.name, "runs": how, "file": ran.file})
+    return pd.DataFrame(out)
+
+
+def accuracy_table(backend=None, steps=("17", "23", "24"), layers=None, N: int = 1,
+                   seed: int = 0) -> pd.DataFrame:
+    """Each step's error against the float64 reference on the 3 x 3 layers (by default the
+    full-size layers 3-5, one image: a few seconds on the CPU backend), measured now on
+    ``backend``, on the same seeded inputs for every step: the relative error norm (what the
+    checks compare with the tolerance) and the largest error of one output over the largest
+    output (max |y - ref| / max |ref|)."""
+    be = get_backend(backend)
+    rows = []
+    for layer in layers or [layer for layer in LAYERS if winograd.applies(layer)]:
+        case = Conv(layer, N)
+        for number in steps:
+            step = ladder.find(STEPS, number)
+            inputs = case.inputs(seed, step.precision)
+            ref = case.reference(inputs, step.precision)
+            result = compare(ladder.run(step, case, inputs, be), ref, step.precision, name=f"step {number} {layer.name}")
+            rows.append({"step": number, "variant": step.label, "layer": layer.name,
+                         "rel_error": result.rel_error,
+                         "max_error_over_max_output": result.max_abs_error / float(np.abs(ref).max()),
+                         "passed": result.passed})
+    return pd.DataFrame(rows)
+
+
+def memory_table(batches=None, total_bytes: float | None = None) -> pd.DataFrame:
+    """Device memory per step, layer and batch size (x, w, y and scratch), from the shapes,
+    and whether it fits the budget (:func:`.problem.memory_limit`) of this device, or of a device
+    with ``total_bytes`` of memory."""
+    limit = memory_limit(total_bytes)
+    rows = []
+    for N in batches or BATCHES + SCALING_BATCHES:
+        for step in STEPS:
+            for layer in LAYERS:
+                need = footprint_bytes(step, layer, N)
+                rows.append({"step": step.number, "variant": step.label, "layer": layer.index,
+                             "size": N, "bytes": need, "scratch_bytes": scratch_bytes(step, layer, N),
+                             "fits": need <= limit})
+    return pd.DataFrame(rows)

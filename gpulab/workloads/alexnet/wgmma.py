@@ -1,17 +1,10 @@
 """Step 25 of the AlexNet ladder on its stride-1 layers: Hopper's wgmma fed by TMA
 (kernels/alexnet/25_wgmma_tma.cu, the GEMM of kernels/common/hopper_conv.cuh), issue 26: the
-launch and its tile shapes. Layer 1 (stride 4, 3 channels) is not run here: the ladder
-(:mod:`.steps`) hands it to step 20's kernel, the fastest the ladder has for it.
+tile shapes and scratch, from which :class:`.launchers.Wgmma` binds it. Layer 1 (stride 4, 3
+channels) is not run by it: the ladder (:mod:`.steps`) hands it to step 20, the fastest the ladder
+has for it.
 """
 from __future__ import annotations
-
-from typing import Callable
-
-import numpy as np
-
-from ... import tensormap
-from ...errors import KernelArgumentError
-from ...kernels import get_backend, load_module
 
 FILE = "alexnet/25_wgmma_tma.cu"
 GPU_OPTIONS = ("-arch=sm_90a",)
@@ -39,20 +32,20 @@ def shared_bytes(bn: int) -> int:
     return STAGES * (BM + bn) * BK * 2 + 1024
 
 
-def _tile(tile) -> tuple[int, int, int]:
+def tile_shape(tile) -> tuple[int, int, int]:
     """(TW, BN, BK) of a tile given as (TW, BN) (64-channel slices) or (TW, BN, BK)."""
     return tuple(tile) + (64,) if len(tile) == 2 else tuple(tile)
 
 
 def tiles(layer, N: int, tile) -> int:
-    tw, bn, _ = _tile(tile)
+    tw, bn, _ = tile_shape(tile)
     th = BM // tw
     return N * -(-layer.E // th) * -(-layer.F // tw) * -(-layer.M // bn)
 
 
 def row_use(layer, tile) -> float:
     """The share of a tile's pixel rows and filter columns that are real outputs."""
-    tw, bn, _ = _tile(tile)
+    tw, bn, _ = tile_shape(tile)
     th = BM // tw
     return (layer.E * layer.F * layer.M) / (-(-layer.E // th) * th * -(-layer.F // tw) * tw * -(-layer.M // bn) * bn)
 
@@ -74,13 +67,13 @@ def filter_rows(w, layer, xp, bk: int = BK):
 
 def kernel_for(layer, tile=None) -> str:
     """The name of the GEMM kernel ``layer`` runs with (its :data:`DEFAULT_TILES` shape)."""
-    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    tw, bn, bk = tile_shape(tile or DEFAULT_TILES[layer.index])
     return f"conv_wgmma_{tw}x{bn}" + ("_k32" if bk == 32 else "")
 
 
 def scratch_bytes(layer, N: int, tile=None) -> int:
     """Device memory beyond x, w and y: the channels-last copy of x and the filter rows (halves)."""
-    _, _, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    _, _, bk = tile_shape(tile or DEFAULT_TILES[layer.index])
     cin, cp = padded_channels(layer, bk)
     return 2 * (N * layer.H * layer.W * cin + layer.M * layer.R * layer.S * cp)
 
@@ -88,7 +81,7 @@ def scratch_bytes(layer, N: int, tile=None) -> int:
 def launch_config(layer, N: int, tile=None, blocks: int = 132) -> dict:
     """The GEMM's grid (one block per SM, ``blocks``: an H100's 132; fewer for fewer tiles), block
     and dynamic shared memory."""
-    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
+    tw, bn, bk = tile_shape(tile or DEFAULT_TILES[layer.index])
     return {"grid": (max(1, min(blocks, tiles(layer, N, (tw, bn)))),), "block": (THREADS,),
             "shared_bytes": shared_bytes(bn)}
 
@@ -99,47 +92,3 @@ def blocks_here(backend) -> int:
         import cupy
         return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
     return 1
-
-
-def make_launch(layer, N: int, x, w, y, backend=None, tile=None, blocks: int | None = None) -> Callable[[], None]:
-    """y (N x M x E x F, half) = conv(x, w) for a stride-1 ``layer`` on device arrays (x, w half,
-    NCHW / MCRS). Binding lays the filters out and makes both tensor maps; each call copies x to
-    channels-last and runs the GEMM. ``tile``: (TW, BN), default :data:`DEFAULT_TILES`."""
-    be = get_backend(backend)
-    if not applies(layer):
-        raise KernelArgumentError(f"{layer.name} has stride {layer.U}: the wgmma step runs stride-1 layers only "
-                                  "(a tap's pixels are then one box of the input)")
-    tw, bn, bk = _tile(tile or DEFAULT_TILES[layer.index])
-    if (tw, bn, bk) not in CANDIDATES:
-        raise KernelArgumentError(f"tile {(tw, bn, bk)} is not compiled; the kernel file has {CANDIDATES}")
-    module = load_module(FILE, be, options=GPU_OPTIONS if be.name == "gpu" else ())
-    cin, cp = padded_channels(layer, bk)
-    xt = be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float16)
-    wp = filter_rows(w, layer, be.xp, bk)
-    map_x = tensormap.encode_4d(xt, (bk, tw, BM // tw, 1), swizzle=2 * bk)
-    map_w = tensormap.encode_2d(wp, (bk, bn), swizzle=2 * bk)
-    gemm = module.get_function(kernel_for(layer, (tw, bn, bk)))
-    gemm.allow_shared_memory(shared_bytes(bn))
-    hw = layer.H * layer.W
-    to_nhwc = module.get_function("to_nhwc_half").bind(
-        (-(-hw // 32), -(-cin // 32), N), (32, 8), (x, xt, np.int32(layer.C), np.int32(hw), np.int32(cin)))
-    grid = (max(1, min(blocks or blocks_here(be), tiles(layer, N, (tw, bn)))),)
-    run = gemm.bind(grid, (THREADS,), (map_x, map_w, y, *(np.int32(v) for v in (
-        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(bn))
-
-    def launch():
-        to_nhwc()
-        run()
-    launch.keep = (xt, wp, map_x, map_w)
-    launch.parts = {"layout": (to_nhwc,), "gemm": run}
-    return launch
-
-
-def run(layer, x, w, backend=None, tile=None, blocks=None) -> np.ndarray:
-    """conv(x, w) on host float inputs (converted to half) with a NaN-poisoned output; y on the host."""
-    be = get_backend(backend)
-    y = be.poisoned(layer.y_shape(x.shape[0]), np.float16)
-    make_launch(layer, x.shape[0], be.to_device(x.astype(np.float16)), be.to_device(w.astype(np.float16)), y, be,
-                tile, blocks)()
-    be.synchronize()
-    return be.to_host(y)

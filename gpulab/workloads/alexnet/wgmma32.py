@@ -2,22 +2,17 @@
 data (issue 26) -- step 26 reads it as tf32 (kernels/alexnet/26_wgmma_tf32.cu), step 27 splits
 each float into two tf32 numbers for fp32 accuracy (3xTF32, kernels/alexnet/27_wgmma_3xtf32.cu).
 The GEMMs are the convpool chapter's steps 10 and 11 (kernels/common/hopper_conv.cuh); this
-module holds their launches, tile shapes and scratch. The tile geometry (128-pixel tiles of
-TW x 128 / TW, one block per SM) is step 25's, read from :mod:`.wgmma`. Layer 1 (stride 4) is
-not run here: the ladder (:mod:`.steps`) hands it to step 21 (tf32) or 22 (fp32 accuracy).
+module holds their tile shapes and scratch (:class:`.launchers.Wgmma32` binds them). The tile
+geometry (128-pixel tiles of TW x 128 / TW, one block per SM) is step 25's, read from
+:mod:`.wgmma`. Layer 1 (stride 4) is not run by them: the ladder (:mod:`.steps`) hands it to
+step 21 (tf32) or 22 (fp32 accuracy).
 """
 from __future__ import annotations
 
-from typing import Callable
-
-import numpy as np
-
-from ... import tensormap
 from ...errors import KernelArgumentError
-from ...kernels import get_backend, load_module
 from ..convpool.steps import tf32_split
 from . import wgmma
-from .wgmma import BM, GPU_OPTIONS, THREADS, applies, blocks_here
+from .wgmma import BM, THREADS
 
 FILES = {"26": "alexnet/26_wgmma_tf32.cu", "27": "alexnet/27_wgmma_3xtf32.cu"}
 #: Channels per slice: one 128-byte row of floats.
@@ -51,7 +46,7 @@ DEFAULT_TILES = {"26": {2: (32, 256), 3: (FLAT, 192), 4: (FLAT, 192), 5: (FLAT, 
                  "27": {2: (FLAT, 128), 3: (FLAT, 128), 4: (FLAT, 128), 5: (FLAT, 128)}}
 
 
-def _step(number: str) -> str:
+def check_step(number: str) -> str:
     if number not in FILES:
         raise KernelArgumentError(f"step {number!r} is not a float wgmma step; expected one of {sorted(FILES)}")
     return number
@@ -59,7 +54,7 @@ def _step(number: str) -> str:
 
 def tile_for(number: str, layer, tile=None) -> tuple[int, int]:
     """(TW, BN) of step ``number`` on ``layer``: ``tile``, else :data:`DEFAULT_TILES`."""
-    tw, bn = tile or DEFAULT_TILES[_step(number)][layer.index]
+    tw, bn = tile or DEFAULT_TILES[check_step(number)][layer.index]
     if (tw, bn) not in CANDIDATES[number]:
         raise KernelArgumentError(f"tile {(tw, bn)} is not compiled for step {number}; "
                                   f"{FILES[number]} has {CANDIDATES[number]}")
@@ -139,7 +134,7 @@ def scratch_bytes(number: str, layer, N: int, tile=None) -> int:
     tiles: N Hp Wp slots a copy) and the filter rows (both parts)."""
     cin, cp = padded_channels(layer)
     hp, wp = flat_dims(layer) if tile_for(number, layer, tile)[0] <= 0 else (layer.H, layer.W)
-    return 4 * (TENSORS[_step(number)] * N * hp * wp * cin + 2 * layer.M * layer.R * layer.S * cp)
+    return 4 * (TENSORS[check_step(number)] * N * hp * wp * cin + 2 * layer.M * layer.R * layer.S * cp)
 
 
 def launch_config(number: str, layer, N: int, tile=None, blocks: int = 132) -> dict:
@@ -148,59 +143,3 @@ def launch_config(number: str, layer, N: int, tile=None, blocks: int = 132) -> d
     tw, bn = tile_for(number, layer, tile)
     return {"grid": (grid_blocks(layer, N, (tw, bn), blocks),), "block": (THREADS,),
             "shared_bytes": shared_bytes(number, bn, tw)}
-
-
-def make_launch(number: str, layer, N: int, x, w, y, backend=None, tile=None,
-                blocks: int | None = None) -> Callable[[], None]:
-    """y (N x M x E x F, float) = conv(x, w) for a stride-1 ``layer`` on device float arrays (x
-    NCHW, w MCRS) by step ``number``. Binding lays the filters out and makes the tensor maps; each
-    call copies x to channels-last (step 27: split into its two tf32 parts on the way) and runs
-    the GEMM. ``launch.parts``: "layout" (the copy) and "gemm"."""
-    be = get_backend(backend)
-    _step(number)
-    if not applies(layer):
-        raise KernelArgumentError(f"{layer.name} has stride {layer.U}: step {number} runs stride-1 layers only "
-                                  "(a tap's pixels are then one box of the input)")
-    tw, bn = tile_for(number, layer, tile)
-    module = load_module(FILES[number], be, options=GPU_OPTIONS if be.name == "gpu" else ())
-    cin, cp = padded_channels(layer)
-    wb, ws = filter_rows(w, layer, be.xp)
-    hw = layer.H * layer.W
-    if tw <= 0:
-        # the zero rows and columns are written here, once: each call's copy writes the pixels only
-        hp, wp = flat_dims(layer)
-        copies = [be.xp.zeros((N * hp * wp, cin), dtype=np.float32) for _ in range(TENSORS[number])]
-        maps = [tensormap.encode_2d(c, (BK, BM)) for c in copies]
-        name, extra = ("to_flat_float" if number == "26" else "to_flat_split"), (layer.W, hp, wp)
-    else:
-        copies = [be.xp.empty((N, layer.H, layer.W, cin), dtype=np.float32) for _ in range(TENSORS[number])]
-        maps = [tensormap.encode_4d(c, (BK, tw, BM // tw, 1)) for c in copies]
-        name, extra = ("to_nhwc_float" if number == "26" else "to_nhwc_split"), ()
-    # pairs: each block's copy brings half of a B tile (into both blocks)
-    maps_w = [tensormap.encode_2d(part, (BK, bn // 2 if tw == PAIR else bn)) for part in (wb, ws)[:TENSORS[number]]]
-    gemm = module.get_function(kernel_for(number, layer, (tw, bn)))
-    gemm.allow_shared_memory(shared_bytes(number, bn, tw))
-    layout = module.get_function(name).bind(
-        (-(-hw // 32), -(-cin // 32), N), (32, 8),
-        (x, *copies, *(np.int32(v) for v in (layer.C, hw, cin, *extra))))
-    grid = (grid_blocks(layer, N, (tw, bn), blocks or blocks_here(be)),)
-    # step 26: (x, w); step 27: (xb, xs, wb, ws), the order of conv_wgmma_3xtf32's maps
-    run = gemm.bind(grid, (THREADS,), (*maps, *maps_w, y, *(np.int32(v) for v in (
-        N, layer.C, cp, layer.M, layer.E, layer.F, layer.R, layer.S, layer.P))), shared_bytes(number, bn, tw))
-
-    def launch():
-        layout()
-        run()
-    launch.keep = (copies, wb, ws, maps, maps_w)
-    launch.parts = {"layout": (layout,), "gemm": run}
-    return launch
-
-
-def run(number: str, layer, x, w, backend=None, tile=None, blocks=None) -> np.ndarray:
-    """conv(x, w) by step ``number`` on host float inputs with a NaN-poisoned output; y on the host."""
-    be = get_backend(backend)
-    y = be.poisoned(layer.y_shape(x.shape[0]), np.float32)
-    make_launch(number, layer, x.shape[0], be.to_device(np.asarray(x, np.float32)),
-                be.to_device(np.asarray(w, np.float32)), y, be, tile, blocks)()
-    be.synchronize()
-    return be.to_host(y)

@@ -1,26 +1,19 @@
 """The AlexNet chapter's Winograd steps (23: F(2x2,3x3), 24: F(4x4,3x3)): the transforms'
-matrices, the scratch they need, and their launches.
-
-Kept apart from :mod:`gpulab.workloads.alexnet.steps` (which declares the steps in its ladder and
-calls :func:`make_launch` here), as :mod:`gpulab.workloads.alexnet.tc` is for steps 18-22; this
-module reads only the layers' shapes (:mod:`.shapes`), so it does not import the ladder.
+matrices, their geometry and the scratch they need (:class:`.launchers.Winograd` binds them);
+this module reads only the layers' shapes (:mod:`.problem`), so it does not import the ladder.
 Winograd's minimal filtering applies to the 3 x 3, stride-1 layers (3, 4 and 5); on the
 others a Winograd step runs the chapter's fastest fp32 kernel for that layer
-(:data:`FALLBACK`): the ladder hands those layers to that step
-(:func:`gpulab.workloads.alexnet.steps.fallback_step`), and
-:func:`gpulab.workloads.alexnet.steps.kernels_per_layer` says which ran where.
+(:data:`FALLBACK`): the ladder hands those layers to that step (:class:`.launchers.Where`),
+and :func:`gpulab.workloads.alexnet.views.kernels_per_layer` says which ran where.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from ...kernels import get_backend, load_module
-from ...timing import benchmark
-from .shapes import LAYERS
+from .problem import LAYERS
 
 #: Output tile side m of F(m x m, 3 x 3) for each Winograd step.
 TILE = {"23": 2, "24": 4}
@@ -64,7 +57,7 @@ def _require(layer) -> None:
     if not applies(layer):
         raise ValueError(f"Winograd F(m x m, 3 x 3) needs a 3 x 3 filter with stride 1; {layer.name} has "
                          f"{layer.R} x {layer.S}, stride {layer.U} (the ladder runs step "
-                         f"{FALLBACK.get(layer.index, '?')} there: gpulab.workloads.alexnet.steps.fallback_step)")
+                         f"{FALLBACK.get(layer.index, '?')} there: gpulab.workloads.alexnet.launchers.Where)")
 
 
 @dataclass(frozen=True)
@@ -134,59 +127,7 @@ def multiply_table(N: int, layers=None) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("layer")
 
 
-def _suffix(step) -> str:
+def suffix(step) -> str:
+    """The kernels' suffix of a Winograd step: "2x2" or "4x4"."""
     m = TILE[step.number]
     return f"{m}x{m}"
-
-
-def filter_transform(step, layer, w, be) -> tuple[Callable[[], None], object]:
-    """(launch, U): the filter transform G g G^T of ``layer``'s filters ``w`` (a device
-    array) into a new U, bound but not yet run -- to run once per model, and to time."""
-    g = geometry(step.number, layer, 1)
-    module = load_module(step.file, be)
-    U = be.xp.empty((g.points, g.Kp, g.Mp), dtype=np.float32)
-    run = module.get_function(f"winograd_filter_{_suffix(step)}").bind(
-        (g.Mp // TRANSFORM_BLOCK, g.Kp), TRANSFORM_BLOCK, (w, U, layer.M, layer.C, g.Mp, g.Kp), 0)
-    return run, U
-
-
-def make_launch(step, layer, N: int, x, w, y, be) -> Callable[[], None]:
-    """A Winograd step on NCHW float32 device arrays x, w -> y. Binding transforms the filters
-    once (a constant of the model); each call then transforms the input, runs the batched
-    GEMM and transforms the products back into y."""
-    _require(layer)
-    g = geometry(step.number, layer, N)
-    module = load_module(step.file, be)
-    set_up, U = filter_transform(step, layer, w, be)
-    set_up()
-    V = be.xp.empty((g.points, g.Kp, g.Pp), dtype=np.float32)
-    Mt = be.xp.empty((g.points, g.Mp, g.Pp), dtype=np.float32)
-    suffix = _suffix(step)
-    to_tiles = module.get_function(f"winograd_input_{suffix}").bind(
-        (g.Pp // TRANSFORM_BLOCK, g.Kp), TRANSFORM_BLOCK,
-        (x, V, N, layer.C, layer.H, layer.W, layer.P, g.TH, g.TW, g.Kp, g.Pp), 0)
-    cfg = launch_config(step, layer, N)
-    gemm = module.get_function("conv_winograd_gemm").bind(cfg["grid"], cfg["block"], (U, V, Mt, g.Mp, g.Pp, g.Kp), 0)
-    from_tiles = module.get_function(f"winograd_output_{suffix}").bind(
-        (-(-g.P // TRANSFORM_BLOCK), layer.M), TRANSFORM_BLOCK,
-        (Mt, y, N, layer.M, layer.E, layer.F, g.TH, g.TW, g.Mp, g.Pp), 0)
-
-    def launch():
-        to_tiles()
-        gemm()
-        from_tiles()
-    launch.keep = (U, V, Mt)       # the scratch lives as long as the launch
-    launch.parts = {"input transform": to_tiles, "gemm": gemm, "output transform": from_tiles}
-    return launch
-
-
-def time_filter_transform(step, layer, w, repeats: int = 100, budget_ms: float = 300.0) -> dict:
-    """One tidy row (experiment ``winograd_setup``): the GPU time of ``layer``'s filter
-    transform, which the step's launches do once, when bound, and so leave out of its
-    timed calls."""
-    set_up, U = filter_transform(step, layer, w, get_backend("gpu"))
-    g = geometry(step.number, layer, 1)
-    timing = benchmark(set_up, repeats=repeats, budget_ms=budget_ms)
-    return timing.row("winograd_setup", step.label, 0, "filter transform",
-                      bytes=4 * (layer.M * layer.K + U.size), layer=layer.index, step=step.number,
-                      precision=step.precision, kernel=f"winograd_filter_{_suffix(step)}", points=g.points)

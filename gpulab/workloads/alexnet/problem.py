@@ -1,6 +1,6 @@
-"""The AlexNet chapter's five convolution layers, declared once: their shapes, FLOP and byte
-counts, the reduced layers the checks run on the CPU backend, the batch sizes, the seeded
-inputs and the float64 reference.
+"""The problem every step solves, declared once: AlexNet's five convolution layers, their shapes,
+FLOP and byte counts, the reduced layers the checks run on the CPU backend, the batch sizes, the
+seeded inputs and the float64 reference. A :class:`Conv` (a layer at a batch size) is one case.
 
 Notation (the same in the kernels, the text and the plots): a layer maps an
 input ``x`` of N x C x H x W to an output ``y`` of N x M x E x F with M filters
@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ... import ladder
 from ...device import limits
 
-CHAPTER = "alexnet"
+NAME = "alexnet"
+TITLE = "AlexNet's five convolution layers, from a CPU loop to tensor cores"
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,49 @@ def reference(x, w, layer: Layer, xp=np, chunk: int = 16):
         cols = windows.reshape(xb.shape[0], K, E * F)          # copies: the im2col matrix
         y[n0:n0 + chunk] = xp.matmul(w2, cols).reshape(xb.shape[0], layer.M, E, F)
     return y
+
+
+def storage_dtype(precision: str):
+    """The array type of x, w and y in ``precision``: half for fp16 steps, else float32 (tf32
+    steps read float32 data)."""
+    return np.float16 if precision == "fp16" else np.float32
+
+
+@dataclass(frozen=True)
+class Conv(ladder.Case):
+    """One layer at batch size N: x (N x C x H x W) and w (M x C x R x S) in a step's storage
+    type, y (N x M x E x F). A check row says which kernel ran the layer and why, where a step
+    hands the layer to another's kernel (``note``): its launcher's ``kernel`` and ``note``."""
+
+    layer: Layer
+    N: int = 2
+    output_name = "y"
+
+    @property
+    def columns(self) -> dict:
+        return {"layer": self.layer.name, "N": self.N}
+
+    def inputs(self, seed, precision="fp32") -> dict:
+        x, w = make_inputs(self.layer, self.N, seed)
+        return {"x": x.astype(storage_dtype(precision)), "w": w.astype(storage_dtype(precision))}
+
+    def reference(self, inputs, precision="fp32") -> np.ndarray:
+        return reference(inputs["x"], inputs["w"], self.layer)
+
+    def output(self, precision="fp32"):
+        return self.layer.y_shape(self.N), storage_dtype(precision)
+
+    def check_columns(self, step, inputs, out) -> dict:
+        return {"kernel": step.launcher.kernel(step, self.layer), "layer": self.layer.name, "N": self.N,
+                "precision": step.precision, "note": step.launcher.note(step, self.layer)}
+
+    def label(self, step) -> str:
+        return f"{step.kernels[0]} {self.layer.name}"
+
+
+def cases(layers=None, N: int = CHECK_N) -> list[Conv]:
+    """The check's cases: each of ``layers`` (default the reduced :data:`CHECK_LAYERS`) at batch N."""
+    return [Conv(layer, N) for layer in layers or CHECK_LAYERS]
 
 
 def k_table(layer: Layer) -> np.ndarray:
