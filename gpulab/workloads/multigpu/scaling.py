@@ -136,7 +136,7 @@ def predicted(run: RecordedRun) -> dict:
             claims.append(replace(claim, claim=f"about {two + a:.3g} ms at {c}: step 2's {two:.3g} ms plus the "
                                                f"all-reduce alone ({a * 1e3:.0f} µs), which nothing hides"))
     out["3"] = tuple(claims) if claims else expect.unjudged("this run has no computation-alone timing to add to")
-    return out
+    return {k: out[k] for k, _, _ in STEPS}          # in ladder order
 
 
 def prediction_table(run: RecordedRun) -> pd.DataFrame:

@@ -1332,3 +1332,20 @@ def show_ring(run: RecordedRun | None, model: costmodel.RingModel, caption: str)
                                "(no two-GPU run recorded yet to compare it with)"),
                 ring8_chunk_mb=grad_bytes / 8 / 1e6, ring8_sent_mb=float(ring8["bytes per GPU"].sum()) / 1e6,
                 ring8_pred_us=float(ring8["end_us"].iloc[-1]))
+
+
+def host_step_source() -> str:
+    """The host code of the bucketed step the recorded runs keep (first bucket in the forward kernel):
+    ``GpuStep._in_forward``, as :mod:`.workers` defines it, its streams, events and launches."""
+    import inspect
+    import textwrap
+    from .workers import GpuStep
+    return textwrap.dedent(inspect.getsource(GpuStep._in_forward))
+
+
+def show_host_step() -> None:
+    """:func:`host_step_source`, rendered as a listing."""
+    from IPython.display import Markdown
+    _display(Markdown("`gpulab/workloads/multigpu/workers.py`, `GpuStep._in_forward` (one GPU's process runs it; "
+                      "`main` is the caller's stream, `self.side` the communication stream):\n\n```python\n"
+                      + host_step_source() + "```"))
