@@ -6,7 +6,6 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -221,3 +220,28 @@ def test_the_host_code_shown_is_the_step_the_workers_run():
         assert call in text
     cells = _cells()
     assert _first(cells, r"show_host_step\(\)", "code") < _first(cells, r"^## Measured on two GPUs", "markdown")
+
+
+TOPO = """\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tSYS\t0-51\t0\t\tN/A
+GPU1\tNV18\t X \tPIX\t0-51\t0\t\tN/A
+NIC0\tSYS\tPIX\t X
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def test_the_recorded_link_is_read_from_nvidia_smis_matrix(run):
+    from gpulab.workloads.multigpu.record import topo_links
+    assert topo_links(TOPO) == {(0, 1): "NV18", (1, 0): "NV18"}
+    assert topo_links(TOPO.replace("NV18", "SYS")) == {(0, 1): "SYS", (1, 0): "SYS"}
+    assert topo_links("nothing here") == {}
+    # A run that recorded the link says so instead of inferring it; a PCIe path is not called NVLink.
+    topo = run.tables["topology"]
+    recorded = replace(run, tables={**run.tables, "topology": topo.assign(link="NV18")})
+    assert views.link_numbers(recorded)["link_text"].startswith("The run records the GPUs' link as NV18")
+    pcie = replace(run, tables={**run.tables, "topology": topo.assign(link="SYS")})
+    assert "at least" in views.link_numbers(pcie)["link_text"]

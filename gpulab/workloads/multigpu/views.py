@@ -1290,12 +1290,16 @@ def show_allreduce(run: RecordedRun | None) -> dict:
 
 
 def link_numbers(run: RecordedRun) -> dict:
-    """What the run says of the link between the GPUs: the topology table records peer access only,
-    so the link is inferred from the bytes the plain step's peer update reads from the other GPU
-    in its timeline span (``link_text``)."""
+    """What the run says of the link between the GPUs (``link_text``): the link ``nvidia-smi topo -m``
+    named, where the run recorded it; in runs whose topology table records peer access only, the
+    link inferred from the bytes the plain step's peer update reads from the other GPU in its
+    timeline span."""
     from ... import datasheet
     pcie = datasheet.LINKS["pcie5"]
     topo = run.tables.get("topology")
+    if topo is not None and "link" in topo and topo["link"].astype(str).str.fullmatch(r"NV\d+").all():
+        return dict(link_text=f"The run records the GPUs' link as {', '.join(sorted(set(topo['link'])))} "
+                              "(nvidia-smi topo -m: NVLink, the number of links).")
     peer = topo is not None and len(topo) and bool(topo["peer_access"].astype(bool).all())
     if "timeline" not in run.tables or not peer:
         return dict(link_text="")
