@@ -410,7 +410,8 @@ def table(steps, measured: pd.DataFrame, expected: dict, *, main_case: str | Non
     """The prediction-against-measurement table of one ladder.
 
     ``steps``: (key, what changed, kernel file) per ladder step, in ladder order (key: the step
-    number or label the run and ``expected`` use). ``measured``: the run's times, columns
+    number or label the run and ``expected`` use; kernel file None: the prediction is the step's
+    declared claims, for a step that is a launch form or a baseline rather than a kernel). ``measured``: the run's times, columns
     ``step`` (the key), ``median_ms`` and, when the ladder has several cases, ``case``.
     ``expected``: key -> :class:`Expect` (a step without one is shown, not judged).
     ``main_case``: the case whose times the table shows.
@@ -431,15 +432,18 @@ def table(steps, measured: pd.DataFrame, expected: dict, *, main_case: str | Non
     out = []
     for key, what, file in steps:
         key = str(key)
-        text = prediction_text(kernel_path(file)) or NO_PREDICTION
         declared = expected.get(key, expected.get(_number(key)))
         claims = () if declared is None else (declared if isinstance(declared, tuple) else (declared,))
+        # A step without a kernel file of its own (file None: a baseline, a launch form) states its
+        # prediction in its declared claims.
+        text = (prediction_text(kernel_path(file)) if file else
+                "; ".join(e.claim for e in claims if e.judged)) or NO_PREDICTION
         t = main.get(key, np.nan)
         pos = shown.index(key) if key in shown else None
         prev = main[shown[pos - 1]] if pos else np.nan
         # The step this one changes, as its file says; else (or when that step is not in the
         # table) the row above.
-        named = builds_on(kernel_path(file)) if pos else None
+        named = builds_on(kernel_path(file)) if pos and file else None
         base = next((k for k in shown[:pos] if _number(k) == named), None) if named is not None else None
         base = base if base is not None else (shown[pos - 1] if pos else None)
         first = main[shown[0]] if shown else np.nan

@@ -11,7 +11,9 @@ data-parallel on two GPUs, declared once.
   makes on a machine with two GPUs or more;
 * :mod:`.workers`: one process per GPU, each driving its GPU's replica and NCCL;
 * :mod:`.ddp`: PyTorch DistributedDataParallel on the same model, the baseline;
-* :mod:`.views`: the recorded run's figures.
+* :mod:`.scaling`: the chapter's ladder, one GPU to the bucketed two-GPU step, each step's
+  prediction and its verdict on the recorded run;
+* :mod:`.views`: the recorded run's figures and the notebook's cells.
 """
 from .costmodel import RingModel, allreduce_time_ms, bus_bandwidth_gbs, fit, predictions, scaling_efficiency
 from .record import CHAPTER, benchmark_all

@@ -53,11 +53,12 @@ Side tables: ``checks`` (every variant against the float64 reference and the
 one-GPU gradient; every GPU's copy compared bit for bit), ``choices`` (per
 batch, the configuration and plain form kept, and the NCCL settings), ``timeline`` (one
 eager step of each mode, every operation's start and end on each GPU's
-streams), ``topology`` (what CUDA says links the GPUs). Every variant is
+streams), ``topology`` (peer access, as CUDA says, and the link ``nvidia-smi topo -m`` names). Every variant is
 checked before it is timed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ...device import gpu_count
@@ -179,17 +180,49 @@ def time_allreduce(comm: Nccl, repeats: int, sizes=None, log=print) -> list[dict
     return rows
 
 
+def topo_links(text: str) -> dict:
+    """The GPU-to-GPU entries of ``nvidia-smi topo -m``'s matrix: {(a, b): "NV18", "SYS", "PIX", ...}
+    (NV<n>: n NVLink links; the others: paths through PCIe and the host)."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    header = next((t for t in lines if t and t[0].startswith("GPU")), None)
+    if header is None:
+        return {}
+    columns = header[:header.index("CPU")] if "CPU" in header else header
+    out = {}
+    for row in lines:
+        if row is header or not re.fullmatch(r"GPU\d+", row[0]):
+            continue
+        for column, value in zip(columns, row[1:1 + len(columns)]):
+            if re.fullmatch(r"GPU\d+", column) and column != row[0]:
+                out[(int(row[0][3:]), int(column[3:]))] = value
+    return out
+
+
+def _nvidia_smi_links() -> tuple[dict, str]:
+    """``nvidia-smi topo -m``'s GPU-to-GPU links, or ({}, why not)."""
+    import subprocess
+    try:
+        done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {}, f"nvidia-smi topo -m failed: {type(exc).__name__}"
+    if done.returncode != 0:
+        return {}, f"nvidia-smi topo -m exited {done.returncode}"
+    return topo_links(done.stdout), "not in nvidia-smi topo -m's matrix"
+
+
 def topology() -> list[dict]:
-    """How CUDA says the GPUs are linked (peer access, NVLink-or-not is in NCCL's log)."""
+    """How the GPUs are linked: peer access (CUDA) and the link ``nvidia-smi topo -m`` names
+    ("NV18": 18 NVLink links)."""
     import cupy
     rt = cupy.cuda.runtime
+    links, missing = _nvidia_smi_links()
     rows = []
     n = gpu_count()
     for a in range(n):
         for b in range(n):
             if a != b:
                 rows.append({"from": a, "to": b, "peer_access": bool(rt.deviceCanAccessPeer(a, b)),
-                             "name": rt.getDeviceProperties(a)["name"].decode()})
+                             "link": links.get((a, b), missing), "name": rt.getDeviceProperties(a)["name"].decode()})
     return rows
 
 

@@ -1196,3 +1196,160 @@ def show_predicted_steps(run: RecordedRun) -> None:
                           f"{curve_setting(run)}, the setting the all-reduce curve was measured under, from the "
                           "NCCL-settings sweep) predicted from one GPU on half the batch plus the fitted all-reduce, "
                           + run.caption))
+
+
+# ------------------------------------------------------------------------------ the notebook's cells
+def run_status(run: RecordedRun | None) -> dict:
+    """The chapter's opening status line (``run_status``) and the GPUs its summary names (``run_gpus``)."""
+    status = (f"The two-GPU figures below come from the run recorded on {run.gpu} ({run.caption})."
+              if run is not None else
+              "No two-GPU run has been recorded yet: the cells below that need one say so and print the command "
+              f"that records it on a machine with two GPUs ({RECORD_COMMAND}). Everything else here (the "
+              "correctness checks, the cost model) runs on any machine.")
+    return dict(run_status=status, run_gpus=f"two {run.gpu}s" if run is not None else "two GPUs (no run recorded yet)")
+
+
+#: The data-parallel forms the correctness check trains: {name: (replicas, bucketed, form)}.
+CHECK_FORMS = {"1 replica, whole batch": (1, False, "gradient"), "2 replicas, one all-reduce": (2, False, "gradient"),
+               "2 replicas, bucketed all-reduce": (2, True, "gradient"),
+               "2 replicas, parameters averaged": (2, False, "parameters")}
+#: The check's tolerances (relative): each form's total update against one replica's, and against float64's;
+#: the parameter form rounds each atomic add at W's float32 spacing, not the gradient's (as step 9 does).
+REPLICA_TOLERANCE, REFERENCE_TOLERANCE, PARAMETER_TOLERANCE = 1e-5, 1e-4, 5e-5
+AVERAGED = "2 replicas, parameters averaged"
+
+
+def replica_check(backend, vocab: int = 1001, batch: int = 74, steps: int = 3, lr: float = 0.1) -> dict:
+    """Train every form of :data:`CHECK_FORMS` ``steps`` steps from one start and show the table
+    (:func:`.replicas.compare_forms`); raise :class:`gpulab.errors.CheckFailed` naming the form
+    and the number where a form is outside its tolerance or its replicas differ. Returns what the
+    prose glues (the tolerances and the largest differences)."""
+    from ...errors import CheckFailed
+    from .replicas import compare_forms
+    table = compare_forms(CHECK_FORMS, backend, vocab=vocab, batch=batch, steps=steps, lr=lr)
+    averaged = table["variant"] == AVERAGED
+    limits = np.where(averaged, PARAMETER_TOLERANCE, REPLICA_TOLERANCE)
+    bad = [f"{r['variant']}: update vs 1 replica {r['update vs 1 replica']:.2e} > {lim:.0e}"
+           for (_, r), lim in zip(table.iterrows(), limits) if not r["update vs 1 replica"] <= lim]
+    bad += [f"{r['variant']}: update vs float64 {r['update vs float64 reference']:.2e} > {REFERENCE_TOLERANCE:.0e}"
+            for _, r in table.iterrows() if not r["update vs float64 reference"] <= REFERENCE_TOLERANCE]
+    bad += [f"{r['variant']}: the replicas' parameters differ" for _, r in table.iterrows()
+            if not r["replicas bit-identical"]]
+    if bad:
+        raise CheckFailed("the data-parallel step does not reproduce one replica: " + "; ".join(bad))
+    _display(table.style.format({"loss after 3 steps": "{:.6f}", "update vs float64 reference": "{:.2e}",
+                                 "update vs 1 replica": "{:.2e}"}).hide(axis="index")
+             .set_caption(f"Data-parallel SGD against one replica and float64, {backend.caption}"))
+    return dict(replica_tol=REPLICA_TOLERANCE, reference_tol=REFERENCE_TOLERANCE, param_tol=PARAMETER_TOLERANCE,
+                worst_replica=float(table.loc[~averaged, "update vs 1 replica"].max()),
+                param_worst=float(table.loc[averaged, "update vs 1 replica"].max()))
+
+
+def show_steps(run: RecordedRun) -> None:
+    """Every step at every batch: the figure, the scaling table, the targets and what the run could
+    not measure."""
+    plot_steps(run)
+    plt.show()
+    _display(scaling_table(run).style.format(precision=4).set_caption(run.caption + " (two GPUs)"))
+    _display(targets(run).style.hide(axis="index").set_caption("The chapter's targets, " + run.caption))
+    if problems(run) is not None:
+        _display(problems(run).style.hide(axis="index").set_caption("What this run could not measure, and why"))
+
+
+def crossover_numbers(run: RecordedRun | None) -> dict:
+    """Exercise 2's question answered by the run: the smallest batch at which two GPUs take at most
+    :data:`SCALING_TARGET` of one GPU's step (``crossover``), in words."""
+    if run is None:
+        return dict(crossover="no two-GPU run has been recorded yet to answer it")
+    s = scaling_table(run)
+    paying = [int(b) for b in s.index if s.loc[b, "2 GPUs / 1 GPU"] <= SCALING_TARGET]
+    if not paying:
+        return dict(crossover=f"no batch of this run reaches {SCALING_TARGET} (at B = {int(s.index.max()):,}: "
+                              f"{s['2 GPUs / 1 GPU'].iloc[-1]:.3f})")
+    b = min(paying)
+    before = [int(x) for x in s.index if x < b]
+    return dict(crossover=f"B = {b:,} ({s.loc[b, '2 GPUs / 1 GPU']:.3f} of one GPU's step" +
+                          (f"; at B = {before[-1]:,}, {s.loc[before[-1], '2 GPUs / 1 GPU']:.3f})" if before else ")"))
+
+
+def show_allreduce(run: RecordedRun | None) -> dict:
+    """The all-reduce alone against its size, the lab's against torch.distributed's; returns the
+    worst ratio from 1 MiB up (``lab_vs_torch_worst``) and the link the peer update's bandwidth
+    implies (``link_text``)."""
+    if run is None:
+        print("No two-GPU run recorded yet: the all-reduce's time and bus bandwidth against its size (1 KiB to "
+              f"256 MiB) appear here once `{RECORD_COMMAND}` has run on two GPUs.")
+        return dict(lab_vs_torch_worst=float("nan"), link_text="")
+    plot_allreduce(run)
+    plt.show()
+    comp = allreduce_comparison(run)
+    _display(comp.style.format(precision=4).hide(axis="index")
+             .set_caption("All-reduce time (ms) per size: the lab's and torch.distributed's, " + run.caption))
+    big = comp[comp["bytes"] >= 2 ** 20]
+    return dict(lab_vs_torch_worst=float(big["lab / torch"].max()), **link_numbers(run))
+
+
+def link_numbers(run: RecordedRun) -> dict:
+    """What the run says of the link between the GPUs (``link_text``): the link ``nvidia-smi topo -m``
+    named, where the run recorded it; in runs whose topology table records peer access only, the
+    link inferred from the bytes the plain step's peer update reads from the other GPU in its
+    timeline span."""
+    from ... import datasheet
+    pcie = datasheet.LINKS["pcie5"]
+    topo = run.tables.get("topology")
+    if topo is not None and "link" in topo and topo["link"].astype(str).str.fullmatch(r"NV\d+").all():
+        return dict(link_text=f"The run records the GPUs' link as {', '.join(sorted(set(topo['link'])))} "
+                              "(nvidia-smi topo -m: NVLink, the number of links).")
+    peer = topo is not None and len(topo) and bool(topo["peer_access"].astype(bool).all())
+    if "timeline" not in run.tables or not peer:
+        return dict(link_text="")
+    tl = timeline(run)
+    big = int(tl["batch"].max())
+    span_us = min(timeline_span(run, big, "plain", "all-reduce", gpu=g) for g in sorted(set(tl["gpu"])))
+    gbs = 4 * Layout(VOCAB).size / (span_us * 1e-6) / 1e9
+    if not np.isfinite(gbs) or PEER not in str(kept(run).loc[big, "plain"]):
+        return dict(link_text="")
+    return dict(link_text=(
+        f"The run's topology table records peer access between the two GPUs but not the link itself; the plain step's "
+        f"peer update reads the other GPU's {4 * Layout(VOCAB).size / 1e6:.1f} MB gradient in {span_us:.0f} µs, "
+        f"at least {gbs:.0f} GB/s, above {pcie.name}'s {pcie.gbs_per_direction:g} GB/s each way (the fastest other "
+        "link two GPUs of one host can have): the link is NVLink."))
+
+
+def show_ring(run: RecordedRun | None, model: costmodel.RingModel, caption: str) -> dict:
+    """The ring, step by step, for the chapter's gradient on 2 GPUs (against the lab's all-reduce of
+    that size alone, in a CUDA graph, when there is a run) and on 8; returns what the prose quotes."""
+    grad_bytes = 4 * Layout(VOCAB).size
+    measured_us = None
+    if run is not None:
+        lab_graph = allreduce_table(run, LAB_ALLREDUCE + ", CUDA graph")
+        measured_us = float(lab_graph.iloc[(lab_graph["bytes"] - grad_bytes).abs().argsort().iloc[0]]["median_ms"]) * 1e3
+    plot_ring(model, grad_bytes, 2, caption, measured_us=measured_us)
+    plt.show()
+    plot_ring(model, grad_bytes, 8, caption)
+    plt.show()
+    ring2, ring8 = ring_steps(model, grad_bytes, 2), ring_steps(model, grad_bytes, 8)
+    return dict(ring_chunk_mb=grad_bytes / 2 / 1e6, ring_sent_mb=float(ring2["bytes per GPU"].sum()) / 1e6,
+                ring_step_us=float(ring2["end_us"].iloc[0]), ring_pred_us=float(ring2["end_us"].iloc[-1]),
+                ring_measured=(f"against {measured_us:.0f} µs measured (the lab's all-reduce of that size alone, in a "
+                               "CUDA graph)" if measured_us is not None else
+                               "(no two-GPU run recorded yet to compare it with)"),
+                ring8_chunk_mb=grad_bytes / 8 / 1e6, ring8_sent_mb=float(ring8["bytes per GPU"].sum()) / 1e6,
+                ring8_pred_us=float(ring8["end_us"].iloc[-1]))
+
+
+def host_step_source() -> str:
+    """The host code of the bucketed step the recorded runs keep (first bucket in the forward kernel):
+    ``GpuStep._in_forward``, as :mod:`.workers` defines it, its streams, events and launches."""
+    import inspect
+    import textwrap
+    from .workers import GpuStep
+    return textwrap.dedent(inspect.getsource(GpuStep._in_forward))
+
+
+def show_host_step() -> None:
+    """:func:`host_step_source`, rendered as a listing."""
+    from IPython.display import Markdown
+    _display(Markdown("`gpulab/workloads/multigpu/workers.py`, `GpuStep._in_forward` (one GPU's process runs it; "
+                      "`main` is the caller's stream, `self.side` the communication stream):\n\n```python\n"
+                      + host_step_source() + "```"))
