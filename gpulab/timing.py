@@ -826,7 +826,8 @@ def crosscheck(fn: Callable[[], object], *, calls: int = 1, rounds: int = CROSSC
     * ``crosscheck_cold_ms`` and ``crosscheck_warm_ms``: this module's loop, queued, with L2
       flushed before each call and back to back;
     * ``do_bench_ms``: Triton's ``triton.testing.do_bench`` (median; it zeroes a 256 MB buffer
-      before each call and queues the calls with no host wait between them);
+      before each call, here the lab's own flush buffer, and queues the calls with no host wait
+      between them);
     * ``profiler_ms``: the kernels' own durations as the profiler records them (PyTorch's
       profiler, over CUPTI's activity records: each kernel's start and end on the GPU), summed
       over the kernels of one call, median over calls with L2 flushed before each, and
@@ -894,7 +895,7 @@ def _crosscheck_timers(fn) -> tuple[list[Callable[[], None]], dict, list]:
             from triton.testing import do_bench
             # On the stream the work runs on, so that do_bench's own events are ordered with it
             # (a graph replayed on its capture stream timed at 0.4 us on the default stream).
-            with (stream if stream is not None else nullcontext()), _torch_stream(stream):
+            with (stream if stream is not None else nullcontext()), _torch_stream(stream), _do_bench_clears_the_labs_buffer():
                 found["do_bench"].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
         except Exception as exc:       # noqa: BLE001 (no Triton here, or it cannot run this call)
             notes.append(f"do_bench: {type(exc).__name__}: {exc}"[:200])
@@ -909,6 +910,30 @@ def _crosscheck_timers(fn) -> tuple[list[Callable[[], None]], dict, list]:
             notes.append(f"profiler: {type(exc).__name__}: {exc}"[:200])
 
     return [lambda: lab(True), triton_do_bench, lambda: lab(False), profiler], found, notes
+
+
+@contextmanager
+def _do_bench_clears_the_labs_buffer():
+    """While active, do_bench zeroes the lab's 256 MiB flush buffer (with its own ``zero_``, before
+    each call, as always) instead of a tensor of its own. For a call of a few microseconds the time
+    after a flush depends on where in memory the flushed buffer lies, by up to about 0.6 us: in
+    the probe of 2026-12-07 (tools/flush_probe.py) a 6 us SAXPY read 6.5 us after either timer's
+    flush of the lab's buffer and 6.0-6.1 us after either timer's flush of PyTorch's, and do_bench
+    alone read the same calls up to 0.56 us apart from one run to the next. With one buffer the two
+    timers differ only in what is cross-checked: their events, queueing and statistics."""
+    try:
+        import torch
+        from triton import runtime
+        active = runtime.driver.active
+    except Exception:               # noqa: BLE001 (no Triton or PyTorch: do_bench's own note says so)
+        yield
+        return
+    buffer = torch.as_tensor(L2Flusher.get().buffer, device="cuda")
+    active.get_empty_cache_for_benchmark = lambda: buffer
+    try:
+        yield
+    finally:
+        del active.get_empty_cache_for_benchmark
 
 
 def _current_stream():

@@ -141,3 +141,15 @@ def test_the_flush_writes_every_byte_of_its_buffer_and_evicts_l2():
     warm = timing.benchmark(total, warmup=3, repeats=30, rel_ci=None, min_span_ms=0.0).median_ms
     cold = timing.benchmark(total, warmup=3, repeats=30, rel_ci=None, min_span_ms=0.0, flush_l2=True).median_ms
     assert cold > 1.1 * warm, (cold, warm)
+
+
+def test_do_bench_clears_the_labs_flush_buffer_in_the_crosscheck():
+    pytest.importorskip("triton")
+    from triton import runtime
+    lab = timing.L2Flusher.get()
+    with timing._do_bench_clears_the_labs_buffer():
+        cache = runtime.driver.active.get_empty_cache_for_benchmark()
+        assert cache.data_ptr() == lab.buffer.data.ptr and cache.numel() * 4 == lab.nbytes
+        runtime.driver.active.clear_cache(cache)
+    assert int((lab.buffer != 0).sum()) == 0
+    assert runtime.driver.active.get_empty_cache_for_benchmark().data_ptr() != lab.buffer.data.ptr
