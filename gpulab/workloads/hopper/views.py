@@ -221,6 +221,18 @@ def blocks_per_sm(run, number: str) -> int:
     return int(fit["blocks"])
 
 
+#: Within this share of the fastest cuBLAS path a step is "level with" it: each median's 95%
+#: confidence interval is about ±1% (the stop rule), so two medians closer than 2% are not told apart.
+LEVEL_WITHIN = 0.02
+
+
+def standing(ratio: float) -> str:
+    """'level with', 'past' or 'short of' the vendor, for a step at ``ratio`` of its speed."""
+    if abs(ratio - 1.0) <= LEVEL_WITHIN:
+        return "level with"
+    return "past" if ratio > 1.0 else "short of"
+
+
 def numbers(run, size: int = MAIN_SIZE) -> dict:
     """Every number the prose quotes, by name: ``tXX`` (ms), ``tflopsXX``, ``cublasXX`` (fraction
     of the fastest cuBLAS path), the best step, the vendor path, the peak, the profile's columns."""
@@ -239,7 +251,7 @@ def numbers(run, size: int = MAIN_SIZE) -> dict:
     out.update(best_step=top["step"], best_ms=float(top["median_ms"]), best_tflops=float(top["tflops"]),
                best_cublas=float(top["tflops"] / best["tflops"]), best_peak=float(top["tflops"] / peak),
                speedup_ladder=float(lad["median_ms"].iloc[0] / top["median_ms"]),
-               standing="short of" if top["tflops"] < best["tflops"] else "past")
+               standing=standing(float(top["tflops"] / best["tflops"])))
     big_ladder, big_best = ladder(run, LARGE_SIZE), best_vendor(run, LARGE_SIZE)
     big_top = big_ladder.loc[big_ladder["median_ms"].idxmin()]
     out.update(large_size=LARGE_SIZE, large_best_step=big_top["step"],
@@ -616,21 +628,53 @@ def tf32_operand_errors(m: int = 256, k: int = 4096, seed: int = 0) -> dict:
 
 #: The first runs of this chapter with every call queued behind a guard kernel (the host's
 #: dispatch not counted; see labdata/trials/2026-12-06-queued-timing/README.md).
-QUEUED_TRIAL = "2026-12-06-queued-timing"
+EARLIER_METHOD = "2026-11-26-host-waits"
 
 
-def queued_trial(gpu: str = "nvidia-h100-80gb-hbm3", size: int = MAIN_SIZE) -> dict | None:
-    """The trial run's best step against the fastest cuBLAS path at ``size``: what the ladder's
-    standing is with the calls queued; None where the trial run is not in this checkout."""
+def earlier_method(gpu: str = "nvidia-h100-80gb-hbm3", size: int = MAIN_SIZE) -> dict | None:
+    """The chapter's earlier run (labdata/trials/2026-11-26-host-waits: the host waited before each
+    call, its dispatch inside the events): its best step against the fastest cuBLAS path at
+    ``size``; None where that run is not in this checkout."""
     from ...paths import REPO
-    path = REPO / "labdata" / "trials" / QUEUED_TRIAL / gpu / "hopper.csv"
+    path = REPO / "labdata" / "trials" / EARLIER_METHOD / gpu / "hopper.csv"
     if not path.is_file():
         return None
-    trial = runs.read_run(path)
-    ours = ladder(trial, size)
+    earlier = runs.read_run(path)
+    ours = ladder(earlier, size)
     best = ours.loc[ours["median_ms"].idxmin()]
-    fastest = best_vendor(trial, size)
-    return {"trial_best_step": best["step"], "trial_best_ms": float(best["median_ms"]),
-            "trial_vendor_ms": float(fastest["median_ms"]), "trial_vendor_name": fastest["variant"],
-            "trial_best_cublas": float(fastest["median_ms"] / best["median_ms"]),
-            "trial_caption": trial.caption}
+    fastest = best_vendor(earlier, size)
+    ratio = float(fastest["median_ms"] / best["median_ms"])
+    return {"earlier_best_step": best["step"], "earlier_best_ms": float(best["median_ms"]),
+            "earlier_vendor_ms": float(fastest["median_ms"]), "earlier_vendor_name": fastest["variant"],
+            "earlier_best_cublas": ratio, "earlier_standing": standing(ratio), "earlier_caption": earlier.caption}
+
+
+def crosschecked(run) -> pd.DataFrame | None:
+    """The run's cross-check (its verdicts' rows timed again by do_bench and the profiler), with
+    the best step's speed as a share of cuBLAS's by each timer; None for a run without one."""
+    table = run.tables.get("crosscheck")
+    if table is None:
+        return None
+    t = table[["variant", "size", "precision", "median_ms", "do_bench_ms", "profiler_ms"]].copy()
+    t["side"] = np.where(t["variant"].str.contains("cuBLAS"), "cuBLAS", "lab")
+    return t.reset_index(drop=True)
+
+
+def crosscheck_ratios(run) -> pd.DataFrame | None:
+    """Per precision and size: the lab's best step over the fastest cuBLAS path (cuBLAS's time /
+    the step's), by the lab's loop, by do_bench and by the profiler."""
+    t = crosschecked(run)
+    if t is None:
+        return None
+    rows = []
+    for (precision, size), g in t.groupby(["precision", "size"], sort=False):
+        lab, vendor = g[g["side"] == "lab"], g[g["side"] == "cuBLAS"]
+        if lab.empty or vendor.empty:
+            continue
+        lab, vendor = lab.iloc[0], vendor.iloc[0]
+        rows.append({"precision": precision, "size": f"{size}^3", "step": lab["variant"].split(" ")[1],
+                     "cuBLAS path": vendor["variant"],
+                     **{f"step / cuBLAS ({name})": float(vendor[c] / lab[c])
+                        for name, c in (("lab's loop", "median_ms"), ("do_bench", "do_bench_ms"),
+                                        ("profiler", "profiler_ms"))}})
+    return pd.DataFrame(rows)
