@@ -112,6 +112,7 @@ def transfer_breakdown(launch, inputs, shape, dtype, *, memory="pageable", exper
 
 timing.benchmark = timing.graph_benchmark = fake_timing
 timing.crosscheck = fake_crosscheck
+timing.crosscheck_interleaved = lambda items, **options: [fake_crosscheck(fn, calls=calls) for fn, calls in items]
 timing.host_timer = lambda fn, synchronize, **options: fake_timing(fn, method=f"host timer, synchronize={synchronize}")
 roofline.measure_ceilings = lambda **options: (fake_rows("ceilings", "device copy", 2**30)
                                                + fake_rows("ceilings", "cuBLAS SGEMM", 8192))
