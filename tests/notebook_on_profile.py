@@ -36,8 +36,8 @@ def _kept(statement) -> bool:
 
 def is_kernel_check(source: str) -> bool:
     """Whether a code cell only checks kernels: imports and calls, no name bound but an
-    import's or an assignment's that calls nothing, and a call of a chapter's ``check_steps``
-    or of ``exercises.check``. Such a cell reads no run, so a smaller GPU's profile shows
+    import's or an assignment's that calls nothing, and a call of a chapter's ``check_steps``,
+    of a ported chapter's ``CHAPTER.check`` or of ``exercises.check``. Such a cell reads no run, so a smaller GPU's profile shows
     nothing new in it (its checks run at the check sizes, which every profile fits); the
     student version of the notebook executes it."""
     try:
@@ -48,7 +48,8 @@ def is_kernel_check(source: str) -> bool:
         return False
     calls = {node.func.attr for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
-    return "check_steps" in calls or ("check" in calls and "exercises.check(" in source)
+    return "check_steps" in calls or ("check" in calls and ("exercises.check(" in source
+                                                         or "CHAPTER.check(" in source))
 
 
 def execute_on_profile(chapter: str, profile: str, monkeypatch, gpu: str | None = None,

@@ -216,3 +216,12 @@ def test_a_ported_chapter_exports_one_chapter_every_consumer_reads(name):
     assert not hasattr(module, "check_steps") and not hasattr(module, "make_launch")
     numbers = {s.number for s in chapter.steps}
     assert {ladder.number(str(key).split()[0]) for key in chapter.predicted} <= numbers   # "07 bf16": step 07
+
+
+def test_a_cell_that_only_checks_a_ported_chapters_steps_is_a_kernel_check():
+    # The profile runs (tests/notebook_on_profile.py, kernel_checks=False) leave such cells out:
+    # after the port a chapter's cells call CHAPTER.check, not check_steps.
+    from notebook_on_profile import is_kernel_check
+    assert is_kernel_check('gpulab.assert_ok(fcnet.CHAPTER.check(backend, steps=[fcnet.CHAPTER.step("16")]))')
+    assert is_kernel_check("gpulab.assert_ok(lenet.check_steps(backend))")
+    assert not is_kernel_check("run = gpulab.load_run('fcnet')\nviews.ladder_figure(run)")
