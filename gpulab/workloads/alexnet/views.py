@@ -1,7 +1,8 @@
 """What the AlexNet notebooks show of a recorded run: the five layers added up per step, the
 targets, cuDNN's paths beside the ladder, the profile, the predictions judged, and why a cell
-is empty; and, from the declarations, which step runs each layer, the device memory each step
-needs and the Winograd steps' accuracy measured now."""
+is empty; each Winograd and Hopper step's glued values with the table its cell shows; and, from
+the declarations, which step runs each layer, the device memory each step needs and the Winograd
+steps' accuracy measured now."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,11 +11,11 @@ import pandas as pd
 from ... import baselines, ladder, plots, predictions, runs
 from ...check import compare
 from ...kernels import get_backend
-from . import winograd
+from . import tc, wgmma, wgmma32, winograd
 from .launchers import fallback_step, footprint_bytes, scratch_bytes
 from .problem import BATCHES, LAYERS, MAIN_N, NAME, SCALING_BATCHES, Conv, memory_limit
 from .profile import PROFILE_N
-from .steps import PREDICTED, PREDICTION_CASES, STEPS
+from .steps import PREDICTED, PREDICTION_CASES, STEPS, WINOGRAD_STEPS
 
 
 def layer_totals(rows: pd.DataFrame) -> pd.DataFrame:
@@ -403,3 +404,206 @@ def memory_table(batches=None, total_bytes: float | None = None) -> pd.DataFrame
                              "size": N, "bytes": need, "scratch_bytes": scratch_bytes(step, layer, N),
                              "fits": need <= limit})
     return pd.DataFrame(rows)
+
+
+def winograd_times(run, ladder: pd.DataFrame, totals: pd.DataFrame) -> tuple[dict, list]:
+    """Steps 23 and 24 (Winograd) beside steps 17 and 22: the values the prose glues
+    (``winograd_measured``, and what layers 1 and 2 cost where Winograd does not apply) and the
+    tables to show (layers 3-5 per step; the filter transforms' times, when the run has them)."""
+    main = ladder[ladder["size"] == MAIN_N]
+    missing = unrecorded_steps(ladder, WINOGRAD_STEPS)
+    shown = ["17", "22"] + [n for n in ("23", "24") if n not in missing]
+    three = main[main["step"].isin(shown) & main["layer"].isin([3, 4, 5])]
+    three_ms = three.groupby("step")["median_ms"].sum()
+    fp32_cudnn = vendor_best(totals, MAIN_N, "fp32")
+    if missing:
+        print(f"not recorded yet: step(s) {', '.join(missing)} (this run predates them; "
+              "`python -m gpulab record alexnet` on a GPU measures them)")
+    setup = (run.timings[run.timings["experiment"] == "winograd_setup"]
+             if "winograd_setup" in set(run.timings["experiment"]) else None)
+    parts = []
+    for n in ("23", "24"):
+        if n in missing:
+            continue
+        text = (f"step {n} takes {three_ms[n]:.2f} ms on layers 3-5 and {step_ms(totals, n):.2f} ms for the five layers")
+        if setup is not None and (setup["step"].astype(str) == n).any():
+            text += f" (its filter transforms, once per model: {setup[setup['step'].astype(str) == n]['median_ms'].sum():.3f} ms)"
+        parts.append(text)
+    baseline = (f"step 17 takes {three_ms['17']:.2f} ms on layers 3-5 (every multiply on the FMA units) and step 22 "
+                f"{three_ms['22']:.2f} ms (on the tensor cores); cuDNN's fastest fp32 path takes "
+                f"{fp32_cudnn['median_ms']:.2f} ms for the five layers")
+    values = {"winograd_measured": ("In this run " + "; ".join(parts) + "; " + baseline + "." if parts else
+                                    "Steps 23 and 24 are not recorded yet in this run: " + baseline +
+                                    ", and the Winograd steps' times will stand beside these once the chapter is re-recorded.")}
+    # What layers 1 and 2 cost, where Winograd F(m x m, 3 x 3) does not apply.
+    first_two = main[main["layer"].isin([1, 2])]
+    values.update(fallback_12_ms=first_two[first_two["step"] == "22"]["median_ms"].sum(),
+                  s22_layer2_ms=first_two[(first_two["step"] == "22") & (first_two["layer"] == 2)]["median_ms"].sum(),
+                  cudnn_fp32_layer2_ms=first_two[(first_two["layer"] == 2) & (first_two["step"].astype(str) == "cuDNN")
+                                                 & (first_two["precision"] == "fp32")]["median_ms"].min())
+    table = three.pivot_table(index="layer", columns="step", values="median_ms")
+    table.index = table.index.astype(int)
+    table.columns = [f"step {c} (ms)" for c in table.columns]
+    tables = [table.style.format(precision=3).set_caption(f"layers 3-5, N = {MAIN_N}; " + run.caption)]
+    if setup is not None:
+        tables.append(setup.pivot_table(index="layer", columns="variant", values="median_ms").style.format("{:.4f}")
+                      .set_caption("filter transform, once per model (ms); " + run.caption))
+    return values, tables
+
+
+# The Hopper chapter's steps 25-28: each function returns the values its prose glues and the
+# table the cell shows; ``fastest_cudnn`` is cuDNN's fastest path per precision ({precision: row}).
+
+def _not_recorded(step: str, names, **texts) -> dict:
+    """The values of a step the run predates: its sentence, NaN for ``names``, ``texts`` as given."""
+    print(f"step {step} is not recorded in this run (it predates the step; `python -m gpulab record alexnet` "
+          "on a Hopper GPU measures it)")
+    return {f"s{step}_measured": f"Step {step} is not recorded in this run (it predates the step), so the numbers "
+                                 "below are not measured", **{name: np.nan for name in names}, **texts}
+
+
+def _measured(step: str, totals: pd.DataFrame) -> str:
+    return f"Step {step} takes {step_ms(totals, step):.3f} ms for the five layers at N = {MAIN_N}"
+
+
+def step25(run, ladder: pd.DataFrame, totals: pd.DataFrame, fastest_cudnn: dict) -> tuple[dict, object]:
+    """Step 25 (fp16 ``wgmma``): its glued values and a per-layer table beside step 20 and cuDNN's
+    fastest fp16 path."""
+    main = ladder[ladder["size"] == MAIN_N]
+    cudnn_name, cudnn_ms = fastest_cudnn["fp16"]["variant"], fastest_cudnn["fp16"]["median_ms"]
+
+    def rows_used(i):              # the share of a tile's pixel rows that are real outputs (filter columns' divided out)
+        layer, tile = LAYERS[i - 1], wgmma.DEFAULT_TILES[i]
+        return wgmma.row_use(layer, tile) / (layer.M / (-(-layer.M // tile[1]) * tile[1]))
+    values = {"cudnn_fp16_name": cudnn_name,          # as glued at step 20, in alexnet
+              "s25_rows_l2": rows_used(2), "s25_rows_l3": rows_used(3)}
+    cudnn16 = main[(main["step"].astype(str) == "cuDNN") & (main["variant"] == cudnn_name)]
+    hopper = main[main["step"].isin(["20", "25"])].pivot_table(index="layer", columns="step", values="median_ms")
+    hopper[cudnn_name] = cudnn16.set_index("layer")["median_ms"]
+    hopper.index = hopper.index.astype(int)
+    if "25" not in unrecorded_steps(ladder):
+        s25_ms = step_ms(totals, "25")
+        values.update(s25_measured=_measured("25", totals), s25_ms=s25_ms, s25_vs_20=step_ms(totals, "20") / s25_ms,
+                      s25_vs_cudnn=s25_ms / cudnn_ms, s25_layers25_ms=hopper.loc[2:, "25"].sum(),
+                      s20_layers25_ms=hopper.loc[2:, "20"].sum(), cudnn_layers25_ms=hopper.loc[2:, cudnn_name].sum(),
+                      s25_layer1_ms=hopper.loc[1, "25"], cudnn_layer1_ms=hopper.loc[1, cudnn_name],
+                      s25_target=target_verdict(totals, "25", cudnn_ms, 0.95))
+    else:
+        values.update(_not_recorded("25", ["s25_ms", "s25_vs_20", "s25_vs_cudnn", "s25_layers25_ms", "s20_layers25_ms",
+                                           "cudnn_layers25_ms", "s25_layer1_ms", "cudnn_layer1_ms"],
+                                    s25_target="not judged"))
+    hopper.columns = [f"step {c} (ms)" if c in ("20", "25") else f"{c} (ms)" for c in hopper.columns]
+    table = hopper.style.format(precision=3, na_rep=runs.NOT_MEASURED).set_caption(
+        f"per layer, N = {MAIN_N}; " + runs.gap_note(hopper, gap_reason(run, MAIN_N, ["25"]), run.caption))
+    return values, table
+
+
+def step26(run, ladder: pd.DataFrame, totals: pd.DataFrame, checks: pd.DataFrame | None,
+           fastest_cudnn: dict) -> tuple[dict, object]:
+    """Step 26 (step 25 in tf32, flat tiles): its glued values and a per-layer table beside steps
+    21 and 25 and cuDNN's fastest tf32 path."""
+    tiles26 = wgmma32.DEFAULT_TILES["26"]
+    tf32_layers = per_layer(ladder, ["21", "25", "26"], "tf32")
+    cudnn_tf32 = tf32_layers.columns[-1]
+    rule26 = channels_last_rule(run, "26", "tf32")
+    cudnn_ms = fastest_cudnn["tf32"]["median_ms"]
+    values = {"cudnn_tf32_name": fastest_cudnn["tf32"]["variant"],   # as glued at step 21, in alexnet
+              "s26_tiles": ", ".join(wgmma32.tile_name(tile) for tile in tiles26.values()),
+              "s26_rows_l2": wgmma32.row_use(LAYERS[1], MAIN_N, tiles26[2]),
+              "s26_rows_l3": wgmma32.row_use(LAYERS[2], MAIN_N, tiles26[3])}
+    if "26" not in unrecorded_steps(ladder):
+        s26_ms, col = step_ms(totals, "26"), tf32_layers["step 26 (ms)"]
+        values.update(
+            s26_measured=_measured("26", totals), s26_ms=s26_ms, s26_vs_21=step_ms(totals, "21") / s26_ms,
+            s26_vs_cudnn=s26_ms / cudnn_ms, s26_layers25_ms=col.loc[2:].sum(), s26_layers35_ms=col.loc[3:].sum(),
+            cudnn_tf32_layers35_ms=tf32_layers.loc[3:, cudnn_tf32].sum(), s26_layer2_ms=col.loc[2],
+            cudnn_tf32_layer2_ms=tf32_layers.loc[2, cudnn_tf32],
+            s26_vs_25_layers25=col.loc[2:].sum() / tf32_layers.loc[2:, "step 25 (ms)"].sum(),
+            cudnn_tf32_layers25_ms=tf32_layers.loc[2:, cudnn_tf32].sum(),
+            cudnn_tf32_layer1_ms=tf32_layers.loc[1, cudnn_tf32], s26_layer1_ms=col.loc[1],
+            s21_layer1_ms=tf32_layers.loc[1, "step 21 (ms)"],
+            s26_error=checks[checks["step"] == "26"]["rel_error"].max() if checks is not None else np.nan,
+            s26_nhwc_ms=rule26["step ms"], s26_nhwc_ratio=rule26["step ms"] / rule26["cuDNN ms"],
+            s26_target=target_verdict(totals, "26", cudnn_ms))
+    else:
+        values.update(_not_recorded("26", ["s26_ms", "s26_vs_21", "s26_vs_cudnn", "s26_layers25_ms", "s26_vs_25_layers25",
+                                           "s26_layers35_ms", "cudnn_tf32_layers35_ms", "s26_layer2_ms",
+                                           "cudnn_tf32_layer2_ms", "cudnn_tf32_layers25_ms", "cudnn_tf32_layer1_ms",
+                                           "s26_layer1_ms", "s21_layer1_ms", "s26_error", "s26_nhwc_ms", "s26_nhwc_ratio"],
+                                    s26_target="not judged"))
+    table = tf32_layers.style.format(precision=3, na_rep=runs.NOT_MEASURED).set_caption(
+        f"per layer, N = {MAIN_N} (step 25: fp16, for the ratio); " + run.caption)
+    return values, table
+
+
+def step27(run, ladder: pd.DataFrame, totals: pd.DataFrame, checks: pd.DataFrame | None,
+           fastest_cudnn: dict) -> tuple[dict, object]:
+    """Step 27 (3xTF32 on ``wgmma``): its glued values and a per-layer table beside steps 22, 24
+    and 26 and cuDNN's fastest fp32 path."""
+    fp32_layers = per_layer(ladder, ["22", "24", "26", "27"], "fp32")
+    cudnn_fp32 = fp32_layers.columns[-1]
+    rule27 = channels_last_rule(run, "27", "fp32")
+    cudnn_ms = fastest_cudnn["fp32"]["median_ms"]
+    values = {"s27_tiles": ", ".join(wgmma32.tile_name(tile) for tile in wgmma32.DEFAULT_TILES["27"].values()),
+              "cudnn_fp32_name": fastest_cudnn["fp32"]["variant"]}     # its time: cudnn_fp32_ms, glued at step 22
+    at_main = checks[checks["size"] == MAIN_N] if checks is not None else None
+    if "27" not in unrecorded_steps(ladder):
+        s27_ms, col = step_ms(totals, "27"), fp32_layers["step 27 (ms)"]
+        values.update(
+            s27_measured=_measured("27", totals), s27_ms=s27_ms, s27_vs_24=step_ms(totals, "24") / s27_ms,
+            s27_vs_cudnn=s27_ms / cudnn_ms,
+            s27_vs_26_layers25=col.loc[2:].sum() / fp32_layers.loc[2:, "step 26 (ms)"].sum(),
+            s27_layer1_ms=col.loc[1], cudnn_fp32_layer1_ms=fp32_layers.loc[1, cudnn_fp32],
+            s27_layer2_ms=col.loc[2], cudnn_fp32_best_layer2_ms=fp32_layers.loc[2, cudnn_fp32],
+            s27_layers35_ms=col.loc[3:].sum(), cudnn_fp32_layers35_ms=fp32_layers.loc[3:, cudnn_fp32].sum(),
+            s27_layers35_verdict=("faster than cuDNN's" if col.loc[3:].sum() < fp32_layers.loc[3:, cudnn_fp32].sum()
+                                  else "slower than cuDNN's"),
+            s27_error=at_main[at_main["step"] == "27"]["rel_error"].max() if at_main is not None else np.nan,
+            s27_cudnn_error=(at_main[at_main["step"] == fastest_cudnn["fp32"]["variant"]]["rel_error"].max()
+                             if at_main is not None else np.nan),
+            s27_nhwc_ms=rule27["step ms"], s27_nhwc_ratio=rule27["step ms"] / rule27["cuDNN ms"],
+            s27_nhwc_cudnn=rule27["cuDNN's fastest"], s27_nhwc_cudnn_ms=rule27["cuDNN ms"],
+            s27_target=target_verdict(totals, "27", cudnn_ms))
+    else:
+        values.update(_not_recorded("27", ["s27_ms", "s27_vs_24", "s27_vs_cudnn", "s27_vs_26_layers25", "s27_layer1_ms",
+                                           "cudnn_fp32_layer1_ms", "s27_layer2_ms", "cudnn_fp32_best_layer2_ms",
+                                           "s27_layers35_ms", "cudnn_fp32_layers35_ms", "s27_error", "s27_cudnn_error",
+                                           "s27_nhwc_ms", "s27_nhwc_ratio", "s27_nhwc_cudnn_ms"],
+                                    s27_layers35_verdict="not measured", s27_nhwc_cudnn="", s27_target="not judged"))
+    table = fp32_layers.style.format(precision=3, na_rep=runs.NOT_MEASURED).set_caption(
+        f"per layer, N = {MAIN_N} (step 26: tf32, for the ratio); " + run.caption)
+    return values, table
+
+
+def step28(run, ladder: pd.DataFrame, totals: pd.DataFrame, ceilings: pd.DataFrame,
+           fastest_cudnn: dict) -> tuple[dict, object]:
+    """Step 28 (layer 1's copy to channels-last in 16-byte chunks): its glued values and each call
+    of steps 25 and 28 split into its copy and its GEMM, per layer. ``ceilings`` is
+    :func:`gpulab.roofline.ceilings_table` of the run (the device copy's measured rate)."""
+    calls = copy_table(run, steps=("25", "28")).pivot_table(index="layer", columns="step", sort=False,
+                                                            values=["given NCHW x (ms)", "copy (ms)"])
+    layer1 = LAYERS[0]
+    geo = tc.geometry(layer1, 2)
+    copy_bytes = 2 * MAIN_N * (layer1.C * layer1.H * layer1.W + geo.Hp * geo.Wp * geo.Cp)
+    device_copy_tbs = ceilings.loc["memory bandwidth (GB/s)", "measured"] / 1e3
+    values = {"s25_l1_copy_ms": calls.loc[1, ("copy (ms)", "25")],
+              "s25_l25_copy_max_ms": calls.loc[2:, ("copy (ms)", "25")].max(),
+              "s28_copy_mb": copy_bytes / 1e6, "s25_l1_copy_tbs": copy_bytes / calls.loc[1, ("copy (ms)", "25")] / 1e9,
+              "device_copy_tbs": device_copy_tbs}
+    if "28" not in unrecorded_steps(ladder):
+        s28_ms, cudnn16_ms = step_ms(totals, "28"), fastest_cudnn["fp16"]["median_ms"]
+        copy28_ms = calls.loc[1, ("copy (ms)", "28")]
+        values.update(s28_measured=_measured("28", totals), s28_vs_25=step_ms(totals, "25") / s28_ms,
+                      s28_vs_cudnn=s28_ms / cudnn16_ms, s28_layer1_ms=calls.loc[1, ("given NCHW x (ms)", "28")],
+                      s28_l1_copy_ms=copy28_ms, s28_l1_copy_tbs=copy_bytes / copy28_ms / 1e9,
+                      s28_l1_copy_share=copy_bytes / copy28_ms / 1e9 / device_copy_tbs,
+                      s28_layers25_ms=calls.loc[2:, ("given NCHW x (ms)", "28")].sum(),
+                      s28_target=target_verdict(totals, "28", cudnn16_ms, 0.95))
+    else:
+        values.update(_not_recorded("28", ["s28_vs_25", "s28_vs_cudnn", "s28_layer1_ms", "s28_l1_copy_ms",
+                                           "s28_l1_copy_tbs", "s28_l1_copy_share", "s28_layers25_ms"],
+                                    s28_target="not judged"))
+    calls.columns = [f"step {step}: {what}" for what, step in calls.columns]
+    table = calls.style.format(precision=3, na_rep=runs.NOT_MEASURED).set_caption(
+        f"each call split into its copy and its GEMM, per layer, N = {MAIN_N}; " + run.caption)
+    return values, table
