@@ -552,8 +552,12 @@ def test_every_attack_scores_zero_and_honest_students_full_marks(graded):
         assert rows.loc[("ada", exercise.id), "points"] == exercise.points
     for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
         assert rows.loc[("nobody", exercise.id), "status"] == "not solved", rows.loc[("nobody", exercise.id)]
-    # The hoarder's kernel is right: it ran every hidden check (and tried to store each size).
-    assert rows.loc[("hoarder", SAXPY.id), "points"] == SAXPY.points
+    # The hoarder's kernel is right: it ran every hidden check (and tried to store each size), or,
+    # since the race checker's build refuses C library calls it cannot see into (syscall, shmget),
+    # it is refused for those calls; either way no size reached the teller (the next test).
+    hoarder = rows.loc[("hoarder", SAXPY.id)]
+    assert hoarder["points"] == SAXPY.points or (
+        hoarder["points"] == 0 and "of the C library" in hoarder["message"]), hoarder.to_dict()
 
 
 @pytest.mark.slow        # grades 8 students' kernels and cells in the sandbox
