@@ -224,6 +224,60 @@ def test_the_shared_histogram_is_graded_on_its_races(bump, status, tmp_path):
     assert row["status"] == status and row["points"] == (HISTOGRAM.points if status == "passed" else 0), row
 
 
+#: A not-atomic BUMP whose load and store go through the C library: a memcpy of a size g++ cannot
+#: know is a call into the uninstrumented library, not a load and a store, so the race checker saw
+#: nothing and this histogram scored full points. In the race checker's build such calls go to the
+#: runtime's checked versions (compiler.CHECKED_CALLS): the race is found.
+_COPY_BUMP = ("__device__ __noinline__ void bump(unsigned int* p) {{\n"
+              "    const size_t n = sizeof(unsigned int) * (blockDim.x > 0);   // 4, but not to the compiler\n"
+              "    unsigned int v; {copy}(&v, p, n); v += 1u; {copy}(p, &v, n);\n}}\n#define BUMP bump")
+COPIED_ACCESSES = {
+    "memcpy of a runtime size": _COPY_BUMP.format(copy="memcpy"),
+    "memmove of a runtime size": _COPY_BUMP.format(copy="memmove"),
+    "memcpy through a pointer": "static void* (*const volatile copy)(void*, const void*, size_t) = memcpy;\n"
+                                + _COPY_BUMP.format(copy="copy"),
+    "memcpy of a known size": _COPY_BUMP.format(copy="memcpy").replace("(blockDim.x > 0)", "1"),
+    # Zero the bin and write it back whole: a memset of a runtime size races with the other threads' copies.
+    "memset and memcpy": "__device__ __noinline__ void bump(unsigned int* p) {\n"
+                         "    const size_t n = sizeof(unsigned int) * (blockDim.x > 0);\n"
+                         "    unsigned int v; memcpy(&v, p, n); memset(p, 0, n); v += 1u; memcpy(p, &v, n);\n}\n"
+                         "#define BUMP bump",
+}
+
+
+@pytest.mark.parametrize("way", sorted(COPIED_ACCESSES))
+def test_a_race_through_the_c_librarys_memcpy_is_found(way, tmp_path):
+    """The histogram's racy BUMP done with memcpy, memmove or memset: 0 points, for its race."""
+    row = grading._summarise(HISTOGRAM, grading.evaluate(HISTOGRAM, _staged(HISTOGRAM, SHARED_HISTOGRAM.replace(
+        "@HELPER@", "#include <string.h>\n" + COPIED_ACCESSES[way]), tmp_path)))
+    assert row["points"] == 0 and row["status"] == "barrier or race", row
+    assert "race" in row["message"] and "exercise_03_histogram.cu:" in row["message"], row["message"]
+
+
+@pytest.mark.parametrize("text", [
+    "static void quiet(void* p, const void* q) { __builtin_memcpy(p, q, 64); }",
+    "static void quiet(void* p) { __builtin___memset_chk(p, 0, 64, 64); }",
+    "#define COPY(f) __builtin_##f\nstatic void quiet(void* p, const void* q) { COPY(memmove)(p, q, 64); }",
+])
+def test_the_compilers_own_memcpy_is_refused(text):
+    """g++ expands __builtin_memcpy of a known size into moves of its own, after the instrumentation."""
+    for instrumented in (False, True):
+        with pytest.raises(KernelCompileError, match=r"attack_builtin\.cu line \d+: refused: '__builtin_\w*mem"):
+            cpu.compile_module(text + "\n" + SAXPY_KERNEL, filename="kernels/measuring/attack_builtin.cu",
+                               instrumented=instrumented)
+
+
+@pytest.mark.parametrize("call", ["strcpy((char*)p, (const char*)q)", "bcopy(q, p, 8)",
+                                  "qsort(p, 2, 4, [](const void*, const void*) { return 0; })",
+                                  "sprintf((char*)p, \"%d\", 1)"])
+def test_other_c_library_functions_that_touch_memory_are_refused_in_the_race_build(call):
+    source = ("#include <string.h>\n#include <strings.h>\n#include <stdlib.h>\n#include <stdio.h>\n"
+              f"__device__ __noinline__ void touch(void* p, const void* q) {{ {call}; }}\n" + SAXPY_KERNEL)
+    cpu.compile_module(source, filename="kernels/measuring/attack_libc.cu")      # the plain build: no race checks
+    with pytest.raises(KernelCompileError, match=r"attack_libc\.cu: refused: it calls \w+, of the C library"):
+        cpu.compile_module(source, filename="kernels/measuring/attack_libc.cu", instrumented=True)
+
+
 @pytest.mark.parametrize("text", [
     '#pragma GCC optimize("no-sanitize=thread")',
     '#define QUIET _Pragma("GCC push_options")\nQUIET',
@@ -498,8 +552,12 @@ def test_every_attack_scores_zero_and_honest_students_full_marks(graded):
         assert rows.loc[("ada", exercise.id), "points"] == exercise.points
     for exercise in (SAXPY, RELU, HISTOGRAM, CELL):
         assert rows.loc[("nobody", exercise.id), "status"] == "not solved", rows.loc[("nobody", exercise.id)]
-    # The hoarder's kernel is right: it ran every hidden check (and tried to store each size).
-    assert rows.loc[("hoarder", SAXPY.id), "points"] == SAXPY.points
+    # The hoarder's kernel is right: it ran every hidden check (and tried to store each size), or,
+    # since the race checker's build refuses C library calls it cannot see into (syscall, shmget),
+    # it is refused for those calls; either way no size reached the teller (the next test).
+    hoarder = rows.loc[("hoarder", SAXPY.id)]
+    assert hoarder["points"] == SAXPY.points or (
+        hoarder["points"] == 0 and "of the C library" in hoarder["message"]), hoarder.to_dict()
 
 
 @pytest.mark.slow        # grades 8 students' kernels and cells in the sandbox

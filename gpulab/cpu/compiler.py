@@ -50,7 +50,15 @@ FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-alias
 # vectorisation, so that each lane's load stays one access, as on a GPU.
 INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0",
                     "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
-                    "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED")
+                    "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED",
+                    *(f"-fno-builtin-{name}" for name in ("memcpy", "memmove", "memset", "mempcpy", "memcmp")))
+#: The C library's memory functions whose calls, in the module's own object of an instrumented
+#: build, are renamed to the runtime's checked versions (instrument.cpp: each byte they touch is
+#: an access the race checker sees). The C library is not instrumented: a memcpy whose size g++
+#: does not know (or, without -fno-builtin-memcpy, one it expands inline) would copy in and out of
+#: shared memory unseen. INSTRUMENT_FLAGS keeps g++ from expanding them inline.
+CHECKED_CALLS = ("memcpy", "memmove", "memset", "mempcpy", "memcmp", "__memcpy_chk", "__memmove_chk",
+                 "__memset_chk")
 _UNCHECKED_SOURCE = Path(unchecked.__file__).read_bytes()
 # Bump when the generated code changes in a way the hashed inputs do not show.
 FORMAT_VERSION = "4"
@@ -361,6 +369,7 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
     digest.update(_UNCHECKED_SOURCE)
     if instrumented:
         digest.update(INSTRUMENT.read_bytes())
+        digest.update(" ".join((*CHECKED_CALLS, *sorted(ALLOWED_CALLS))).encode())
     for path in _included_files(source, search, set()):
         digest.update(_in_lab(str(path)).encode() + b"\0" + path.read_bytes())
     key = digest.hexdigest()[:32]
@@ -548,6 +557,8 @@ def _compile(text: str, library: Path, flags: list[str], filename: str, source: 
         if why:
             raise KernelCompileError(why, path=filename, line=None, log="")
         _refuse_runtime_names(obj, runtime, filename)
+        if "-fsanitize=thread" in flags:
+            _check_library_calls(obj, runtime, filename)
         link = ["g++", "-shared", "-pthread", str(obj), str(runtime), "-o", str(out), "-ldl"]
         result = subprocess.run(link, capture_output=True, text=True)
         if result.returncode != 0:
@@ -679,3 +690,68 @@ def _refuse_runtime_names(obj: Path, runtime: Path, filename: str) -> None:
         raise KernelCompileError(
             f"{filename}: refused: it defines {shown}, which the CPU backend's runtime defines or calls itself; "
             "rename your function (or make it static)", path=filename, line=None, log="")
+
+
+# ------------------------------------------------------------ the C library, where the race checker does not look
+#: Functions outside the module and the runtime that an instrumented module's object may call:
+#: none of them reads or writes memory it is given (the C library is not instrumented, so a
+#: call of strcpy, qsort, sprintf... into shared memory would be unseen by the race checker).
+#: The math library's functions, and the C++ runtime's support for exceptions and the stack.
+_MATH = """acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp10 exp2 expm1 fabs
+    fdim floor fma fmax fmin fmod hypot ilogb ldexp lgamma llrint llround log log10 log1p log2 logb lrint lround
+    nearbyint nextafter pow remainder rint round scalbn sin sinh sqrt tan tanh tgamma trunc j0 j1 y0 y1 jn yn"""
+ALLOWED_CALLS = frozenset(
+    [name + suffix for name in _MATH.split() for suffix in ("", "f", "l")]
+    + ["__stack_chk_fail", "__gxx_personality_v0", "_Unwind_Resume", "__cxa_begin_catch", "__cxa_end_catch",
+       "__cxa_rethrow", "__cxa_allocate_exception", "__cxa_free_exception", "__cxa_throw", "__cxa_pure_virtual",
+       "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort", "__cxa_atexit", "__cxa_thread_atexit",
+       "__dso_handle", "_GLOBAL_OFFSET_TABLE_", "__tls_get_addr", "abort", "__assert_fail", "__tsan_init",
+       # The CPU backend's headers (mma.h, the Hopper emulation) format their messages with it (into a
+       # buffer of their own); a kernel's own call of it is unseen too (see book/instructors.md).
+       "snprintf",
+       # Waits that take no memory: a kernel that sleeps is stopped by the grader's wall-clock
+       # budget (tests/fixtures/grading/attacks/sleeps.cu), which only such a call can exercise.
+       "sleep", "usleep"])
+
+
+def _allowed_call(name: str) -> bool:
+    # (_ZTH...: a thread-local variable's initialisation function, weak, that the module may not have.)
+    if name in ALLOWED_CALLS or name.startswith(("__tsan_", "gpulab_checked_", "_ZTH")):
+        return True
+    # The C++ library's throwing helpers (std::__throw_length_error...), which touch no memory of the caller's.
+    return name.startswith("_ZSt") and "__throw_" in name or name.startswith("_ZSt19__throw")
+
+
+def _check_library_calls(obj: Path, runtime: Path, filename: str) -> None:
+    """In the race checker's build, send the module's calls of the C library's memory functions to
+    the runtime's checked versions (:data:`CHECKED_CALLS`), and refuse a call of any other function
+    the module does not define, the runtime does not define and :data:`ALLOWED_CALLS` does not
+    allow: its loads and stores, in the uninstrumented library, would be unseen."""
+    from . import elf
+    redefine = [f"--redefine-sym={name}=gpulab_checked_{name}" for name in CHECKED_CALLS]
+    result = subprocess.run(["objcopy", *redefine, str(obj)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise KernelCompileError(f"{filename}: the race checker's build could not redirect the module's calls of "
+                                 f"memcpy and the like (objcopy failed):\n{result.stderr[-3000:]}", path=filename,
+                                 line=None, log=result.stderr)
+    try:
+        mine = elf.object_symbols(obj.read_bytes())
+        theirs = _runtime_defined(runtime)
+    except elf.NotElf:
+        return
+    defined = {s.name for s in mine if s.defined}
+    unknown = sorted({s.name for s in mine if s.name and not s.defined and s.name not in defined
+                      and s.name not in theirs and not _allowed_call(s.name)})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise KernelCompileError(
+            f"{filename}: refused: it calls {shown}, of the C library (or another library), whose reads and writes "
+            "the race checker cannot see: a kernel may call the math functions, printf and the CPU backend's own "
+            "functions (memcpy, memmove and memset are checked); copy or fill memory with a loop of your own",
+            path=filename, line=None, log="")
+
+
+@functools.lru_cache(maxsize=4)
+def _runtime_defined(runtime: Path) -> frozenset[str]:
+    from . import elf
+    return frozenset(s.name for s in elf.object_symbols(runtime.read_bytes()) if s.name and s.defined)

@@ -541,6 +541,42 @@ GPULAB_HOOK void __tsan_write_range(void* a, size_t n) {
     for (size_t off = 0; off < n; off += 4) gpulab::on_access((uintptr_t)a + off, n - off < 4 ? n - off : 4, 1, 0, GPULAB_PC);
 }
 
+// The C library's memory functions, as the kernel's own code calls them in an instrumented build:
+// the module's object has its calls of memcpy, memmove, memset, mempcpy, memcmp (and _chk forms)
+// renamed to these (compiler.CHECKED_CALLS, objcopy --redefine-sym), and is compiled with
+// -fno-builtin-memcpy and the like, so that g++ neither expands them inline nor leaves them to the
+// uninstrumented C library: each byte they read and write is an access the race checker sees, in
+// 4-byte pieces, at the call's site, as ThreadSanitizer's own interceptors would make it.
+namespace gpulab {
+namespace {
+inline void on_range(const void* a, size_t n, int write, uintptr_t pc) {
+    if (!current_worker) return;
+    for (size_t off = 0; off < n; off += 4)
+        on_access(reinterpret_cast<uintptr_t>(a) + off, n - off < 4 ? (unsigned)(n - off) : 4u, write, 0, pc);
+}
+}  // namespace
+}  // namespace gpulab
+extern "C" void* __memcpy_chk(void*, const void*, size_t, size_t);
+extern "C" void* __memmove_chk(void*, const void*, size_t, size_t);
+extern "C" void* __memset_chk(void*, int, size_t, size_t);
+GPULAB_HOOK void* gpulab_checked_memcpy(void* d, const void* s, size_t n) {
+    gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC); return memcpy(d, s, n); }
+GPULAB_HOOK void* gpulab_checked_memmove(void* d, const void* s, size_t n) {
+    gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC); return memmove(d, s, n); }
+GPULAB_HOOK void* gpulab_checked_mempcpy(void* d, const void* s, size_t n) {
+    gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC);
+    return static_cast<char*>(memcpy(d, s, n)) + n; }
+GPULAB_HOOK int gpulab_checked_memcmp(const void* a, const void* b, size_t n) {
+    gpulab::on_range(a, n, 0, GPULAB_PC); gpulab::on_range(b, n, 0, GPULAB_PC); return memcmp(a, b, n); }
+GPULAB_HOOK void* gpulab_checked_memset(void* d, int c, size_t n) {
+    gpulab::on_range(d, n, 1, GPULAB_PC); return memset(d, c, n); }
+GPULAB_HOOK void* gpulab_checked___memcpy_chk(void* d, const void* s, size_t n, size_t room) {
+    gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC); return __memcpy_chk(d, s, n, room); }
+GPULAB_HOOK void* gpulab_checked___memmove_chk(void* d, const void* s, size_t n, size_t room) {
+    gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC); return __memmove_chk(d, s, n, room); }
+GPULAB_HOOK void* gpulab_checked___memset_chk(void* d, int c, size_t n, size_t room) {
+    gpulab::on_range(d, n, 1, GPULAB_PC); return __memset_chk(d, c, n, room); }
+
 // Atomics: the instrumented code calls these instead of the instructions, so
 // they do the operation (sequentially consistent) and count it: atomic = 2 for an
 // update, 1 for an atomic read. A compare-and-swap counts only when it succeeds: a

@@ -10,6 +10,9 @@ of a file (``#pragma GCC optimize``, ``push_options``, ``__attribute__((optimize
 clang``), and inline assembly, whose loads and stores the compiler does not see. None of them
 has a place in a CUDA kernel compiled for the CPU: the lab's inline PTX is inside ``#ifndef
 GPULAB_CPU_BACKEND``, and assembly that reaches the CPU build is the host's, which no GPU runs.
+The compiler's own forms of the C library's memory functions (``__builtin_memcpy`` and the like)
+are refused too: g++ expands them into loads and stores after the instrumentation is in place.
+(The plain ``memcpy``, ``memmove`` and ``memset`` are checked: ``compiler.CHECKED_CALLS``.)
 
 :func:`refusal` reads the source as g++ compiled it, the preprocessed text that ``-save-temps``
 keeps: no macro, ``_Pragma`` or token pasting hides a word from it. It reads the text of the
@@ -37,6 +40,13 @@ REFUSED_WORDS = {
                     "disable_sanitizer_instrumentation", "no_instrument_function",
                     "no_profile_instrument_function")},
 }
+#: The compiler's own forms of the C library's memory and string functions (``__builtin_memcpy``,
+#: ``__builtin___memset_chk``, ``__builtin_strcpy``...): g++ expands one whose size it knows into
+#: loads and stores of its own, after the instrumentation has been put in, so the race checker would
+#: not see them (the plain names are checked: compiler.CHECKED_CALLS).
+_REFUSED_BUILTIN = re.compile(r"__builtin_\w*(?:mem|str|bzero|bcopy)\w*")
+_BUILTIN_WHY = ("the compiler's own form of a C library function that reads or writes memory, which g++ "
+                "expands into accesses the race checker cannot see (call memcpy, memmove or memset, which it checks)")
 #: Attributes refused (as attributes only: ``optimize`` may name a function).
 REFUSED_ATTRIBUTES = {"optimize": "an attribute that changes the compiler's options for one function"}
 #: ``#pragma GCC`` words refused: they change the compiler's options for the rest of the file.
@@ -224,7 +234,7 @@ def _refused_in(text: str) -> list[tuple[int, str, str]]:
         if value in ("__attribute__", "__attribute", "__declspec"):
             attribute_depth = depth
             continue
-        why = REFUSED_WORDS.get(word)
+        why = REFUSED_WORDS.get(word) or (_BUILTIN_WHY if _REFUSED_BUILTIN.fullmatch(value) else None)
         if why is None and (attribute_depth is not None or brackets):
             why = REFUSED_ATTRIBUTES.get(word)
         if why is not None:

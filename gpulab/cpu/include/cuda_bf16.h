@@ -14,7 +14,7 @@
 namespace gpulab {
 static inline unsigned short float_to_bfloat16_bits(float f) {
     uint32_t x;
-    memcpy(&x, &f, 4);
+    __builtin_memcpy(&x, &f, 4);
     if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;      // NaN: the canonical NaN
     // Round the low 16 bits away: add just under half an ulp, plus the kept lsb for ties to even.
     // A carry out of the mantissa bumps the exponent, and from the largest finite value gives
@@ -25,7 +25,7 @@ static inline unsigned short float_to_bfloat16_bits(float f) {
 static inline float bfloat16_bits_to_float(unsigned short b) {
     const uint32_t x = (uint32_t)b << 16;
     float f;
-    memcpy(&f, &x, 4);
+    __builtin_memcpy(&f, &x, 4);
     return f;
 }
 }  // namespace gpulab

@@ -10,7 +10,7 @@
 namespace gpulab {
 static inline unsigned short float_to_half_bits(float f) {
     uint32_t x;
-    memcpy(&x, &f, 4);
+    __builtin_memcpy(&x, &f, 4);
     const uint32_t sign = (x >> 16) & 0x8000u;
     const uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) return 0x7fffu;                    // NaN: the GPU's canonical NaN
@@ -33,7 +33,7 @@ static inline float half_bits_to_float(unsigned short h) {
     uint32_t x;
     if (e == 0) {
         const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24, exact
-        memcpy(&x, &v, 4);
+        __builtin_memcpy(&x, &v, 4);
         x |= sign;
     } else if (e == 31) {
         x = sign | 0x7f800000u | (m << 13);
@@ -41,7 +41,7 @@ static inline float half_bits_to_float(unsigned short h) {
         x = sign | ((e + 112) << 23) | (m << 13);
     }
     float f;
-    memcpy(&f, &x, 4);
+    __builtin_memcpy(&f, &x, 4);
     return f;
 }
 }  // namespace gpulab

@@ -133,12 +133,12 @@ template <class T, int Id> static inline T* static_shared(const char* name, cons
 template <class T> static inline unsigned long long to_bits(T v) {
     static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes per call");
     unsigned long long bits = 0;
-    memcpy(&bits, &v, sizeof(T));
+    __builtin_memcpy(&bits, &v, sizeof(T));
     return bits;
 }
 template <class T> static inline T from_bits(unsigned long long bits) {
     T v;
-    memcpy(&v, &bits, sizeof(T));
+    __builtin_memcpy(&v, &bits, sizeof(T));
     return v;
 }
 }  // namespace gpulab

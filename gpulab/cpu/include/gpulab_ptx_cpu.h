@@ -37,17 +37,17 @@ static inline float half_hi(unsigned r) { return half_bits_to_float((unsigned sh
 static inline float tf32(unsigned r) {
     if ((r & 0x7fffe000u) != 0x7f800000u || (r & 0x1fffu) == 0) r &= 0xffffe000u;  // keep NaNs NaN
     float v;
-    memcpy(&v, &r, 4);
+    __builtin_memcpy(&v, &r, 4);
     return v;
 }
 static inline unsigned read32(const void* p) {
     unsigned v;
-    memcpy(&v, p, 4);
+    __builtin_memcpy(&v, p, 4);
     return v;
 }
 static inline unsigned short read16(const void* p) {
     unsigned short v;
-    memcpy(&v, p, 2);
+    __builtin_memcpy(&v, p, 2);
     return v;
 }
 
@@ -86,8 +86,8 @@ static inline void mma(float d[4], const unsigned a[4], const unsigned b[2], int
                        const char* file, int line) {
     const unsigned t = linear_thread(), warp = t / 32, lane = t % 32;
     Slot& mine = slots[warp][lane];
-    memcpy(mine.reg, a, 4 * sizeof(unsigned));
-    memcpy(mine.reg + 4, b, 2 * sizeof(unsigned));
+    __builtin_memcpy(mine.reg, a, 4 * sizeof(unsigned));
+    __builtin_memcpy(mine.reg + 4, b, 2 * sizeof(unsigned));
     warp_collective(op, 0, file, line);
     const int g = lane / 4, q = lane % 4;
     float out[4];
@@ -116,7 +116,7 @@ static inline void mma(float d[4], const unsigned a[4], const unsigned b[2], int
         out[e] = acc;
     }
     warp_collective(op, 1, file, line);
-    memcpy(d, out, sizeof out);
+    __builtin_memcpy(d, out, sizeof out);
 }
 }  // namespace ptx_detail
 }  // namespace gpulab
@@ -142,16 +142,16 @@ static inline void cp_async16(void* dst, const void* src, int src_bytes, GPULAB_
     if (reinterpret_cast<uintptr_t>(dst) % 16 || (src_bytes && reinterpret_cast<uintptr_t>(src) % 16))
         gpulab::trap("cp.async: a 16-byte copy needs 16-byte aligned addresses", file, line);
     if (src_bytes)
-        memcpy(dst, src, 16);
+        __builtin_memcpy(dst, src, 16);
     else
-        memset(dst, 0, 16);
+        __builtin_memset(dst, 0, 16);
 }
 static inline void cp_async_commit() {}
 template <int groups> static inline void cp_async_wait() {}
 // cvt.rna.tf32.f32: to nearest, ties away from zero; infinities and NaNs kept.
 static inline unsigned tf32_bits(float x) {
     uint32_t bits;
-    memcpy(&bits, &x, 4);
+    __builtin_memcpy(&bits, &x, 4);
     if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
     return bits;
 }

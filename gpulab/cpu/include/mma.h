@@ -46,10 +46,10 @@ enum layout_t { mem_row_major, mem_col_major };
 // kept; values past the largest tf32 round to infinity.
 static inline float __float_to_tf32(float in) {
     uint32_t bits;
-    memcpy(&bits, &in, 4);
+    __builtin_memcpy(&bits, &in, 4);
     if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
     float out;
-    memcpy(&out, &bits, 4);
+    __builtin_memcpy(&out, &bits, 4);
     return out;
 }
 
@@ -100,11 +100,11 @@ static inline void set_nan(__half& v) { v = __half(__half_raw{0x7fff}); }
 template <class T> static inline float operand(float v) {
     if (!std::is_same<T, precision::tf32>::value) return v;
     uint32_t bits;
-    memcpy(&bits, &v, 4);
+    __builtin_memcpy(&bits, &v, 4);
     const bool nan_only_in_low_bits =
         (bits & 0x7fffe000u) == 0x7f800000u && (bits & 0x1fffu) != 0;  // would become an infinity
     if (!nan_only_in_low_bits) bits &= 0xffffe000u;
-    memcpy(&v, &bits, 4);
+    __builtin_memcpy(&v, &bits, 4);
     return v;
 }
 
@@ -232,7 +232,7 @@ GPULAB_UNCOUNTED static inline void mma_sync(fragment<accumulator, m, n, k, Td>&
     Memo& slot = memo[warp];
     if (slot.valid && memcmp(slot.a.x, a.x, sizeof a.x) == 0 && memcmp(slot.b.x, b.x, sizeof b.x) == 0 &&
         memcmp(slot.c.x, c.x, sizeof c.x) == 0) {
-        memcpy(d.x, slot.d.x, sizeof d.x);
+        __builtin_memcpy(d.x, slot.d.x, sizeof d.x);
         return;
     }
     float av[m * k], bv[k * n], acc[m * n];
@@ -244,9 +244,9 @@ GPULAB_UNCOUNTED static inline void mma_sync(fragment<accumulator, m, n, k, Td>&
             const float aik = av[i * k + kk];
             for (int j = 0; j < n; ++j) acc[i * n + j] += aik * bv[kk * n + j];
         }
-    memcpy(slot.a.x, a.x, sizeof a.x);
-    memcpy(slot.b.x, b.x, sizeof b.x);
-    memcpy(slot.c.x, c.x, sizeof c.x);
+    __builtin_memcpy(slot.a.x, a.x, sizeof a.x);
+    __builtin_memcpy(slot.b.x, b.x, sizeof b.x);
+    __builtin_memcpy(slot.c.x, c.x, sizeof c.x);
     for (int i = 0; i < m * n; ++i) d.x[i] = slot.d.x[i] = gpulab::wmma_detail::from_float<Sd>(acc[i]);
     slot.valid = true;
 }
