@@ -36,7 +36,7 @@ _PLACEHOLDER = {"//": "// TODO: your code here", "#": "# TODO: your code here"}
 #: everything under them: each chapter's hidden checks, the grader's tests and their fixtures.
 INSTRUCTOR_ONLY = ("book/*/hidden_checks.py", "tests/test_grading.py", "tests/test_grading_sandbox.py",
                    "tests/test_student.py", "tests/fixtures/grading",
-                   "tests/test_grading_robust.py")
+                   "tests/test_grading_robust.py", "tests/test_grading_attacks.py")
 #: What marks a check cell in a notebook.
 CHECK_CALL = "exercises.check("
 
