@@ -557,7 +557,12 @@ def _rule(repeats: int, min_repeats: int, budget_ms: float | None, rel_ci: float
         return None
     return StopRule(rel_half_width=rel_ci if rel_ci is not None else 0.0, confidence=confidence,
                     min_repeats=max(1, min(min_repeats, repeats)), max_repeats=repeats,
-                    budget_ms=budget_ms, min_span_ms=min_span_ms)
+                    budget_ms=budget_ms, min_span_ms=0.0 if smoke() else min_span_ms)
+
+
+def _as_run(method: str) -> str:
+    """A Timing's method, marked when this process times as a smoke run (:data:`SMOKE_ENV`)."""
+    return method + (f", smoke run ({SMOKE_ENV}: not settled, not for reading)" if smoke() else "")
 
 
 def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
@@ -587,14 +592,10 @@ def benchmark(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 100,
     if budget_ms is not None:
         once = event_region(fn, stream)
         warmup = min(warmup, 1 if once > 20 else 3)
-    if smoke():
-        min_span_ms = 0.0
     rule = _rule(repeats, min_repeats, budget_ms, rel_ci, confidence, min_span_ms)
     gpu, host, stop, requeued, all_queued = _event_loop(fn, stream, warmup=warmup, rule=rule, repeats=repeats,
                                                         flush_l2=flush_l2, queued=queued, batch=batch)
-    method = "cuda events, queued" if queued else "cuda events, host waits (dispatch included)"
-    if smoke():
-        method += f", smoke run ({SMOKE_ENV}: not settled, not for reading)"
+    method = _as_run("cuda events, queued" if queued else "cuda events, host waits (dispatch included)")
     return Timing(gpu, method=method, host_ms=host, l2_flushed=flush_l2, stop=stop, queued=all_queued,
                   requeued=requeued, **_kept(fn, stream, 1))
 
@@ -674,8 +675,8 @@ def graph_benchmark(fn: Callable[[], object], *, launches: int = 20, warmup: int
         if destroy is not None:
             stream.synchronize()
             destroy()
-    method = (f"cuda graph of {launches} launches" + (", node priorities" if node_priorities else "")
-              + (", queued" if queued else ", host waits (dispatch included)"))
+    method = _as_run(f"cuda graph of {launches} launches" + (", node priorities" if node_priorities else "")
+                     + (", queued" if queued else ", host waits (dispatch included)"))
     # A graph instantiated with node priorities is destroyed here: nothing is left to cross-check.
     kept = {} if node_priorities else _kept(replay, stream, launches)
     if kept:

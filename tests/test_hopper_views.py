@@ -183,3 +183,23 @@ def test_the_hopper_figures_read_without_zooming(name):
     plt.close(fig)
     small = [(round(px, 1), text[:40]) for px, text, note in texts if round(px, 1) < (9 if note else 10)]
     assert texts and not small, f"{name}: text too small to read on the page: {small}"
+
+
+def test_the_crosscheck_ratios_compare_each_precision_and_size_by_three_timers():
+    from gpulab import runs
+    from gpulab.workloads.hopper import views
+    run = runs.load_run("hopper", "H100")
+    ratios = views.crosscheck_ratios(run)
+    assert len(ratios) == len(run.tables["crosscheck"]) // 2           # a lab row and a vendor row each
+    fp16 = ratios[(ratios["precision"] == "fp16") & (ratios["size"] == "4096^3")].iloc[0]
+    table = run.tables["crosscheck"]
+    here = table[(table["precision"] == "fp16") & (table["size"] == 4096)].set_index("side")
+    assert fp16["step / cuBLAS (do_bench)"] == pytest.approx(here.loc["vendor", "do_bench_ms"]
+                                                              / here.loc["lab", "do_bench_ms"])
+    spread = views.crosscheck_spread(ratios)
+    assert 0 < spread == pytest.approx((ratios.filter(like="step / cuBLAS").max(axis=1)
+                                        - ratios.filter(like="step / cuBLAS").min(axis=1)).max())
+    # A run recorded before the cross-check has none.
+    earlier = runs.read_run(paths.REPO / "labdata" / "trials" / views.EARLIER_METHOD / "nvidia-h100-80gb-hbm3" / "hopper.csv")
+    assert views.crosscheck_ratios(earlier) is None and views.crosscheck_spread(None) is None
+    assert views.standing(1.019) == "level with" and views.standing(1.03) == "past" and views.standing(0.975) == "short of"

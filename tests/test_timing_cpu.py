@@ -337,7 +337,11 @@ def test_a_smoke_run_neither_settles_nor_waits_for_the_span_and_says_so(simulate
     assert full >= 1000 and len(calls) <= 3 + 2 * timing.MAX_BATCH, (full, len(calls))
     assert "smoke run" in smoke.method and "smoke run" not in measured.method
     assert "SMOKE RUN" in timing.describe_method()
+    # graph_benchmark's rule and method come from the same place.
+    assert timing._rule(10, 3, None, 0.01, 0.95).min_span_ms == 0.0
+    assert "smoke run" in timing._as_run("cuda graph of 20 launches, queued")
     monkeypatch.delenv(timing.SMOKE_ENV)
+    assert timing._rule(10, 3, None, 0.01, 0.95).min_span_ms == timing.STOP_RULE.min_span_ms
     assert "SMOKE" not in timing.describe_method()
 
 

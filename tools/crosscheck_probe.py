@@ -159,10 +159,16 @@ def main() -> None:
                       f"{rows[-1]['power_w']:.0f} W {note}", flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "crosscheck_probe.csv", index=False)
-    table = df.groupby(["call", "timer"], sort=False)[["ms", "sm_mhz", "power_w"]].median().reset_index()
+    print(summary(df).to_string(index=False))
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each call's and timer's median over the rounds (time, clock, power), and its time as a
+    share of do_bench's for the same call."""
+    table = rows.groupby(["call", "timer"], sort=False)[["ms", "sm_mhz", "power_w"]].median().reset_index()
     base = table[table.timer == "do_bench"].set_index("call")["ms"]
     table["of_do_bench"] = table.ms / table.call.map(base)
-    print(table.to_string(index=False))
+    return table
 
 
 if __name__ == "__main__":

@@ -16,27 +16,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpulab import timing  # noqa: E402
 from gpulab.workloads.measuring.steps import A, BLOCK, STEPS, kernel, make_inputs  # noqa: E402
 
+#: The sizes of measuring's cross-checked calls of a few microseconds.
+SIZES = (4096, 16384, 65536, 262144, 1048576)
 
-def main() -> None:
+
+def small_calls(sizes=SIZES):
+    """(size, {variant: fn}) for measuring's last step and cuBLAS's SAXPY at each of ``sizes``:
+    the calls of a few microseconds whose cold times the cross-check compares (each fn holds its
+    own arrays)."""
     import cupy
     import cupy.cublas
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
     fns = {step.kernel: kernel(step, "gpu") for step in STEPS}
-    rows, keep = [], []
-    for n in (4096, 16384, 65536, 262144, 1048576):
+    step = STEPS[-1]
+    out = []
+    for n in sizes:
         x_host, y_host = make_inputs(n)
         x, y = cupy.asarray(x_host), cupy.asarray(y_host)
         z = cupy.empty(n, dtype=cupy.float32)
-        step = STEPS[-1]
-        launch = fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z))
         y_blas = y.copy()
-        axpy = lambda x=x, y_blas=y_blas: cupy.cublas.axpy(A, x, y_blas)      # noqa: E731
-        keep.append((x, y, z, y_blas))
-        stream = cupy.cuda.get_current_stream()
-        found = timing.crosscheck_interleaved([(timing._on_stream(launch, stream), 1),
-                                               (timing._on_stream(axpy, stream), 1)])
-        for variant, f in ((step.title, found[0]), ("cuBLAS saxpy (in place)", found[1])):
+        out.append((n, {step.title: fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z)),
+                        "cuBLAS saxpy (in place)": lambda x=x, y_blas=y_blas: cupy.cublas.axpy(A, x, y_blas)}))
+    return out
+
+
+def main() -> None:
+    import cupy
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    stream = cupy.cuda.get_current_stream()
+    rows = []
+    for n, calls in small_calls():
+        found = timing.crosscheck_interleaved([(timing._on_stream(fn, stream), 1) for fn in calls.values()])
+        for variant, f in zip(calls, found):
             rows.append({"variant": variant, "size": n, "median_ms": f["crosscheck_cold_ms"],
                          "do_bench_ms": f["do_bench_ms"], "profiler_ms": f["profiler_ms"],
                          "agrees": timing.crosscheck_agrees(f["crosscheck_cold_ms"], f["do_bench_ms"]),

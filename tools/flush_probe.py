@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpulab import device, timing  # noqa: E402
-from crosscheck_probe import Sampler  # noqa: E402
+from crosscheck_probe import Sampler, summary  # noqa: E402
 
 # The lab's flush before 2026-12-07's change to 16-byte stores: 4-byte stores, grid-stride loop.
 _SCALAR = r"""
@@ -47,7 +47,8 @@ extern "C" __global__ void probe_flush_scalar(int *buffer, long long n, int valu
 
 def flushes():
     """name -> flush(stream): each writes the lab's 256 MiB buffer (or, for torch_zero, a
-    tensor of the same size, as do_bench's clear_cache does)."""
+    tensor of the same size, as do_bench's clear_cache does; torch_zero_lab: PyTorch's zero_ of the
+    lab's buffer)."""
     import cupy
     import torch
 
@@ -68,11 +69,18 @@ def flushes():
         with timing._torch_stream(stream):
             cache.zero_()
 
+    lab_as_torch = torch.as_tensor(lab.buffer, device="cuda")
+
+    def torch_zero_lab(stream):
+        with timing._torch_stream(stream):
+            lab_as_torch.zero_()
+
     def memset(stream):
         counter[0] += 1
         cupy.cuda.runtime.memsetAsync(lab.buffer.data.ptr, counter[0] & 0xFF, lab.nbytes, stream.ptr)
 
-    return {"lab": lab_flush, "scalar": flush_scalar, "torch_zero": torch_zero, "memset": memset}
+    return {"lab": lab_flush, "scalar": flush_scalar, "torch_zero": torch_zero, "torch_zero_lab": torch_zero_lab,
+            "memset": memset}
 
 
 @contextmanager
@@ -185,11 +193,7 @@ def main() -> None:
                 print(f"{call:24s} {timer:18s} round {r}: {ms:.5f} ms at {rows[-1]['sm_mhz']:.0f} MHz, "
                       f"{rows[-1]['power_w']:.0f} W {note}", flush=True)
         pd.DataFrame(rows).to_csv(args.out / "flush_probe.csv", index=False)
-    df = pd.DataFrame(rows)
-    table = df.groupby(["call", "timer"], sort=False)[["ms", "sm_mhz", "power_w"]].median().reset_index()
-    base = table[table.timer == "do_bench"].set_index("call")["ms"]
-    table["of_do_bench"] = table.ms / table.call.map(base)
-    print(table.to_string(index=False))
+    print(summary(pd.DataFrame(rows)).to_string(index=False))
 
 
 if __name__ == "__main__":

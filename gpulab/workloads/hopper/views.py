@@ -655,9 +655,7 @@ def crosschecked(run) -> pd.DataFrame | None:
     table = run.tables.get("crosscheck")
     if table is None:
         return None
-    t = table[["variant", "size", "precision", "median_ms", "do_bench_ms", "profiler_ms"]].copy()
-    t["side"] = np.where(t["variant"].str.contains("cuBLAS"), "cuBLAS", "lab")
-    return t.reset_index(drop=True)
+    return table[["variant", "size", "precision", "side", "median_ms", "do_bench_ms", "profiler_ms"]].reset_index(drop=True)
 
 
 def crosscheck_ratios(run) -> pd.DataFrame | None:
@@ -668,7 +666,7 @@ def crosscheck_ratios(run) -> pd.DataFrame | None:
         return None
     rows = []
     for (precision, size), g in t.groupby(["precision", "size"], sort=False):
-        lab, vendor = g[g["side"] == "lab"], g[g["side"] == "cuBLAS"]
+        lab, vendor = g[g["side"] == "lab"], g[g["side"] == "vendor"]
         if lab.empty or vendor.empty:
             continue
         lab, vendor = lab.iloc[0], vendor.iloc[0]
@@ -678,3 +676,12 @@ def crosscheck_ratios(run) -> pd.DataFrame | None:
                         for name, c in (("lab's loop", "median_ms"), ("do_bench", "do_bench_ms"),
                                         ("profiler", "profiler_ms"))}})
     return pd.DataFrame(rows)
+
+
+def crosscheck_spread(ratios: pd.DataFrame | None) -> float | None:
+    """The widest gap between the three timers' ratios on any row of :func:`crosscheck_ratios`
+    (None without a cross-check): how far apart two timers may read the same comparison."""
+    if ratios is None or ratios.empty:
+        return None
+    by_timer = ratios.filter(like="step / cuBLAS")
+    return float((by_timer.max(axis=1) - by_timer.min(axis=1)).max())
