@@ -389,6 +389,10 @@ def _torch_graph(run: Callable[[], Any], launches: int) -> Callable[[], Any]:
         graph.replay()
         return out
     replay.graph = graph            # keeps the graph (and its memory pool) alive
+    # The graph holds the captured kernels' pointers, not the tensors ``run`` launches on (its
+    # inputs, weights, workspace): the replay keeps ``run`` alive, or a replay kept for the
+    # cross-check ran on freed memory (an illegal address in fcnet's H100 record of 2026-12-07).
+    replay.keeps_alive = run
     return replay
 
 
@@ -420,6 +424,7 @@ def _cupy_graph(run: Callable[[], Any], launches: int) -> Callable[[], Any]:
         done.wait_event(stream.record())
         return out
     replay.graph = graph
+    replay.keeps_alive = run        # what the captured kernels read and write (see _torch_graph)
     return replay
 
 

@@ -123,3 +123,33 @@ def test_algorithm_family_reads_cudnn_kernel_names():
     assert baselines.algorithm_family(["void precomputed_convolve_sgemm<float, 128>"]).startswith("implicit GEMM, CUDA cores")
     assert baselines.algorithm_family(["void fft2d_r2c_32x32<float>"]) == "FFT"
     assert baselines.algorithm_family([]) == "not read"
+
+
+@pytest.mark.skipif(not __import__("gpulab").gpu_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("capture", ["torch", "cupy"])
+def test_a_graph_replay_keeps_what_it_launches_on_alive(capture):
+    """A replay kept for the cross-check outlives the path and its setup: the tensors the captured
+    kernels read (made in setup) must live as long as the replay, or it computes on whatever reuses
+    their memory (fcnet's H100 record of 2026-12-07 ended in an illegal address)."""
+    import gc
+
+    import cupy
+    import torch
+    rng = np.random.default_rng(7)
+    x = cupy.asarray(rng.standard_normal((72, 3000)).astype(np.float32))
+    weights = [rng.standard_normal(shape) for shape in ((64, 72), (64, 64), (4, 64))]
+    path = next(p for p in baselines.graph_paths(baselines.matmul_chain_paths(x, weights, [True, True, False]))
+                if p.capture == capture and p.precision == "fp32")
+    replay = path.setup()
+    output = lambda: cupy.asarray(replay()[0] if isinstance(replay(), tuple) else replay()).copy()  # noqa: E731
+    before = output()
+    del x, path
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+    # Whatever memory was freed is written over by new NaN-filled blocks of every size.
+    junk = [torch.full((n,), float("nan"), device="cuda") for n in (1 << 14, 1 << 16, 1 << 18) for _ in range(8)]
+    junk += [cupy.full((n,), cupy.nan, cupy.float32) for n in (1 << 14, 1 << 16, 1 << 18) for _ in range(8)]
+    torch.cuda.synchronize()
+    after = output()
+    assert bool(cupy.isfinite(before).all()) and bool((after == before).all())
+    del junk

@@ -575,3 +575,19 @@ def test_no_hidden_size_reaches_a_grade_or_feedback_file(graded):
     for name in ("hoarder", "teller"):
         message = graded.grades.loc[(name, CELL.id), "message"]
         assert "HOARD[]" in message, message
+
+
+def test_the_race_build_calls_the_same_functions_where_gxx_fortifies_by_default(tmp_path, monkeypatch):
+    """Ubuntu's g++ defines _FORTIFY_SOURCE at -O2 (here a wrapper on PATH does what its spec does):
+    snprintf would become __snprintf_chk, which the race build refuses, and a fortified memcpy a
+    __memcpy_chk. The CPU backend undefines it, so a module calls what it calls on Debian."""
+    import shutil
+    wrapper = tmp_path / "bin" / "g++"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -D_FORTIFY_SOURCE=2 "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GPULAB_CACHE", str(tmp_path / "cache"))
+    source = ("#include <stdio.h>\n__device__ __noinline__ void say(char* out, int v) "
+              '{ snprintf(out, 16, "%d", v); }\n' + SAXPY_KERNEL)
+    cpu.compile_module(source, filename="kernels/measuring/fortified.cu", instrumented=True)

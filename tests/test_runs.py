@@ -247,8 +247,8 @@ def test_a_comment_edit_keeps_the_code_digest_and_a_code_edit_changes_it():
 def test_every_queued_run_was_cross_checked_and_agrees_with_do_bench_within_3_percent():
     # A run recorded by the queued loop (its meta has 'conditions') cross-checked the rows its
     # verdicts rest on (issue 37): in its <chapter>.crosscheck.csv the lab's cold median and
-    # Triton's do_bench agree within 3% on every row (or within an event's 0.5 us resolution, for
-    # calls of a few microseconds: timing.crosscheck_agrees), the lab's kernels and the vendor paths alike.
+    # Triton's do_bench agree within 3% on every row (or within 0.7 us, one of the two levels every
+    # timer reads a call of a few microseconds at: timing.crosscheck_agrees), the lab's kernels and the vendor paths alike.
     # (multigpu's record, run by its own worker processes on two GPUs, declares no cross-check.)
     from gpulab.paths import REPO
     for meta_file in sorted((REPO / "labdata" / "runs").glob("*/*.meta.json")):

@@ -42,7 +42,10 @@ PRELUDE = INCLUDE_DIR / "gpulab_cuda_cpu.h"
 # instead of silently writing into another thread's stack.  -fno-builtin-printf
 # keeps every printf a call of the module's own (runtime.cpp), which keeps the
 # output in the launch's buffer: g++ would turn some into calls of puts.
-FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
+# -U_FORTIFY_SOURCE: Ubuntu's g++ defines _FORTIFY_SOURCE at -O2, which turns snprintf, memcpy and
+# the like into their __*_chk forms: the same module would call other functions on Ubuntu than on
+# Debian (the race checker refused step 25's __snprintf_chk on the GPU machine, 2026-12-07).
+FLAGS = ("-std=c++17", "-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
          "-fvisibility=hidden", "-fstack-clash-protection", "-fno-builtin-printf", "-Wno-unknown-pragmas", "-Wno-attributes")
 # An instrumented build (counters, race checking) compiles the kernel's source
 # with ThreadSanitizer's load/store hooks and a hook per basic block, which the
