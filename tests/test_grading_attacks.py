@@ -242,6 +242,12 @@ COPIED_ACCESSES = {
                          "    const size_t n = sizeof(unsigned int) * (blockDim.x > 0);\n"
                          "    unsigned int v; memcpy(&v, p, n); memset(p, 0, n); v += 1u; memcpy(p, &v, n);\n}\n"
                          "#define BUMP bump",
+    # The bin written back through snprintf: its three low bytes as characters and the terminating
+    # zero are the four bytes of a count under 2^24.
+    "snprintf of the bin's bytes": "#include <stdio.h>\n__device__ __noinline__ void bump(unsigned int* p) {\n"
+                                   "    unsigned int v = *p + 1u;\n"
+                                   '    snprintf((char*)p, 4, "%c%c%c", (int)(v & 255u), (int)(v >> 8 & 255u), (int)(v >> 16 & 255u));\n}\n'
+                                   "#define BUMP bump",
 }
 
 

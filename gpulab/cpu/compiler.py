@@ -54,14 +54,14 @@ FLAGS = ("-std=c++17", "-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fPIC
 INSTRUMENT_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0",
                     "-fsanitize-coverage=trace-pc", "-fno-tree-vectorize", "-fno-tree-slp-vectorize",
                     "-g1", "-gdwarf-4", "-DGPULAB_INSTRUMENTED",
-                    *(f"-fno-builtin-{name}" for name in ("memcpy", "memmove", "memset", "mempcpy", "memcmp")))
+                    *(f"-fno-builtin-{name}" for name in ("memcpy", "memmove", "memset", "mempcpy", "memcmp", "snprintf")))
 #: The C library's memory functions whose calls, in the module's own object of an instrumented
 #: build, are renamed to the runtime's checked versions (instrument.cpp: each byte they touch is
 #: an access the race checker sees). The C library is not instrumented: a memcpy whose size g++
 #: does not know (or, without -fno-builtin-memcpy, one it expands inline) would copy in and out of
 #: shared memory unseen. INSTRUMENT_FLAGS keeps g++ from expanding them inline.
 CHECKED_CALLS = ("memcpy", "memmove", "memset", "mempcpy", "memcmp", "__memcpy_chk", "__memmove_chk",
-                 "__memset_chk")
+                 "__memset_chk", "snprintf")
 _UNCHECKED_SOURCE = Path(unchecked.__file__).read_bytes()
 # Bump when the generated code changes in a way the hashed inputs do not show.
 FORMAT_VERSION = "4"
@@ -709,9 +709,6 @@ ALLOWED_CALLS = frozenset(
        "__cxa_rethrow", "__cxa_allocate_exception", "__cxa_free_exception", "__cxa_throw", "__cxa_pure_virtual",
        "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort", "__cxa_atexit", "__cxa_thread_atexit",
        "__dso_handle", "_GLOBAL_OFFSET_TABLE_", "__tls_get_addr", "abort", "__assert_fail", "__tsan_init",
-       # The CPU backend's headers (mma.h, the Hopper emulation) format their messages with it (into a
-       # buffer of their own); a kernel's own call of it is unseen too (see book/instructors.md).
-       "snprintf",
        # Waits that take no memory: a kernel that sleeps is stopped by the grader's wall-clock
        # budget (tests/fixtures/grading/attacks/sleeps.cu), which only such a call can exercise.
        "sleep", "usleep"])

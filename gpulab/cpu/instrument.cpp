@@ -576,6 +576,33 @@ GPULAB_HOOK void* gpulab_checked___memmove_chk(void* d, const void* s, size_t n,
     gpulab::on_range(s, n, 0, GPULAB_PC); gpulab::on_range(d, n, 1, GPULAB_PC); return __memmove_chk(d, s, n, room); }
 GPULAB_HOOK void* gpulab_checked___memset_chk(void* d, int c, size_t n, size_t room) {
     gpulab::on_range(d, n, 1, GPULAB_PC); return __memset_chk(d, c, n, room); }
+// snprintf formats into a buffer of the runtime's own, then writes what the call would write (the
+// text and its terminating zero, at most n bytes) as a checked write: a kernel that put bytes into
+// shared memory with it was unseen (its %s arguments' reads still are: the formatting is the C
+// library's).
+GPULAB_HOOK int gpulab_checked_snprintf(char* d, size_t n, const char* format, ...) {
+    va_list args, again;
+    va_start(args, format);
+    va_copy(again, args);
+    char local[256];
+    int length = vsnprintf(local, sizeof local, format, args);
+    va_end(args);
+    std::vector<char> big;
+    const char* text = local;
+    if (length >= (int)sizeof local) {
+        big.resize((size_t)length + 1);
+        vsnprintf(big.data(), big.size(), format, again);
+        text = big.data();
+    }
+    va_end(again);
+    if (length >= 0 && n > 0) {
+        size_t written = (size_t)length + 1 < n ? (size_t)length + 1 : n;
+        gpulab::on_range(d, written, 1, GPULAB_PC);
+        memcpy(d, text, written - 1);
+        d[written - 1] = '\0';
+    }
+    return length;
+}
 
 // Atomics: the instrumented code calls these instead of the instructions, so
 // they do the operation (sequentially consistent) and count it: atomic = 2 for an
