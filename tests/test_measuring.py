@@ -7,7 +7,7 @@ from gpulab.workloads import measuring as saxpy
 
 @pytest.mark.parametrize("step", saxpy.STEPS, ids=lambda s: s.kernel)   # the exercise: test_exercises.py
 def test_every_step_matches_the_reference(backend, step):
-    result = saxpy.check_steps(backend, steps=[step])
+    result = saxpy.CHAPTER.check(backend, steps=[step])
     assert (result["status"] == "ok").all(), result
     assert set(result["n"]) == set(saxpy.CHECK_SIZES)
 

@@ -76,12 +76,12 @@ def test_transfer_phases_add_up():
     x, y = saxpy.make_inputs(1 << 20)
     for memory in transfers.MEMORY_KINDS:
         rows = {r["phase"]: r for r in transfers.transfer_breakdown(
-            saxpy.launcher(saxpy.STEPS[0], fn), [x, y], (1 << 20,), np.float32,
+            saxpy.transfers_launch(saxpy.STEPS[0], fn), [x, y], (1 << 20,), np.float32,
             memory=memory, warmup=1, repeats=3)}
         assert set(rows) == {"h2d", "kernel", "d2h", "total"}
         assert rows["h2d"]["bytes"] == x.nbytes + y.nbytes
         assert rows["total"]["median_ms"] >= rows["kernel"]["median_ms"] > 0
-    row = transfers.overlap_with_streams(saxpy.launcher(saxpy.STEPS[0], fn), [x, y], (1 << 20,),
+    row = transfers.overlap_with_streams(saxpy.transfers_launch(saxpy.STEPS[0], fn), [x, y], (1 << 20,),
                                          np.float32, chunks=4, warmup=1, repeats=3)
     assert row["chunks"] == 4 and row["median_ms"] > 0
 

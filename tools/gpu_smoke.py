@@ -17,7 +17,7 @@ except gpulab.KernelCompileError as e:
     print("COMPILE ERROR OK:", e, "| line", e.line)
     print("LOG:", e.log[:500])
 from gpulab.workloads import measuring
-print(measuring.check_steps("gpu"))
+print(measuring.CHAPTER.check("gpu"))
 try:
     mod.saxpy(1, 32, (10, 2.0, np.zeros(10, np.float32), np.zeros(10, np.float32), np.zeros(10, np.float32)))
 except gpulab.KernelArgumentError as e:

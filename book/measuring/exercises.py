@@ -9,7 +9,7 @@ def _inputs_2(case: dict) -> dict:
 
 EXERCISES = [
     Exercise("measuring.1", "measuring", "a grid-stride loop", 4, "kernel",
-             "kernels/measuring/03_saxpy_grid_stride.cu", public=({"seed": 0},),
+             "kernels/measuring/03_saxpy_grid_stride.cu", step="03", public=({"seed": 0},),
              hint="With 8 blocks of 256 threads, every element past 2047 needs the loop; "
                   "the loop's bound must be n itself (i < n)."),
     Exercise("measuring.2", "measuring", "the bandwidth each variant reaches", 2, "function",

@@ -1,28 +1,21 @@
 """Chapter 1's workload: SAXPY, z = a*x + y, declared once.
 
-* :mod:`.steps`: the sizes, the FLOP and byte counts, the float64 reference, the ladder's steps
-  with their launch configurations and their checks, whether the arrays fit in the L2, and what
-  each kernel file's prediction claims;
-* :mod:`.record`: the benchmark that ``python -m gpulab record measuring`` (and the notebook's
-  live run) turns into the recorded run;
-* :mod:`.views`: what the notebook shows of a recorded run.
-
-:mod:`.record` and :mod:`.views` each import :mod:`.steps` alone.
+:mod:`.problem` (the sizes, the work, the seeded inputs, the float64 reference, the case, the
+working set against the L2), :mod:`.launchers` (a step's kernel on its grid, bound to a case),
+:mod:`.steps` (the ladder, the exercise's step and each kernel file's prediction, data),
+:mod:`.views` (what the notebook shows of a recorded run) and :mod:`.record` (``python -m gpulab
+record measuring``, and the notebook's live run). Each module imports only those listed before it.
 """
-from . import record, steps, views
-from .record import benchmark_all
-from .steps import (A, BLOCK, BYTES_PER_ELEMENT, CHAPTER, CHECK_SIZES, EXERCISE, FLOPS_PER_ELEMENT, MAIN_SIZE,
-                    PREDICTED, SIZES, STEPS, Step, check_steps, fits_in_l2, kernel, l2_bytes, launcher, make_inputs,
-                    reference, run, work)
-from .views import COLD_GAP, dispatch_table, fastest_against_ceiling, gpu_comparison, prediction_table, speedup_by_size
+from ...ladder import Chapter, owned_names
+from . import launchers, problem, record, steps, views
+from .problem import TITLE
 
-TITLE = "Measuring a GPU kernel"
+CHAPTER = Chapter(problem.NAME, TITLE, steps.STEPS, problem.cases(), predicted=steps.PREDICTED, views=views,
+                  recording=record.benchmark_all, cases=problem.cases, seed=0, exercises=[steps.EXERCISE])
+benchmark_all = CHAPTER.recording
 #: The name the chapter's notebook imports this package under (``from gpulab.workloads import
 #: measuring as saxpy``): exercise cells run with it.
 IMPORTED_AS = "saxpy"
-
-__all__ = ["CHAPTER", "TITLE", "IMPORTED_AS", "record", "steps", "views", "benchmark_all", "A", "BLOCK",
-           "BYTES_PER_ELEMENT", "CHECK_SIZES", "EXERCISE", "FLOPS_PER_ELEMENT", "MAIN_SIZE", "PREDICTED", "SIZES",
-           "STEPS", "Step", "check_steps", "fits_in_l2", "kernel", "l2_bytes", "launcher", "make_inputs",
-           "reference", "run", "work", "COLD_GAP", "dispatch_table", "fastest_against_ceiling", "gpu_comparison", "prediction_table",
-           "speedup_by_size"]
+#: Compatibility shim: the names the notebook reads as ``saxpy.X`` (``saxpy.MAIN_SIZE``,
+#: ``saxpy.speedup_by_size``), from the module that owns each.
+__getattr__ = owned_names(__name__, (problem, launchers, steps, views, record))

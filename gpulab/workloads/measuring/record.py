@@ -14,8 +14,10 @@ from ...device import gpu_state
 from ...kernels import _compile_gpu
 from ...paths import kernel_path
 from ...timing import Timing, benchmark, event_region, graph_benchmark, host_timer, warm_up_gpu
-from .steps import A, BLOCK, CHAPTER, MAIN_SIZE, SIZES, STEPS, fits_in_l2, kernel, launcher, make_inputs, reference, \
-    work
+from ...recorder import Variant
+from .launchers import BLOCK, SAXPY, kernel, transfers_launch
+from .problem import A, MAIN_SIZE, NAME as CHAPTER, SIZES, Vectors, fits_in_l2, make_inputs, reference, work
+from .steps import STEPS
 
 
 def _setup(rec) -> dict:
@@ -37,20 +39,26 @@ def _ladder_at(rec, fns, n: int):
     import cupy.cublas
 
     repeats = rec.repeats
+    case = Vectors(n)
     x_host, y_host = make_inputs(n)
-    x, y = cupy.asarray(x_host), cupy.asarray(y_host)
-    z = cupy.full(n, cupy.nan, dtype=cupy.float32)
-    for step in STEPS:
-        launch = fns[step.kernel].bind(step.grid(n), BLOCK, (n, A, x, y, z))
-        z.fill(cupy.nan)
-        launch()
-        if not rec.checked(lambda: check(z, reference(A, x_host, y_host), name=f"{step.kernel} n={n}"),
-                           variant=step.title, size=n):
-            continue
-        rec.add(benchmark(launch, repeats=repeats).row("ladder", step.title, n, **work(n)))
-        rec.add(graph_benchmark(launch, repeats=max(10, repeats // 2)).row("graph", step.title, n, **work(n)))
-        if fits_in_l2(n):
-            rec.add(cold_rows(launch, step.title, n, repeats))
+    expected = reference(A, x_host, y_host)
+    arrays = {"x": cupy.asarray(x_host), "y": cupy.asarray(y_host), "z": cupy.full(n, cupy.nan, dtype=cupy.float32)}
+    x, y = arrays["x"], arrays["y"]
+
+    def variant(step) -> Variant:
+        launch = SAXPY.bind(step, case, arrays, "gpu", fn=fns[step.kernel])
+
+        def checked():
+            arrays["z"].fill(cupy.nan)
+            launch()
+            return check(arrays["z"], expected, name=f"{step.kernel} n={n}")
+
+        def rows(timing, result, medians):
+            out = [timing.row("ladder", step.title, n, **work(n)),
+                   graph_benchmark(launch, repeats=max(10, repeats // 2)).row("graph", step.title, n, **work(n))]
+            return out + (cold_rows(launch, step.title, n, repeats) if fits_in_l2(n) else [])
+        return Variant(step.title, launch, checked, rows, where={"size": n})
+    rec.ladder([variant(step) for step in STEPS])
     y_blas = y.copy()
     cupy.cublas.axpy(A, x, y_blas)
     if rec.checked(lambda: check(y_blas, reference(A, x_host, y_host), name=f"cublas axpy n={n}"),
@@ -72,8 +80,9 @@ class _MainSize:
         self.x_host, self.y_host = make_inputs(self.n)
         self.x, self.y = cupy.asarray(self.x_host), cupy.asarray(self.y_host)
         self.z = cupy.empty(self.n, dtype=cupy.float32)
-        self.launch = fns["saxpy"].bind(STEPS[0].grid(self.n), BLOCK, (self.n, A, self.x, self.y, self.z))
-        self.launch_host = launcher(STEPS[0], fns["saxpy"])
+        self.launch = SAXPY.bind(STEPS[0], Vectors(self.n), {"x": self.x, "y": self.y, "z": self.z}, "gpu",
+                                 fn=fns["saxpy"])
+        self.launch_host = transfers_launch(STEPS[0], fns["saxpy"])
 
 
 def _main_size(ctx: dict) -> _MainSize:

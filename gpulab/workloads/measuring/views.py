@@ -7,7 +7,8 @@ import pandas as pd
 
 from ... import predictions, roofline
 from ...runs import gpu_comparison as compare_gpus
-from .steps import BYTES_PER_ELEMENT, CHAPTER, MAIN_SIZE, PREDICTED, SIZES, STEPS, l2_bytes
+from .problem import BYTES_PER_ELEMENT, MAIN_SIZE, NAME as CHAPTER, SIZES, l2_bytes
+from .steps import PREDICTED, STEPS
 
 #: Why the cold table has no graph times for cuBLAS's saxpy.
 COLD_GAP = "cuBLAS's saxpy is timed eagerly only, warm and cold, never in a CUDA graph"
