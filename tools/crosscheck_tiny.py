@@ -14,7 +14,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpulab import timing  # noqa: E402
-from gpulab.workloads.measuring.steps import A, BLOCK, STEPS, kernel, make_inputs  # noqa: E402
+from gpulab.workloads.measuring.launchers import BLOCK, kernel  # noqa: E402
+from gpulab.workloads.measuring.problem import A, make_inputs  # noqa: E402
+from gpulab.workloads.measuring.steps import STEPS  # noqa: E402
 
 #: The sizes of measuring's cross-checked calls of a few microseconds.
 SIZES = (4096, 16384, 65536, 262144, 1048576)
