@@ -90,8 +90,8 @@ def as_measured_on(run, here):
     batches removed and listed in ``skipped``, tile-sweep points that do not fit made invalid with
     the reason. The times are still the recorded GPU's. What tests/test_convpool.py executes the
     notebook against, to show it reads a small GPU's run without a GPU."""
-    ladder = run.experiment("ladder")
-    planned, skipped = plan(sorted(ladder["size"].unique()), here)
+    ladder_rows = run.experiment("ladder")
+    planned, skipped = plan(sorted(ladder_rows["size"].unique()), here)
     timed = {(N, s.label) for N, chosen in planned.items() for s in chosen}
     keys = list(zip(run.timings["size"], run.timings["variant"]))
     experiment = run.timings["experiment"]
