@@ -343,7 +343,7 @@ def convpool(fail):
     from gpulab.workloads.convpool import baselines as convpool_baselines
     from gpulab.workloads.convpool import record as r
     from gpulab.workloads.convpool import sweeps
-    from gpulab.workloads.convpool.shapes import Shape
+    from gpulab.workloads.convpool.problem import Shape
     r.benchmark = timing.benchmark
     r.LAYER = Shape(N=1, C=8, H=6, W=10, M=20)     # the fewest channels steps 6-8 take (8): the CPU backend's pace
     r.QUICK_BATCHES, r.SLOW_SEARCH_BATCH = (1, 2), 2

@@ -13,7 +13,7 @@ from gpulab.errors import KernelArgumentError
 from gpulab.workloads import alexnet
 from gpulab.workloads.alexnet import launchers, wgmma32
 from gpulab.workloads.alexnet import problem as shapes
-from gpulab.workloads.convpool.steps import tf32_split
+from gpulab.workloads.convpool.problem import tf32_split
 
 from test_hopper import _hopper_backend
 

@@ -88,9 +88,9 @@ def test_convpool_step6_map_pools_whole_windows_in_one_thread():
 def test_convpool_step3_reads_are_one_broadcast_and_one_coalesced_request():
     """The diagram's claims, counted: a warp's reads of the staged input are broadcasts (one
     wavefront each), its reads of 32 filters' weights one 4-sector request."""
-    shape = convpool.Shape(N=1, C=8, H=4, W=16, M=32)
+    shape = convpool.problem.Shape(N=1, C=8, H=4, W=16, M=32)
     with cpu.counting() as counted:
-        gpulab.assert_ok(convpool.check_steps("cpu", steps=[convpool.STEP["03"]], shape=shape))
+        gpulab.assert_ok(convpool.CHAPTER.check("cpu", steps=[convpool.CHAPTER.step("03")], shape=shape))
     totals = [launch for launch in counted.launches if launch.kernel == "conv_shared_tiles"][0].totals
     assert totals["shared_load_wavefronts"] == totals["shared_load_requests"] > 0
     weights = convpool.views.input_loads(counted.launches, {"03": "conv_shared_tiles"})   # x: staging only
@@ -133,7 +133,7 @@ def test_convpool_ring_counts_cover_the_layer_and_move_every_byte_once():
     for name, n in counts.items():
         size = cp_mapping.TC_TYPES[name]["bytes"]
         assert n["copies per thread"] * c["TC_THREADS"] * 16 == (c["TC_BM"] + c["TC_BN"]) * n["k per slice"] * size
-        K = cp_mapping.RS ** 2 * convpool.LAYER.C
+        K = cp_mapping.RS ** 2 * convpool.problem.LAYER.C
         assert (n["slices"] - 1) * n["k per slice"] < K <= n["slices"] * n["k per slice"]
     assert counts["07 tf32"]["slices"] == 2 * counts["08 fp16"]["slices"]
 

@@ -2,20 +2,23 @@
 it (gpulab.tensormap.encode_4d, tma_load_4d in kernels/common/hopper_conv.cuh and its CPU
 emulation) against hand-computed layouts, and the step itself at shapes that leave every tile
 partial. On a Hopper GPU the same tests run there."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import gpulab
-from gpulab import tensormap
+from gpulab import ladder, tensormap
 from gpulab.errors import KernelArgumentError
 from gpulab.kernels import get_backend, load_module
 from gpulab.workloads import convpool, hopper
-from gpulab.workloads.convpool import steps as st
+from gpulab.workloads.convpool import launchers as cl
+from gpulab.workloads.convpool import problem
 
 from test_hopper import _hopper_backend, hand_swizzled_chunk
 
 UNITS = "tests/kernels/hopper_conv_units.cu"
-STEP9 = convpool.STEP["09"]
+STEP9 = convpool.CHAPTER.step("09")
 
 
 def _units(be):
@@ -83,31 +86,31 @@ def test_step9_with_two_channel_chunks_two_filter_tiles_and_any_grid(backend):
     # C = 72: a whole chunk of 64 channels and one of 8 (the rest read as zeros); M = 260: a whole
     # tile of 256 filters and one of 4; 4 x 10 pixels: one partial 16 x 8 tile row, two columns.
     be = _hopper_backend(backend)
-    shape = convpool.Shape(N=1, C=72, H=4, W=10, M=260)
-    assert st.wgmma_tiles(shape) == 1 * 1 * 2 * 2 and st.padded_channels(shape) == 128
-    x, w, b = convpool.make_inputs(shape, seed=int(np.random.SeedSequence().entropy % 2**31))
-    ref = convpool.reference(x, w, b)
+    case = problem.Conv(problem.Shape(N=1, C=72, H=4, W=10, M=260))
+    assert cl.wgmma_tiles(case.shape) == 1 * 1 * 2 * 2 and problem.padded_channels(case.shape) == 128
+    inputs = case.inputs(seed=int(np.random.SeedSequence().entropy % 2**31))
+    ref = case.reference(inputs)
     for blocks in (1, 3, 8):         # 8 blocks for 4 tiles: the grid is cut to the tiles
-        y = st.run(STEP9, shape, x, w, b, be, blocks=blocks)
+        y = ladder.run(dataclasses.replace(STEP9, blocks=blocks), case, inputs, be)
         result = gpulab.compare(y, ref, "fp16", name=f"step 9, {blocks} blocks")
         assert result.passed and result.unwritten == 0, result
 
 
 def test_step9_launch_shape():
-    layer = convpool.LAYER.batch(32)
-    assert st.wgmma_tiles(layer) == 32 * 14 * 28          # 16 x 8 tiles of a 224 x 224 image, 256 filters
-    cfg = st.launch_config(STEP9, layer, blocks=132)
+    layer = problem.LAYER.batch(32)
+    assert cl.wgmma_tiles(layer) == 32 * 14 * 28          # 16 x 8 tiles of a 224 x 224 image, 256 filters
+    cfg = cl.config(dataclasses.replace(STEP9, blocks=132), layer)
     assert cfg == {"grid": (132,), "block": (384,), "shared": 4 * (128 + 256) * 64 * 2 + 1024}
     assert cfg["shared"] <= 227 * 1024
-    assert st.launch_config(STEP9, convpool.CHECK, blocks=132)["grid"] == (st.wgmma_tiles(convpool.CHECK),)
+    assert cl.config(dataclasses.replace(STEP9, blocks=132), problem.CHECK)["grid"] == (cl.wgmma_tiles(problem.CHECK),)
 
 
 def test_step9_is_refused_off_hopper_with_the_reason():
     from gpulab import device
     with device.simulate("L4") as l4:       # compute capability 8.9: no wgmma, no setmaxnreg
-        why = st.unfit_reason(STEP9, convpool.CHECK)
+        why = cl.unfit_reason(STEP9, problem.CHECK)
         assert "sm_90a" in why and l4.name in why
-        status = gpulab.assert_ok(convpool.check_steps("cpu", steps=[STEP9])).set_index("step")["status"]
+        status = gpulab.assert_ok(convpool.CHAPTER.check("cpu", steps=[STEP9])).set_index("step")["status"]
         assert status["09"].startswith("skipped: ")
 
 

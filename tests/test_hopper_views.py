@@ -114,7 +114,7 @@ def test_the_shapes_are_the_book_chapters_gemms():
     (rows of A, B and C multiples of 16 bytes in every type)."""
     from gpulab.workloads import training
     from gpulab.workloads.alexnet import problem as alexnet
-    from gpulab.workloads.convpool import shapes as convpool
+    from gpulab.workloads.convpool import problem as convpool
     shapes = {name: (M, N, K) for name, M, N, K, _ in hopper.record.SHAPES}
     L = convpool.LAYER
     assert shapes["convpool b32"] == (32 * L.E * L.F, L.M, L.C * 5 * 5)

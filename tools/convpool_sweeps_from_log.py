@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from gpulab.workloads.convpool import LAYER, STEP, strips
+from gpulab.workloads.convpool import CHAPTER
 from gpulab.workloads.convpool import sweeps as sw
-from gpulab.workloads.convpool.steps import tc_shared_bytes
+from gpulab.workloads.convpool.launchers import strips, tc_shared_bytes
+from gpulab.workloads.convpool.problem import LAYER
 
 LINE = re.compile(r"\] sweep (?P<params>[^:]+): (?P<status>ok|wrong|invalid)(?: (?P<ms>[\d.]+) ms)?"
                   r"(?: \((?P<reason>.*)\))?$")
@@ -53,19 +55,19 @@ def rebuild(log_text: str) -> pd.DataFrame:
         raise ValueError(f"the log holds {len(points)} sweep points; the record's sweeps have {expected}")
     shape, blocks, tiles = points[:shape_n], points[shape_n:shape_n + blocks_n], points[shape_n + blocks_n:]
     rows = []
-    step5 = STEP["05"]
+    step5 = CHAPTER.step("05")
     for p in shape:
-        rows.append({**p, "sweep": "shape", "blocks": strips(step5, LAYER, (f"-DQ={p['Q']}",))})
+        rows.append({**p, "sweep": "shape", "blocks": strips(replace(step5, options=(f"-DQ={p['Q']}",)), LAYER)})
     q = int(pd.DataFrame(rows).query("status == 'ok'").sort_values("median_ms").iloc[0]["Q"])
     for p in blocks:
-        all_strips = strips(step5, LAYER, (f"-DQ={q}",))
+        all_strips = strips(replace(step5, options=(f"-DQ={q}",)), LAYER)
         rows.append({**p, "sweep": "blocks", "Q": q, "strips": all_strips, "grid": p["blocks"] or all_strips})
     for i, p in enumerate(tiles):
         N = sw.TILE_BATCHES[i // (2 * tiles_each)]
         step = ("07", "08")[(i // tiles_each) % 2]
         options = (f"-DSTAGES={p['STAGES']}", f"-DTC_BN={p['pixels']}")
         rows.append({**p, "sweep": "tiles", "step": step, "N": N,
-                     "shared_bytes": tc_shared_bytes(STEP[step], options)})
+                     "shared_bytes": tc_shared_bytes(replace(CHAPTER.step(step), options=options))})
     table = pd.DataFrame(rows)
     table["timed"] = table["status"] == "ok"
     batch = table["N"].fillna(1).astype(int)

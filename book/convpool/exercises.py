@@ -1,6 +1,6 @@
 """The convpool chapter's exercises, found through the toc by gpulab.exercises (which explains them)."""
 from gpulab.exercises import Exercise, measured_ceilings, recorded_run
-from gpulab.workloads.convpool import Shape
+from gpulab.workloads.convpool.problem import Shape
 
 
 def _inputs_1(case: dict) -> dict:
@@ -26,7 +26,7 @@ EXERCISES = [
                   "256; whole warps in each of the four quarters of 16,384; whole blocks), shared memory "
                   "(each block's plus 1 KB, out of 228 KB), 64 warps and 32 blocks; occupancy is blocks x warps per block / 64 (0 if none fits)."),
     Exercise("convpool.2", "convpool", "fuse the pool into step 2", 4, "kernel",
-             "kernels/convpool/exercise_pooled_registers.cu",
+             "kernels/convpool/exercise_pooled_registers.cu", step="E2",
              # Race-checked: the chapter's check shape with fewer channels and filters (every fault
              # of the exercise is in rows, taps and windows, which keep their sizes).
              public=({"shape": Shape(N=2, C=6, H=14, W=20, M=9), "seed": 0},),

@@ -1,5 +1,5 @@
 """The hidden checks of the convpool chapter's exercises: instructors only (see gpulab.exercises)."""
-from gpulab.workloads.convpool import Shape
+from gpulab.workloads.convpool.problem import Shape
 
 HIDDEN = {
     "convpool.1": (

@@ -10,7 +10,7 @@ step 21 (tf32) or 22 (fp32 accuracy).
 from __future__ import annotations
 
 from ...errors import KernelArgumentError
-from ..convpool.steps import tf32_split
+from ..convpool.problem import tf32_split
 from . import wgmma
 from .wgmma import BM, THREADS
 

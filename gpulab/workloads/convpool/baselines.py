@@ -5,7 +5,7 @@ where cuDNN's time goes."""
 from __future__ import annotations
 
 from ... import baselines
-from .shapes import Shape
+from .problem import Shape
 
 POOL = (2, 2)
 

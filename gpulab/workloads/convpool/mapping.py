@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from ... import diagrams, predictions
-from .shapes import LAYER
+from .problem import LAYER
 
 #: The kernels' compile-time constants the maps and counts use (their #defines).
 RS = 5                     # filter side

@@ -1,18 +1,21 @@
 """What ``python -m gpulab record convpool`` measures, on the GPU, in one process: the chapter's
 run as a :class:`gpulab.recorder.Recording` (:data:`benchmark_all`), its experiments in order:
 
-* ``ladder``: every step at batch 1, and the fused steps at batches 8 and 32, each checked at full
-  size against the float64 reference (computed on the GPU) before it is timed (``rec.checked``: a
-  step that fails is a ``FAILED`` row of ``skipped``, never timed); beside them every
-  cuDNN path of :mod:`.baselines`, checked and timed on the same inputs;
+* ``ladder``: every step at batch 1, and the fused steps at batches 8 and 32, each bound by its
+  launcher and checked at full size against the float64 reference (computed on the GPU) before it
+  is timed (:meth:`gpulab.recorder.Recorder.ladder`: a step that fails is a ``FAILED`` row of
+  ``skipped``, never timed); beside them every cuDNN path of :mod:`.baselines`, checked and timed
+  on the same inputs (:meth:`gpulab.recorder.Recorder.vendor`);
 * ``cudnn_conv``: cuDNN's convolution alone (fp32 and fp16, channels-last);
 * ``transfers``: copies in, kernel, copy out for the best fp32 and fp16 steps, one image and a batch;
 * ``ceilings``: the device copy, cuBLAS SGEMM, and the tensor cores' tf32 and fp16 GEMM rates;
 * side tables: ``checks``, ``skipped`` (steps, batches and vendor paths not measured, and why: a
-  step this GPU cannot run, or a batch over its memory budget, see :func:`.steps.unfit_reason`; a
+  step this GPU cannot run, or a batch over its memory budget, see :func:`.launchers.unfit_reason`; a
   failed check; a later part that failed or that the run's budget left out), ``resources``
   (registers, shared memory, occupancy of each kernel), ``cudnn_kernels`` (which kernels cuDNN ran),
   the sweeps (:mod:`.sweeps`), and ``profile`` (Nsight Compute's counters) where ncu works.
+
+A new step needs nothing here: the ladder checks and times whatever :data:`.steps.STEPS` lists.
 """
 from __future__ import annotations
 
@@ -22,21 +25,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ... import baselines, profiler, roofline, transfers
+from ... import baselines, ladder, profiler, roofline, transfers
 from ...check import compare
 from ...device import limits
 from ...errors import CheckFailed, KernelArgumentError
 from ...kernels import load_module, occupancy, resource_table
-from ...recorder import Experiment, Recording
+from ...recorder import Experiment, Recording, Variant
 from ...sweep import _message
 from ...timing import benchmark
 from . import baselines as vendor
 from . import sweeps
-from .shapes import BATCHES, LAYER, conv_reference, make_inputs, pool_reference
-from .steps import (BATCH_STEPS, MEMORY_FRACTION, STEP, STEPS, footprint_bytes, input_forms, input_name,
-                    launch_config, make_launch, unfit_reason, weight_forms)
-
-CHAPTER = "convpool"
+from .launchers import MEMORY_FRACTION, config, footprint_bytes, input_name, unfit_reason
+from .problem import BATCHES, LAYER, NAME, Conv, conv_reference, layer_arrays, make_inputs, pool_reference
+from .steps import BATCH_STEPS, STEPS
 #: cuDNN's fp32 channels-last path is not run from this batch size on (see the note).
 SLOW_SEARCH_BATCH = 32
 SLOW_SEARCH_NOTE = ("not run at N = 32: in a trial run on the H100 its algorithm search took 46 s and it ran "
@@ -85,12 +86,12 @@ def plan(batches, here) -> tuple[dict, list]:
 def as_measured_on(run, here):
     """TEST HOOK, not a measurement: the recorded ``run`` cut down to what :func:`benchmark_all`
     would have measured on a device with limits ``here`` (e.g. ``gpulab.device.PROFILES["T4"]``),
-    through the same :func:`plan` and :func:`.steps.unfit_reason`: rows of skipped steps and
+    through the same :func:`plan` and :func:`.launchers.unfit_reason`: rows of skipped steps and
     batches removed and listed in ``skipped``, tile-sweep points that do not fit made invalid with
     the reason. The times are still the recorded GPU's. What tests/test_convpool.py executes the
     notebook against, to show it reads a small GPU's run without a GPU."""
-    ladder = run.experiment("ladder")
-    planned, skipped = plan(sorted(ladder["size"].unique()), here)
+    ladder_rows = run.experiment("ladder")
+    planned, skipped = plan(sorted(ladder_rows["size"].unique()), here)
     timed = {(N, s.label) for N, chosen in planned.items() for s in chosen}
     keys = list(zip(run.timings["size"], run.timings["variant"]))
     experiment = run.timings["experiment"]
@@ -98,12 +99,13 @@ def as_measured_on(run, here):
     vendor_kept = baselines.is_vendor(run.timings) & run.timings["size"].isin(planned)
     keep |= (experiment == "ladder") & (pd.Series([k in timed for k in keys], index=keep.index) | vendor_kept)
     keep |= (experiment == "cudnn_conv") & run.timings["size"].isin(planned)
-    fits = [n in STEP and N in planned and unfit_reason(STEP[n], LAYER.batch(N), limits=here) is None
+    numbers = {s.number for s in STEPS}
+    fits = [n in numbers and N in planned and unfit_reason(ladder.find(STEPS, n), LAYER.batch(N), limits=here) is None
             for n, N in zip(run.timings["step"].astype(str), run.timings["size"])]
     keep |= (experiment == "transfers") & pd.Series(fits, index=keep.index)
     tables = dict(run.tables)
     checks = tables["checks"]
-    tables["checks"] = checks[[(N, STEP[n].label) in timed for n, N in zip(checks["step"], checks["size"])]]
+    tables["checks"] = checks[[(N, ladder.find(STEPS, n).label) in timed for n, N in zip(checks["step"], checks["size"])]]
     fits_layer = {s.number for s in STEPS if unfit_reason(s, LAYER, limits=here) is None}
     tables["resources"] = tables["resources"][tables["resources"]["step"].isin(fits_layer)]
     if "profile" in tables:
@@ -112,13 +114,15 @@ def as_measured_on(run, here):
         sweeps = tables["sweeps"].copy()
         for i, row in sweeps.iterrows():
             if row["sweep"] == "tiles":
-                step, shape, options = STEP[row["step"]], LAYER.batch(int(row["N"])), (
-                    f"-DSTAGES={int(row['STAGES'])}", f"-DTC_BN={int(row['pixels'])}")
+                shape = LAYER.batch(int(row["N"]))
+                point = dataclasses.replace(ladder.find(STEPS, row["step"]), options=(
+                    f"-DSTAGES={int(row['STAGES'])}", f"-DTC_BN={int(row['pixels'])}"))
                 too_large = here.memory_fits(footprint_bytes(shape), MEMORY_FRACTION)
             else:
-                step, shape, options, too_large = STEP["05"], LAYER, (f"-DQ={int(row['Q'])}",), None
-            why = too_large or (unfit_reason(step, shape, options, limits=here) and
-                                _message(KernelArgumentError(unfit_reason(step, shape, options, limits=here))))
+                point = dataclasses.replace(ladder.find(STEPS, "05"), options=(f"-DQ={int(row['Q'])}",))
+                shape, too_large = LAYER, None
+            why = too_large or (unfit_reason(point, shape, limits=here) and
+                                _message(KernelArgumentError(unfit_reason(point, shape, limits=here))))
             if why:
                 sweeps.loc[i, ["status", "reason", "timed"]] = ["invalid", why, False]
                 sweeps.loc[i, ["median_ms", "q1_ms", "q3_ms", "gflops", "rel_error"]] = np.nan
@@ -133,11 +137,9 @@ def as_measured_on(run, here):
 
 #: The batches of a quick (smoke-test) record.
 QUICK_BATCHES = (1, 8)
-
-
-def _timing_budget_ms(rec) -> float:
-    """Milliseconds each timed variant may take (a quick record's are fewer)."""
-    return 100.0 if rec.quick else 400.0
+#: Milliseconds each timed variant may take (the stop rule usually ends it sooner), a quick
+#: record's too: the recording's ``variant_budget_ms``.
+VARIANT_BUDGET_MS = 400.0
 
 
 @dataclass
@@ -162,12 +164,7 @@ def setup(rec) -> Planned:
     return Planned(tuple(batches), planned)
 
 
-def _require(result) -> None:
-    if not result.passed:
-        raise CheckFailed(str(result))
-
-
-def ladder(rec, ctx: Planned) -> None:
+def ladder_experiment(rec, ctx: Planned) -> None:
     """Every planned step, checked at full size against the float64 reference before it is timed
     (a failed check is a ``FAILED`` row of ``skipped``, not timed), and cuDNN on the same inputs:
     the layer, then the convolution alone; which kernels cuDNN ran (``cudnn_kernels``)."""
@@ -181,33 +178,48 @@ def ladder(rec, ctx: Planned) -> None:
                                                                         "family"]))
 
 
-def _ladder_at(rec, N: int, chosen, checks: list, kernels_seen: list) -> None:
+def step_variant(step, shape, arrays: dict, ref, checks: list) -> Variant:
+    """``step`` bound by its launcher to the layer at ``shape`` (the device ``arrays``, y among
+    them): its check (y poisoned, one call, compared with ``ref``; a row of ``checks``) and its
+    timed row."""
     import cupy
 
-    budget = _timing_budget_ms(rec)
-    shape = LAYER.batch(N)
-    x, w, b = make_inputs(shape, seed=N, xp=cupy)
-    conv64 = conv_reference(x, w, b, xp=cupy)
-    ref = pool_reference(conv64, xp=cupy)
-    forms = weight_forms(w, shape, xp=cupy)
-    inputs = input_forms(x, chosen, xp=cupy)
-    y = cupy.empty(shape.y_shape, dtype=cupy.float32)
-    for step in chosen:
+    N = shape.N
+    launch = ladder.bind(step, Conv(shape), arrays, "gpu")
+    y = arrays[Conv.output_name]
+
+    def check() -> dict:
         y.fill(cupy.nan)
-        launch = make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")
         launch()
         result = compare(y, ref, step.precision, name=f"{step.label} N={N}")
         checks.append({"step": step.number, "size": N, "precision": step.precision,
                        "rel_error": result.rel_error, "unwritten": result.unwritten, "passed": result.passed})
-        if not rec.checked(lambda: _require(result), variant=step.label, library="", precision=step.precision,
-                           size=N):
-            continue
-        timing = benchmark(launch, repeats=rec.repeats, budget_ms=budget)
-        rec.add(timing.row("ladder", step.label, N, "kernel", flops=shape.flops, bytes=step_bytes(step, shape),
-                           step=step.number, precision=step.precision, fused=step.fused,
-                           rel_error=result.rel_error))
-        rec.progress(f"N={N} {step.label}: {timing.median_ms:.3f} ms")
-        del launch
+        if not result.passed:
+            raise CheckFailed(str(result))
+        return {"rel_error": result.rel_error}
+
+    def row(timing, checked, _medians) -> dict:
+        return timing.row("ladder", step.label, N, "kernel", flops=shape.flops, bytes=step_bytes(step, shape),
+                          step=step.number, precision=step.precision, fused=step.fused,
+                          rel_error=checked["rel_error"])
+    return Variant(step.label, launch, check, row, where={"library": "", "precision": step.precision, "size": N})
+
+
+def _channels_last(steps) -> list:
+    """The element types of the channels-last inputs ``steps`` read."""
+    return [s.dtype for s in steps if s.launcher.channels_last]
+
+
+def _ladder_at(rec, N: int, chosen, checks: list, kernels_seen: list) -> None:
+    import cupy
+
+    shape = LAYER.batch(N)
+    x, w, b = make_inputs(shape, seed=N, xp=cupy)
+    conv64 = conv_reference(x, w, b, xp=cupy)
+    ref = pool_reference(conv64, xp=cupy)
+    arrays = layer_arrays(x, w, b, shape, _channels_last(chosen), xp=cupy)
+    arrays[Conv.output_name] = cupy.empty(shape.y_shape, dtype=cupy.float32)
+    rec.ladder([step_variant(step, shape, arrays, ref, checks) for step in chosen])
     # cuDNN on the same x, w, b: the layer, then the convolution alone. CUDA graphs only for one
     # image: at 8 and 32 a call takes milliseconds, so launches are noise, and capturing ten calls
     # of cuDNN's large batches failed on the H100 (an error that left later captures replaying
@@ -217,32 +229,21 @@ def _ladder_at(rec, N: int, chosen, checks: list, kernels_seen: list) -> None:
         paths = [p for p in paths if not (p.precision == "fp32" and p.layout == "NHWC")]
         rec.skip(SLOW_SEARCH_NOTE, variant="cuDNN (PyTorch) fp32, NHWC, conv + ReLU + maxpool 2/2",
                  library="cuDNN (PyTorch)", precision="fp32", size=N)
-    measured = baselines.measure(paths, reference=ref, experiment="ladder", size=N, flops=shape.flops,
-                                 bytes=vendor.moved_bytes(shape), budget_ms=budget, repeats=rec.repeats,
-                                 labels={"step": "cuDNN"}, on_failure="skip", log=rec.progress)
-    _add_measured(rec, measured)
+    rec.vendor(paths, skipped_as={}, reference=ref, experiment="ladder", size=N, flops=shape.flops,
+               bytes=vendor.moved_bytes(shape), labels={"step": "cuDNN"}, log=rec.progress)
     baselines._release_memory()
     del ref
-    conv_only = baselines.measure(vendor.conv_only_paths(x, w, b, ("fp32", "fp16") if N == 1 else ("fp16",)),
-                                  reference=conv64, experiment="cudnn_conv", size=N, flops=shape.flops,
-                                  budget_ms=budget, repeats=rec.repeats, labels={"step": "cuDNN"},
-                                  on_failure="skip", log=rec.progress)
-    _add_measured(rec, conv_only)
+    rec.vendor(vendor.conv_only_paths(x, w, b, ("fp32", "fp16") if N == 1 else ("fp16",)), skipped_as={},
+               reference=conv64, experiment="cudnn_conv", size=N, flops=shape.flops, labels={"step": "cuDNN"},
+               log=rec.progress)
     if N == 1:
         for path in vendor.layer_paths(x, w, b, graphs=False, precisions=("fp32", "tf32", "fp16")):
             with baselines.precision_mode(path.precision):
                 names = baselines.cudnn_kernels(path.setup())
             kernels_seen += [{"variant": path.label, "precision": path.precision, "layout": path.layout,
                               "kernel": name, "family": baselines.algorithm_family([name])} for name in names]
-    del x, w, b, conv64, forms, inputs, y
+    del x, w, b, conv64, arrays
     _free()
-
-
-def _add_measured(rec, measured) -> None:
-    """A vendor measurement's rows, and its skipped paths with their reasons."""
-    rec.add(measured.rows)
-    for row in measured.skipped:
-        rec.skip(row["reason"], **{k: v for k, v in row.items() if k != "reason"})
 
 
 def _free() -> None:
@@ -284,12 +285,12 @@ def profile(rec, ctx) -> None:
 #: parts, each skipped once the run's budget (300 s by default) is spent. A part that fails or is
 #: not started is a row of the ``skipped`` table (variant: the part's name, size 0), the one table
 #: of what is missing that the chapter's views read.
-benchmark_all = Recording(CHAPTER, [
-    Experiment("ladder", ladder),
+benchmark_all = Recording(NAME, [
+    Experiment("ladder", ladder_experiment),
     *(Experiment(name, fn, optional=True) for name, fn in (
         ("ceilings", ceilings), ("sweeps", launch_sweeps), ("transfers", copies), ("resources", resources),
         ("profile", profile))),
-], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=300.0, keep_going=True,
+], setup=setup, skipped=SKIPPED_COLUMNS, budget_s=300.0, keep_going=True, variant_budget_ms=VARIANT_BUDGET_MS,
     problem_row=lambda experiment: {"variant": experiment, "library": "", "precision": "", "size": 0},
     crosscheck=lambda row: row["experiment"] in ("ladder", "cudnn_conv") and row["size"] in (1, 32))
 
@@ -302,28 +303,27 @@ def transfer_rows(batches, repeats: int, failed=()) -> list[dict]:
     out = []
     for N in [n for n in TRANSFER_BATCHES if n in batches]:
         shape = LAYER.batch(N)
-        numbers = [n for n in TRANSFER_STEPS    # the ladder lists the rest
-                   if unfit_reason(STEP[n], shape) is None and STEP[n].label not in failed]
-        if not numbers:
+        chosen = [s for s in (ladder.find(STEPS, n) for n in TRANSFER_STEPS)    # the ladder lists the rest
+                  if unfit_reason(s, shape) is None and s.label not in failed]
+        if not chosen:
             continue
         x, w, b = make_inputs(shape, seed=N, xp=cupy)
-        forms = weight_forms(w, shape, xp=cupy)
-        for number in numbers:
-            step = STEP[number]
-            host_x = cupy.asnumpy(input_forms(x, [step], xp=cupy)[input_name(step)])
+        arrays = layer_arrays(x, w, b, shape, _channels_last(chosen), xp=cupy)
+        for step in chosen:
+            host_x = cupy.asnumpy(arrays[input_name(step)])
             bound = {}
 
             def launch(inputs, output, step=step, shape=shape):
                 key = (inputs[0].data.ptr, output.data.ptr)
-                if key not in bound:
-                    bound[key] = make_launch(step, shape, inputs[0], forms, b, output, "gpu")
+                if key not in bound:      # the copied input and output in place of the layer's own
+                    bound[key] = ladder.bind(step, Conv(shape), {**arrays, input_name(step): inputs[0],
+                                                                 Conv.output_name: output}, "gpu")
                 bound[key]()
             for row in transfers.transfer_breakdown(launch, [host_x], shape.y_shape, np.float32, memory="pinned",
-                                                    repeats=max(5, repeats // 10), variant=STEP[number].label,
-                                                    size=N):
-                out.append({**row, "step": number, "precision": step.precision})
+                                                    repeats=max(5, repeats // 10), variant=step.label, size=N):
+                out.append({**row, "step": step.number, "precision": step.precision})
             del host_x, bound
-        del x, w, b, forms
+        del x, w, b, arrays
         cupy.get_default_memory_pool().free_all_blocks()
     return out
 
@@ -355,7 +355,7 @@ def resources_table() -> pd.DataFrame:
             continue
         module = load_module(step.file, "gpu", options=step.options)
         res = resource_table(module).loc[step.kernel]
-        cfg = launch_config(step, LAYER, step.options)
+        cfg = config(step, LAYER)
         threads = int(np.prod(cfg["block"]))
         kernel = module.get_function(step.kernel)
         if cfg["shared"] > 48 * 1024:
@@ -398,7 +398,7 @@ def profile_table() -> pd.DataFrame | None:
         print("convpool: no ncu here, so the run has no profile table")
         return None
     try:
-        raw = profiler.profile(profiler.driver(CHAPTER), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)",
+        raw = profiler.profile(profiler.driver(NAME), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)",
                                timeout=80)
     except Exception as exc:      # a profiler failure must not lose the timings
         print(f"convpool: the profile failed: {str(exc)[-1500:]}")
@@ -420,10 +420,9 @@ def profile_driver() -> None:
 
     shape = LAYER
     x, w, b = make_inputs(shape, seed=1, xp=cupy)
-    chosen = [STEP[n] for n in PROFILE_STEPS if unfit_reason(STEP[n], shape) is None]
-    forms = weight_forms(w, shape, xp=cupy)
-    inputs = input_forms(x, chosen, xp=cupy)
-    y = cupy.empty(shape.y_shape, dtype=cupy.float32)
+    chosen = [s for s in (ladder.find(STEPS, n) for n in PROFILE_STEPS) if unfit_reason(s, shape) is None]
+    arrays = layer_arrays(x, w, b, shape, _channels_last(chosen), xp=cupy)
+    arrays[Conv.output_name] = cupy.empty(shape.y_shape, dtype=cupy.float32)
     for step in chosen:
-        make_launch(step, shape, inputs[input_name(step)], forms, b, y, "gpu")()
+        ladder.bind(step, Conv(shape), arrays, "gpu")()
     cupy.cuda.get_current_stream().synchronize()

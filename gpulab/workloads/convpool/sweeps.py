@@ -11,9 +11,11 @@ Each point is checked against the float64 reference before it is timed; a launch
 is listed as invalid, with the reason, and a wrong result as wrong. So is a point this GPU (or the
 simulated one, :func:`gpulab.device.simulate`) cannot run: a tile needing more shared memory per
 block than it allows, the tensor-core steps below compute capability 8.0, a batch over the memory
-budget (see :func:`.steps.unfit_reason`).
+budget (see :func:`.launchers.unfit_reason`).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -22,10 +24,11 @@ from ...check import compare
 from ...device import limits
 from ...errors import RecordedRunError
 from ...kernels import get_backend, load_module, occupancy
+from ...ladder import find
 from ...sweep import best, sweep
-from .shapes import LAYER, Shape, make_inputs, reference
-from .steps import (MEMORY_FRACTION, STEP, footprint_bytes, input_forms, input_name, make_launch, strips,
-                    tc_shared_bytes, unfit_reason, weight_forms)
+from .launchers import MEMORY_FRACTION, footprint_bytes, strips, tc_shared_bytes, unfit_reason
+from .problem import LAYER, Conv, Shape, layer_arrays, make_inputs, reference
+from .steps import STEPS
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 Q_VALUES = (1, 2, 4, 8, 16)
@@ -42,22 +45,22 @@ TILE_BATCHES = (1, 32)
 
 
 class _Layer:
-    """Inputs, reference and a poisoned output for one shape, made once for a whole sweep."""
+    """Inputs, reference and a poisoned output for one shape, made once for a whole sweep; each
+    point is a step with other options or another launch shape, bound by its family."""
 
     def __init__(self, shape: Shape, backend, steps, seed: int = 0):
         self.be = get_backend(backend)
-        self.shape = shape
+        self.case = Conv(shape)
         xp = self.be.xp
         x, w, b = make_inputs(shape, seed, xp=xp) if self.be.name == "gpu" else make_inputs(shape, seed)
         self.ref = reference(x, w, b, xp=xp)
-        self.inputs = input_forms(x, steps, xp=xp)
-        self.forms = weight_forms(w, shape, xp=xp)
-        self.b = b
-        self.y = self.be.poisoned(shape.y_shape, np.float32)
+        channels_last = [s.dtype for s in steps if s.launcher.channels_last]
+        self.arrays = layer_arrays(x, w, b, shape, channels_last, xp=xp)
+        self.arrays[Conv.output_name] = self.y = self.be.poisoned(shape.y_shape, np.float32)
 
-    def launch(self, step, **kwargs):
-        return make_launch(step, self.shape, self.inputs[input_name(step)], self.forms, self.b, self.y, self.be,
-                           **kwargs)
+    def launch(self, step, **changes):
+        point = replace(step, **changes)
+        return point.launcher.bind(point, self.case, self.arrays, self.be)
 
     def reset(self, _point=None):
         self.y.fill(np.nan)
@@ -86,14 +89,14 @@ def occupancy_columns(step, threads: int, options=(), shared: int = 0, backend=N
 def shape_sweep(backend=None, shape: Shape = LAYER, threads=THREADS, q_values=Q_VALUES, seed: int = 0,
                 log=None) -> pd.DataFrame:
     """Step 5 over threads per block x pooled outputs per thread (Q), one block per strip."""
-    step = STEP["05"]
+    step = find(STEPS, "05")
     layer = _Layer(shape, backend, [step], seed)
 
     def prepare(p):
         return layer.launch(step, options=(f"-DQ={p['Q']}",), threads=p["threads"])
     return sweep({"Q": list(q_values), "threads": list(threads)}, prepare, reset=layer.reset,
                  verify=lambda p: layer.verify(step, f"Q={p['Q']}, {p['threads']} threads"),
-                 describe=lambda p: {"blocks": strips(step, shape, (f"-DQ={p['Q']}",)),
+                 describe=lambda p: {"blocks": strips(replace(step, options=(f"-DQ={p['Q']}",)), shape),
                                      **occupancy_columns(step, p["threads"], (f"-DQ={p['Q']}",), backend=layer.be)},
                  flops=shape.flops, log=log)
 
@@ -102,10 +105,10 @@ def blocks_sweep(q: int, backend=None, shape: Shape = LAYER, blocks=BLOCKS, thre
                  log=None) -> pd.DataFrame:
     """Step 5 at ``q`` pooled outputs per thread over blocks x threads per block (blocks 0: one
     block per strip); each block loops over the strips, so every point computes the whole layer."""
-    step = STEP["05"]
+    step = find(STEPS, "05")
     options = (f"-DQ={q}",)
     layer = _Layer(shape, backend, [step], seed)
-    all_strips = strips(step, shape, options)
+    all_strips = strips(replace(step, options=options), shape)
 
     def prepare(p):
         return layer.launch(step, options=options, blocks=p["blocks"] or all_strips, threads=p["threads"])
@@ -129,7 +132,7 @@ def tile_sweep(backend=None, batches=TILE_BATCHES, stages=STAGES, pixels=TILE_PI
     frames = []
     for N in batches:
         at_n = shape.batch(N)
-        chosen = [STEP[s] for s in steps]
+        chosen = [find(STEPS, s) for s in steps]
         here = limits()
         too_large = here.memory_fits(footprint_bytes(at_n), MEMORY_FRACTION) if here is not None else None
         if too_large:             # not even allocated: every point of this batch is invalid, with the reason
@@ -139,15 +142,15 @@ def tile_sweep(backend=None, batches=TILE_BATCHES, stages=STAGES, pixels=TILE_PI
             continue
         layer = _Layer(at_n, backend, chosen, seed)
         for number in steps:
-            step = STEP[number]
+            step = find(STEPS, number)
 
             def prepare(p, step=step):
                 return layer.launch(step, options=tile_options(p))
 
             def describe(p, step=step):
-                shared = tc_shared_bytes(step, tile_options(p))
+                shared = tc_shared_bytes(replace(step, options=tile_options(p)))
                 row = {"step": step.number, "N": N, "shared_bytes": shared}
-                if unfit_reason(step, at_n, tile_options(p)):      # make_launch says why: no occupancy
+                if unfit_reason(replace(step, options=tile_options(p)), at_n):   # its binding says why: no occupancy
                     return row
                 return {**row, **occupancy_columns(step, 256, tile_options(p), shared, backend=layer.be)}
             frames.append(sweep({"pixels": list(pixels), "STAGES": list(stages)}, prepare, reset=layer.reset,

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 
 from ... import baselines, paths, predictions, roofline
+from ...ladder import find
 from ...runs import gpu_comparison as compare_gpus
 from ...sweep import best, point_row
 from .record import WHOLE_BATCH
-from .shapes import LAYER
-from .steps import BATCH_STEPS, PREDICTED, STEP, STEPS
+from .problem import LAYER
+from .steps import BATCH_STEPS, PREDICTED, STEPS
 
 #: The chapter's targets: (batch, precision) -> what our best kernel must at least match.
 TARGETS = [(1, "fp32"), (1, "tf32"), (1, "fp16"), (32, "tf32"), (32, "fp16")]
@@ -192,7 +193,7 @@ def fusion_bytes(batches=(1, 8, 32)) -> pd.DataFrame:
 
 
 def step_label(number: str) -> str:
-    return STEP[number].label
+    return find(STEPS, number).label
 
 
 def gpu_comparison_rows(run, N: int = 1) -> pd.DataFrame:
@@ -223,7 +224,7 @@ def gpu_comparison_numbers(gpus: pd.DataFrame, gpus32: pd.DataFrame, h100_profil
     cudnn = gpus[gpus["variant"].str.startswith("cuDNN")]
     fp32_steps = mine[mine.index.str[:2].isin(["01", "02", "03", "04", "05", "06", "07"])]
     fp32_nchw = "cuDNN (PyTorch) fp32, NCHW, conv + ReLU + maxpool 2/2"
-    step8, step9 = STEP["08"].label, STEP["09"].label
+    step8, step9 = find(STEPS, "08").label, find(STEPS, "09").label
     p8 = h100_profile.set_index("step").loc["08"] if h100_profile is not None else None
     return dict(
         gpu2_max_memory_use=gpus["memory_use_a"].max(),

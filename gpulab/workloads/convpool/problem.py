@@ -1,4 +1,6 @@
-"""The layer's shapes, its work, its seeded inputs and the float64 reference.
+"""The problem every step solves, declared once: the layer's shapes, its work, its seeded inputs,
+every form the kernels read them in, and the float64 reference. A :class:`Conv` (the layer at a
+:class:`Shape`) is one case of a check.
 
 Notation (the same in the kernels, the text and the plots): an input x of N x C x Hp x Wp --
 the H x W image with its zero border of 2 already written out, as in the report (224 -> 228) --
@@ -16,8 +18,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from ... import ladder
 from ...roofline import floors_ms as roofline_floors
 
+NAME = "convpool"
+TITLE = "A 256-channel conv + ReLU + max-pool layer, and finding the best launch shape by sweeping"
 RS = 5        # filter height and width
 BORDER = 2    # zero border on each side: the convolution keeps the image's size
 
@@ -182,3 +187,111 @@ def work_table(batches=BATCHES, shape: Shape = LAYER):
         "pre-pool tensor MB (fp32)": shape.batch(N).prepool_bytes() / 2e6,
         "unfused extra MB (write + read)": shape.batch(N).prepool_bytes() / 1e6,
         "FLOP per compulsory byte": shape.batch(N).flops / shape.batch(N).bytes()} for N in batches]).set_index("N")
+
+
+# --------------------------------------------------------------------------- the inputs' forms
+#: Step 6's filter tile: its filters' form (wt_gemm) has zero columns up to a multiple of it.
+FILTER_TILE = 128
+#: Steps 9-11's slices of channels: one 128-byte row of their elements (64 halves, 32 floats);
+#: their filters' channels are padded with zeros to a multiple of the slice.
+SLICE_HALVES, SLICE_FLOATS = 64, 32
+
+
+def padded_channels(shape: Shape, slice_channels: int = SLICE_HALVES) -> int:
+    """Steps 9-11's Cp: C rounded up to their slices of ``slice_channels`` channels."""
+    return -(-shape.C // slice_channels) * slice_channels
+
+
+def tf32_split(a, xp=np):
+    """(big, small): ``a`` (float32) rounded to the nearest tf32, ties away from zero, and the
+    remainder a - big (exact in float32) -- step 11's split_tf32, the same bit arithmetic."""
+    a = xp.ascontiguousarray(xp.asarray(a, dtype=xp.float32))
+    big = ((a.view(xp.uint32) + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+    return big, a - big
+
+
+def koff_table(shape: Shape) -> np.ndarray:
+    """Step 6: for k = (c, r, s), the offset (c*Hp + r)*Wp + s of its input from the window's corner."""
+    k = np.arange(shape.K)
+    c, r, s = k // (RS * RS), (k // RS) % RS, k % RS
+    return ((c * shape.Hp + r) * shape.Wp + s).astype(np.int32)
+
+
+def weight_forms(w, shape: Shape, xp=np) -> dict:
+    """Every form the kernels read the filters in, made once (as a framework does when it loads
+    a model): w (M x C x 5 x 5 as given), wt (C*25 x M), wt_gemm (K x Mp, zero columns past M) and
+    its offset table koff, wr32 and wr16 (M x 25*C, k in (r, s, c) order), wp (half, M x 25*Cp in
+    (r, s, c) order, the channels padded with zeros to Cp, a multiple of 64), and wp32b / wp32s
+    (the same in float, Cp a multiple of 32, split into its tf32 big part and remainder)."""
+    w = xp.asarray(w, dtype=xp.float32)
+    M, K = shape.M, shape.K
+    mp = -(-M // FILTER_TILE) * FILTER_TILE
+    flat = w.reshape(M, K)
+    wt_gemm = xp.zeros((K, mp), dtype=xp.float32)
+    wt_gemm[:, :M] = flat.T
+    wr = xp.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, K))
+    cp = padded_channels(shape)
+    wp = xp.zeros((M, RS * RS, cp), dtype=xp.float16)
+    wp[:, :, :shape.C] = w.transpose(0, 2, 3, 1).reshape(M, RS * RS, shape.C)
+    cp32 = padded_channels(shape, SLICE_FLOATS)
+    wp32 = xp.zeros((M, RS * RS, cp32), dtype=xp.float32)
+    wp32[:, :, :shape.C] = w.transpose(0, 2, 3, 1).reshape(M, RS * RS, shape.C)
+    wp32b, wp32s = tf32_split(wp32.reshape(M, RS * RS * cp32), xp)
+    return {"w": xp.ascontiguousarray(w), "wt": xp.ascontiguousarray(flat.T), "wt_gemm": wt_gemm,
+            "koff": xp.asarray(koff_table(shape)), "wr32": wr, "wr16": wr.astype(xp.float16),
+            "wp": wp.reshape(M, RS * RS * cp), "wp32b": wp32b, "wp32s": wp32s}
+
+
+#: The channels-last copies of the input, by element type: what the tensor-core steps read.
+CHANNELS_LAST = {np.dtype(np.float32): "xt32", np.dtype(np.float16): "xt16"}
+
+
+def input_forms(x, channels_last=tuple(CHANNELS_LAST), xp=np) -> dict:
+    """The input in each layout and type the kernels read: x (NCHW float), and channels-last
+    copies in each of the element types ``channels_last`` (:data:`CHANNELS_LAST`'s names: xt32,
+    xt16). Made before timing, as cuDNN's channels-last inputs are."""
+    forms = {"x": x}
+    for dtype in dict.fromkeys(np.dtype(d) for d in channels_last):
+        forms[CHANNELS_LAST[dtype]] = xp.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(dtype)
+    return forms
+
+
+def layer_arrays(x, w, b, shape: Shape, channels_last=tuple(CHANNELS_LAST), xp=np) -> dict:
+    """Every array a step reads, by the name its launcher binds: the input's forms
+    (:func:`input_forms`), the filters' (:func:`weight_forms`) and the bias b."""
+    return {**input_forms(x, channels_last, xp), **weight_forms(w, shape, xp), "b": b}
+
+
+@dataclass(frozen=True)
+class Conv(ladder.Case):
+    """The layer at ``shape``: the input x (NCHW float, zero border included) in every form a step
+    reads, the filters' forms and the bias (:func:`layer_arrays`), from a seed; y (N x M x PE x
+    PF, float32 in every precision) the output."""
+
+    shape: Shape
+    output_name = "y"
+
+    @property
+    def columns(self) -> dict:
+        return {"N": self.shape.N}
+
+    def inputs(self, seed, precision="fp32") -> dict:
+        return layer_arrays(*make_inputs(self.shape, seed), self.shape)
+
+    def reference(self, inputs, precision="fp32") -> np.ndarray:
+        return reference(inputs["x"], inputs["w"], inputs["b"])
+
+    def output(self, precision="fp32"):
+        return self.shape.y_shape, np.float32
+
+    def check_columns(self, step, inputs, out) -> dict:
+        return {"kernel": step.kernel, "precision": step.precision, "N": self.shape.N}
+
+    def label(self, step) -> str:
+        return step.label
+
+
+def cases(shape: Shape = CHECK, shapes=None) -> list[Conv]:
+    """The check's cases: the layer at ``shape`` (default the reduced :data:`CHECK`), or at each of
+    ``shapes``."""
+    return [Conv(s) for s in (shapes if shapes is not None else (shape,))]
