@@ -23,10 +23,10 @@ import numpy as np
 from ... import ladder
 from ...check import compare
 from ...kernels import Backend, get_backend, load_module
+from .data import CLASSES
 from .network import CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, forward
 from .problem import LayerBatch
 
-CLASSES = 10
 TILE = 16                 # the report's TILE_WIDTH (steps 1-9)
 IM2COL_CHUNK = 1000       # step 4: images unrolled at a time (the report's mini-batch)
 RELU_POOL_BLOCK = 256

@@ -32,11 +32,6 @@ class Step(ladder.Step):
     kernels_of: str = ""
     report_name: str = ""
 
-    @property
-    def fused(self) -> bool:
-        """Whether the step's kernels write only the pooled output (ReLU and the pool fused)."""
-        return self.launcher.fused
-
 
 STEPS = [
     Step("01", "lenet/01_direct_global.cu", "direct, global memory", launcher=DIRECT, report_name="baseline"),
