@@ -220,9 +220,10 @@ class Case:
     A chapter's case (a frozen dataclass) gives its table ``columns``, its ``inputs(seed,
     precision)`` (host arrays by name: the names its launcher binds), the float64 ``reference``
     of those inputs and the ``output``'s shape and type in a step's precision; the output is
-    bound under ``output_name``. ``values`` turns an output into the floats the reference is
-    compared with (bfloat16 bit patterns decoded, say); ``check_columns`` is what a check row
-    says of the case beyond its columns; ``label`` names the comparison in a failure's message.
+    bound under ``output_name``, and ``for_step`` is the case as a step computes it. ``values``
+    turns an output into the floats the reference is compared with (bfloat16 bit patterns
+    decoded, say); ``check_columns`` is what a check row says of the case beyond its columns;
+    ``label`` names the comparison in a failure's message.
     """
 
     output_name = "out"
@@ -239,6 +240,12 @@ class Case:
 
     def output(self, precision: str = "fp32") -> tuple[tuple, np.dtype]:
         raise NotImplementedError(f"{type(self).__name__} gives its output's (shape, dtype)")
+
+    def for_step(self, step: Step) -> "Case":
+        """The case as ``step`` computes it: this one, unless the case has outputs of more than one
+        kind and the step's family writes another (lenet's fused steps write a layer's pooled
+        output, its others the convolution's)."""
+        return self
 
     def values(self, out, precision: str, xp=np):
         return out
@@ -307,6 +314,7 @@ def run(step: Step, case: Case, inputs: dict, backend=None) -> np.ndarray:
     """``step`` once on ``case``'s host ``inputs``: copied to the device, the output poisoned
     (NaN: what the kernel leaves unwritten fails the check), bound, launched; the output on the host."""
     be = get_backend(backend)
+    case = case.for_step(step)
     shape, dtype = case.output(step.precision)
     arrays = {name: be.to_device(value) for name, value in inputs.items()}
     arrays[case.output_name] = out = be.poisoned(shape, dtype)
@@ -318,6 +326,7 @@ def run(step: Step, case: Case, inputs: dict, backend=None) -> np.ndarray:
 def check_case(step: Step, case: Case, seed: int | None = None, backend=None) -> tuple[dict, CheckResult]:
     """``step`` on fresh inputs of ``case`` (from ``seed``) against the float64 reference: the
     check row's columns for the case and the comparison."""
+    case = case.for_step(step)
     inputs = case.inputs(seed, step.precision)
     out = run(step, case, inputs, backend)
     result = compare(case.values(out, step.precision), case.reference(inputs, step.precision),

@@ -107,13 +107,16 @@ class Variant:
     row says of the check (``{"rel_error": ...}``); ``where`` are the ``skipped`` table's columns
     should the check fail (beside ``variant``: the ``label``); ``row(timing, checked, medians)``
     makes the variant's row (or rows) from its :class:`~gpulab.timing.Timing`, what ``check``
-    returned and each round's median."""
+    returned and each round's median. ``timer`` times the launch where the lab's loop
+    (:func:`gpulab.timing.benchmark`, the default) is not how the variant runs: a step whose calls
+    are replayed from a CUDA graph is timed by :func:`gpulab.timing.graph_benchmark`."""
 
     label: str
     launch: Callable[[], object]
     check: Callable[[], dict]
     row: Callable
     where: dict = dataclasses.field(default_factory=dict)
+    timer: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -223,11 +226,11 @@ class Recorder:
     # ---------------------------------------------------------------- the ladder loop
     def ladder(self, variants: Sequence[Variant], *, rounds: int = 1, **timing_options) -> list[dict]:
         """Check every variant (a failure is a ``FAILED`` row of the ``skipped`` table and is not
-        timed), then time those that passed with :func:`gpulab.timing.benchmark` under the
-        recording's ``variant_budget_ms``, ``rounds`` rounds with each variant once per round in
-        turn (a GPU's clock drifts over a run: timing the variants one after the other would
-        favour the first; a variant's timing then holds the samples of all its rounds), and add
-        their rows in the variants' order. ``timing_options`` go to the timer (``min_repeats``...)."""
+        timed), then time those that passed with :func:`gpulab.timing.benchmark` (or the variant's
+        own ``timer``) under the recording's ``variant_budget_ms``, ``rounds`` rounds with each
+        variant once per round in turn (a GPU's clock drifts over a run: timing the variants one
+        after the other would favour the first; a variant's timing then holds the samples of all
+        its rounds), and add their rows in the variants' order. ``timing_options`` go to the timer (``min_repeats``...)."""
         if rounds < 1:
             raise ValueError(f"rounds is a positive number of timing rounds, got {rounds!r}")
         passed = []
@@ -238,8 +241,9 @@ class Recorder:
         timings = [[] for _ in passed]
         for _ in range(rounds):
             for i, (v, _) in enumerate(passed):
-                timings[i].append(timing.benchmark(v.launch, repeats=self.repeats, budget_ms=self.variant_budget_ms,
-                                                   **timing_options))
+                timer = v.timer or timing.benchmark
+                timings[i].append(timer(v.launch, repeats=self.repeats, budget_ms=self.variant_budget_ms,
+                                        **timing_options))
         added = []
         for (v, checked), runs in zip(passed, timings):
             measured = runs[0] if rounds == 1 else timing.Timing(

@@ -60,7 +60,7 @@ def test_lenet_step10_load_count_is_what_the_kernel_issues():
     float read (its build loads a float2 or float4 member by member), so it sees 2 and 4 requests
     for those; over every warp, channel and filter row, nothing else reads shared memory."""
     with cpu.counting() as counted:
-        gpulab.assert_ok(lenet.check_steps("cpu", steps=[lenet.STEP["10"]], sizes=(2,)))
+        gpulab.assert_ok(lenet.CHAPTER.check("cpu", steps=[lenet.CHAPTER.step("10")], sizes=(2,)))
     fused = [launch for launch in counted.launches if launch.kernel == "conv_relu_pool"]
     assert len(fused) == 2
     for launch in fused:

@@ -153,22 +153,22 @@ def test_step_13_ladder_shows_the_faster_kernel_on_each_case():
 
 
 def test_lenet_step_13_tiles_products_and_shared_memory_are_what_its_comment_says():
-    from gpulab.workloads.lenet import steps as lenet_steps
+    from gpulab.workloads.lenet import launchers as lenet_launchers
     d = defines("lenet/13_both_layers_mma.cu")
     # conv2: 37 tiles of 8 windows (the last 1 of 8), 8 input rows x 2 k-halves x 2 filter tiles
     # x 2 output rows of products, less the 8 that would use filter rows -1 and 7; conv1: 5 bands
     # x 40 tiles x 4.
     assert d["TILES"] == 37 and d["WINDOWS"] - 8 * (d["TILES"] - 1) == 1
-    assert d["TILES"] * ((d["KS"] + 1) * 2 * 2 * 2 - 2 * 2 * 2) == lenet_steps.MMA_PER_IMAGE["conv2"] == 2_072
-    assert d["BANDS"] * d["TILES1"] * 4 == lenet_steps.MMA_PER_IMAGE["conv1"] == 800
-    assert (d["BANDS"], d["WARPS"]) == (lenet_steps.BANDS, lenet_steps.MMA_WARPS)
+    assert d["TILES"] * ((d["KS"] + 1) * 2 * 2 * 2 - 2 * 2 * 2) == lenet_launchers.MMA_PER_IMAGE["conv2"] == 2_072
+    assert d["BANDS"] * d["TILES1"] * 4 == lenet_launchers.MMA_PER_IMAGE["conv1"] == 800
+    assert (d["BANDS"], d["WARPS"]) == (lenet_launchers.BANDS, lenet_launchers.MMA_WARPS)
     # Every pixel's run of 32 halves starts on 16 bytes in one of conv2's two copies.
     assert d["ROW_BYTES"] % 16 == 0 and d["COPY_BYTES"] % 16 == 0
     conv1_shared = 2 * d["BAND_ROWS"] * d["SLOTS1"] * 2
     assert (d["SMEM_BYTES"], conv1_shared) == (26_880, 7_744)
     text = opening_comment("lenet/13_both_layers_mma.cu")
     assert "2,072 mma.m16n8k16" in text and "7,744 and 26,880 bytes" in text
-    useful = 16 * 34 * 34 * 4 * 49 / (lenet_steps.MMA_PER_IMAGE["conv2"] * 16 * 8 * 16)
+    useful = 16 * 34 * 34 * 4 * 49 / (lenet_launchers.MMA_PER_IMAGE["conv2"] * 16 * 8 * 16)
     assert round(100 * useful) == 85 and "85% of it useful" in text
     sheet = datasheet.lookup("H100 80GB HBM3")
     assert "989 TFLOP/s" in text and round(sheet.fp16_tensor_tflops) == 989

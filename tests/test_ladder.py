@@ -160,6 +160,25 @@ def test_the_one_check_runs_every_step_on_every_case_through_its_launcher():
     assert list(spec["n"]) == [3] and (spec["status"] == "ok").all()
 
 
+@dataclasses.dataclass(frozen=True)
+class Halved(Doubled):
+    """Doubled, or halved where the step's family says so: a case whose output depends on the step."""
+    half: bool = False
+
+    def for_step(self, step):
+        return dataclasses.replace(self, half=step.launcher.factor == 0.5)
+
+    def reference(self, inputs, precision="fp32"):
+        return (0.5 if self.half else 2.0) * inputs["x"].astype(np.float64)
+
+
+def test_a_case_is_checked_as_the_step_computes_it():
+    steps = [ladder.Step(1, "a.cu", "doubles", launcher=Writes()), ladder.Step(2, "b.cu", "halves",
+                                                                              launcher=Writes(factor=0.5))]
+    table = ladder.check(ladder.Chapter("halves", "t", steps, [Halved(3)]), backend="cpu")
+    assert list(table["status"]) == ["ok", "ok"]
+
+
 def test_a_check_s_inputs_come_from_its_seed():
     chapter = _chapter(seed=4)
     first, again = (ladder.check(chapter, [chapter.step(2)], backend="cpu")["rel_error"] for _ in range(2))
@@ -203,7 +222,7 @@ def test_a_chapter_is_one_object_known_by_its_name():
 
 #: The chapters ported to cases and launchers (a CHAPTER object); the others still check through
 #: their own check_steps (gpulab.ladder.check_steps).
-PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool")
+PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet")
 
 
 @pytest.mark.parametrize("name", PORTED)

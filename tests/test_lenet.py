@@ -8,7 +8,7 @@ import pytest
 
 import gpulab
 from gpulab.workloads import lenet
-from gpulab.workloads.lenet import data, network
+from gpulab.workloads.lenet import data, launchers, network, problem
 from notebook_on_profile import execute_on_profile
 
 
@@ -132,12 +132,12 @@ def test_the_trained_network_reproduces_its_stored_predictions():
 
 
 # ----------------------------------------------------------------- every kernel
-KERNEL_STEPS = [s for s in lenet.STEPS if not (s.streams or s.graph)] + [lenet.EXERCISE]
+KERNEL_STEPS = [s for s in lenet.CHAPTER.steps if not (s.streams or s.graph)] + [lenet.CHAPTER.step("E1")]
 #: The steps slowest to check on the CPU backend (1-3 CPU-s each): marked slow, so the quick loop
 #: (-m "not slow") checks the others; the whole suite checks every one.
 SLOW_TO_CHECK = ("04", "05", "08")
 #: The batches checked on the CPU backend: 1, odd, and a batch of several images -- 13 where the
-#: GPU checks lenet.CHECK_SIZES' 100. Every kernel gives each image blocks of its own (the batch is
+#: GPU checks problem.CHECK_SIZES' 100. Every kernel gives each image blocks of its own (the batch is
 #: a grid dimension: (N, M, tiles), (tiles, M, N), (tiles, N), (N,)), so more images add blocks,
 #: not tile edges; 100 images cost nine tenths of this test's CPU time.
 CPU_CHECK_SIZES = (1, 7, 13)
@@ -146,22 +146,22 @@ CPU_CHECK_SIZES = (1, 7, 13)
 @pytest.mark.parametrize("step", [pytest.param(s, marks=pytest.mark.slow) if s.number in SLOW_TO_CHECK else s
                                   for s in KERNEL_STEPS], ids=lambda s: s.number)
 def test_every_kernel_matches_the_reference_on_odd_batches(backend, step):
-    sizes = CPU_CHECK_SIZES if backend == "cpu" else lenet.CHECK_SIZES
-    checks = lenet.check_steps(backend, steps=[step], sizes=sizes)
+    sizes = CPU_CHECK_SIZES if backend == "cpu" else problem.CHECK_SIZES
+    checks = lenet.CHAPTER.check(backend, steps=[step], sizes=sizes)
     gpulab.assert_ok(checks)
     assert set(checks["N"]) == set(sizes) and set(checks["layer"]) == {"conv1", "conv2"}
     assert (checks["unwritten"] == 0).all()
 
 
 def test_a_kernel_that_skips_the_last_filter_is_caught():
-    step = lenet.STEP["01"]
-    layer = lenet.CONV2
-    x = lenet.steps.layer_inputs(layer, 3, seed=1)
-    w = lenet.load_weights()["conv2"]
+    step = lenet.CHAPTER.step("01")
+    case = problem.LayerBatch(lenet.CONV2, 3)
+    layer, inputs = case.layer, case.inputs(seed=1)
     module = gpulab.load_module(step.file, "cpu")
     y = np.full(layer.y_shape(3), np.nan, np.float32)
-    module.conv_direct_global((3, layer.M - 1, 9), (16, 16), (y, x, w, 3, layer.M, layer.C, layer.H, layer.W, 7))
-    result = gpulab.compare(y, lenet.steps.layer_reference(layer, x, w))
+    module.conv_direct_global((3, layer.M - 1, 9), (16, 16),
+                              (y, inputs["x"], inputs["w"], 3, layer.M, layer.C, layer.H, layer.W, 7))
+    result = gpulab.compare(y, case.reference(inputs))
     assert not result.passed and result.unwritten == 3 * 34 * 34
 
 
@@ -170,10 +170,9 @@ def test_step13_packs_the_filters_in_the_fragment_layout():
     # column g. conv2: k = 16h + kl orders a channels-last run (s = 4h + kl // 4, c = kl % 4),
     # column 8j + g is a filter. conv1: k-step p covers input rows 2p + q, taps 2t, 2t + 1;
     # column g is filter g // 2 shifted down by g % 2 rows.
-    from gpulab.workloads.lenet import steps
     rng = np.random.default_rng(2)
     w2 = rng.standard_normal(lenet.CONV2.w_shape).astype(np.float16)
-    halves = steps.pack_conv2_filters(w2).view(np.float16).reshape(7, 2, 2, 32, 2, 2)
+    halves = launchers.pack_conv2_filters(w2).view(np.float16).reshape(7, 2, 2, 32, 2, 2)
     for r, h, j, lane, q, e in [(0, 0, 0, 0, 0, 0), (6, 1, 1, 31, 1, 1), (3, 1, 0, 13, 0, 1), (5, 0, 1, 22, 1, 0)]:
         g, t = divmod(lane, 4)
         kl = 2 * t + 8 * q + e
@@ -183,7 +182,7 @@ def test_step13_packs_the_filters_in_the_fragment_layout():
           if 4 + (2 * (lane % 4) + 8 * q + e) // 4 == 7]
     assert s7 and all((halves[:, 1, :, lane, q, e] == 0).all() for lane, q, e in s7)
     w1 = rng.standard_normal(lenet.CONV1.w_shape).astype(np.float16)
-    halves1 = steps.pack_conv1_filters(w1).view(np.float16).reshape(4, 32, 2, 2)
+    halves1 = launchers.pack_conv1_filters(w1).view(np.float16).reshape(4, 32, 2, 2)
     for p_ in range(4):
         for lane in range(32):
             g, t = divmod(lane, 4)
@@ -193,26 +192,30 @@ def test_step13_packs_the_filters_in_the_fragment_layout():
                     want = w1[g // 2, 0, r, s_] if 0 <= r < 7 and s_ < 7 else 0
                     assert halves1[p_, lane, q, e] == want, (p_, lane, q, e)
     with pytest.raises(ValueError, match=r"conv2's filters should have shape \(16, 4, 7, 7\), got \(4, 1, 7, 7\)"):
-        steps.pack_conv2_filters(w1)
+        launchers.pack_conv2_filters(w1)
     with pytest.raises(ValueError, match=r"conv1's filters should have shape \(4, 1, 7, 7\)"):
-        steps.pack_conv1_filters(w2)
+        launchers.pack_conv1_filters(w2)
 
 
 def test_each_layer_lists_the_kernels_it_launches():
-    # layer_kernels names what layer_launch launches (it looks the kernel up there), so the
+    # A family's kernels() names what its bind() launches (it looks the kernel up there), so the
     # resources table shows each layer its own kernel: step 13's file holds both layers'.
-    from gpulab.workloads.lenet import steps, views
+    from gpulab.workloads.lenet import views
     cpu = gpulab.get_backend("cpu")
+
+    def kernels(number, layer):
+        step = lenet.CHAPTER.step(number)
+        return step.launcher.kernels(step, layer)
     for step in KERNEL_STEPS:
         for layer in lenet.LAYERS:
-            assert set(steps.layer_kernels(step, layer)) <= set(steps._module(step, layer, cpu).kernel_names)
-    assert steps.layer_kernels(lenet.STEP["13"], lenet.CONV1) == ("conv1_mma_relu_pool",)
-    assert steps.layer_kernels(lenet.STEP["13"], lenet.CONV2) == ("conv2_mma_nhwc_relu_pool",)
-    assert steps.layer_kernels(lenet.STEP["10"], lenet.CONV1) == ("conv_relu_pool",)
-    assert steps.layer_kernels(lenet.STEP["11"], lenet.CONV1) == ("conv_relu_pool_half",)
+            assert set(step.launcher.kernels(step, layer)) <= set(step.launcher.module(step, layer, cpu).kernel_names)
+    assert kernels("13", lenet.CONV1) == ("conv1_mma_relu_pool",)
+    assert kernels("13", lenet.CONV2) == ("conv2_mma_nhwc_relu_pool",)
+    assert kernels("10", lenet.CONV1) == ("conv_relu_pool",)
+    assert kernels("11", lenet.CONV1) == ("conv_relu_pool_half",)
     resources = views.step_labels(gpulab.load_run(lenet.CHAPTER).tables["resources"])
     for (number, layer), rows in resources.groupby(["step", "layer"]):
-        assert tuple(rows["kernel"]) == steps.layer_kernels(lenet.STEP[number], getattr(lenet, layer.upper()))
+        assert tuple(rows["kernel"]) == kernels(number, getattr(lenet, layer.upper()))
 
 
 def test_padding_the_channels_for_cudnn_leaves_the_real_channels_unchanged():
@@ -267,7 +270,7 @@ def test_the_padded_cudnn_paths_match_the_reference_or_say_why_not():
 def test_the_fused_kernel_writes_only_the_pooled_output():
     # Poisoned outputs: step 10 must fill every pooled value of a batch whose pooled rows
     # (17) are not a multiple of anything but the block's own.
-    checks = lenet.check_steps("cpu", steps=[lenet.STEP["10"]], sizes=(3,), seed=11)
+    checks = lenet.CHAPTER.check("cpu", steps=[lenet.CHAPTER.step("10")], sizes=(3,), seed=11)
     assert (checks["output"] == "pooled").all() and (checks["unwritten"] == 0).all()
 
 
@@ -276,7 +279,7 @@ def test_the_fused_kernel_writes_only_the_pooled_output():
 def test_forward_passes_predict_like_the_reference(backend, number):
     w = lenet.load_weights()
     x, labels = lenet.test_inputs(7)
-    result = lenet.check_forward(lenet.STEP[number], x, w, backend)
+    result = lenet.check_forward(lenet.CHAPTER.step(number), x, w, backend)
     assert result["passed"] and result["unwritten"] == 0
     assert result["agree"] == 7
     np.testing.assert_array_equal(result["predictions"], w["test_predictions"][:7])
@@ -332,13 +335,13 @@ def test_the_recorded_run_has_every_step_and_its_accuracy():
     assert "H100" in run.gpu
     ladder = views.step_labels(run.experiment("ladder"))
     forward = views.step_labels(run.experiment("forward"))
-    steps = {s.number for s in lenet.STEPS if not (s.streams or s.graph)}
+    steps = {s.number for s in lenet.CHAPTER.steps if not (s.streams or s.graph)}
     for N in lenet.BATCHES:
         at_n = ladder[(ladder["size"] == N) & (ladder["phase"] == "layer")]
         for layer in ("conv1", "conv2"):
             assert steps <= set(at_n[at_n["layer"] == layer]["step"]), (N, layer)
         ours = views.ours(forward[forward["size"] == N])
-        assert {s.number for s in lenet.STEPS if not s.streams} <= set(ours["step"])
+        assert {s.number for s in lenet.CHAPTER.steps if not s.streams} <= set(ours["step"])
         # Every fp32 step predicts what the float64 reference predicts; fp16 within half a point.
         assert (ours[ours["precision"] == "fp32"]["agree_with_reference"] == 1.0).all(), N
         fp32 = float(ours[ours["precision"] == "fp32"]["accuracy"].iloc[0])
@@ -394,11 +397,11 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
     comparison = lenet.gpu_comparison()
     assert comparison is not None, "both the H100 and the H200 runs of lenet are recorded"
     table = comparison[0].set_index("variant")
-    ours = [s.label for s in lenet.STEPS if not (s.streams or s.graph)]
+    ours = [s.label for s in lenet.CHAPTER.steps if not (s.streams or s.graph)]
     assert set(ours) <= set(table.index)
     ours = [label for label in ours if label in table.index]
     assert len(ours) >= 10 and table.index.str.startswith("cuDNN").sum() >= 3
-    s13 = lenet.STEP["13"].label
+    s13 = lenet.CHAPTER.step("13").label
     others = table.drop(index=[s13], errors="ignore")
     assert (others["bound"] != "memory").all() and (others["predicted"] == 1.0).all()
     if s13 in table.index:
@@ -406,32 +409,31 @@ def test_the_second_gpu_comparison_matches_what_the_chapter_says():
         assert table.loc[s13, "memory_use_a"] < 0.5 and table.loc[s13, "ratio"] > 0.97
     assert (table["memory_use_a"] > 0).all()                  # the vendor rows got their bytes
     mine = table.loc[ours, "ratio"]
-    assert mine.idxmin() == lenet.STEP["04"].label and mine.drop(lenet.STEP["04"].label).between(0.97, 1.03).all()
+    assert mine.idxmin() == lenet.CHAPTER.step("04").label and mine.drop(lenet.CHAPTER.step("04").label).between(0.97, 1.03).all()
 
 
 # ----------------------------------------------------------------- the GPUs readers have (issue 17)
 def test_step11_runs_fewer_warps_where_a_block_may_not_have_82_kb_of_shared_memory():
     from gpulab import device
     from gpulab.errors import KernelArgumentError
-    from gpulab.workloads.lenet import steps
-    assert steps.WMMA_SHARED == steps.wmma_shared(8) == 81_728
+    assert launchers.WMMA_SHARED == launchers.wmma_shared(8) == 81_728
     with device.simulate("T4") as t4:
         # The 8-warp kernel is refused by the simulated T4 (65,536 bytes a block), as by a real one...
-        kernel = gpulab.load_module(lenet.STEP["11"].file, "cpu").get_function("conv2_wmma_relu_pool")
+        kernel = gpulab.load_module(lenet.CHAPTER.step("11").file, "cpu").get_function("conv2_wmma_relu_pool")
         with pytest.raises(KernelArgumentError,
                            match="81,728 bytes of shared memory.*" + re.escape(f"{t4.name} allows 65,536")):
-            kernel.allow_shared_memory(steps.WMMA_SHARED)
+            kernel.allow_shared_memory(launchers.WMMA_SHARED)
         # ...so step 11 compiles 4 warps (51,008 bytes), says so, and still computes the layer.
-        assert steps.wmma_warps() == 4
-        [change] = steps.adaptations()
+        assert launchers.wmma_warps() == 4
+        [change] = launchers.adaptations()
         assert change["step"] == "11" and "4 warps" in change["change"] and t4.name in change["reason"]
-        checks = gpulab.assert_ok(lenet.check_steps("cpu", steps=[lenet.STEP["11"]], sizes=(1, 3), seed=4))
+        checks = gpulab.assert_ok(lenet.CHAPTER.check("cpu", steps=[lenet.CHAPTER.step("11")], sizes=(1, 3), seed=4))
         assert (checks["unwritten"] == 0).all()
         w = lenet.load_weights()
         x, _ = lenet.test_inputs(3)
-        assert lenet.check_forward(lenet.STEP["12h"], x, w, "cpu")["agree"] == 3
+        assert lenet.check_forward(lenet.CHAPTER.step("12h"), x, w, "cpu")["agree"] == 3
     with device.simulate("L4"):          # 99 KB a block: the chapter's 8 warps
-        assert steps.wmma_warps() == 8 and steps.adaptations() == []
+        assert launchers.wmma_warps() == 8 and launchers.adaptations() == []
 
 
 def test_the_record_skips_a_batch_over_the_memory_budget_with_the_reason():

@@ -3,6 +3,7 @@ writing the run, and the one ``benchmark_all`` signature every chapter is called
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -340,6 +341,25 @@ def test_the_ladder_loop_checks_then_times_in_interleaved_rounds_with_the_record
     assert [r["repeats"] for r in rows] == [6, 6] and [r["rounds"] for r in rows] == [2, 2]   # both rounds' samples
     assert [(s["variant"], s["size"]) for s in rec.skipped] == [("b", 8)]
     assert rec.skipped[0]["reason"].startswith("FAILED: CheckFailed: b")
+
+
+def test_a_variant_with_a_timer_of_its_own_is_timed_by_it(monkeypatch):
+    """A variant replayed from a CUDA graph (lenet's steps 12, 12h and 13g) names its timer; the
+    others keep the lab's loop, each under the recording's budget."""
+    from gpulab import timing
+    timed = []
+
+    def timer(name):
+        def time_it(fn, *, repeats, budget_ms, **options):
+            timed.append((name, budget_ms))
+            return timing.Timing([1.0, 2.0, 3.0])
+        return time_it
+    monkeypatch.setattr(timing, "benchmark", timer("benchmark"))
+    rec = Recording("demo", [Experiment("x", lambda rec, ctx: None)], variant_budget_ms=250.0).recorder(
+        log=lambda *a, **k: None)
+    graph = dataclasses.replace(_variant("g", []), timer=timer("graph"))
+    rec.ladder([_variant("a", []), graph])
+    assert timed == [("benchmark", 250.0), ("graph", 250.0)]
 
 
 def test_the_vendor_paths_are_timed_with_the_same_budget_and_their_skips_listed(monkeypatch):

@@ -2,7 +2,8 @@
 import numpy as np
 
 from gpulab.exercises import Exercise, recorded_run
-from gpulab.workloads.lenet import LAYERS, Conv, views
+from gpulab.workloads.lenet import views
+from gpulab.workloads.lenet.network import LAYERS, Conv
 
 
 def _inputs_1b(case: dict) -> dict:
@@ -33,7 +34,8 @@ def _inputs_3(case: dict) -> dict:
 
 EXERCISES = [
     Exercise("lenet.1a", "lenet", "ReLU and pool in step 7's epilogue (the kernel)", 4, "kernel",
-             "kernels/lenet/exercise_01_pool_epilogue.cu", public=({"sizes": (1, 7), "seed": 0},), number="3a",
+             "kernels/lenet/exercise_01_pool_epilogue.cu", step="E1", public=({"sizes": (1, 7), "seed": 0},),
+             number="3a",
              hint="Each thread computes all four outputs of its window (rows 2i, 2i + 1, columns 2j, 2j + 1), "
                   "every one a full sum over C x 7 x 7, and writes max(0, the largest)."),
     Exercise("lenet.1b", "lenet", "ReLU and pool in step 7's epilogue (the bytes it saves)", 1, "function",

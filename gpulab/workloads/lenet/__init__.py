@@ -1,20 +1,21 @@
 """The LeNet chapter's workload: two convolution layers of a small network, on real digits.
 
-Declared once and read by the notebook, the tests and ``python -m gpulab record lenet``:
 :mod:`.data` (the digits and their augmentation), :mod:`.network` (the layers' shapes, the
-trained weights, the float64 reference), :mod:`.steps` (the ladder and how each step is
-launched), :mod:`.baselines` (cuDNN and PyTorch in the same run) and :mod:`.record` (the
-benchmark of the recorded run).
+trained weights, the float64 reference network), :mod:`.problem` (the cases: a layer at a batch
+size, its seeded inputs and float64 reference), :mod:`.launchers` (the launch families, and the
+whole forward pass built from them), :mod:`.steps` (the ladder and each kernel file's prediction,
+data), :mod:`.baselines` (cuDNN and PyTorch in the same run), :mod:`.record` (``python -m gpulab
+record lenet``), :mod:`.views` (what the notebook shows of a run) and :mod:`.mapping` (step 10's
+threads on the outputs).
 """
-from .record import CHAPTER, benchmark_all, profile_driver
-from .data import CLASSES, IMAGE, TEST_BATCH, DataError, load_digits, test_batch, test_inputs
-from .network import (CONV1, CONV2, FLAT, HIDDEN, LAYERS, Conv, accuracy, forward, load_weights, pool2,
-                      predict)
-from .views import gpu_comparison
-from .steps import (CHECK_SIZES, EXERCISE, STEP, STEPS, Forward, Step, check_forward,
-                    check_steps, layer_launch, run_forward, run_layer)
+from ...ladder import Chapter, owned_names
+from . import baselines, data, launchers, mapping, network, problem, record, steps, views
+from .problem import TITLE
 
-TITLE = "A LeNet-style network's two convolution layers, on real handwritten digits"
-#: The report's batch sizes.
-BATCHES = (100, 1_000, 10_000)
-MAIN_N = 10_000
+CHAPTER = Chapter(problem.NAME, TITLE, steps.STEPS, problem.cases(), predicted=steps.PREDICTED, views=views,
+                  recording=record.benchmark_all, cases=problem.cases, seed=None, exercises=(steps.EXERCISE,),
+                  profile_driver=record.profile_driver)
+benchmark_all, profile_driver = CHAPTER.recording, CHAPTER.profile_driver
+#: Compatibility shim: the names the notebook and the exercises read as ``lenet.X`` (``lenet.load_weights``,
+#: ``lenet.MAIN_N``), from the module that owns each, until their cells name that module.
+__getattr__ = owned_names(__name__, (data, network, problem, launchers, steps, record, views))

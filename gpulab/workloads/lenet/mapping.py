@@ -1,7 +1,7 @@
 """Step 10's thread-to-data map and its load count, from the constants its kernel is compiled with.
 
 ``kernels/lenet/10_fused_relu_pool.cu`` is compiled per layer with CH, MF, IH and the block
-shape :data:`~.steps.FUSED_SHAPE` (BY pooled rows per block, PX pooled columns per thread);
+shape :data:`~.launchers.FUSED_SHAPE` (BY pooled rows per block, PX pooled columns per thread);
 the launch is grid (ceil(P / BY), N), block (P / PX, BY). Thread (tx, ty) of block bx owns
 pooled row bx * BY + ty, pooled columns tx * PX ... tx * PX + PX - 1, so the 2 x 2PX
 convolution outputs under them, for every filter; it reads input rows 2 * (bx * BY + ty) + 0 ...
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .network import CONV1, CONV2, Conv
-from .steps import FUSED_SHAPE
+from .launchers import FUSED_SHAPE
 
 #: Step 7's load instructions per FFMA (its kernel file, read off its sm_90 SASS): one global
 #: load of x per multiply-add, plus one uniform constant load per weight (conv1, ULDC) or per

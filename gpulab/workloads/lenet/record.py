@@ -15,31 +15,37 @@ Experiments (tidy rows; see :mod:`gpulab.timing`):
 - ``transfers``: copy in, kernels, copy out of the best steps, pageable and pinned.
 - ``ceilings``: the device's measured memory bandwidth and FP32 rate.
 
-Every kernel is checked against the float64 reference at the size it is timed at before it
-is timed (a failure is a ``FAILED`` row of the ``skipped`` table, not a timing); every variant
-reads the same inputs. On a smaller GPU (or a simulated
+Every step's forward pass is checked against the float64 reference at the size it is timed at
+before it is timed, by the recorder's ladder loop (:meth:`gpulab.recorder.Recorder.ladder`: a
+failure is a ``FAILED`` row of the ``skipped`` table, not a timing); every variant reads the same
+inputs. On a smaller GPU (or a simulated
 one, :func:`gpulab.device.simulate`) the run fits itself to the device: a batch over the memory
 budget is skipped (``skipped`` table, with the reason), and step 11 runs fewer warps per block where
 a block may not have its 81,728 bytes of shared memory (``adaptations`` table).
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 
-from ... import baselines as vendor
-from ... import recorder
+from ... import baselines, recorder, timing
 from ...check import check
+from ...ladder import find
+from ...recorder import Variant
 from . import baselines as lenet_baselines
 from .data import test_inputs
+from .launchers import IM2COL_CHUNK, Forward, adaptations
 from .network import CONV1, CONV2, LAYERS, flops, forward, load_weights
-from .steps import STEP, STEPS, Forward, Step
+from .problem import BATCHES, NAME
+from .steps import STEPS, Step
 
-CHAPTER = "lenet"
-BATCHES = (100, 1_000, 10_000)
+#: The most time one variant's timing may take (the stop rule usually ends it sooner).
 TIMING_BUDGET_MS = 250.0
+#: A graph step's forward passes per replayed graph.
+GRAPH_LAUNCHES = 5
 PIPELINE_STEPS = ("01", "12", "12h")
 PIPELINE_CHUNKS = (1, 4)
 PROFILE_STEPS = ("01", "03", "05", "07", "08", "09", "10", "11", "13")
@@ -58,7 +64,6 @@ def footprint_bytes(N: int) -> int:
     pooled outputs, and the larger of an unfused step's buffers (pre-pool and pooled outputs, and
     step 4's unrolled inputs for up to 1,000 images) and the vendor section's float64 conv1 with
     its pool and PyTorch's float32 copies. About 5.6 GB at N = 10,000."""
-    from .steps import IM2COL_CHUNK
     x = N * CONV1.C * CONV1.H * CONV1.W * 4
     ref = 8 * (sum(layer.M * layer.P ** 2 for layer in LAYERS)) * N
     steps_ = 4 * N * sum(layer.M * (layer.E ** 2 + layer.P ** 2) for layer in LAYERS) + \
@@ -99,7 +104,6 @@ class _Run:
     def __init__(self, rec):
         import cupy
 
-        from .steps import adaptations
         self.batches, skipped = runnable_batches(BATCHES[:2] if rec.quick else BATCHES)
         for entry in skipped:
             rec.progress(f"N={entry['size']} skipped: {entry['reason']}")
@@ -117,41 +121,57 @@ class _Run:
         self.checks: list[dict] = []
 
 
-def _timed(rec, fn, experiment, variant, N, phase, graph=False, **labels_):
-    from ...timing import benchmark, graph_benchmark
-    t = (graph_benchmark(fn, launches=5, repeats=rec.repeats, budget_ms=TIMING_BUDGET_MS) if graph
-         else benchmark(fn, repeats=rec.repeats, budget_ms=TIMING_BUDGET_MS))
-    rec.add(t.row(experiment, variant, N, phase, **labels_))
-    return t.median_ms
-
-
-def _check_forward(rec, run: _Run, fwd: Forward, step: Step, N: int):
-    """Both layers' pooled outputs and the logits against the reference (the checks table's rows);
-    the forward pass's quality, or None when a check failed (the step is then not timed at N)."""
+def _check_forward(run: _Run, fwd: Forward, step: Step, N: int) -> dict:
+    """Both layers' pooled outputs and the logits against the reference, each a row of the checks
+    table (raising at the first that disagrees: the step is then not timed at N); the forward
+    pass's quality, which its row holds."""
     import cupy
-    failed = {"variant": step.label, "precision": step.precision, "size": N}
     for layer, key in ((CONV1, "pool1"), (CONV2, "pool2")):
-        result = rec.checked(lambda: check(fwd.pooled[layer.name], run.ref[key][:N], step.precision,
-                                           name=f"{step.label} {layer.name} N={N}"), **failed)
-        if not result:
-            return None
-        run.checks.append({"step": step.number, "layer": layer.name, "size": N, "rel_error": result.value.rel_error})
-    result = rec.checked(lambda: check(fwd.logits, run.ref["logits"][:N], step.precision,
-                                       name=f"{step.label} logits N={N}"), **failed)
-    if not result:
-        return None
+        result = check(fwd.pooled[layer.name], run.ref[key][:N], step.precision, name=f"{step.label} {layer.name} N={N}")
+        run.checks.append({"step": step.number, "layer": layer.name, "size": N, "rel_error": result.rel_error})
+    result = check(fwd.logits, run.ref["logits"][:N], step.precision, name=f"{step.label} logits N={N}")
     pred = cupy.asnumpy(fwd.predictions)
     quality = {"accuracy": float((pred == run.labels[:N]).mean()),
                "agree_with_reference": float((pred == run.ref_pred[:N]).mean()),
-               "rel_error": result.value.rel_error}
+               "rel_error": result.rel_error}
     run.checks.append({"step": step.number, "layer": "logits", "size": N, **quality})
     return quality
 
 
+def forward_variant(rec, run: _Run, fwd: Forward, step: Step, N: int) -> Variant:
+    """``step``'s forward pass at batch N as the ladder loop checks and times it: checked against
+    the reference (:func:`_check_forward`), timed whole (``forward``; in a CUDA graph of
+    :data:`GRAPH_LAUNCHES` passes for a graph step) and, for a step with kernels of its own, layer
+    by layer (``ladder``: each layer, phase ``layer``, and its convolution alone, phase ``conv``,
+    where the step writes the pre-pool output)."""
+    import cupy
+    common = {"step": step.number, "precision": step.precision}
+
+    def checked() -> dict:
+        fwd.run()
+        cupy.cuda.get_current_stream().synchronize()
+        return _check_forward(run, fwd, step, N)
+
+    def rows(measured, quality, _medians) -> list[dict]:
+        out = []
+        for layer in () if step.graph else LAYERS:
+            parts = [("layer", fwd.layers[layer.name])] + ([("conv", fwd.convs[layer.name])]
+                                                           if layer.name in fwd.convs else [])
+            for phase, launch in parts:
+                layer_time = timing.benchmark(launch, repeats=rec.repeats, budget_ms=rec.variant_budget_ms)
+                out.append(layer_time.row("ladder", step.label, N, phase, layer=layer.name, **common,
+                                          **_layer_work(layer, N, step, phase)))
+        out.append(measured.row("forward", step.label, N, "forward", layer="all", flops=sum(flops(N).values()),
+                                mode="graph" if step.graph else "eager", **common, **quality))
+        return out
+    timer = functools.partial(timing.graph_benchmark, launches=GRAPH_LAUNCHES) if step.graph else None
+    return Variant(step.label, fwd.run, checked, rows, where={"precision": step.precision, "size": N}, timer=timer)
+
+
 def time_ladder(rec, run: _Run):
-    """At each batch: every step's two layers (and its convolution alone, where it writes the
-    pre-pool output) and its whole forward pass, each step checked first; then cuDNN's and
-    PyTorch's paths on the same inputs."""
+    """At each batch: every step's forward pass and its two layers (and its convolution alone,
+    where it writes the pre-pool output), each step checked first; then cuDNN's and PyTorch's
+    paths on the same inputs."""
     import cupy
 
     scratch: dict = {}
@@ -161,27 +181,7 @@ def time_ladder(rec, run: _Run):
             if step.streams:
                 continue                                  # step 2's kernels are step 1's: see "pipeline"
             fwd = Forward(step, N, x, run.weights, "gpu", scratch)
-            fwd.run()
-            cupy.cuda.get_current_stream().synchronize()
-            quality = _check_forward(rec, run, fwd, step, N)
-            if quality is None:
-                continue
-            common = {"step": step.number, "precision": step.precision}
-            if not step.graph:
-                for layer in LAYERS:
-                    _timed(rec, fwd.layers[layer.name], "ladder", step.label, N, "layer", layer=layer.name, **common,
-                           **_layer_work(layer, N, step, "layer"))
-                    if layer.name in fwd.convs:
-                        _timed(rec, fwd.convs[layer.name], "ladder", step.label, N, "conv", layer=layer.name,
-                               **common, **_layer_work(layer, N, step, "conv"))
-            total = sum(flops(N).values())
-            _timed(rec, fwd.run, "forward", step.label, N, "forward", graph=step.graph, layer="all", flops=total,
-                   mode="graph" if step.graph else "eager", **common, **quality)
-            rows = rec.rows
-            rec.progress(f"N={N} step {step.number}: layers " + ", ".join(
-                f"{r['layer']} {r['phase']} {r['median_ms']:.3g}" for r in rows[-5:-1]
-                if r["experiment"] == "ladder" and r["step"] == step.number)
-                + f"; forward {rows[-1]['median_ms']:.3g} ms, accuracy {quality['accuracy']:.4f}")
+            rec.ladder([forward_variant(rec, run, fwd, step, N)])
             del fwd
         scratch.clear()
         cupy.get_default_memory_pool().free_all_blocks()
@@ -202,22 +202,13 @@ def time_vendor(rec, run: _Run, N: int):
         for pooled, reference, phase in ((False, y64, "conv"), (True, pooled64, "layer")):
             paths = (lenet_baselines.layer_paths(layer, layer_in, w, pooled=pooled)
                      + lenet_baselines.padded_layer_paths(layer, layer_in, w, pooled=pooled))
-            got, miss = vendor.measure(paths, reference=reference, experiment="ladder", size=N,
-                                       flops=layer.flops(N), phase=phase, budget_ms=TIMING_BUDGET_MS,
-                                       labels={"layer": layer.name, "step": "cuDNN"}, on_failure="skip",
-                                       log=rec.progress)
-            rec.add(got)
-            for entry in miss:
-                rec.skip(**entry)
+            rec.vendor(paths, skipped_as={}, reference=reference, experiment="ladder", size=N, flops=layer.flops(N),
+                       phase=phase, labels={"layer": layer.name, "step": "cuDNN"}, log=rec.progress)
         del y64, pooled64
     forward_paths = lenet_baselines.forward_paths(x, weights) + lenet_baselines.padded_forward_paths(x, weights)
-    got, miss = vendor.measure(forward_paths, reference=ref["logits"][:N],
-                               experiment="forward", size=N, flops=sum(flops(N).values()), phase="forward",
-                               budget_ms=TIMING_BUDGET_MS, labels={"layer": "all", "step": "PyTorch"},
-                               on_failure="skip", log=rec.progress)
-    rec.add(got)
-    for entry in miss:
-        rec.skip(**entry)
+    rec.vendor(forward_paths, skipped_as={}, reference=ref["logits"][:N], experiment="forward", size=N,
+               flops=sum(flops(N).values()), phase="forward", labels={"layer": "all", "step": "PyTorch"},
+               log=rec.progress)
     _torch_empty_cache()
     cupy.get_default_memory_pool().free_all_blocks()
 
@@ -239,9 +230,9 @@ def cudnn_kernels_table(run: _Run) -> pd.DataFrame:
         paths = [p for p in lenet_baselines.layer_paths(layer, layer_in, w, pooled=False) if p.precision == "fp16"]
         paths += lenet_baselines.padded_layer_paths(layer, layer_in, w, pooled=False, graphs=False)
         for path in paths:
-            names = vendor.path_kernels(path)
+            names = baselines.path_kernels(path)
             rows.append({"layer": layer.name, "variant": path.label, "size": N,
-                         "family": vendor.algorithm_family(names), "kernels": "; ".join(names)})
+                         "family": baselines.algorithm_family(names), "kernels": "; ".join(names)})
     _torch_empty_cache()
     return pd.DataFrame(rows, columns=["layer", "variant", "size", "family", "kernels"])
 
@@ -256,7 +247,7 @@ def time_copies(rec, run: _Run):
     logits64 = cupy.asnumpy(run.ref["logits"][:N])
     timeline_rows = []
     for number in PIPELINE_STEPS:
-        step = STEP[number]
+        step = find(STEPS, number)
         for chunks in PIPELINE_CHUNKS:
             total, tl = pipeline(step, run.x_host[:N], run.weights, chunks, reference=logits64,
                                  repeats=5 if number == "01" else 20)
@@ -264,7 +255,7 @@ def time_copies(rec, run: _Run):
             timeline_rows.append(tl.assign(variant=step.label, chunks=chunks, size=N))
             rec.progress(f"pipeline step {number}, {chunks} stream(s): {total['median_ms']:.3g} ms")
     rec.table("timeline", pd.concat(timeline_rows, ignore_index=True))
-    rec.add(transfer_rows(STEP["12"], run.x_host[:N], run.weights, rec.repeats))
+    rec.add(transfer_rows(find(STEPS, "12"), run.x_host[:N], run.weights, rec.repeats))
 
 
 def time_ceilings(rec, run: _Run):
@@ -291,14 +282,15 @@ def profile_counters(rec, run: _Run):
 
 
 #: Every experiment of the chapter on the GPU, in order (see the module's docstring).
-benchmark_all = recorder.Recording(CHAPTER, [
+benchmark_all = recorder.Recording(NAME, [
     recorder.Experiment("ladder", time_ladder),
     recorder.Experiment("copies", time_copies),
     recorder.Experiment("ceilings", time_ceilings),
     recorder.Experiment("side tables", side_tables),
     recorder.Experiment("profile", profile_counters),
 ], setup=_Run, skipped=("variant", "library", "precision", "size", "reason"),
-    crosscheck=lambda row: row["experiment"] in ("ladder", "forward") and row["size"] == BATCHES[-1])
+    crosscheck=lambda row: row["experiment"] in ("ladder", "forward") and row["size"] == BATCHES[-1],
+    variant_budget_ms=TIMING_BUDGET_MS)
 
 
 def forward_conv64(x, w):
@@ -412,14 +404,14 @@ def resources_table() -> pd.DataFrame:
     """Registers, shared and local memory of the kernels each step launches for each layer, as
     compiled for this GPU (a file's other kernels, such as step 13's other layer, are left out)."""
     from ...kernels import get_backend, resource_table
-    from .steps import _module, layer_kernels
     be = get_backend("gpu")
     frames = []
     for step in STEPS:
         if step.streams or step.graph:
             continue
         for layer in LAYERS:
-            table = resource_table(_module(step, layer, be)).loc[list(layer_kernels(step, layer))].reset_index()
+            module = step.launcher.module(step, layer, be)
+            table = resource_table(module).loc[list(step.launcher.kernels(step, layer))].reset_index()
             frames.append(table.assign(step=step.number, layer=layer.name))
     return pd.concat(frames, ignore_index=True)
 
@@ -435,7 +427,7 @@ def profile_table() -> pd.DataFrame | None:
     base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
     for metrics in (base + list(PROFILE_STALL_METRICS), base):
         try:
-            raw = profiler.profile(profiler.driver(CHAPTER), metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
+            raw = profiler.profile(profiler.driver(NAME), metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
             table = profiler.per_launch(raw).rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
             break
         except Exception as exc:       # a profiler failure must not lose the timings
@@ -457,9 +449,9 @@ def _profile_launches() -> list[tuple[str, str]]:
     """(step, layer) of every kernel launch the profile target makes, in order."""
     out = []
     for number in PROFILE_STEPS:
-        step = STEP[number]
+        step = find(STEPS, number)
         for layer in LAYERS:
-            out += [(number, layer.name)] * (2 if step.kind == "im2col" else 1)
+            out += [(number, layer.name)] * len(step.launcher.kernels(step, layer))
     return out
 
 
@@ -471,7 +463,7 @@ def profile_driver() -> None:
     x, _ = test_inputs(PROFILE_N)
     x = cupy.asarray(x)
     for number in PROFILE_STEPS:
-        fwd = Forward(STEP[number], PROFILE_N, x, weights, "gpu")
+        fwd = Forward(find(STEPS, number), PROFILE_N, x, weights, "gpu")
         fwd.layers["conv1"]()
         fwd.layers["conv2"]()
     cupy.cuda.get_current_stream().synchronize()

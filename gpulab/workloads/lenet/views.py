@@ -14,6 +14,10 @@ import numpy as np
 import pandas as pd
 
 from ... import baselines, predictions
+from ...ladder import find
+from .launchers import MMA_FLOPS, MMA_PER_IMAGE
+from .network import CONV1, CONV2, LAYERS
+from .steps import PREDICTED, STEPS
 
 #: The chapter's targets at N = 10,000 (the issue's): ms for conv1 + conv2, and speedups.
 TARGETS = {"fp32_convs_ms": 2.5, "fp16_convs_ms": 1.2, "fp16_accuracy_points": 0.5, "forward_speedup": 3.0}
@@ -37,8 +41,7 @@ def report_comparison(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
         ours_ = ladder[(ladder["step"] == step) & (ladder["size"] == N) & (ladder["phase"] == "conv")]
         ms = ours_.set_index("layer")["median_ms"]
         # A run without batch N (a smaller GPU skips it) has NaN in its columns, not an error.
-        from .steps import STEP
-        rows.append({"step": step, "variant": STEP[step].label, "report conv1": c1, "report conv2": c2,
+        rows.append({"step": step, "variant": find(STEPS, step).label, "report conv1": c1, "report conv2": c2,
                      "this run conv1": float(ms.get("conv1", np.nan)), "this run conv2": float(ms.get("conv2", np.nan))})
     table = pd.DataFrame(rows).set_index("step")
     for who in ("report", "this run"):
@@ -73,12 +76,11 @@ def builds_on(rows: pd.DataFrame) -> dict:
     ``variant``), from each kernel file's "What changed from step N" (steps 3, 4 and 6 each change
     step 1, not the step before them): the comparison :func:`gpulab.plots.speedup_ladder` draws
     for a branching ladder. A step whose base is not in ``rows`` is left out."""
-    from ... import predictions
-    from .steps import STEP
+    files = {s.number: s.file for s in STEPS}
     variant = dict(zip(rows["step"], rows["variant"]))
     out = {}
     for key, label in variant.items():
-        base = predictions.builds_on(predictions.kernel_path(STEP[key].file)) if key in STEP else None
+        base = predictions.builds_on(predictions.kernel_path(files[key])) if key in files else None
         if base is not None and f"{base:02d}" in variant:
             out[label] = variant[f"{base:02d}"]
     return out
@@ -223,7 +225,6 @@ def gpu_comparison_rows(run, N: int = 10_000) -> pd.DataFrame:
     pool) per step and vendor path at batch size ``N``. The vendor rows were recorded without
     bytes; they get the layers' compulsory ones (pooled output only; 2 bytes an element in
     fp16/bf16) so that the roofline can place them."""
-    from .network import LAYERS
     totals = both_layers(step_labels(run.experiment("ladder")), "layer")
     rows = totals[totals["size"] == N].copy()
     vendor = baselines.is_vendor(rows) & ~(rows["bytes"] > 0)
@@ -246,8 +247,6 @@ def gpu_comparison(N: int = 10_000, root=None):
 def prediction_table(ladder: pd.DataFrame, N: int = 10_000) -> pd.DataFrame:
     """Each step's prediction (from its kernel file) against the run at batch N: both layers'
     time (conv + ReLU + pool, the "layer" phase), judged per layer where the claim names one."""
-    from ... import predictions
-    from .steps import PREDICTED, STEPS
     table = per_layer(ours(ladder), N, "layer")
     steps = [(s.number, s.title, s.file) for s in STEPS if not s.graph]
     number = {s.label: s.number for s in STEPS}
@@ -311,8 +310,6 @@ def step13_numbers(run, ladder: pd.DataFrame, forward: pd.DataFrame, profile: pd
     accuracy change; a number the run did not measure is :data:`gpulab.prose.NOT_MEASURED`."""
     from ... import datasheet
     from ...prose import first, known, whole
-    from .network import CONV1, CONV2
-    from .steps import MMA_FLOPS, MMA_PER_IMAGE
     fp16_bytes = {"conv1": CONV1.bytes(N, 2, fused=True, x_itemsize=4), "conv2": CONV2.bytes(N, 2, fused=True)}
     # conv1 -> conv2 in one kernel: images in, pool2 out
     fused_bytes = (CONV1.bytes(N, 2, fused=True, x_itemsize=4) - 2 * np.prod(CONV1.pooled_shape(N))
