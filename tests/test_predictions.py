@@ -305,6 +305,26 @@ def test_glued_verdict_names_exist():
     assert used and used <= glued, used - glued
 
 
+@pytest.mark.parametrize("chapter", ["alexnet", "alexnet_hopper"])
+def test_every_judged_alexnet_step_quotes_its_verdict_after_its_times(chapter):
+    """Each of the chapter's steps with a judged claim quotes its glued verdict (the one the
+    table prints, with its margin and band) in a markdown cell after the step's check."""
+    import re
+    from gpulab.workloads import alexnet
+    nb = json.loads((REPO / "book" / chapter / f"{chapter}.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"]]
+    quoted = {}
+    for i, (cell, text) in enumerate(zip(nb["cells"], cells)):
+        if cell["cell_type"] == "markdown":
+            for step in re.findall(r"\{glue:text\}`(?:alexnet_verdict_(\d\d)|s(\d\d)_verdict)`", text):
+                quoted.setdefault("".join(step), i)
+    table = alexnet.prediction_table(load_run("alexnet", "H100"), alexnet.CHAPTER_STEPS[chapter])
+    judged = set(table.loc[table["outcome"] != "not judged", "step"])
+    assert judged and judged <= set(quoted), f"{chapter}: steps {sorted(judged - set(quoted))} quote no verdict"
+    for step in judged:
+        checked = next(i for i, text in enumerate(cells) if re.search(rf"CHAPTER\.step\(\"?{step}\"?\)|\"{step}\"", text))
+        assert checked < quoted[step], f"{chapter} step {step}: its verdict (cell {quoted[step]}) comes before its code"
+
 def test_insertion_script_reinserts_removed_cells_once(tmp_path, monkeypatch):
     """On a notebook without the cells (as after a merge that dropped them) the script puts each
     back at its anchor, and a second run changes nothing."""

@@ -28,6 +28,22 @@ TABLE_INTRO = (
     "verdict says why, from what the run and its profile show. A failed prediction is not a failed "
     "step: it is where the mental model of the GPU was wrong, and the most useful row to read.")
 
+#: The two AlexNet chapters glue the verdicts of their own steps (one ladder, one run).
+_ALEXNET_GLUE = ("from gpulab import predictions\n"
+                 "# each step's verdict, its margin and the band it was judged by, quoted after the step's times\n"
+                 "predictions.glue_verdicts(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"{chapter}\"]), \"alexnet\");")
+
+
+def _alexnet_verdicts(steps: tuple, after: str) -> dict:
+    """The verdict cell of an AlexNet section's steps, after the code cell that shows their times."""
+    if len(steps) == 1:
+        source = f"**Prediction:** {{glue:text}}`alexnet_verdict_{steps[0]}`."
+    else:
+        source = "\n\n".join(f"**Prediction, step {int(n)}:** {{glue:text}}`alexnet_verdict_{n}`." for n in steps)
+    return {"id": f"verdict-{steps[0]}" + (f"-{steps[-1]}" if len(steps) > 1 else ""), "after": after,
+            "type": "markdown", "source": source}
+
+
 CHAPTERS = {
     "training": [
         # The step-3 lesson: the prose cell about step 3's result, and the evidence after the timeline.
@@ -126,16 +142,35 @@ CHAPTERS = {
                             (17, "^## Step 18 ("), (18, "^## The ladder, side by side with the vendor libraries")]],
     ],
     "alexnet": [
+        # The verdicts are quoted after each step's times: the table gathers them, so its intro is short.
         {"id": "prediction-table", "after": "Steps 1-24, all five layers, N = ", "type": "markdown",
-         "source": TABLE_INTRO + (" Here the times are the five layers' at $N$ = 128; a claim about some "
-                                  "layers, or about one image, is judged on those. Steps 7-13 branch from "
-                                  "step 2 (the channel family) and steps 14 on start again from a matrix "
-                                  "product, so each claim names the step it is measured against. Steps "
-                                  "25-28 have their rows in {doc}`../alexnet_hopper/alexnet_hopper`.")},
+         "source": ("## Did the predictions hold?\n"
+                    "The verdicts quoted after each step's times, in one table: each kernel file's prediction "
+                    "(read from the file) against the recorded run, by the rules under the table, and where it "
+                    "failed, the reason the run and its profile give. A failed prediction is not a failed step: "
+                    "it is where the mental model of the GPU was wrong, and the most useful row to read. The "
+                    "times are the five layers' at $N$ = 128, or those of the layers (or the one image) a claim "
+                    "names; steps 7-13 branch from step 2 and steps 14 on start again from a matrix product, so "
+                    "each claim names the step it is measured against. Steps 25-28 have their rows in "
+                    "{doc}`../alexnet_hopper/alexnet_hopper`.")},
         {"id": "prediction-table-code", "after": "gpulab_cell:prediction-table", "type": "code",
          "source": ("from gpulab import predictions\n"
                     "predictions.styled(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"alexnet\"]),\n"
                     "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
+        {"id": "verdicts-glue", "after": "run = gpulab.live_or_recorded(alexnet.CHAPTER", "type": "code",
+         "source": _ALEXNET_GLUE.format(chapter="alexnet")},
+        # Each section's verdicts after its times, before its "What we learned" says why (steps 14 and
+        # 22 quote theirs in it: s14_verdict, s22_verdict).
+        *[_alexnet_verdicts(steps, after) for steps, after in [
+            (("02", "03", "04", "05", "06"), "shown = per_layer.loc[[s.label for s in alexnet.STEPS[:6]]]"),
+            (("07", "08", "09"), 'channel_steps = ["02", "07", "08", "09"]'),
+            (("10",), 'layer1 = ladder[(ladder["layer"] == 1) & ladder["step"].isin(["02", "10"])]'),
+            (("11", "12", "13"), 'best_direct = fastest(alexnet.MAIN_N, report_ladder, "fp32")'),
+            (("15", "16"), "tensor_columns = ["),
+            (("17",), 'resources = alexnet.step_labels(run.tables["resources"])'),
+            (("18", "19", "20"), 'cudnn = vendor.set_index("precision")'),
+            (("21",), 'glue(s21_ms=ms("21")'),
+            (("23", "24"), "values, tables = alexnet.views.winograd_times(")]],
     ],
     "alexnet_hopper": [
         {"id": "prediction-table", "after": "Every step, all five layers, N = ", "type": "markdown",
@@ -147,6 +182,11 @@ CHAPTERS = {
          "source": ("from gpulab import predictions\n"
                     "predictions.styled(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"alexnet_hopper\"]),\n"
                     "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
+        {"id": "verdicts-glue", "after": "run = gpulab.live_or_recorded(alexnet.CHAPTER", "type": "code",
+         "source": _ALEXNET_GLUE.format(chapter="alexnet_hopper")},
+        *[_alexnet_verdicts(steps, after) for steps, after in [
+            (("25",), "wgmma_columns = ["), (("26",), "float_profile = ("),
+            (("27",), "values, table = alexnet.views.step27("), (("28",), "values, table = alexnet.views.step28(")]],
     ],
     "measuring": [
         {"id": "prediction-table", "before": "^**What we learned.** At large sizes both of our kernels",

@@ -163,6 +163,8 @@ def _predicted():
     p = predictions
     issue = ("every kernel of the report's family spends several instructions per multiply-add, and "
              "the rate at which an SM issues them, not the loads, is the limit (see the profile)")
+    # Steps 11-13 quote their verdicts one after the other in one cell: the limit named once, at step 5.
+    issue_again = "the SM's instruction issue, not the loads, is the limit, as for step 5 (see the profile)"
     return {
         "01": p.unjudged("the baseline: every later step is measured against it"),
         "02": p.times(3, None, "01", claim="3x or more faster than step 1", because=(
@@ -184,14 +186,14 @@ def _predicted():
             "reads put four threads of a warp on each shared-memory bank")),
         "10": (p.times(1 / 1.7, 1 / 1.3, "02", "layer 1", claim="layer 1 1.3-1.7x slower than step 2"),
                p.same("02", "layers 2-5", claim="layers 2-5 unchanged")),
-        "11": (p.about(2, "09", "layer 1", because=issue),
+        "11": (p.about(2, "09", "layer 1", because=issue_again),
                p.same("09", "layers 3-5", claim="roughly even on layers 3-5", because=(
                    "layers 3-5 now do a third more multiply-adds, on padding zeros"))),
         "12": (p.times(1.5, 2, "11", "layers 2-5", claim="towards 2x faster than step 11 on layers 2-5",
-                       because="the partial buffer's traffic was not most of the time: " + issue),
+                       because="the partial buffer's traffic was not most of the time: " + issue_again),
                p.same("11", "one image", claim="little change at N = 1")),
         "13": p.times(2, 4, "11", "layers 2-5", because=(
-            "without the partial buffer the atomics remain, and " + issue)),
+            "without the partial buffer the atomics remain, and " + issue_again)),
         "14": p.ms_between(7, 10, because=(
             "at 128 registers per thread only two blocks (a quarter of the SM's warps) are resident, too "
             "few to hide the shared-memory loads and the barrier per slice; the rest goes to the im2col "
