@@ -316,7 +316,7 @@ def test_every_judged_alexnet_step_quotes_its_verdict_after_its_times(chapter):
     quoted = {}
     for i, (cell, text) in enumerate(zip(nb["cells"], cells)):
         if cell["cell_type"] == "markdown":
-            for step in re.findall(r"\{glue:text\}`(?:alexnet_verdict_(\d\d)|s(\d\d)_verdict)`", text):
+            for step in re.findall(rf"\{{glue:text\}}`(?:{chapter}_verdict_(\d\d)|s(\d\d)_verdict)`", text):
                 quoted.setdefault("".join(step), i)
     table = alexnet.prediction_table(load_run("alexnet", "H100"), alexnet.CHAPTER_STEPS[chapter])
     judged = set(table.loc[table["outcome"] != "not judged", "step"])

@@ -31,7 +31,7 @@ TABLE_INTRO = (
 #: The two AlexNet chapters glue the verdicts of their own steps (one ladder, one run).
 _ALEXNET_GLUE = ("from gpulab import predictions\n"
                  "# each step's verdict, its margin and the band it was judged by, quoted after the step's times\n"
-                 "predictions.glue_verdicts(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"{chapter}\"]), \"alexnet\");")
+                 "predictions.glue_verdicts(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"{chapter}\"]), \"{chapter}\");")
 
 
 def _alexnet_verdicts(steps: tuple, after: str) -> dict:
