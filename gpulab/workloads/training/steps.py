@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ... import ladder
 from .launchers import (F1, F2, F3, F4, F5, F6, F7, F8, F9, F10, FLOAT4_UPDATE, FUSED, ONE_KERNEL_PER_OP,
                         READ_ONLY, REGISTER_TILES, SPARSE, STREAMS, TENSOR_CORES, TILED, UNROLLED, Config, Op)
-from .problem import BATCHES, MAIN_BATCH, Dims  # noqa: F401  (what the record and the views read here)
+from .problem import Dims
 from .reference import LEARNING_RATE
 
 
@@ -94,14 +94,12 @@ def _predicted():
 PREDICTED = _predicted()
 
 
-#: Compatibility shim: the names the multigpu chapter (not yet ported) imports from here, served by
-#: the modules that now own them, until its workers import them from there.
+#: Compatibility shim: the names the multigpu chapter (not yet ported) imports from here (its
+#: workers bind steps 9 and 10 to their own buffers), served by the modules that now own them.
 def __getattr__(name: str):
-    from . import launchers, problem
+    from . import launchers
     if name == "step":
         return lambda number: ladder.find(STEPS, number)
-    for module in (launchers, problem):
-        if name in ("BoundStep", "buffers", "Dims", "Config", "scratch_shapes", "half_copy", "split_k") \
-                and hasattr(module, name):
-            return getattr(module, name)
+    if name in ("BoundStep", "buffers"):
+        return getattr(launchers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

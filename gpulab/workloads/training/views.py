@@ -16,10 +16,10 @@ from matplotlib.ticker import NullFormatter
 from ... import baselines as vendor_mod
 from ... import plots, predictions, roofline, runs, timeline
 from ...errors import RecordedRunError
+from ...ladder import find
 from ...runs import RecordedRun
 from . import data
 from .record import benchmark_all
-from ...ladder import find
 from .problem import Dims
 from .steps import PREDICTED, STEPS
 
