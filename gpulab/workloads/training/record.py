@@ -53,7 +53,7 @@ GRAPH_LAUNCHES = 10
 GRAPH_BELOW_MS = 5.0
 
 
-def bound(step_: Step, arrays: dict, d: Dims, lr: float = reference.LEARNING_RATE):
+def bind_step(step_: Step, arrays: dict, d: Dims, lr: float = reference.LEARNING_RATE):
     """``step_`` bound on the GPU to ``arrays`` (a batch's buffers) through its launch family."""
     return ladder.bind(step_, SgdStep(d, lr=lr).for_step(step_), arrays, "gpu")
 
@@ -113,7 +113,7 @@ class GpuData:
 def _check_full_size(step_: Step, gd: GpuData, params: dict, batch_ref: dict) -> dict:
     d = Dims(MAIN_BATCH, data.VOCAB)
     bufs = gd.batch_buffers(step_, d, 0, params)
-    bound(step_, bufs, d, CHECK_LR)()
+    bind_step(step_, bufs, d, CHECK_LR)()
     import cupy
     cupy.cuda.get_current_stream().synchronize()
     out = {"loss": compare(bufs["loss"], batch_ref["loss"], step_.precision).rel_error,
@@ -149,7 +149,7 @@ def step_variants(rec, run: "_Run", step_: Step) -> list[Variant]:
             continue
         d = Dims(b, data.VOCAB)
         nnz = int(run.gd.train.indptr[b]) if step_.input == "sparse" else None
-        launch = bound(step_, run.gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in run.params.items()}), d)
+        launch = bind_step(step_, run.gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in run.params.items()}), d)
         labels = {"flops": flops_per_step(d, nnz), "bytes": bytes_per_step(d, nnz), "step": step_.ordinal,
                   "batch": b, "precision": step_.precision, "input": step_.input, "kernels": len(launch.ops)}
 
@@ -215,7 +215,7 @@ def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30, plan=N
         if plan is not None and plan.skip_reason(step_.ordinal, MAIN_BATCH):
             continue
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
-        launch = bound(step_, bufs, d)
+        launch = bind_step(step_, bufs, d)
 
         def run(span, launch=launch):
             launch(lambda op, stream: span(op.name, stream))
@@ -241,7 +241,7 @@ def timeline(gd: GpuData, params: dict, numbers=(2, 3), plan=None) -> pd.DataFra
             continue
         step_ = find(STEPS, number)
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
-        launch = bound(step_, bufs, d)
+        launch = bind_step(step_, bufs, d)
         for _ in range(3):
             launch()
         cupy.cuda.Device().synchronize()
@@ -301,7 +301,7 @@ class Trainer:
         self.bound = []
         for i in range(self.batches):
             bufs = gd.batch_buffers(step_, d, i * b, params, dict(base))
-            self.bound.append(bound(step_, bufs, d, lr))
+            self.bound.append(bind_step(step_, bufs, d, lr))
         self.graphs = None
         self.replay_check = None
         if step_.graph:
@@ -567,7 +567,7 @@ def profile_driver() -> None:
     d = Dims(MAIN_BATCH, data.VOCAB)
     for n in PROFILE_STEPS:
         step_ = find(STEPS, n)
-        bound(step_, gd.batch_buffers(step_, d, 0, params), d)()
+        bind_step(step_, gd.batch_buffers(step_, d, 0, params), d)()
         cupy.cuda.Device().synchronize()
 
 
