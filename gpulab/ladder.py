@@ -224,9 +224,16 @@ class Case:
     turns an output into the floats the reference is compared with (bfloat16 bit patterns
     decoded, say); ``check_columns`` is what a check row says of the case beyond its columns;
     ``label`` names the comparison in a failure's message.
+
+    A step that writes several arrays, or updates some of its inputs in place (training's SGD
+    step: its loss, activations and gradients, and the weights), names them all in
+    ``outputs`` (each poisoned before the launch) and ``updated`` (inputs brought back after
+    it), and its ``comparisons`` give one check row per quantity.
     """
 
     output_name = "out"
+    #: Inputs the step updates in place, brought back to the host after the launch with the outputs.
+    updated: tuple[str, ...] = ()
 
     @property
     def columns(self) -> dict:
@@ -240,6 +247,20 @@ class Case:
 
     def output(self, precision: str = "fp32") -> tuple[tuple, np.dtype]:
         raise NotImplementedError(f"{type(self).__name__} gives its output's (shape, dtype)")
+
+    def outputs(self, precision: str = "fp32") -> dict[str, tuple[tuple, np.dtype]]:
+        """Every array the step writes, by name, as (shape, dtype): each is poisoned before the
+        launch. The one ``output`` under ``output_name``, unless the step writes several."""
+        return {self.output_name: self.output(precision)}
+
+    def comparisons(self, step: Step, inputs: dict, arrays: dict) -> list[tuple[dict, CheckResult]]:
+        """What a check of ``step`` compares, one check row each: (its columns, the comparison).
+        ``arrays`` holds the outputs and the ``updated`` inputs after the launch, on the host. By
+        default one row: the output (its ``values``) against the float64 ``reference``."""
+        out = arrays[self.output_name]
+        result = compare(self.values(out, step.precision), self.reference(inputs, step.precision),
+                         precision=step.precision, name=self.label(step))
+        return [(self.check_columns(step, inputs, out), result)]
 
     def for_step(self, step: Step) -> "Case":
         """The case as ``step`` computes it: this one, unless the case has outputs of more than one
@@ -310,28 +331,41 @@ def bind(step: Step, case: Case, arrays: dict, backend=None) -> Callable[[], Non
     return launcher(step).bind(step, case, arrays, be)
 
 
-def run(step: Step, case: Case, inputs: dict, backend=None) -> np.ndarray:
-    """``step`` once on ``case``'s host ``inputs``: copied to the device, the output poisoned
-    (NaN: what the kernel leaves unwritten fails the check), bound, launched; the output on the host."""
+def run_all(step: Step, case: Case, inputs: dict, backend=None) -> dict[str, np.ndarray]:
+    """``step`` once on ``case``'s host ``inputs``: copied to the device, every output poisoned
+    (NaN: what the kernel leaves unwritten fails the check), bound, launched; the outputs and the
+    inputs it updates in place (``case.updated``) on the host, by name."""
     be = get_backend(backend)
     case = case.for_step(step)
-    shape, dtype = case.output(step.precision)
     arrays = {name: be.to_device(value) for name, value in inputs.items()}
-    arrays[case.output_name] = out = be.poisoned(shape, dtype)
+    outputs = case.outputs(step.precision)
+    for name, (shape, dtype) in outputs.items():
+        arrays[name] = be.poisoned(shape, dtype)
     bind(step, case, arrays, be)()
     be.synchronize()
-    return be.to_host(out)
+    return {name: be.to_host(arrays[name]) for name in [*outputs, *case.updated]}
+
+
+def run(step: Step, case: Case, inputs: dict, backend=None) -> np.ndarray:
+    """``step`` once on ``case``'s host ``inputs`` (see :func:`run_all`): its output on the host."""
+    return run_all(step, case, inputs, backend)[case.for_step(step).output_name]
+
+
+def case_checks(step: Step, case: Case, seed: int | None = None, backend=None) -> list[tuple[dict, CheckResult]]:
+    """``step`` on fresh inputs of ``case`` (from ``seed``) against the float64 reference: each
+    check row's columns and comparison (one row, unless the case compares several quantities)."""
+    case = case.for_step(step)
+    inputs = case.inputs(seed, step.precision)
+    return case.comparisons(step, inputs, run_all(step, case, inputs, backend))
 
 
 def check_case(step: Step, case: Case, seed: int | None = None, backend=None) -> tuple[dict, CheckResult]:
-    """``step`` on fresh inputs of ``case`` (from ``seed``) against the float64 reference: the
-    check row's columns for the case and the comparison."""
-    case = case.for_step(step)
-    inputs = case.inputs(seed, step.precision)
-    out = run(step, case, inputs, backend)
-    result = compare(case.values(out, step.precision), case.reference(inputs, step.precision),
-                     precision=step.precision, name=case.label(step))
-    return case.check_columns(step, inputs, out), result
+    """The one comparison of :func:`case_checks`: the check row's columns for the case and the
+    comparison (a case that compares several quantities is read with :func:`case_checks`)."""
+    rows = case_checks(step, case, seed, backend)
+    if len(rows) != 1:
+        raise TypeError(f"{case.label(step)} compares {len(rows)} quantities: ladder.case_checks lists them")
+    return rows[0]
 
 
 #: ``check``'s seed when none is given: the chapter's (``Chapter.seed``).
@@ -350,7 +384,7 @@ def check(chapter: "Chapter", steps: Iterable[Step] | None = None, cases: Sequen
 
     def check_one(step, be):
         for case in cases:
-            yield check_case(step, case, seed, be)
+            yield from case_checks(step, case, seed, be)
     return check_steps(chapter.steps if steps is None else steps, check_one, be,
                        skip=lambda step: launcher(step).unfit(step, be))
 

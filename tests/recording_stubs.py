@@ -269,15 +269,23 @@ def training(fail):
         return {"loss": 1e-7, "update of W1": 2e-7, "update of W2": 3e-7}
     r._check_full_size = check_full_size
 
-    def time_ladder(gd, params, repeats, batches, log=print, steps_=(), plan=None):
-        rows = []
-        for s in steps_:
-            if s.ordinal == 5:
+    def step_variants(rec, run, step_):
+        """The step's variants as the ladder loop checks and times them: the real full-size check
+        (its result stubbed above), a row per batch the plan runs; step 5's timing crashes."""
+        from gpulab.recorder import Variant
+
+        def timer(launch, **options):
+            if step_.ordinal == 5:
                 raise RuntimeError("step 5's timing crashed")
-            rows += [row for b in batches if not plan.skip_reason(s.ordinal, b)
-                     for row in fake_rows("ladder", s.label, b, mode="eager", step=s.ordinal, batch=b)]
-        return rows
-    r.time_ladder = time_ladder
+            return fake_timing()       # a Timing without its callable: nothing here is cross-checked
+
+        def row(b):
+            return lambda t, checked, medians: t.row("ladder", step_.label, b, mode="eager", step=step_.ordinal,
+                                                     batch=b)
+        check = r.full_size_check(run, step_)
+        return [Variant(step_.label, lambda: None, check, row(b), where={"step": step_.ordinal}, timer=timer)
+                for b in run.batches if not run.plan.skip_reason(step_.ordinal, b)]
+    r.step_variants = step_variants
     r.time_vendor = lambda gd, params, repeats, log=print: (
         fake_rows("vendor", "PyTorch eager fp32", 1024, library="PyTorch"),
         [{"variant": "torch.compile", "library": "PyTorch", "precision": "fp32", "size": 1024,

@@ -179,6 +179,51 @@ def test_a_case_is_checked_as_the_step_computes_it():
     assert list(table["status"]) == ["ok", "ok"]
 
 
+@dataclasses.dataclass(frozen=True)
+class Stepped(Doubled):
+    """A step that writes two outputs and updates its input in place: y = 2 x, z = x + 1, x *= 3;
+    one check row per quantity."""
+    updated = ("x",)
+
+    def outputs(self, precision="fp32"):
+        return {"y": ((self.n,), np.float32), "z": ((self.n,), np.float32)}
+
+    def comparisons(self, step, inputs, arrays):
+        x = inputs["x"].astype(np.float64)
+        want = {"y": 2 * x, "z": x + 1, "update of x": 2 * x}
+        got = {"y": arrays["y"], "z": arrays["z"], "update of x": arrays["x"] - inputs["x"]}
+        return [({"n": self.n, "quantity": name}, gpulab.compare(got[name], want[name], step.precision))
+                for name in want]
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps(ladder.Launcher):
+    forgets_z: bool = False
+
+    def bind(self, step, case, arrays, backend):
+        def launch():
+            arrays["y"][:] = 2 * arrays["x"]
+            arrays["z"][1 if self.forgets_z else 0:] = arrays["x"][1 if self.forgets_z else 0:] + 1
+            arrays["x"] *= 3
+        return launch
+
+
+def test_a_case_with_several_outputs_and_an_update_in_place_has_a_row_per_quantity():
+    steps = [ladder.Step(1, "a.cu", "right", launcher=Steps()), ladder.Step(2, "b.cu", "forgets", launcher=Steps(True))]
+    table = ladder.check(ladder.Chapter("sgd", "t", steps, [Stepped(4)]), backend="cpu")
+    assert list(table["quantity"]) == ["y", "z", "update of x"] * 2
+    assert list(table["status"]) == ["ok", "ok", "ok", "ok", "FAILED", "ok"]
+    assert list(table["unwritten"]) == [0, 0, 0, 0, 1, 0]          # every output was poisoned
+    case = Stepped(4)
+    inputs = case.inputs(0)
+    arrays = ladder.run_all(steps[0], case, inputs, "cpu")
+    assert sorted(arrays) == ["x", "y", "z"] and np.allclose(arrays["x"], 3 * inputs["x"])
+    assert np.array_equal(ladder.run(steps[0], case, inputs, "cpu"), arrays["y"])     # output_name's
+    with pytest.raises(TypeError, match="compares 3 quantities: ladder.case_checks lists them"):
+        ladder.check_case(steps[0], case, 0, "cpu")
+    assert len(ladder.case_checks(steps[0], case, 0, "cpu")) == 3
+
+
 def test_a_check_s_inputs_come_from_its_seed():
     chapter = _chapter(seed=4)
     first, again = (ladder.check(chapter, [chapter.step(2)], backend="cpu")["rel_error"] for _ in range(2))
@@ -222,7 +267,7 @@ def test_a_chapter_is_one_object_known_by_its_name():
 
 #: The chapters ported to cases and launchers (a CHAPTER object); the others still check through
 #: their own check_steps (gpulab.ladder.check_steps).
-PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet")
+PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet", "training")
 
 
 @pytest.mark.parametrize("name", PORTED)

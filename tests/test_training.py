@@ -6,9 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dataclasses import replace
+
 from gpulab.workloads import training
-from gpulab.workloads.training import checks, data, reference
-from gpulab.workloads.training.steps import Config, Dims
+from gpulab.workloads.training import checks, data, problem, reference
+from gpulab.workloads.training.launchers import buffers
+from gpulab.workloads.training.problem import CHECK_DIMS, Dims
+
+CHAPTER = training.CHAPTER
 
 
 # ----------------------------------------------------------------- the data
@@ -97,20 +102,20 @@ def test_the_sparse_and_dense_reference_agree():
 
 
 # ----------------------------------------------------------------- the ladder
-@pytest.mark.parametrize("step", training.STEPS, ids=lambda s: s.number)
+@pytest.mark.parametrize("step", CHAPTER.steps, ids=lambda s: s.number)
 def test_every_step_matches_the_reference(backend, step):
-    result = training.check_steps(backend, steps=[step])
+    result = CHAPTER.check(backend, steps=[step])
     assert (result["status"] == "ok").all(), result.to_string()
     assert (result["unwritten"] == 0).all()
     assert {"update of W1", "update of b1", "update of W2", "update of b2", "loss", "dz1"} <= set(result["quantity"])
-    assert set(result["B"]) == {d.B for d in training.CHECK_DIMS}
+    assert set(result["B"]) == {d.B for d in CHECK_DIMS}
 
 
 def test_the_last_steps_loss_curve_matches_the_reference():
     # Every step's curve is checked by the notebook's check_curves cell (6 SGD steps at the same
     # dimensions; it stops on a failed check), which the suite executes: here only the last step,
     # so that the quick loop (-m "not slow", without the notebooks) still runs the curve check.
-    result = training.check_curves("cpu", steps=training.STEPS[-1:], n=4)
+    result = checks.check_curves("cpu", steps=CHAPTER.steps[-1:], n=4)
     assert (result["status"] == "ok").all(), result.to_string()
     assert np.isfinite(result["loss after 4 steps"]).all()
 
@@ -118,10 +123,9 @@ def test_the_last_steps_loss_curve_matches_the_reference():
 def test_the_reports_bounds_test_is_caught():
     # The report's unrolled kernels skipped partial groups of four: with it,
     # W2 (4 columns) is never updated -- no error, just a wrong step.
-    step = training.step(4)
-    ours = training.check_step(step, "cpu", Dims(37, 1001), config=Config(lr=checks.CHECK_LR))
-    report = training.check_step(step, "cpu", Dims(37, 1001),
-                                 config=Config(lr=checks.CHECK_LR, options=("-DREPORT_GUARD",)))
+    step = CHAPTER.step(4)
+    ours = CHAPTER.check("cpu", steps=[step], dims=(Dims(37, 1001),))
+    report = CHAPTER.check("cpu", steps=[replace(step, options=("-DREPORT_GUARD",))], dims=(Dims(37, 1001),))
     assert (ours["status"] == "ok").all()
     failed = set(report.loc[report["status"] == "FAILED", "quantity"])
     assert "update of W2" in failed and "update of b2" in failed
@@ -129,11 +133,11 @@ def test_the_reports_bounds_test_is_caught():
 
 @pytest.mark.slow
 def test_the_sweep_marks_a_diverging_configuration_as_broken():
-    step = training.step(6)
+    step = CHAPTER.step(6)
     d = Dims(B=40, V=1001)
-    ref = training.loss_curve(step, "cpu", d, steps=3)
-    same = training.loss_curve(step, "cpu", d, steps=3, config=Config(block=(32, 8)))
-    report = training.loss_curve(step, "cpu", d, steps=3, config=Config(block=(64, 4), options=("-DREPORT_GUARD",)))
+    ref = checks.loss_curve(step, "cpu", d, steps=3)
+    same = checks.loss_curve(step, "cpu", d, steps=3, block=(32, 8))
+    report = checks.loss_curve(step, "cpu", d, steps=3, block=(64, 4), options=("-DREPORT_GUARD",))
     assert not checks.is_broken(same, ref)
     assert checks.is_broken(report, ref)
     assert checks.is_broken([1.0, np.nan, 1.0], [1.0, 1.0, 1.0])
@@ -142,15 +146,15 @@ def test_the_sweep_marks_a_diverging_configuration_as_broken():
 
 
 def test_streams_respect_every_dependency():
-    for step in training.STEPS:
+    for step in CHAPTER.steps:
         ops = step.ops(Dims(1024, data.VOCAB))
         names = [op.name for op in ops]
         assert len(set(names)) == len(names)
         for i, op in enumerate(ops):
             assert all(names.index(a) < i for a in op.after), (step.number, op.name)
-    streamed = training.step(3).ops(Dims(1024, data.VOCAB))
+    streamed = CHAPTER.step(3).ops(Dims(1024, data.VOCAB))
     assert {op.stream for op in streamed} == {0, 1, 2}
-    assert {op.stream for op in training.step(2).ops(Dims(1024, data.VOCAB))} == {0}
+    assert {op.stream for op in CHAPTER.step(2).ops(Dims(1024, data.VOCAB))} == {0}
 
 
 def test_bad_dimensions_are_refused_clearly():
@@ -160,8 +164,8 @@ def test_bad_dimensions_are_refused_clearly():
         Dims(4, 10, C=9)
     c = data.sample(5, vocab=1001)
     with pytest.raises(ValueError, match="dimensions say B = 6"):
-        training.buffers(__import__("gpulab").get_backend("cpu"), training.step(9), Dims(6, 1001), c,
-                         reference.init_params(1001))
+        buffers(__import__("gpulab").get_backend("cpu"), CHAPTER.step(9), Dims(6, 1001), c,
+                reference.init_params(1001))
 
 
 # ----------------------------------------------------------------- reading a run
@@ -178,7 +182,7 @@ def _run_of_the_recorded_schema(seed=0):
         return {"experiment": experiment, "variant": variant, "size": size, "phase": "kernel", "median_ms": m,
                 "q1_ms": m * 0.98, "q3_ms": m * 1.02, "min_ms": m * 0.9, "max_ms": m * 1.2, "repeats": 50,
                 "flops": 1.7e10, "bytes": 3.0e8, **extra}
-    for s in training.STEPS:
+    for s in CHAPTER.steps:
         for b in record.BATCHES:
             labels = {"step": s.ordinal, "batch": b, "precision": s.precision, "input": s.input, "kernels": 2}
             if not s.graph:
@@ -202,11 +206,11 @@ def _run_of_the_recorded_schema(seed=0):
                           for g in ("ours", "report's") for b in (32, 1024) for blk in ("16 x 16", "64 x 4")])
     curves = pd.DataFrame([{"variant": v, "epoch": e, "batch_index": i, "loss": 1.0 / e, "test_accuracy": 0.8 + e / 100,
                             "epoch_ms": 10.0}
-                           for v in [training.step(n).label for n in (7, 8, 9, 10)] + ["PyTorch eager fp32, dense X"]
+                           for v in [CHAPTER.step(n).label for n in (7, 8, 9, 10)] + ["PyTorch eager fp32, dense X"]
                            for e in (1, 2) for i in range(3)])
     tables = {"timeline": timeline, "sweep": sweep, "curves": curves,
               "bayes": pd.DataFrame([{"bayes_accuracy": 0.92, "standard_error": 0.001, "bayes_on_test_set": 0.925}]),
-              "checks": pd.DataFrame([{"step": s.ordinal, "variant": s.label, "passed": True} for s in training.STEPS]),
+              "checks": pd.DataFrame([{"step": s.ordinal, "variant": s.label, "passed": True} for s in CHAPTER.steps]),
               "profile": pd.DataFrame([{"step": 7, "op": "W1 -= lr X^T dZ1", "id": 0, "kernel": "w1_gradient_step",
                                         "duration_ns": 2e5, "fma_pipe_instructions": 1.3e8,
                                         "achieved_occupancy_pct": 20.0, "registers_per_thread": 121}])}
@@ -221,7 +225,7 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     from gpulab.workloads.training import views
     run = _run_of_the_recorded_schema()
     table = views.ladder(run)
-    assert list(table["step"]) == [s.ordinal for s in training.STEPS]
+    assert list(table["step"]) == [s.ordinal for s in CHAPTER.steps]
     assert table["vs step 1"].iloc[0] == pytest.approx(1.0)
     targets = views.targets(run)
     assert len(targets) == len(views.TARGETS) + 1 and targets["met"].dtype == bool
@@ -238,7 +242,7 @@ def test_the_notebook_views_read_a_run_of_the_recorded_schema():
     assert [c for c in views.step_times(run, 10).data.columns if "step," in c] == ["step, CUDA graph (ms)"]
     assert views.graph_gain_figure(run).axes and views.graph_gain_numbers(None)["graph_first_us"] == "-"
     for n in (1, 10):
-        assert len(views.breakdown(run, n).data) == len(training.step(n).ops(Dims(1024, data.VOCAB)))
+        assert len(views.breakdown(run, n).data) == len(CHAPTER.step(n).ops(Dims(1024, data.VOCAB)))
     assert views.accuracy_table(run)["of Bayes-optimal"].between(0.8, 1.0).all()
     assert list(views.overlap(run)["step"]) == [2, 3]
     shown = views.overlap_styled(run).to_html()                     # no index column, 3 decimals
@@ -304,7 +308,7 @@ def test_the_recorded_run_has_every_step_batch_and_baseline():
     assert "H100" in run.gpu
     assert run.tables["checks"]["passed"].all(), run.tables["checks"].to_string()
     ladder = run.experiment("ladder")
-    for s in training.STEPS:
+    for s in CHAPTER.steps:
         assert set(ladder.loc[ladder["variant"] == s.label, "size"]) == set(record.BATCHES), s.label
     vendor = run.experiment("vendor")
     assert {"PyTorch eager fp32, dense X", "PyTorch eager fp32, dense X, CUDA graph"} <= set(vendor["variant"])
@@ -385,17 +389,17 @@ def test_the_plan_fits_a_t4_and_an_l4(kernel_figures, profile, keeps_all):
     assert (p.dense_docs == train.docs) == keeps_all
     assert p.dense_docs % fit.DOC_QUANTUM == 0 and p.dense_docs >= max(BATCHES)
     assert fit.resident_bytes(p.dense_docs, train) + max(fit.step_bytes(s, Dims(b, data.VOCAB))
-                                                          for s in training.STEPS for b in BATCHES) <= p.budget_bytes
+                                                          for s in CHAPTER.steps for b in BATCHES) <= p.budget_bytes
     if not keeps_all:
         assert f"{p.dense_docs:,} of the {train.docs:,} training documents kept dense" in p.notes[0]
     assert (p.kernels["shared limit (bytes)"] == limits.shared_per_block).all()
-    assert list(p.summary()["step"]) == [s.ordinal for s in training.STEPS]
+    assert list(p.summary()["step"]) == [s.ordinal for s in CHAPTER.steps]
 
 
 def test_the_plan_skips_what_does_not_fit_with_the_reason():
     from gpulab.device import DeviceLimits
     from gpulab.workloads.training import fit
-    pairs = sorted({(op.file, op.kernel) for s in training.STEPS for op in s.ops(Dims(1024, data.VOCAB))})
+    pairs = sorted({(op.file, op.kernel) for s in CHAPTER.steps for op in s.ops(Dims(1024, data.VOCAB))})
     figures = pd.DataFrame([{"file": f, "kernel": k, "registers": 32, "max_threads_per_block": np.nan,
                              "static_shared_bytes": 27136 if k == "forward_product_tc" else 1024} for f, k in pairs])
     small = DeviceLimits("a small GPU", shared_per_block=16 * 1024, total_memory=int(3e9))
@@ -410,8 +414,8 @@ def test_the_plan_skips_what_does_not_fit_with_the_reason():
     assert set(p.skipped()["step"]) == {8} and "compute capability 7.0" in p.skip_reason(8, 1024)
     # a step's buffers: step 1 at B = 2,048 holds X^T (V x B) and dW1 (V x H) besides the parameters
     d = Dims(2048, data.VOCAB)
-    assert fit.step_bytes(training.step(1), d) > 4 * (d.V * d.B + 2 * d.V * d.H)
-    assert fit.step_bytes(training.step(9), d) < 4 * 2 * d.V * d.H + 4 * d.B * d.H * 4
+    assert fit.step_bytes(CHAPTER.step(1), d) > 4 * (d.V * d.B + 2 * d.V * d.H)
+    assert fit.step_bytes(CHAPTER.step(9), d) < 4 * 2 * d.V * d.H + 4 * d.B * d.H * 4
 
 
 # ----------------------------------------------------------------- a second GPU (#14)
@@ -421,7 +425,7 @@ def test_the_h200_comparison_reads_both_recorded_runs(tmp_path):
     if comparison is None:
         pytest.skip("the training chapter is not recorded on both the H100 and the H200")
     table, figure = comparison
-    assert [s.label for s in training.STEPS] == list(table["variant"][:len(training.STEPS)])
+    assert [s.label for s in CHAPTER.steps] == list(table["variant"][:len(CHAPTER.steps)])
     assert table["ratio"].between(0.3, 3).all() and set(table["bound"]) <= {"memory", "compute", "latency"}
     assert figure.axes
     numbers = views.gpu_comparison_numbers(table)
@@ -464,10 +468,11 @@ def test_only_inductors_too_large_gemm_candidates_are_dropped_from_its_log():
 def _bound_step9(d=Dims(B=37, V=1001)):
     """Step 9 (the kernels step 10 captures) bound on the CPU backend to one batch."""
     from gpulab.kernels import get_backend
-    from gpulab.workloads.training.steps import BoundStep, buffers
+    from gpulab import ladder
     corpus_ = data.sample(d.B, d.V, stream=201)
-    bufs = buffers(get_backend("cpu"), training.step(9), d, corpus_, reference.init_params(d.V, d.H))
-    return BoundStep(training.step(9), d, bufs, Config(lr=0.5), "cpu"), bufs
+    bufs = buffers(get_backend("cpu"), CHAPTER.step(9), d, corpus_, reference.init_params(d.V, d.H))
+    case = problem.SgdStep(d, lr=0.5).for_step(CHAPTER.step(9))
+    return ladder.bind(CHAPTER.step(9), case, bufs, "cpu"), bufs
 
 
 def test_the_replay_check_passes_a_faithful_replay_and_restores_the_weights():
@@ -517,10 +522,10 @@ def test_a_non_finite_training_loss_stops_the_run_naming_the_step():
 # ----------------------------------------------------------------- step 7's tiling diagram
 def test_the_tiling_is_read_from_step_7s_file_and_launch():
     from gpulab.workloads.training import tiling
-    from gpulab.workloads.training.steps import split_k
+    from gpulab.workloads.training.launchers import split_k
     d = Dims(1000, 5000)                      # B not a multiple of the tile: the grid still covers it
     t = tiling.geometry(d)
-    op = next(o for o in training.step(7).ops(d) if o.kernel == "forward_product")
+    op = next(o for o in CHAPTER.step(7).ops(d) if o.kernel == "forward_product")
     assert t.grid == op.grid == (1, 8, split_k(d)) and t.threads == 256
     own = t.owner()
     # every element of the tile has one thread, and every thread the TM x TN elements it accumulates
@@ -533,7 +538,7 @@ def test_the_tiling_is_read_from_step_7s_file_and_launch():
 def test_the_tiling_refuses_a_kernel_it_cannot_read(tmp_path, monkeypatch):
     from gpulab import paths
     from gpulab.workloads.training import tiling
-    source = paths.kernel_path(training.step(7).file).read_text()
+    source = paths.kernel_path(CHAPTER.step(7).file).read_text()
     bad = tmp_path / "07.cu"
     real = paths.kernel_path
     monkeypatch.setattr(paths, "kernel_path", lambda p: bad if "07_" in str(p) else real(p))
@@ -594,13 +599,13 @@ def test_graph_gain_is_eager_minus_captured_for_the_steps_timed_both_ways():
     rows = run.experiment("ladder")
     rows = rows[rows["size"] == views.MAIN_BATCH]
     both = rows.pivot_table(index="variant", columns="mode", values="median_ms").dropna()
-    assert list(gain["variant"]) == [s.label for s in training.STEPS if s.label in both.index]
+    assert list(gain["variant"]) == [s.label for s in CHAPTER.steps if s.label in both.index]
     for _, g in gain.iterrows():
         eager, graph = both.loc[g["variant"], "eager"], both.loc[g["variant"], "graph"]
         assert g["saved (µs)"] == pytest.approx(1e3 * (eager - graph))
         assert g["saved, share of the step"] == pytest.approx((eager - graph) / eager)
     numbers = views.graph_gain_numbers(run)
-    untimed = [s.ordinal for s in training.STEPS if not s.graph and s.label not in both.index]
+    untimed = [s.ordinal for s in CHAPTER.steps if not s.graph and s.label not in both.index]
     assert numbers["graph_not_timed"] == " and ".join(", ".join(map(str, untimed)).rsplit(", ", 1))
     assert numbers["graph_last_step"] == gain["step"].iloc[-1]
 

@@ -2,7 +2,8 @@
 import numpy as np
 
 from gpulab.exercises import Exercise
-from gpulab.workloads.training import Dims, data
+from gpulab.workloads.training import data
+from gpulab.workloads.training.problem import Dims
 
 
 def _dims(B: int, V: int, *HC: int):
@@ -24,7 +25,7 @@ def _inputs_3(case: dict) -> dict:
 
 EXERCISES = [
     Exercise("training.1", "training", "the SGD update with 16-byte accesses", 4, "kernel",
-             "kernels/training/exercise_01_sgd_update_float4.cu", number="3",
+             "kernels/training/exercise_01_sgd_update_float4.cu", step="11", number="3",
              # Race-checked (one block at a time): sizes that cover every fault the hidden checks
              # look for -- many blocks, n % 4 of 0, 2 and 3 -- at a few seconds of CPU.
              public=({"dims": (_dims(37, 1001),), "seed": 0},

@@ -1,5 +1,5 @@
 """The hidden checks of the training chapter's exercises: instructors only (see gpulab.exercises)."""
-from gpulab.workloads.training import Dims
+from gpulab.workloads.training.problem import Dims
 
 HIDDEN = {
     "training.1": (

@@ -1,24 +1,22 @@
-"""The training chapter's workload: a 32,754-128-4 bag-of-words classifier
-trained with mini-batch SGD, declared once.
+"""The training chapter's workload: a 32,754-128-4 bag-of-words classifier trained with mini-batch
+SGD, declared once.
 
-* :mod:`.data`: the synthetic corpus and its Bayes-optimal accuracy;
-* :mod:`.reference`: the network, its gradients and SGD in float64 NumPy;
-* :mod:`.steps`: the ladder, each step a list of kernel launches;
-* :mod:`.checks`: every step against the reference (one step, loss curves);
-* :mod:`.fit`: every step checked against the GPU's limits (or a simulated T4/L4's);
-* :mod:`.baselines`: PyTorch on the same data (eager, CUDA graphs, torch.compile);
-* :mod:`.record`: the benchmarks ``python -m gpulab record training`` runs,
-  and the helpers the notebook reads the recorded run with.
+:mod:`.data` (the synthetic corpus and its Bayes-optimal accuracy), :mod:`.reference` (the network,
+its gradients and SGD in float64 NumPy), :mod:`.problem` (the case: one SGD step on a batch, its
+seeded inputs and float64 reference), :mod:`.launchers` (the launch families: each step as a list of
+kernel launches), :mod:`.steps` (the ladder and each kernel file's prediction, data), :mod:`.checks`
+(the loss curves), :mod:`.fit` (every step against the GPU's limits, or a simulated T4's or L4's),
+:mod:`.baselines` (PyTorch on the same data), :mod:`.record` (``python -m gpulab record training``)
+and :mod:`.views` (what the notebook shows of a run).
 """
-from .data import TOPICS, VOCAB, Corpus
-from .reference import HIDDEN, LEARNING_RATE
-from .steps import EXERCISE, STEPS, BoundStep, Config, Dims, Op, Step, buffers, step, step_kernels, steps
-from .checks import CHECK_DIMS, check_curves, check_step, check_steps, loss_curve, reference_curve
-from .record import CHAPTER, benchmark_all, profile_driver
+from ...ladder import Chapter, owned_names
+from . import checks, data, launchers, problem, record, reference, steps, views
 
-TITLE = "Training a one-hidden-layer classifier on the GPU, from one kernel per operation to a fused step"
-
-__all__ = ["CHAPTER", "TITLE", "EXERCISE", "TOPICS", "VOCAB", "HIDDEN", "LEARNING_RATE", "Corpus", "STEPS", "BoundStep",
-           "Config", "Dims", "Op", "Step", "buffers", "step", "step_kernels", "steps", "CHECK_DIMS",
-           "check_curves", "check_step", "check_steps", "loss_curve", "reference_curve", "benchmark_all",
-           "profile_driver"]
+CHAPTER = Chapter(problem.NAME, problem.TITLE, steps.STEPS, problem.cases(), predicted=steps.PREDICTED, views=views,
+                  recording=record.benchmark_all, cases=problem.cases, seed=0, exercises=(steps.EXERCISE,),
+                  profile_driver=record.profile_driver)
+benchmark_all, profile_driver = CHAPTER.recording, CHAPTER.profile_driver
+#: Compatibility shim: the names the notebook reads as ``training.X`` (``training.Dims``,
+#: ``training.CHECK_DIMS``, ``training.check_curves``), from the module that owns each, until its
+#: cells name that module.
+__getattr__ = owned_names(__name__, (data, reference, problem, launchers, steps, checks, record, views))

@@ -31,7 +31,9 @@ from ...cpu import resources
 from ...device import limits as device_limits
 from ...kernels import get_backend, load_module
 from . import data
-from .steps import BATCHES, STEPS, Config, Dims, Step, scratch_shapes
+from .launchers import Config
+from .problem import BATCHES, Dims, scratch_shapes
+from .steps import STEPS, Step
 
 #: The share of the device's memory the chapter's data and buffers may use (the rest:
 #: PyTorch's caching allocator and workspaces, CuPy's pool, the CUDA context).

@@ -26,23 +26,36 @@ import time
 import numpy as np
 import pandas as pd
 
-from ... import recorder, roofline
+from dataclasses import replace
+
+from ... import ladder, recorder, roofline, timing
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend
+from ...ladder import find
+from ...recorder import Variant
 from ...timing import event_region, span_samples
 from . import baselines, data, fit, reference
 from .checks import curve_deviation, is_broken
-from .steps import BATCHES, MAIN_BATCH, STEPS, BoundStep, Config, Dims, Step, buffers, step, step_kernels
-
-CHAPTER = "training"
-#: The check's learning rate: large, so the update stands above fp32 rounding of W1.
+from .launchers import buffers
+from .problem import BATCHES, MAIN_BATCH, NAME, Dims, SgdStep
+from .steps import STEPS, Step
+#: The full-size check's learning rate: large, so the update stands above fp32 rounding of W1.
 CHECK_LR = 300.0
 SWEEP_BLOCKS = ((8, 8), (16, 16), (32, 8), (32, 32), (64, 4), (128, 2))
 SWEEP_DOCS = 8192          # every sweep point trains on the same 8,192 documents
 EPOCHS = 20
 #: Time one variant may take to be timed (ms): slow ones get fewer repeats.
 TIMING_BUDGET_MS = 500.0
+#: Steps timed eagerly are also timed in a CUDA graph (of this many steps) when an eager step
+#: takes less than this (the graph removes launch costs, which a long step hides).
+GRAPH_LAUNCHES = 10
+GRAPH_BELOW_MS = 5.0
+
+
+def bind_step(step_: Step, arrays: dict, d: Dims, lr: float = reference.LEARNING_RATE):
+    """``step_`` bound on the GPU to ``arrays`` (a batch's buffers) through its launch family."""
+    return ladder.bind(step_, SgdStep(d, lr=lr).for_step(step_), arrays, "gpu")
 
 
 def flops_per_step(d: Dims, sparse_nnz: int | None = None) -> float:
@@ -100,7 +113,7 @@ class GpuData:
 def _check_full_size(step_: Step, gd: GpuData, params: dict, batch_ref: dict) -> dict:
     d = Dims(MAIN_BATCH, data.VOCAB)
     bufs = gd.batch_buffers(step_, d, 0, params)
-    BoundStep(step_, d, bufs, Config(lr=CHECK_LR), "gpu")()
+    bind_step(step_, bufs, d, CHECK_LR)()
     import cupy
     cupy.cuda.get_current_stream().synchronize()
     out = {"loss": compare(bufs["loss"], batch_ref["loss"], step_.precision).rel_error,
@@ -115,38 +128,42 @@ def _check_full_size(step_: Step, gd: GpuData, params: dict, batch_ref: dict) ->
     return out
 
 
-def time_ladder(gd: GpuData, params: dict, repeats: int, batches=BATCHES, log=print, steps_=STEPS,
-                plan=None) -> list[dict]:
-    """Every step of ``steps_`` at every batch size, eager and in a graph; a pair
-    the device's :class:`~.fit.Plan` skips is not measured (the plan lists it)."""
-    from ...timing import benchmark, graph_benchmark
-    rows = []
-    for step_ in steps_:
-        for b in batches:
-            why = plan.skip_reason(step_.ordinal, b) if plan is not None else None
-            if why:
-                log(f"{step_.label:55s} B={b:5d} skipped: {why}", flush=True)
-                continue
-            d = Dims(b, data.VOCAB)
-            nnz = int(gd.train.indptr[b]) if step_.input == "sparse" else None
-            bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
-            bound = BoundStep(step_, d, bufs, Config(), "gpu")
-            labels = {"step": step_.ordinal, "batch": b, "precision": step_.precision, "input": step_.input,
-                      "kernels": len(bound.ops)}
-            work = {"flops": flops_per_step(d, nnz), "bytes": bytes_per_step(d, nnz)}
-            if not step_.graph:
-                t = benchmark(bound, repeats=repeats, budget_ms=TIMING_BUDGET_MS)
-                rows.append(t.row("ladder", step_.label, b, mode="eager", **work, **labels))
-                eager = rows[-1]["median_ms"]
-            else:
-                eager = 0.0
-            if step_.graph or eager < 5.0:
-                t = graph_benchmark(bound, launches=10, repeats=max(20, repeats // 2), budget_ms=TIMING_BUDGET_MS)
-                rows.append(t.row("ladder", step_.label, b, mode="graph", **work, **labels))
-            graph = (f"graph {rows[-1]['median_ms']:9.4f} ms" if rows[-1]["mode"] == "graph"
-                     else "not timed in a graph (eager takes 5 ms or more)")
-            log(f"{step_.label:55s} B={b:5d} eager {eager:9.4f} ms, {graph}", flush=True)
-    return rows
+def graph_timer(launch, *, repeats: int, **options):
+    """A step timed as a captured CUDA graph of :data:`GRAPH_LAUNCHES` steps (half the repeats, at
+    least 20: each repeat replays the whole graph)."""
+    return timing.graph_benchmark(launch, launches=GRAPH_LAUNCHES, repeats=max(20, repeats // 2), **options)
+
+
+def step_variants(rec, run: "_Run", step_: Step) -> list[Variant]:
+    """``step_`` at every batch size this device's :class:`~.fit.Plan` lets it run (a pair it
+    skips is not measured; the plan lists it), each a :class:`Variant` the ladder loop checks
+    (the step's full-size check, :func:`full_size_check`, run once) and times: eagerly, and also
+    in a graph where an eager step takes less than :data:`GRAPH_BELOW_MS` (a graph step: only in
+    its graph)."""
+    check = full_size_check(run, step_)
+    variants = []
+    for b in run.batches:
+        why = run.plan.skip_reason(step_.ordinal, b)
+        if why:
+            rec.progress(f"{step_.label:55s} B={b:5d} skipped: {why}")
+            continue
+        d = Dims(b, data.VOCAB)
+        nnz = int(run.gd.train.indptr[b]) if step_.input == "sparse" else None
+        launch = bind_step(step_, run.gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in run.params.items()}), d)
+        labels = {"flops": flops_per_step(d, nnz), "bytes": bytes_per_step(d, nnz), "step": step_.ordinal,
+                  "batch": b, "precision": step_.precision, "input": step_.input, "kernels": len(launch.ops)}
+
+        def rows(measured, _checked, _medians, b=b, launch=launch, labels=labels) -> list[dict]:
+            if step_.graph:
+                return [measured.row("ladder", step_.label, b, mode="graph", **labels)]
+            out = [measured.row("ladder", step_.label, b, mode="eager", **labels)]
+            if measured.median_ms < GRAPH_BELOW_MS:
+                graph = graph_timer(launch, repeats=rec.repeats, budget_ms=rec.variant_budget_ms)
+                out.append(graph.row("ladder", step_.label, b, mode="graph", **labels))
+            return out
+        variants.append(Variant(step_.label, launch, check, rows, where={"step": step_.ordinal},
+                                timer=graph_timer if step_.graph else None))
+    return variants
 
 
 def time_vendor(gd: GpuData, params: dict, repeats: int, batches=(MAIN_BATCH,), log=print,
@@ -198,11 +215,12 @@ def breakdown(gd: GpuData, params: dict, numbers=None, repeats: int = 30, plan=N
         if plan is not None and plan.skip_reason(step_.ordinal, MAIN_BATCH):
             continue
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
-        bound = BoundStep(step_, d, bufs, Config(), "gpu")
-        def run(span):
-            bound(lambda op, stream: span(op.name, stream))
+        launch = bind_step(step_, bufs, d)
+
+        def run(span, launch=launch):
+            launch(lambda op, stream: span(op.name, stream))
         samples = span_samples(run, cupy.cuda.get_current_stream(), repeats=repeats, warmup=3)
-        for i, op in enumerate(bound.ops):
+        for i, op in enumerate(launch.ops):
             s = np.asarray(samples[op.name])
             rows.append({"experiment": "breakdown", "variant": step_.label, "size": MAIN_BATCH, "phase": "kernel",
                          "median_ms": float(np.median(s)), "q1_ms": float(np.percentile(s, 25)),
@@ -221,18 +239,18 @@ def timeline(gd: GpuData, params: dict, numbers=(2, 3), plan=None) -> pd.DataFra
     for number in numbers:
         if plan is not None and plan.skip_reason(number, MAIN_BATCH):
             continue
-        step_ = step(number)
+        step_ = find(STEPS, number)
         bufs = gd.batch_buffers(step_, d, 0, {k: v.copy() for k, v in params.items()})
-        bound = BoundStep(step_, d, bufs, Config(), "gpu")
+        launch = bind_step(step_, bufs, d)
         for _ in range(3):
-            bound()
+            launch()
         cupy.cuda.Device().synchronize()
         tl = tl_mod.Timeline()
         main = tl.stream("stream 0")
-        for s, stream in getattr(bound, "_streams", {}).items():
+        for s, stream in getattr(launch, "_streams", {}).items():
             tl.stream(f"stream {s}", stream)
         with main:
-            bound(lambda op, stream: tl.span(stream, "kernel", op.name))
+            launch(lambda op, stream: tl.span(stream, "kernel", op.name))
         frames.append(tl.rows().assign(step=number, variant=step_.label))
     return pd.concat(frames, ignore_index=True)
 
@@ -262,17 +280,18 @@ TRAIN_EVAL_DOCS = 8192
 
 
 class Trainer:
-    """Trains with one ladder step over consecutive batches of the training
-    set: every batch bound once (the graph step: captured once per batch)."""
+    """Trains with one ladder step (its launch configuration: the step's ``block`` and
+    ``options``) at learning rate ``lr`` over consecutive batches of the training set: every
+    batch bound once (the graph step: captured once per batch)."""
 
-    def __init__(self, step_: Step, gd: GpuData, params: dict, b: int, config: Config = Config(), docs=None):
+    def __init__(self, step_: Step, gd: GpuData, params: dict, b: int, lr: float = reference.LEARNING_RATE,
+                 docs=None):
         import cupy
         self.step, self.b = step_, b
         d = Dims(b, data.VOCAB)
         self.batches = (docs or gd.train.docs) // b
         if step_.input != "sparse" and self.batches * b > gd.dense.shape[0]:
             self.batches = gd.dense.shape[0] // b
-        fns = step_kernels(step_, d, config, "gpu")
         self.params = {k: cupy.asarray(v) for k, v in params.items()}
         base = gd.batch_buffers(step_, d, 0, params)
         base.update(self.params)
@@ -282,7 +301,7 @@ class Trainer:
         self.bound = []
         for i in range(self.batches):
             bufs = gd.batch_buffers(step_, d, i * b, params, dict(base))
-            self.bound.append(BoundStep(step_, d, bufs, config, "gpu", fns))
+            self.bound.append(bind_step(step_, bufs, d, lr))
         self.graphs = None
         self.replay_check = None
         if step_.graph:
@@ -401,10 +420,10 @@ def train_curves(gd: GpuData, test: data.Corpus, params: dict, numbers=(7, 8, 9,
     if docs < b:
         raise RuntimeError(f"{gd.dense.shape[0]:,} documents kept dense on this device: fewer than one batch of {b:,}")
     out = []
-    runs = [(n, step(n)) for n in numbers] + [("torch", None)]
+    runs = [(n, find(STEPS, n)) for n in numbers] + [("torch", None)]
     for name, step_ in runs:
         if step_ is not None:
-            tr = Trainer(step_, gd, params, b, Config(lr=lr), docs=docs)
+            tr = Trainer(step_, gd, params, b, lr, docs=docs)
             n_batches, label = tr.batches, step_.label
         else:
             tr = _TorchTrainer(gd, params, b, lr)
@@ -487,7 +506,7 @@ def sweep(gd: GpuData, test: data.Corpus, params: dict, number: int = 6, batches
                 if time.perf_counter() > deadline:
                     log("sweep: time budget spent; the remaining points are not measured")
                     return pd.DataFrame(out)
-                tr = Trainer(step(number), gd, params, b, Config(block=blk, lr=lr, options=options),
+                tr = Trainer(replace(find(STEPS, number), block=blk, options=options), gd, params, b, lr,
                              docs=min(SWEEP_DOCS, gd.dense.shape[0]))
                 losses = cupy.zeros(tr.batches, cupy.float32)
                 epoch_ms = event_region(lambda: tr.epoch(losses))          # end to end, as above
@@ -547,17 +566,17 @@ def profile_driver() -> None:
     params = reference.init_params()
     d = Dims(MAIN_BATCH, data.VOCAB)
     for n in PROFILE_STEPS:
-        bufs = gd.batch_buffers(step(n), d, 0, params)
-        BoundStep(step(n), d, bufs, Config(), "gpu")()
+        step_ = find(STEPS, n)
+        bind_step(step_, gd.batch_buffers(step_, d, 0, params), d)()
         cupy.cuda.Device().synchronize()
 
 
 def profile_steps() -> pd.DataFrame:
     """The profiler's figures for each kernel launch of PROFILE_STEPS, labelled with step and op."""
     from ... import profiler
-    ops = [(n, op) for n in PROFILE_STEPS for op in step(n).ops(Dims(MAIN_BATCH, data.VOCAB))]
+    ops = [(n, op) for n in PROFILE_STEPS for op in find(STEPS, n).ops(Dims(MAIN_BATCH, data.VOCAB))]
     names = sorted({op.kernel for _, op in ops})
-    driver = profiler.driver(CHAPTER)
+    driver = profiler.driver(NAME)
     regex = "^(" + "|".join(names) + ")$"
     try:
         raw = profiler.profile(driver, PROFILE_METRICS + list(PROFILE_STALL_METRICS), kernel_regex=regex, timeout=90)
@@ -598,14 +617,39 @@ class _Run:
         grads = reference.backward(batch, batch.labels, p64, acts)
         self.batch_ref = {"loss": np.array([reference.loss(acts["P"], batch.labels)]),
                           "dW1": -CHECK_LR * grads["dW1"], "dW2": -CHECK_LR * grads["dW2"]}
-        self.passed: list[Step] = []
+        self.checks: list[dict] = []
+        self.progress = rec.progress
 
 
-def check_all(rec, run: _Run):
-    """Every step at full size (B = 1,024, V = 32,754) before any timing: a step that fails its
-    check is listed (``checks``: passed, error) and not timed; one this device cannot run at
-    B = 1,024 is neither checked nor timed (``skipped``)."""
-    checks = []
+def full_size_check(run: _Run, step_: Step):
+    """The check every variant of ``step_`` runs before it is timed: the step at full size
+    (B = 1,024, V = 32,754) against the float64 reference, run at the first call only, its result
+    (or its failure, raised again) kept for the others, and its row in the ``checks`` table."""
+    outcome: dict = {}
+
+    def check() -> dict:
+        if not outcome:
+            try:
+                outcome["errors"] = _check_full_size(step_, run.gd, run.params, run.batch_ref)
+            except Exception as exc:      # noqa: BLE001 (the ladder loop lists it; its row says why)
+                outcome["failure"] = exc
+            errors = outcome.get("errors", {})
+            failure = outcome.get("failure")
+            run.checks.append({"step": step_.ordinal, "variant": step_.label, "passed": failure is None,
+                               "error": f"{type(failure).__name__}: {failure}"[:500] if failure else "",
+                               **{f"rel_error {k}": v for k, v in errors.items()}})
+            run.progress(f"checked {step_.label}: {errors if failure is None else run.checks[-1]['error']}")
+        if "failure" in outcome:
+            raise outcome["failure"]
+        return outcome["errors"]
+    return check
+
+
+def time_ladder(rec, run: _Run):
+    """Every step at every batch size through the ladder loop (:meth:`Recorder.ladder`), each
+    step checked at full size before it is timed and each a part of its own (one failing leaves
+    the others); a step this device cannot run at B = 1,024 is neither checked nor timed
+    (``skipped``). The ``checks`` table: each step checked, passed, error."""
     for s in STEPS:
         why = run.plan.skip_reason(s.ordinal, MAIN_BATCH)
         if why:               # not checked at full size on this device, so not timed either
@@ -613,22 +657,8 @@ def check_all(rec, run: _Run):
             for b in run.batches:
                 rec.skip(f"not checked at batch {MAIN_BATCH:,} here ({why}), so not timed", step=s.ordinal, batch=b)
             continue
-        result = rec.checked(lambda: _check_full_size(s, run.gd, run.params, run.batch_ref), step=s.ordinal)
-        if result:
-            run.passed.append(s)
-        errs = result.value if result else {}
-        checks.append({"step": s.ordinal, "variant": s.label, "passed": result.passed,
-                       "error": result.error,
-                       **{f"rel_error {k}": v for k, v in errs.items()}})
-        rec.progress(f"checked {s.label}: {errs if result else result.error}")
-    rec.table("checks", pd.DataFrame(checks))
-
-
-def ladder(rec, run: _Run):
-    """Every step that passed its check, each a part of its own (one failing leaves the others)."""
-    for s in run.passed:
-        rec.add(rec.attempt(f"ladder {s.ordinal}", lambda: time_ladder(
-            run.gd, run.params, rec.repeats, run.batches, log=rec.progress, steps_=[s], plan=run.plan), []))
+        rec.attempt(f"ladder {s.ordinal}", lambda: rec.ladder(step_variants(rec, run, s)))
+    rec.table("checks", pd.DataFrame(run.checks))
 
 
 def vendor(rec, run: _Run):
@@ -684,9 +714,8 @@ def side_tables(rec, run: _Run):
 #: Every experiment of the chapter on the GPU, in order. A failing experiment is listed in the
 #: ``problems`` table and the run goes on; the optional ones are not started once the run's
 #: budget (:data:`RUN_BUDGET_S`) is spent.
-benchmark_all = recorder.Recording(CHAPTER, [
-    recorder.Experiment("checks", check_all),
-    recorder.Experiment("ladder", ladder),
+benchmark_all = recorder.Recording(NAME, [
+    recorder.Experiment("ladder", time_ladder),
     recorder.Experiment("vendor", vendor),
     recorder.Experiment("curves", curves, optional=True),
     recorder.Experiment("breakdown", time_breakdown, optional=True),
@@ -696,4 +725,5 @@ benchmark_all = recorder.Recording(CHAPTER, [
     recorder.Experiment("profile", profile_counters, optional=True),
     recorder.Experiment("side tables", side_tables),
 ], setup=_Run, skipped_key=("step", "batch"), budget_s=RUN_BUDGET_S, keep_going=True,
-    crosscheck=lambda row: row["experiment"] in ("ladder", "vendor") and row["size"] == MAIN_BATCH)
+    crosscheck=lambda row: row["experiment"] in ("ladder", "vendor") and row["size"] == MAIN_BATCH,
+    variant_budget_ms=TIMING_BUDGET_MS)

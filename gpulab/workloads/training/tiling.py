@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ... import datasheet, paths
-from .steps import Dims, step
+from ...ladder import find
+from .problem import Dims
+from .steps import STEPS
 
 #: The product the figure draws: step 7's forward product, Z1 (+)= X W1.
 FORWARD = "forward_product"
@@ -76,7 +78,7 @@ def geometry(dims: Dims | None = None) -> Tiling:
     chapter's batch of 1,024 over the whole vocabulary)."""
     from .data import VOCAB
     dims = dims or Dims(1024, VOCAB)
-    path = paths.kernel_path(step(7).file)
+    path = paths.kernel_path(find(STEPS, 7).file)
     text = path.read_text()
     d = _defines(text)
     missing = [k for k in ("BM", "BN", "BK", "TM", "TN") if k not in d]
@@ -94,7 +96,7 @@ def geometry(dims: Dims | None = None) -> Tiling:
         found.append((vec, half))
     if found[0] != found[1]:
         raise ValueError(f"{path}: rows are cut in runs {found[0]}, columns {found[1]}; the figure expects the same")
-    op = next(o for o in step(7).ops(dims) if o.kernel == FORWARD)
+    op = next(o for o in find(STEPS, 7).ops(dims) if o.kernel == FORWARD)
     t = Tiling(d["BM"], d["BN"], d["BK"], d["TM"], d["TN"], found[0][0], found[0][1], int(np.prod(op.block)),
                tuple(op.grid), dims)
     if (t.BM // t.TM) * (t.BN // t.TN) != t.threads:
@@ -117,7 +119,7 @@ def sass_counts() -> pd.DataFrame:
     from ... import sass
     rows = []
     for number, kernel in SASS_KERNELS.items():
-        listing = sass.listing(step(number).file)
+        listing = sass.listing(find(STEPS, number).file)
         if kernel not in listing.kernels:
             raise ValueError(f"{listing.file}: no kernel {kernel!r} in its SASS (found {sorted(listing.kernels)})")
         ops = [text.split()[0] for _, text in listing.kernels[kernel]]
@@ -142,9 +144,9 @@ def loads_per_fma(t: Tiling | None = None, counts: pd.DataFrame | None = None) -
     hold the FMAs back)."""
     t = t or geometry()
     counts = sass_counts() if counts is None else counts
-    tile6 = _defines(paths.kernel_path(step(6).file).read_text()).get("TILE")
+    tile6 = _defines(paths.kernel_path(find(STEPS, 6).file).read_text()).get("TILE")
     if tile6 is None:
-        raise ValueError(f"{step(6).file}: expected '#define TILE <number>'")
+        raise ValueError(f"{find(STEPS, 6).file}: expected '#define TILE <number>'")
     arch = datasheet.lookup("H100 80GB HBM3").architecture
     ffma_per_clock = Fraction(arch.fp32_lanes_per_sm, datasheet.WARP_SIZE)
     wide = datasheet.WARP_SIZE * 16 // (datasheet.SHARED_BANKS * datasheet.BANK_BYTES)   # clocks per LDS.128, at most
@@ -333,7 +335,7 @@ def figure(t: Tiling | None = None, highlight=((0, 0), (5, 2))):
 
     fig.suptitle(f"Step 7: which thread computes which part of Z1 = X W1,\nand how many loads feed each FMA? "
                  f"(B = {B:,})", x=0.01, ha="left", fontweight="bold", fontsize=13)
-    fig.text(0.01, 0.01, f"drawn from {step(7).file} (#define BM {t.BM}, BN {t.BN}, BK {t.BK}, TM {t.TM}, "
+    fig.text(0.01, 0.01, f"drawn from {find(STEPS, 7).file} (#define BM {t.BM}, BN {t.BN}, BK {t.BK}, TM {t.TM}, "
              f"TN {t.TN}; the epilogue's indices)\nand the step's launch of {FORWARD}: grid "
              f"{t.grid}, {t.threads} threads. Panel (a) is not to scale.", fontsize=8.5, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 0.93))

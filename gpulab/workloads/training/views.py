@@ -16,10 +16,12 @@ from matplotlib.ticker import NullFormatter
 from ... import baselines as vendor_mod
 from ... import plots, predictions, roofline, runs, timeline
 from ...errors import RecordedRunError
+from ...ladder import find
 from ...runs import RecordedRun
 from . import data
 from .record import benchmark_all
-from .steps import PREDICTED, STEPS, Dims, step
+from .problem import Dims
+from .steps import PREDICTED, STEPS
 
 MAIN_BATCH = 1024
 
@@ -101,7 +103,7 @@ def step_times(run: RecordedRun, number: int) -> pd.DataFrame:
     for step 10, eager before it): time per SGD step and per epoch (the 40,960 training documents),
     styled with the run's caption. The run also timed steps 1-9 captured; :func:`graph_gain` shows
     those at step 10, the step about graphs, rather than in every table before it."""
-    s = step(number)
+    s = find(STEPS, number)
     mode = "graph" if s.graph else "eager"
     rows = run.experiment("ladder")
     rows = rows[(rows["variant"] == s.label) & (rows["mode"] == mode)]
@@ -193,7 +195,7 @@ def scaling_figure(run: RecordedRun, steps=SCALING_STEPS):
     """Time per epoch against batch size for a few steps (:data:`SCALING_STEPS`), and PyTorch's
     fastest path where the run timed it at several batch sizes."""
     rows = epoch_times(run).rename(columns={"size": "batch"})
-    labels = [step(n).label for n in steps]
+    labels = [find(STEPS, n).label for n in steps]
     rows = rows[rows["variant"].isin(labels)]
     rows = rows.assign(order=rows["variant"].map(labels.index)).sort_values("order").drop(columns="order")
     v = run.timings[run.timings["experiment"] == "vendor"]
@@ -537,7 +539,7 @@ def gpu_comparison_numbers(table: pd.DataFrame | None) -> dict:
     out = {}
     by = table.set_index("variant")
     for n in (7, 8, 10):
-        label = step(n).label
+        label = find(STEPS, n).label
         if label in by.index:
             out[f"g2_s{n}_ratio"] = f"{by.loc[label, 'ratio']:.2f}"
             out[f"g2_s{n}_bound"] = str(by.loc[label, "bound"])
@@ -609,7 +611,7 @@ def numbers(run) -> dict:
         if "curves" in run.tables:
             acc = accuracy_table(run)["final test accuracy"]
             for key, n in (("acc07", 7), ("acc08", 8), ("acc10", 10)):
-                label = step(n).label
+                label = find(STEPS, n).label
                 out[key] = f"{acc[label]:.1%}" if label in acc else "-"
             ref = [i for i in acc.index if i.startswith("PyTorch")]
             out["acc_torch"] = f"{acc[ref[0]]:.1%}" if ref else "-"
