@@ -72,7 +72,7 @@
 
 // wpack: the filters as uint2 per (r, k-half h, n-tile j, lane): the two registers of the
 // B fragment, (k 2t..2t+1, filter 8j+g) and (k 2t+8..2t+9, filter 8j+g), k = 16h + 4s' + c
-// within filter row r (s = 4h + s', zero where s = 7). See lenet.steps.pack_conv2_filters.
+// within filter row r (s = 4h + s', zero where s = 7). See lenet.launchers.pack_conv2_filters.
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 conv2_mma_nhwc_relu_pool(const __half* __restrict__ x, const uint2* __restrict__ wpack,
                          __half* __restrict__ p, int N)
@@ -190,7 +190,7 @@ conv2_mma_nhwc_relu_pool(const __half* __restrict__ x, const uint2* __restrict__
 // wpack1: [k-step 0..3][lane][register q] = (k 2t + 8q, +1; column g), k-step p covering
 // input rows 2p (q = 0) and 2p + 1 (q = 1), taps s = 2t, 2t + 1; column g is filter g / 2 at
 // row offset d = g % 2: the weight w[g / 2][2p + q - d][s] (zero outside r 0-6, s 0-6).
-// See lenet.steps.pack_conv1_filters.
+// See lenet.launchers.pack_conv1_filters.
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 conv1_mma_relu_pool(const float* __restrict__ x, const uint2* __restrict__ wpack, __half* __restrict__ p, int N)
 {
