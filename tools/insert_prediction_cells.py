@@ -34,12 +34,13 @@ _ALEXNET_GLUE = ("from gpulab import predictions\n"
                  "predictions.glue_verdicts(alexnet.prediction_table(run, alexnet.CHAPTER_STEPS[\"{chapter}\"]), \"{chapter}\");")
 
 
-def _alexnet_verdicts(steps: tuple, after: str) -> dict:
-    """The verdict cell of an AlexNet section's steps, after the code cell that shows their times."""
+def _alexnet_verdicts(steps: tuple, after: str, chapter: str = "alexnet") -> dict:
+    """The verdict cell of an AlexNet section's steps, after the code cell that shows their times
+    (each chapter's verdicts glued under its own name: alexnet_verdict_NN, alexnet_hopper_verdict_NN)."""
     if len(steps) == 1:
-        source = f"**Prediction:** {{glue:text}}`alexnet_verdict_{steps[0]}`."
+        source = f"**Prediction:** {{glue:text}}`{chapter}_verdict_{steps[0]}`."
     else:
-        source = "\n\n".join(f"**Prediction, step {int(n)}:** {{glue:text}}`alexnet_verdict_{n}`." for n in steps)
+        source = "\n\n".join(f"**Prediction, step {int(n)}:** {{glue:text}}`{chapter}_verdict_{n}`." for n in steps)
     return {"id": f"verdict-{steps[0]}" + (f"-{steps[-1]}" if len(steps) > 1 else ""), "after": after,
             "type": "markdown", "source": source}
 
@@ -184,7 +185,7 @@ CHAPTERS = {
                     "                   f\"N = {alexnet.MAIN_N}; \" + run.caption)")},
         {"id": "verdicts-glue", "after": "run = gpulab.live_or_recorded(alexnet.CHAPTER", "type": "code",
          "source": _ALEXNET_GLUE.format(chapter="alexnet_hopper")},
-        *[_alexnet_verdicts(steps, after) for steps, after in [
+        *[_alexnet_verdicts(steps, after, "alexnet_hopper") for steps, after in [
             (("25",), "wgmma_columns = ["), (("26",), "float_profile = ("),
             (("27",), "values, table = alexnet.views.step27("), (("28",), "values, table = alexnet.views.step28(")]],
     ],
