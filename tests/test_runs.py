@@ -231,9 +231,53 @@ def test_every_recorded_run_matches_the_kernel_sources_it_names():
         assert not missing, f"{meta_file.relative_to(REPO)} names files that are gone: {missing}"
         edited = [f for f, digest in recorded.items() if hashlib.sha256((REPO / f).read_bytes()).hexdigest() != digest]
         stale = [f for f in edited if code.get(f) != code_digest((REPO / f).read_text())]
+        if stale and "kernel_ptx_sha256" in meta:
+            # A code edit (code moved into a header, a kernel added beside the steps) that leaves
+            # every build of the run's kernel files making the PTX it made when it was stamped
+            # (tools/ptx_compare.py stamp) leaves the run describing the code.
+            changed = _ptx_compare().unchanged_builds(meta)
+            assert not changed, (f"{meta_file.relative_to(REPO)} was recorded from other code: {stale} changed and "
+                                 f"so did the PTX of {changed}: record it again")
+            stale = []
         assert not stale, f"{meta_file.relative_to(REPO)} was recorded from other code in {stale}: record it again"
         checked += len(recorded)
     assert checked > 0, "no recorded run names its kernel sources"
+
+
+def _ptx_compare():
+    import importlib.util
+    from gpulab.paths import REPO
+    spec = importlib.util.spec_from_file_location("ptx_compare", REPO / "tools" / "ptx_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_ptx_stamp_lets_a_run_stand_through_a_refactor_and_not_through_a_code_change(tmp_path):
+    """The stamp of a kernel file's builds: a change that moves code into a header keeps its PTX,
+    one that changes what the kernel does changes it (tools/ptx_compare.py stamp, unchanged_builds)."""
+    ptx_compare = _ptx_compare()
+    from gpulab.cpu import resources
+    if resources._library()[0] is None:
+        pytest.skip("NVRTC (the nvidia-cuda-nvrtc wheel) is not installed here")
+    kernel = ("extern \"C\" __global__ void scale(int n, float a, const float *x, float *y)\n"
+              "{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i];\n}\n")
+    folder = tmp_path / "kernels" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "01_scale.cu").write_text(kernel)
+    meta = {"kernel_ptx_sha256": {"nvrtc": ptx_compare.nvrtc_release(),
+                                  "builds": {"kernels/demo/01_scale.cu": ptx_compare.build_digests(
+                                      folder / "01_scale.cu", tmp_path)}}}
+    # The body moved into a header the step includes: the same PTX.
+    (folder / "scale.cuh").write_text("__device__ inline float scaled(float a, float v) { return a * v; }\n")
+    (folder / "01_scale.cu").write_text('#include "scale.cuh"\n' + kernel.replace("a * x[i]", "scaled(a, x[i])"))
+    assert ptx_compare.unchanged_builds(meta, tmp_path) == []
+    # What the kernel computes changed: another PTX.
+    (folder / "01_scale.cu").write_text(kernel.replace("a * x[i]", "a * x[i] + 1.0f"))
+    assert ptx_compare.unchanged_builds(meta, tmp_path) == ["kernels/demo/01_scale.cu [compute_90]"]
+    meta["kernel_ptx_sha256"]["nvrtc"] = "0.0"
+    with pytest.raises(LookupError, match="stamped with NVRTC 0.0"):
+        ptx_compare.unchanged_builds(meta, tmp_path)
 
 
 def test_a_comment_edit_keeps_the_code_digest_and_a_code_edit_changes_it():

@@ -16,13 +16,28 @@ kept; after a change, the PTX must be one of the versions made before.
     PYTHONPATH=. python tools/ptx_compare.py dump /tmp/ptx_before --tree /tmp/tree_before
     PYTHONPATH=. python tools/ptx_compare.py dump /tmp/ptx_after       # after
     PYTHONPATH=. python tools/ptx_compare.py compare /tmp/ptx_before /tmp/ptx_after
+
+A recorded run that names its kernel sources (``kernel_sources_sha256`` in its meta) can also keep
+the PTX they made: ``stamp META...`` rebuilds the tree the run was recorded from (each named file's
+version found in git history by its sha256, the rest of kernels/ as it is) and writes into the meta
+``kernel_ptx_sha256``: the NVRTC release, and for every build of every kernel file the run names the
+sha256 of each PTX version NVRTC made (no line info, compared whole). tests/test_runs.py then lets a
+run stand through a code edit of its sources where every build still makes one of those PTX
+versions (:func:`unchanged_builds`): a refactor that moves code into a header, say.
+
+    PYTHONPATH=. python tools/ptx_compare.py stamp labdata/runs/*/hopper.meta.json
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
+import json
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from gpulab import paths
@@ -164,6 +179,102 @@ def compare(before: Path, after: Path) -> int:
     return 1 if differ else 0
 
 
+# ------------------------------------------------------------------ a recorded run's PTX
+def nvrtc_release() -> str:
+    """The NVRTC this machine compiles with: the wheel's version (13.5.37), else NVRTC's own."""
+    try:
+        from importlib.metadata import version
+        return version("nvidia-cuda-nvrtc")
+    except Exception:                       # noqa: BLE001 (not a wheel install: ask the library)
+        lib, reason = resources._library()
+        if lib is None:
+            raise RuntimeError(reason)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        return f"{major.value}.{minor.value}"
+
+
+def _tag(arch: str, extra) -> str:
+    return " ".join((arch, *extra))
+
+
+def build_digests(path: Path, tree: Path, repeats: int = 8, wanted: dict | None = None) -> dict[str, list[str]]:
+    """``{build: sorted sha256 of each PTX version}`` for every build of ``path`` in ``tree``
+    (no line info, whole). With ``wanted`` (a stamp's digests by build), a build stops compiling
+    as soon as it makes one of the wanted versions."""
+    source = _with_symbol_sizes(path.read_text())
+    include = (f"-I{tree / 'kernels'}", f"-I{path.parent}")
+    out = {}
+    for shown, arch, extra in builds(path, tree):
+        tag = _tag(arch, extra)
+        seen = []
+        for attempt in range(repeats):
+            try:
+                digest = hashlib.sha256(ptx(source, shown, arch, include + extra).encode()).hexdigest()
+            except RuntimeError as exc:
+                digest = "NVRTC ERROR " + hashlib.sha256(str(exc).encode()).hexdigest()[:16]
+            if digest not in seen:
+                seen.append(digest)
+            if wanted is not None and digest in wanted.get(tag, ()):
+                break
+            if wanted is None and attempt >= 1 and len(seen) == 1:
+                break
+        out[tag] = sorted(seen)
+    return out
+
+
+def recorded_tree(sources: dict[str, str], dest: Path) -> Path:
+    """kernels/ as it is, with each of ``sources`` ({path: sha256}) at the version git history
+    holds with that sha256: the tree a run was recorded from. Refused where a version is not found."""
+    shutil.copytree(paths.REPO / "kernels", dest / "kernels")
+    for name, digest in sources.items():
+        found = None
+        revisions = subprocess.run(["git", "-C", str(paths.REPO), "rev-list", "--all", "--", name],
+                                   capture_output=True, text=True, check=True).stdout.split()
+        for rev in revisions:
+            blob = subprocess.run(["git", "-C", str(paths.REPO), "show", f"{rev}:{name}"], capture_output=True)
+            if blob.returncode == 0 and hashlib.sha256(blob.stdout).hexdigest() == digest:
+                found = blob.stdout
+                break
+        if found is None:
+            raise RuntimeError(f"{name}: no version in git history has the recorded sha256 {digest[:12]}")
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(found)
+    return dest
+
+
+def stamp(meta_file: Path) -> dict:
+    """Write ``kernel_ptx_sha256`` into ``meta_file`` (see the module's docstring); returns it."""
+    meta = json.loads(meta_file.read_text())
+    sources = meta.get("kernel_sources_sha256") or {}
+    if not sources:
+        raise ValueError(f"{meta_file}: the run names no kernel sources (kernel_sources_sha256)")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = recorded_tree(sources, Path(tmp))
+        stamped = {name: build_digests(tree / name, tree) for name in sorted(sources) if name.endswith(".cu")}
+    meta["kernel_ptx_sha256"] = {"nvrtc": nvrtc_release(), "builds": stamped}
+    meta_file.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta["kernel_ptx_sha256"]
+
+
+def unchanged_builds(meta: dict, tree: Path = paths.REPO) -> list[str]:
+    """The builds of a run's kernel files (see :func:`stamp`) whose PTX in ``tree`` is none of the
+    recorded versions: empty where the run still describes the code. Raises where it cannot tell
+    (no stamp, or another NVRTC release than the stamp's)."""
+    stamped = meta.get("kernel_ptx_sha256")
+    if not stamped:
+        raise LookupError("the run has no PTX stamp (tools/ptx_compare.py stamp)")
+    here = nvrtc_release()
+    if stamped["nvrtc"] != here:
+        raise LookupError(f"the run's PTX was stamped with NVRTC {stamped['nvrtc']}, this machine has {here}")
+    changed = []
+    for name, wanted in stamped["builds"].items():
+        now = build_digests(tree / name, tree, wanted=wanted)
+        changed += [f"{name} [{tag}]" for tag in sorted(set(wanted) | set(now))
+                    if not set(now.get(tag, ())) & set(wanted.get(tag, ()))]
+    return changed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,7 +285,15 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    st = sub.add_parser("stamp")
+    st.add_argument("metas", type=Path, nargs="+", help="recorded runs' meta files")
     args = parser.parse_args(argv)
+    if args.command == "stamp":
+        for meta_file in args.metas:
+            found = stamp(meta_file)
+            print(f"{meta_file}: {sum(len(b) for b in found['builds'].values())} builds of "
+                  f"{len(found['builds'])} files stamped (NVRTC {found['nvrtc']})")
+        return 0
     if args.command == "dump":
         dump(args.out, args.tree.resolve())
         return 0
