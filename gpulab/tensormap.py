@@ -31,8 +31,10 @@ from .signature import TENSOR_MAP_DTYPE
 TENSOR_MAP_BYTES = 128
 #: Swizzle widths in bytes -> CUtensorMapSwizzle (cuda.h: NONE, 32B, 64B, 128B).
 SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
-#: Element types -> CUtensorMapDataType (cuda.h).
-_DATA_TYPES = {np.dtype(np.float16): 6, np.dtype(np.float32): 7}
+#: Element types -> CUtensorMapDataType (cuda.h). uint8 (CU_TENSOR_MAP_DATA_TYPE_UINT8) carries FP8
+#: codes (gpulab.fp8): the copy engine moves bytes and fills what lies outside the array with
+#: zeros, which is +0 in e4m3 and e5m2 alike.
+_DATA_TYPES = {np.dtype(np.uint8): 0, np.dtype(np.float16): 6, np.dtype(np.float32): 7}
 #: CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: NumPy and CuPy have no bfloat16, so a bfloat16 array is held
 #: as uint16 bit patterns and named with ``element="bf16"``.
 _BFLOAT16 = 9
@@ -73,7 +75,8 @@ def encode_2d(array, box: tuple[int, int], swizzle: int = 128, *, element: str |
     The rules are the hardware's (cuTensorMapEncodeTiled): rows start 16-byte aligned
     (the row pitch is a multiple of 16 bytes), a box side is 1 to 256 elements, and with a
     swizzle a box row is at most the swizzle's width. Coordinates outside the array read
-    as zeros. ``element="bf16"``: the array holds bfloat16 bit patterns as uint16.
+    as zeros. ``element="bf16"``: the array holds bfloat16 bit patterns as uint16. A uint8 array
+    (FP8 codes) is mapped as bytes.
     """
     if getattr(array, "ndim", None) != 2:
         raise KernelArgumentError(f"encode_2d needs a 2-D array (rows x columns), got "
@@ -87,7 +90,8 @@ def encode_2d(array, box: tuple[int, int], swizzle: int = 128, *, element: str |
     elif element is not None:
         raise KernelArgumentError(f"encode_2d: element must be None or 'bf16', got {element!r}")
     if data_type is None:
-        raise KernelArgumentError(f"encode_2d: element type {dtype} is not supported (float16 or float32)")
+        raise KernelArgumentError(f"encode_2d: element type {dtype} is not supported (float16, float32, or "
+                                  f"uint8 for FP8 codes)")
     if not array.flags.c_contiguous:
         raise KernelArgumentError("encode_2d needs a C-contiguous array (pass xp.ascontiguousarray(a))")
     if swizzle not in SWIZZLES:

@@ -314,7 +314,62 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float d[128], unsigned long
         : GPULAB_WGMMA_D128(d)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
-#undef GPULAB_WGMMA_D128
 #endif  // GPULAB_CPU_BACKEND (the CPU backend's are in gpulab_hopper_cpu.h)
 // ---- end hopper2 ----
+// ---- fp8: e4m3 and e5m2 operands (additive; the functions above are unchanged) ----
+// wgmma_m64n256k32_<A's kind>_<B's kind>(d, desc_a, desc_b, scale_d) and wgmma_m64n128k32_..., for
+// the four pairs of kinds (e4m3_e4m3, e4m3_e5m2, e5m2_e4m3, e5m2_e5m2): A 64 x 32 and B N x 32
+// one-byte elements from K-major shared-memory tiles (a k32 slice is 32 bytes of a row, as a k16
+// slice of halves is, so the descriptors are built as for halves, 32 elements further along the
+// rows per instruction), float accumulators laid out as wgmma_m64n256k16's (n128: j = 0 .. 15).
+// Twice the k of an fp16 instruction in the same time: twice the rate. PTX allows no transpose
+// for FP8 (K-major only), so there are no imm-trans operands.
+//
+// The tensor cores add an instruction's 32 products and the accumulator it is given in reduced
+// precision: 13 fraction bits below the largest exponent among them, the bits below cut (Khattak
+// and Mikaitis's measured model, gpulab/fp8.py's tensor_core_gemm). Summed over a long K in one
+// accumulator, the cuts pile up (DeepSeek-V3's report, section 3.3.2); step 10 adds each slice's
+// partial sums into float registers instead. The CPU backend computes the same model.
+#ifndef GPULAB_CPU_BACKEND
+#define GPULAB_WGMMA_REGS128 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+#define GPULAB_WGMMA_REGS64 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define GPULAB_WGMMA_D64(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define GPULAB_WGMMA_FP8(AT, BT)                                                                         \
+    __device__ __forceinline__ void wgmma_m64n256k32_##AT##_##BT(float d[128], unsigned long long desc_a,   \
+                                                                 unsigned long long desc_b, int scale_d)    \
+    {                                                                                                    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                       \
+                     "wgmma.mma_async.sync.aligned.m64n256k32.f32." #AT "." #BT " "                      \
+                     "{" GPULAB_WGMMA_REGS128 "}, %128, %129, p, 1, 1;\n}\n"                             \
+                     : GPULAB_WGMMA_D128(d)                                                              \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                          \
+    }                                                                                                    \
+    __device__ __forceinline__ void wgmma_m64n128k32_##AT##_##BT(float d[64], unsigned long long desc_a,    \
+                                                                 unsigned long long desc_b, int scale_d)    \
+    {                                                                                                    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                        \
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32." #AT "." #BT " "                      \
+                     "{" GPULAB_WGMMA_REGS64 "}, %64, %65, p, 1, 1;\n}\n"                                \
+                     : GPULAB_WGMMA_D64(d)                                                               \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                          \
+    }
+GPULAB_WGMMA_FP8(e4m3, e4m3)
+GPULAB_WGMMA_FP8(e4m3, e5m2)
+GPULAB_WGMMA_FP8(e5m2, e4m3)
+GPULAB_WGMMA_FP8(e5m2, e5m2)
+#undef GPULAB_WGMMA_FP8
+#undef GPULAB_WGMMA_D64
+#undef GPULAB_WGMMA_REGS64
+#undef GPULAB_WGMMA_REGS128
+#undef GPULAB_WGMMA_D128
+#endif  // GPULAB_CPU_BACKEND (the CPU backend's are in gpulab_hopper_cpu.h)
+// ---- end fp8 ----
 #endif  // GPULAB_COMMON_HOPPER_H

@@ -8,6 +8,11 @@
 // as tf32, k8 per wgmma). A slice is one 128-byte swizzled row deep whatever the type: BK = 64
 // halves or bfloat16s, 32 floats (slice_k<T>), so the ring, the descriptors' byte offsets and the
 // copies' byte counts are the same for all three.
+//
+// FP8 (steps 9 and 10, where the including file has <cuda_fp8.h>): A and B of their own types TA
+// and TB (__nv_fp8_e4m3 or __nv_fp8_e5m2, one byte: a slice is 128 k, four k32 wgmma), C of type T
+// (bfloat16), and the products scaled by the tensors' scales before C is written. PROMOTE (step
+// 10): each slice's products accumulate from zero and are then added into float registers.
 #include <cuda_fp16.h>
 #include <common/hopper.h>
 #include "wgmma_store.cuh"
@@ -66,17 +71,77 @@ __device__ __forceinline__ void slice_products(float* acc, const __nv_bfloat16* 
                               smem_desc(Bs + 16 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
 }
 #endif
+#ifdef __CUDA_FP8_TYPES_EXIST__
+// The FP8 instructions by the kinds of A and B (hopper.h names them by their PTX types).
+template <typename TA, typename TB> struct Fp8Wgmma;
+#define GPULAB_FP8_PAIR(TA, TB, KINDS)                                                                   \
+    template <> struct Fp8Wgmma<TA, TB> {                                                                \
+        static __device__ __forceinline__ void n256(float* d, unsigned long long a, unsigned long long b, int s) \
+        {                                                                                                \
+            wgmma_m64n256k32_##KINDS(d, a, b, s);                                                        \
+        }                                                                                                \
+        static __device__ __forceinline__ void n128(float* d, unsigned long long a, unsigned long long b, int s) \
+        {                                                                                                \
+            wgmma_m64n128k32_##KINDS(d, a, b, s);                                                        \
+        }                                                                                                \
+    };
+GPULAB_FP8_PAIR(__nv_fp8_e4m3, __nv_fp8_e4m3, e4m3_e4m3)
+GPULAB_FP8_PAIR(__nv_fp8_e4m3, __nv_fp8_e5m2, e4m3_e5m2)
+GPULAB_FP8_PAIR(__nv_fp8_e5m2, __nv_fp8_e4m3, e5m2_e4m3)
+GPULAB_FP8_PAIR(__nv_fp8_e5m2, __nv_fp8_e5m2, e5m2_e5m2)
+#undef GPULAB_FP8_PAIR
 
-template <bool IN_FLIGHT, bool TMA_STORE = false, typename T = __half>
-__device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                                const CUtensorMap* map_c, T* C,
-                                                int M, int N, int K, unsigned char* smem_raw)
+// Step 9: one slice's k32 products of FP8 A and B, 4 wgmma, each 32 bytes further along the rows,
+// all into acc (the tensor cores' reduced-precision adder, slice after slice).
+template <typename TA, typename TB>
+__device__ __forceinline__ void fp8_slice_products(float* acc, const TA* As, const TB* Bs)
 {
-    constexpr int SK = slice_k<T>();                // BK for halves and bfloat16s, 32 for floats
-    static_assert((BM + BN) * SK * sizeof(T) == SLICE_BYTES, "a slice is one 128-byte row of each tile row");
-    T* ring = (T*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    __shared__ __align__(8) unsigned long long full[STAGES];
-    __shared__ __align__(8) unsigned long long empty[STAGES];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        Fp8Wgmma<TA, TB>::n256(acc, smem_desc(As + 32 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                               smem_desc(Bs + 32 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B), 1);
+}
+
+// Step 10: the same products in two halves of 128 columns (B's rows 0-127, then 128-255: 16 KiB
+// further, still 1024-byte aligned), each half's four accumulating from zero in `partial` (64
+// floats: there is no room for a second set of 128 beside acc), then added into acc with float
+// adds once they are done. The warpgroup waits for each half; the other consumer's products keep
+// the tensor cores busy meanwhile.
+template <typename TA, typename TB>
+__device__ __forceinline__ void fp8_promoted_slice_products(float* acc, const TA* As, const TB* Bs)
+{
+    float partial[64];                              // no value needed: the first wgmma ignores it
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            Fp8Wgmma<TA, TB>::n128(partial, smem_desc(As + 32 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                                   smem_desc(Bs + 128 * 128 * h + 32 * kk, 1, SWIZZLE_ATOM, SMEM_SWIZZLE_128B),
+                                   kk > 0);         // the first starts the partial sum from zero
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[64 * h + i] += partial[i];
+    }
+}
+#endif
+
+// The body of persistent_gemm and persistent_gemm_fp8 (below), which own the ring's barriers.
+// TA, TB: the types of A and B (T, C's type, unless FP8). scale: the FP8 steps' scale_a scale_b.
+template <bool IN_FLIGHT, bool TMA_STORE, typename T, typename TA, typename TB, bool PROMOTE>
+__device__ __forceinline__ void persistent_gemm_tiles(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                      const CUtensorMap* map_c, T* C, int M, int N, int K,
+                                                      unsigned char* smem_raw, float scale,
+                                                      unsigned long long* full, unsigned long long* empty)
+{
+    constexpr bool FP8 = sizeof(TA) == 1;
+    static_assert(sizeof(TA) == sizeof(TB), "A and B have elements of one size");
+    static_assert(FP8 || !PROMOTE, "promotion is for the FP8 accumulation");
+    static_assert(!(PROMOTE && IN_FLIGHT), "a promoting consumer waits for each slice's products");
+    constexpr int SK = slice_k<TA>();               // BK for halves and bfloat16s, 32 for floats, 128 for FP8
+    static_assert((BM + BN) * SK * sizeof(TA) == SLICE_BYTES, "a slice is one 128-byte row of each tile row");
+    TA* ring = (TA*)(((size_t)smem_raw + 1023) & ~(size_t)1023);
     const int tid = threadIdx.x, wg = tid / 128;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
     const int KT = (K + SK - 1) / SK;
@@ -100,7 +165,7 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
                 for (int t = 0; t < KT; ++t, ++it) {
                     const int slot = it % STAGES;
                     mbar_wait(&empty[slot], ((it / STAGES) % 2) ^ 1);   // as in step 4, counted by it
-                    T* As = ring + (size_t)slot * (BM + BN) * SK;
+                    TA* As = ring + (size_t)slot * (BM + BN) * SK;
                     mbar_arrive_expect_tx(&full[slot], SLICE_BYTES);
                     tma_load_2d(As, &map_a, t * SK, tm * BM, &full[slot]);
                     tma_load_2d(As + BM * SK, &map_b, t * SK, tn * BN, &full[slot]);
@@ -122,10 +187,23 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             for (int t = 0; t < KT; ++t, ++it) {
                 const int slot = it % STAGES;
                 mbar_wait(&full[slot], (it / STAGES) % 2);
-                const T* As = ring + (size_t)slot * (BM + BN) * SK + 64 * c * SK;
-                const T* Bs = ring + (size_t)slot * (BM + BN) * SK + BM * SK;
+                const TA* As = ring + (size_t)slot * (BM + BN) * SK + 64 * c * SK;
+                const TB* Bs = (const TB*)(ring + (size_t)slot * (BM + BN) * SK + BM * SK);
+#ifdef __CUDA_FP8_TYPES_EXIST__
+                if constexpr (PROMOTE) {
+                    fp8_promoted_slice_products(acc, As, Bs);   // done when it returns
+                    if (tid % 32 == 0) mbar_arrive(&empty[slot]);
+                    continue;
+                }
+#endif
                 wgmma_fence();
-                slice_products(acc, As, Bs);
+                if constexpr (FP8) {
+#ifdef __CUDA_FP8_TYPES_EXIST__
+                    fp8_slice_products(acc, As, Bs);
+#endif
+                } else {
+                    slice_products(acc, As, Bs);
+                }
                 wgmma_commit();
                 if (IN_FLIGHT) {
                     wgmma_wait<1>();                // slice it - 1's products are done
@@ -142,6 +220,10 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
             // endregion
 
             // region: epilogue
+            if (FP8) {                              // D = scale_a scale_b (A B^T)
+#pragma unroll
+                for (int i = 0; i < 128; ++i) acc[i] *= scale;
+            }
             if (TMA_STORE) {
                 // STORE_BOXES boxes of 64 rows x 128 bytes (64 halves or 32 floats wide) each
                 constexpr int BOX_COLS = 128 / (int)sizeof(T);
@@ -169,3 +251,29 @@ __device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const 
         if (TMA_STORE && tid % 128 == 0) bulk_wait<0>();    // C written before the block's end
     }
 }
+
+template <bool IN_FLIGHT, bool TMA_STORE = false, typename T = __half>
+__device__ __forceinline__ void persistent_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                const CUtensorMap* map_c, T* C,
+                                                int M, int N, int K, unsigned char* smem_raw)
+{
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
+    persistent_gemm_tiles<IN_FLIGHT, TMA_STORE, T, T, T, false>(map_a, map_b, map_c, C, M, N, K, smem_raw, 1.0f,
+                                                                full, empty);
+}
+
+#ifdef __CUDA_FP8_TYPES_EXIST__
+// Steps 9 and 10: A of type TA and B of type TB (FP8), C in bfloat16 through the TMA store,
+// C = scale (A B^T); PROMOTE: step 10's accumulation.
+template <bool IN_FLIGHT, bool PROMOTE, typename TA, typename TB>
+__device__ __forceinline__ void persistent_gemm_fp8(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                    const CUtensorMap* map_c, __nv_bfloat16* C, int M, int N,
+                                                    int K, unsigned char* smem_raw, float scale)
+{
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    __shared__ __align__(8) unsigned long long empty[STAGES];
+    persistent_gemm_tiles<IN_FLIGHT, true, __nv_bfloat16, TA, TB, PROMOTE>(map_a, map_b, map_c, C, M, N, K,
+                                                                           smem_raw, scale, full, empty);
+}
+#endif

@@ -23,6 +23,7 @@
 //
 // Not emulated (each traps with the reason): transposed (MN-major) wgmma operands, a
 // descriptor's base offset, tensor maps of 3 or 5 dimensions (4-D loads: see the end of the file).
+// The FP8 wgmma (at the end of the file) reproduces the tensor cores' reduced-precision sum.
 #ifndef GPULAB_HOPPER_CPU_H
 #define GPULAB_HOPPER_CPU_H
 #include <stdint.h>
@@ -540,6 +541,113 @@ static inline void wgmma_m64n192k8_tf32(float d[96], unsigned long long desc_a, 
                                                file, line);
 }
 // ---- end hconv32 ----
+// ---- fp8: m64nNk32 with e4m3 and e5m2 operands (kernels/common/hopper.h's fp8 section) ----
+// The descriptors are decoded as for the other types with 1-byte elements. Unlike the other
+// types' sums (float adds in k order, which agree with the GPU's to rounding), an FP8
+// instruction's sum is the tensor cores' own, as Khattak and Mikaitis measured it on an H100
+// ("Accurate Models of NVIDIA Tensor Cores", arXiv:2512.07004; gpulab/fp8.py's wgmma_block is the
+// same model in NumPy, and tests/test_hopper_fp8.py holds the two to the same bits): for each
+// output, the 32 products (exact) and the accumulator it is given are aligned to the largest
+// exponent among them -- a product's exponent being the sum of its operands', a subnormal
+// operand's the format's smallest normal exponent -- and cut toward zero to 13 fraction bits
+// below it; their exact sum is cut toward zero to 13 fraction bits below its own leading bit.
+// NVIDIA documents none of this; a kernel that depends on more accumulator bits than these gets
+// the H100's error here too. A NaN or infinite product or accumulator gives the float sum of
+// them all (NaN, or the infinity), as the model's special cases do.
+namespace gpulab {
+namespace hopper_detail {
+static const int kFp8AccumulatorBits = 13;
+static inline unsigned char fp8_operand(const char* p) {
+    unsigned char c;
+    memcpy(&c, p, 1);
+    return c;
+}
+// An FP8 code's value and the exponent the adder aligns it by; false for NaN and infinity.
+static inline bool fp8_term(unsigned char code, bool e5m2, double* value, int* exponent) {
+    const int mbits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, emax = e5m2 ? 31 : 15;
+    const int e = (code & 0x7F) >> mbits, m = code & ((1 << mbits) - 1);
+    const bool special = e5m2 ? e == emax : (code & 0x7F) == 0x7F;
+    if (special) {
+        *value = e5m2 && m == 0 ? (code & 0x80 ? -INFINITY : INFINITY) : NAN;
+        return false;
+    }
+    const double mag = e == 0 ? ldexp((double)m, 1 - bias - mbits) : ldexp((double)((1 << mbits) + m), e - bias - mbits);
+    *value = code & 0x80 ? -mag : mag;
+    *exponent = e == 0 ? 1 - bias : e - bias;
+    return true;
+}
+static inline double cut(double x, double quantum) { return trunc(x / quantum) * quantum; }
+
+// One output of an FP8 wgmma: c + sum of a[k] b[k], k = 0..31, in the tensor cores' adder.
+GPULAB_UNCOUNTED static inline float fp8_block_sum(const unsigned char* a, const unsigned char* b, float c, bool a5,
+                                                   bool b5) {
+    double p[32];
+    int pe[32];
+    bool finite = isfinite(c);
+    double plain = c;
+    int top = INT_MIN;
+    for (int k = 0; k < 32; ++k) {
+        double va, vb;
+        int ea, eb;
+        const bool fa = fp8_term(a[k], a5, &va, &ea), fb = fp8_term(b[k], b5, &vb, &eb);
+        p[k] = va * vb;                                    // exact: 4-bit by 4-bit significands
+        plain += p[k];
+        finite = finite && fa && fb;
+        pe[k] = ea + eb;
+        if (fa && fb && p[k] != 0 && pe[k] > top) top = pe[k];
+    }
+    if (!finite) return (float)plain;
+    int ec = 0;
+    if (c != 0) {
+        frexp((double)c, &ec);
+        if (ec - 1 > top) top = ec - 1;
+    }
+    if (top == INT_MIN) return c;                          // no non-zero term: c (a zero) unchanged
+    const double quantum = ldexp(1.0, top - kFp8AccumulatorBits);
+    double s = cut((double)c, quantum);                    // every term a multiple of quantum, under
+    for (int k = 0; k < 32; ++k) s += cut(p[k], quantum);  // 2^(top + 2): the sum is exact
+    if (s == 0) return 0.0f;
+    int es;
+    frexp(s, &es);                                         // s = f 2^es, 1/2 <= |f| < 1
+    return (float)cut(s, ldexp(1.0, es - 1 - kFp8AccumulatorBits));
+}
+
+// d (this thread's share of the 64 x N accumulator) = A * B^T + (scale_d ? d : 0) for A 64 x 32
+// and B N x 32 FP8 codes (a5, b5: e5m2, else e4m3), both K-major, read through their descriptors.
+template <int N>
+GPULAB_UNCOUNTED static inline void wgmma_fp8(float* d, unsigned long long desc_a, unsigned long long desc_b,
+                                              int scale_d, bool a5, bool b5, const char* file, int line) {
+    const unsigned t = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128;
+    const int warp = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int i = 0; i < N / 2; ++i) {
+        const int j = i / 4, e = i % 4;
+        const int row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * q + e % 2;
+        unsigned char a[32], b[32];
+        for (int k = 0; k < 32; ++k) {
+            a[k] = fp8_operand(operand_element_sized(desc_a, row, k, 1, file, line));
+            b[k] = fp8_operand(operand_element_sized(desc_b, col, k, 1, file, line));
+        }
+        d[i] = fp8_block_sum(a, b, scale_d ? d[i] : 0.0f, a5, b5);
+    }
+}
+}  // namespace hopper_detail
+}  // namespace gpulab
+
+#define GPULAB_WGMMA_FP8_CPU(AT, BT, A5, B5)                                                                    \
+    static inline void wgmma_m64n256k32_##AT##_##BT(float d[128], unsigned long long desc_a,                    \
+                                                    unsigned long long desc_b, int scale_d, GPULAB_HOPPER_SITE) { \
+        gpulab::hopper_detail::wgmma_fp8<256>(d, desc_a, desc_b, scale_d, A5, B5, file, line);                  \
+    }                                                                                                           \
+    static inline void wgmma_m64n128k32_##AT##_##BT(float d[64], unsigned long long desc_a,                     \
+                                                    unsigned long long desc_b, int scale_d, GPULAB_HOPPER_SITE) { \
+        gpulab::hopper_detail::wgmma_fp8<128>(d, desc_a, desc_b, scale_d, A5, B5, file, line);                  \
+    }
+GPULAB_WGMMA_FP8_CPU(e4m3, e4m3, false, false)
+GPULAB_WGMMA_FP8_CPU(e4m3, e5m2, false, true)
+GPULAB_WGMMA_FP8_CPU(e5m2, e4m3, true, false)
+GPULAB_WGMMA_FP8_CPU(e5m2, e5m2, true, true)
+#undef GPULAB_WGMMA_FP8_CPU
+// ---- end fp8 ----
 #undef GPULAB_HOPPER_SITE
 #undef GPULAB_TRACE
 #undef GPULAB_TRACE_BAR
