@@ -210,7 +210,7 @@ def launch(file: str, kernel: str, A, B, C, scale_a: float = 1.0, scale_b: float
     per SM on a GPU, 1 on the CPU backend, as the chapter's other persistent steps)."""
     from . import tensormap
     from .kernels import get_backend, load_module
-    from .workloads.hopper.steps import GPU_OPTIONS, persistent_blocks
+    from .workloads.hopper.launchers import GPU_OPTIONS, persistent_blocks
     be = get_backend(backend)
     M, K = (int(n) for n in A.shape)
     N = int(B.shape[0])

@@ -10,7 +10,8 @@ import pytest
 
 from gpulab import fp8
 from gpulab.kernels import get_backend, load_module
-from gpulab.workloads.hopper.steps import GPU_OPTIONS, from_bf16_bits, to_bf16_bits
+from gpulab.workloads.hopper.launchers import GPU_OPTIONS
+from gpulab.workloads.hopper.problem import from_bf16_bits, to_bf16_bits
 
 UNITS = "tests/kernels/fp8_units.cu"
 KIND = {"e4m3": 0, "e5m2": 1}

@@ -12,7 +12,7 @@ from gpulab.check import compare
 from gpulab.errors import KernelArgumentError
 from gpulab.kernels import get_backend
 from gpulab.workloads import hopper
-from gpulab.workloads.hopper.steps import from_bf16_bits, to_bf16_bits
+from gpulab.workloads.hopper.problem import from_bf16_bits, to_bf16_bits
 
 #: (M, N, K): none a multiple of the 128 x 256 tile or of a 128-deep slice; K a multiple of 16 (the
 #: tensor maps' 16-byte rows), so the copies' zero fill at every edge is exercised.

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpulab import fp8  # noqa: E402
 from gpulab.kernels import get_backend, load_module  # noqa: E402
 from gpulab.workloads import hopper  # noqa: E402
-from gpulab.workloads.hopper.steps import from_bf16_bits, to_bf16_bits  # noqa: E402
+from gpulab.workloads.hopper.problem import from_bf16_bits, to_bf16_bits  # noqa: E402
 
 UNITS = "tests/kernels/fp8_units.cu"
 KINDS = {"09": ("e4m3", "e4m3"), "09 e4m3 x e5m2": ("e4m3", "e5m2"), "10": ("e4m3", "e4m3")}
