@@ -1,6 +1,7 @@
 """The CPU backend's compiled modules are shared: by every process using one cache folder
 (pytest's workers, the notebooks, the site build) and by every copy of the lab (a student copy
 finds what the lab compiled), and a concurrent compile of one module is safe."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,48 @@ def test_a_plain_build_reads_the_precompiled_prelude_and_an_instrumented_one_the
                              "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert f"! {header}.gch" in result.stderr.splitlines(), result.stderr[:2000]
+
+
+def test_threads_of_a_distrusting_process_do_not_remove_what_one_of_them_is_making(tmp_path):
+    """A grader's child trusts only what it made (compiler.distrust_cache). Another of its threads
+    that finds the prelude's header renamed into the cache before its maker has noted it must not
+    remove it as a stranger's: the maker's compile then read a header that was gone."""
+    source = (paths.REPO / "tests" / "kernels" / "grid3d.cu").read_text() + f"\n// {tmp_path.name}\n"
+    (tmp_path / "k.cu").write_text(source)
+    # The header's rename is held open for a moment (as a slow disk would), and a second thread
+    # asks for the prelude just then.
+    script = '''
+import os, sys, threading, time
+from gpulab import cpu
+from gpulab.cpu import compiler
+compiler.distrust_cache()
+real_replace, renamed, errors = os.replace, threading.Event(), []
+def slow_replace(src, dst):
+    real_replace(src, dst)
+    if str(dst).endswith(compiler.PRELUDE.name):
+        renamed.set()
+        time.sleep(0.5)
+        if not os.path.exists(dst):
+            errors.append(f"the header was removed while its maker was renaming it in: {dst}")
+compiler.os.replace = slow_replace
+def build():
+    try:
+        cpu.compile_module(open(sys.argv[1]).read(), filename="k.cu")
+    except Exception as exc:
+        errors.append(repr(exc))
+def ask():
+    renamed.wait(60)
+    try:
+        compiler.precompiled_prelude()
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=build), threading.Thread(target=ask)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+sys.exit(1 if errors else 0)
+'''
+    env = {**os.environ, "GPULAB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(paths.REPO)}
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "k.cu")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]

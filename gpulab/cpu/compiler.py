@@ -394,6 +394,11 @@ def build(source: str, *, filename: str, include_dirs=(), options=(), instrument
 #: grader's sandboxed child, whose cache the student's kernels, run as the same user, can write).
 _trust_cache = True
 _made_here: dict[Path, str] = {}
+#: What a thread of this process is making now: renamed into the cache, its digest not yet in
+#: ``_made_here``. Trusted meanwhile: another thread that found it there in that moment removed it
+#: as not this process's, and the maker's compile then read a header that was gone ("g++ failed:
+#: gpulab_cuda_cpu.h: No such file", a grader's child, 2026-12-07).
+_making: set[Path] = set()
 
 
 def distrust_cache() -> None:
@@ -407,7 +412,7 @@ def _digest(path: Path) -> str:
 
 
 def _trusted(target: Path) -> bool:
-    if _trust_cache:
+    if _trust_cache or target in _making:
         return True
     try:
         if os.statvfs(target).f_flag & os.ST_RDONLY:
@@ -440,9 +445,14 @@ def _once(target: Path, lock: Path | None = None):
         return
     with _compiling(lock or target.with_suffix(".lock")):
         needed = not target.exists()
-        yield needed
-        if needed and not _trust_cache and target.exists():
-            _made_here[target] = _digest(target)
+        if needed:
+            _making.add(target)
+        try:
+            yield needed
+            if needed and not _trust_cache and target.exists():
+                _made_here[target] = _digest(target)
+        finally:
+            _making.discard(target)
 
 
 @contextlib.contextmanager
@@ -502,10 +512,14 @@ def precompiled_prelude(extra: tuple[str, ...] = ()) -> Path:
                                              "-o", str(out)], capture_output=True, text=True)
                     if result.returncode != 0:
                         return PRELUDE
-                    os.replace(text, header)        # the header first: a .gch is read only beside it
+                    _making.add(header)
+                    try:
+                        os.replace(text, header)    # the header first: a .gch is read only beside it
+                        if not _trust_cache:
+                            _made_here[header] = _digest(header)
+                    finally:
+                        _making.discard(header)
                     os.replace(out, precompiled)
-                    if not _trust_cache:
-                        _made_here[header] = _digest(header)
     except OSError:                                 # a cache this process may read but not write
         return header if precompiled.exists() else PRELUDE
     return header
