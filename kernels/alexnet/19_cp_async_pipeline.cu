@@ -27,7 +27,7 @@
 //
 // Built on mma_swizzled.cuh: this step's pipelined GEMM, conv_mma, is there with PADDED set
 // (rows of 40 halves, chunks in place), because steps 20-22 run it again with swizzled rows;
-// through it, step 18's zero_tiles and store_tiles (mma_tile.cuh).
+// through it, step 18's zero_tiles, pixel_starts and store_tiles (mma_tile.cuh).
 #include "mma_swizzled.cuh"   // conv_mma (this step's, PADDED), nhwc_runs.h, mma_tile.cuh
 
 extern "C" __global__ void to_padded_nhwc_half(const __half* x, __half* xt, int C, int H, int W, int Cp, int Hp,

@@ -9,7 +9,7 @@
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 #include "nhwc_runs.h"
-#include "mma_tile.cuh"   // zero_tiles, store_tiles (step 18)
+#include "mma_tile.cuh"   // zero_tiles, pixel_starts, store_tiles (step 18)
 
 // Physical chunk of logical chunk c in row `row` of a tile whose rows are CHUNKS 16-byte
 // chunks long. BK = 32 (64-byte rows): rows 2i and 2i + 1 share a 128-byte line, so rows 0..7
@@ -62,14 +62,7 @@ __device__ __forceinline__ void conv_mma(const T* __restrict__ xt, const T* __re
     const int c_mine = tid % CHUNKS;
     int pixel_base[B_ROWS];
     bool pixel_ok[B_ROWS];
-#pragma unroll
-    for (int i = 0; i < B_ROWS; ++i) {
-        const int j = j0 + tid / CHUNKS + i * (THREADS / CHUNKS);
-        pixel_ok[i] = j < NEF;
-        const int n = pixel_ok[i] ? j / EF : 0, p = pixel_ok[i] ? j - n * EF : 0;
-        const int e = p / F, f = p - e * F;
-        pixel_base[i] = ((n * Hp + e * U) * Wp + f * U) * Cp;
-    }
+    pixel_starts<B_ROWS, CHUNKS, THREADS>(pixel_base, pixel_ok, j0 + tid / CHUNKS, NEF, EF, F, Hp, Wp, U, Cp);
     // The run and chunk of this thread's next B chunk (q = slice * CHUNKS + c_mine), advanced
     // slice by slice in the order the slices are loaded.
     int q = c_mine, run = c_mine / Lc, in_run = c_mine - run * Lc;
