@@ -20,6 +20,9 @@
 // Prediction: the tensor cores do fp16 matrix products 15x faster than the FP32 units (on
 // paper); this kernel will be limited by feeding them (the im2col loads and their bounds
 // tests, 2-byte loads of B), so 3-5x over step 14: about 2 ms for all five layers at N = 128.
+//
+// This step's epilogue, store_fragments (the accumulators staged per warp and written to y),
+// is in wmma_store.cuh: step 16 keeps it unchanged.
 #include <cuda_fp16.h>
 #include <mma.h>
 using namespace nvcuda;
@@ -34,6 +37,8 @@ using namespace nvcuda;
 #define FRAG 16        // wmma tile: m16n16k16
 #define A_PITCH (BK + 8)   // +8 halves (16 bytes): rows stay 32-byte aligned every 16 rows,
 #define B_PITCH (BN + 8)   // and the 8 rows one phase of a fragment load reads start in 8 different banks
+
+#include "wmma_store.cuh"   // store_fragments (step 15)
 
 __device__ __forceinline__ __half load_b(const __half* x_img, const int* k_table, int k, int K,
                                          bool column_valid, int row0, int col0, int H, int W)
@@ -162,21 +167,5 @@ conv_implicit_gemm_wmma(const __half* x, const __half* w, const int* k_table, __
     // Each warp stages one 16 x 16 fragment at a time in shared memory and writes it to y
     // (N x M x E x F): fragment columns are pixels, which scatter to (image, e, f).
     float* stage = Cs[warp];
-#pragma unroll
-    for (int i = 0; i < WM / FRAG; ++i) {
-#pragma unroll
-        for (int j = 0; j < WN / FRAG; ++j) {
-            wmma::store_matrix_sync(stage, acc[i][j], FRAG, wmma::mem_row_major);
-            __syncwarp();
-            for (int q = lane; q < FRAG * FRAG; q += 32) {
-                const int m = m0 + wm * WM + i * FRAG + q / FRAG;
-                const int pixel = j0 + wn * WN + j * FRAG + q % FRAG;
-                if (m < M && pixel < NEF) {
-                    const int n = pixel / EF;
-                    y[((size_t)n * M + m) * EF + (pixel - n * EF)] = __float2half(stage[q]);
-                }
-            }
-            __syncwarp();
-        }
-    }
+    store_fragments(acc, stage, y, m0 + wm * WM, j0 + wn * WN, M, NEF, EF, lane);
 }

@@ -27,6 +27,9 @@
 // about as fast as step 15. About 2-2.5 ms for the five layers at N = 128.
 // (Measured before layer 1 got the Cp = 4 path: with Cp = 8, 2.7x the MACs of layer 1, it
 // was 25% slower than step 15 there.)
+//
+// Built on wmma_store.cuh: step 15's epilogue, store_fragments, here staging in the memory of
+// the A slices once the loop is done.
 #include <cuda_fp16.h>
 #include <mma.h>
 using namespace nvcuda;
@@ -42,6 +45,8 @@ using namespace nvcuda;
 #define FRAG 16            // wmma tile: m16n16k16
 #define PITCH (BK + 8)     // halves per smem row: +8 keeps rows 16-byte aligned, staggers banks
 #define CHUNK 8            // halves per 16-byte load
+
+#include "wmma_store.cuh"   // store_fragments (step 15)
 
 // x (N x C x H*W) -> xt (N x H*W x Cp), channels C..Cp-1 set to zero. Each block moves a
 // 32 x 32 tile through shared memory, so both the reads and the writes are coalesced.
@@ -203,21 +208,5 @@ conv_implicit_gemm_wmma_nhwc(const __half* xt, const __half* wt, __half* y, int 
 
     // The slices are done (the loop ended on a barrier): reuse As as per-warp staging for y.
     float* stage = (float*)&As[0][0][0] + warp * FRAG * FRAG;
-#pragma unroll
-    for (int i = 0; i < WM / FRAG; ++i) {
-#pragma unroll
-        for (int j = 0; j < WN / FRAG; ++j) {
-            wmma::store_matrix_sync(stage, acc[i][j], FRAG, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < FRAG * FRAG; e += 32) {
-                const int m = m0 + wm * WM + i * FRAG + e / FRAG;
-                const int pixel = j0 + wn * WN + j * FRAG + e % FRAG;
-                if (m < M && pixel < NEF) {
-                    const int n = pixel / EF;
-                    y[((size_t)n * M + m) * EF + (pixel - n * EF)] = __float2half(stage[e]);
-                }
-            }
-            __syncwarp();
-        }
-    }
+    store_fragments(acc, stage, y, m0 + wm * WM, j0 + wn * WN, M, NEF, EF, lane);
 }

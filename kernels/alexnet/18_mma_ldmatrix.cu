@@ -36,12 +36,13 @@
 // Prediction: 1.5-2x faster than step 16 on layers 2-5, about 1.2-1.4 ms for the five layers
 // at N = 128; layer 1 about 2x faster (whole chunks, no padding tests).
 //
-// The accumulators' zeroing and the staged epilogue of point 3 (zero_tiles, store_tiles) are in
-// mma_tile.cuh: steps 19-22 keep them unchanged.
+// The accumulators' zeroing, where each thread's pixels start, and the staged epilogue of
+// point 3 (zero_tiles, pixel_starts, store_tiles) are in mma_tile.cuh: steps 19-22 keep them
+// unchanged.
 #include <cuda_fp16.h>
 #include <common/ptx.h>   // mma_16816, ldmatrix_x4
 #include "nhwc_runs.h"
-#include "mma_tile.cuh"          // zero_tiles, store_tiles
+#include "mma_tile.cuh"          // zero_tiles, pixel_starts, store_tiles
 
 #define BK 32                  // halves of k per slice: 64 bytes per row
 #define CHUNKS (BK / 8)        // 16-byte chunks per row of a slice
@@ -90,14 +91,7 @@ __device__ __forceinline__ void conv_mma(const __half* __restrict__ xt, const __
     const int c_mine = tid % CHUNKS;
     int pixel_base[B_ROWS];
     bool pixel_ok[B_ROWS];
-#pragma unroll
-    for (int i = 0; i < B_ROWS; ++i) {
-        const int j = j0 + tid / CHUNKS + i * (THREADS / CHUNKS);
-        pixel_ok[i] = j < NEF;
-        const int n = pixel_ok[i] ? j / EF : 0, p = pixel_ok[i] ? j - n * EF : 0;
-        const int e = p / F, f = p - e * F;
-        pixel_base[i] = ((n * Hp + e * U) * Wp + f * U) * Cp;
-    }
+    pixel_starts<B_ROWS, CHUNKS, THREADS>(pixel_base, pixel_ok, j0 + tid / CHUNKS, NEF, EF, F, Hp, Wp, U, Cp);
     // The run and chunk of this thread's next B chunk (q = slice * CHUNKS + c_mine), advanced
     // slice by slice in the order the slices are loaded.
     int q = c_mine, run = c_mine / Lc, in_run = c_mine - run * Lc;

@@ -31,8 +31,9 @@
 // padded ones was already about 10% faster,
 // and the tiles chosen per layer another 10%; the 96-row tile helped layer 1 only a little.)
 //
-// The GEMM, conv_mma, is in mma_swizzled.cuh: steps 21 and 22 run it too, with other element
-// types. This file holds the kernels: the copies and one instantiation per tile shape.
+// Built on mma_swizzled.cuh: step 19's pipelined GEMM, conv_mma, with this step's swizzle
+// (PADDED left false); steps 21 and 22 run it too, with other element types. This file holds
+// the kernels: the copies and one instantiation per tile shape.
 #include "mma_swizzled.cuh"
 
 extern "C" __global__ void to_padded_nhwc_half(const __half* x, __half* xt, int C, int H, int W, int Cp, int Hp,

@@ -45,6 +45,10 @@
 // 1.6x faster than step 17 on the same FMA units, but no faster than step 22 (1.9 ms), whose
 // multiplies run on the tensor cores. With step 22 on layers 1 and 2, about 4.4 ms for the five
 // layers at N = 128. Relative error a few 1e-7, like step 17's.
+//
+// Built on winograd_gemm.h: the batched GEMM (winograd_gemm_tile, step 17's loop without the
+// im2col) and this step's loads of an input patch and a filter (load_input_patch,
+// load_filter_3x3), there because step 24 keeps them.
 #include "winograd_gemm.h"
 
 #define TRANSFORM_BLOCK 128   // threads of the transform kernels; Pp and Mp are multiples of it
@@ -66,25 +70,8 @@ extern "C" __global__ void winograd_input_2x2(const float* __restrict__ x, float
 {
     const int p = blockIdx.x * TRANSFORM_BLOCK + threadIdx.x;
     const int c = blockIdx.y;
-    const int tiles = TH * TW;
     float d[4][4];
-    if (p < N * tiles && c < C) {
-        const int n = p / tiles, t = p - n * tiles, th = t / TW, tw = t - th * TW;
-        const int row0 = 2 * th - P, col0 = 2 * tw - P;
-        const float* plane = x + ((size_t)n * C + c) * H * W;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int r = row0 + i, s = col0 + j;
-                d[i][j] = (r >= 0 && r < H && s >= 0 && s < W) ? plane[r * W + s] : 0.0f;
-            }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) d[i][j] = 0.0f;
-    }
+    load_input_patch<4, 2, TRANSFORM_BLOCK>(d, x, N, C, H, W, P, TH, TW);
     float t[4][4], v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {               // columns: t = B^T d
@@ -118,10 +105,7 @@ extern "C" __global__ void winograd_filter_2x2(const float* __restrict__ w, floa
     const int m = blockIdx.x * TRANSFORM_BLOCK + threadIdx.x;
     const int c = blockIdx.y;
     double g[3][3];
-#pragma unroll
-    for (int r = 0; r < 3; ++r)
-#pragma unroll
-        for (int s = 0; s < 3; ++s) g[r][s] = (m < M && c < C) ? (double)w[((size_t)m * C + c) * 9 + 3 * r + s] : 0.0;
+    load_filter_3x3(g, w, m, c, M, C);
     double t[4][3], u[4];
 #pragma unroll
     for (int s = 0; s < 3; ++s) {               // columns: G g

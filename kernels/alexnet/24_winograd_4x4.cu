@@ -40,6 +40,9 @@
 // Prediction: layers 3-5's GEMMs are 51 GFLOP (step 23: 69); at ~42 TFLOP/s 1.2 ms, plus ~0.3
 // ms of transforms: about 1.5 ms for layers 3-5, ~1.3x faster than step 23, and about 3.9 ms for
 // the five layers with step 22 on layers 1 and 2. Relative error a few 1e-6.
+//
+// Built on winograd_gemm.h: step 23's batched GEMM (winograd_gemm_tile) and its loads of an
+// input patch, here 6 x 6 (load_input_patch), and of a filter (load_filter_3x3).
 #include "winograd_gemm.h"
 
 #define TRANSFORM_BLOCK 128   // threads of the transform kernels; Pp and Mp are multiples of it
@@ -63,25 +66,8 @@ extern "C" __global__ void winograd_input_4x4(const float* __restrict__ x, float
 {
     const int p = blockIdx.x * TRANSFORM_BLOCK + threadIdx.x;
     const int c = blockIdx.y;
-    const int tiles = TH * TW;
     float d[6][6];
-    if (p < N * tiles && c < C) {
-        const int n = p / tiles, t = p - n * tiles, th = t / TW, tw = t - th * TW;
-        const int row0 = 4 * th - P, col0 = 4 * tw - P;
-        const float* plane = x + ((size_t)n * C + c) * H * W;
-#pragma unroll
-        for (int i = 0; i < 6; ++i)
-#pragma unroll
-            for (int j = 0; j < 6; ++j) {
-                const int r = row0 + i, s = col0 + j;
-                d[i][j] = (r >= 0 && r < H && s >= 0 && s < W) ? plane[r * W + s] : 0.0f;
-            }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 6; ++i)
-#pragma unroll
-            for (int j = 0; j < 6; ++j) d[i][j] = 0.0f;
-    }
+    load_input_patch<6, 4, TRANSFORM_BLOCK>(d, x, N, C, H, W, P, TH, TW);
     float t[6][6], column[6], v[6];
 #pragma unroll
     for (int j = 0; j < 6; ++j) {               // columns: t = B^T d
@@ -120,10 +106,7 @@ extern "C" __global__ void winograd_filter_4x4(const float* __restrict__ w, floa
     const int m = blockIdx.x * TRANSFORM_BLOCK + threadIdx.x;
     const int c = blockIdx.y;
     double g[3][3];
-#pragma unroll
-    for (int r = 0; r < 3; ++r)
-#pragma unroll
-        for (int s = 0; s < 3; ++s) g[r][s] = (m < M && c < C) ? (double)w[((size_t)m * C + c) * 9 + 3 * r + s] : 0.0;
+    load_filter_3x3(g, w, m, c, M, C);
     double t[6][3], column[3], u[6];
 #pragma unroll
     for (int s = 0; s < 3; ++s) {               // columns: G g

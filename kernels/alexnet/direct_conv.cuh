@@ -72,3 +72,58 @@ __device__ __forceinline__ void fill_weight_rows4(float* w_s, const T* wc, int R
         w_s[i] = s < S ? as_float(wc[(i / S4) * S + s]) : 0.0f;     // zero weights beyond S
     }
 }
+
+// Step 11: the partial sums of channel c = blockIdx.z for filter m = blockIdx.x, image n =
+// blockIdx.y, over the output in tiles of blockDim: filter rows and input patch in shared
+// memory (smem4, the kernel's dynamic shared memory), read as float4s. Step 12 runs it with
+// T = __half (converted to float in the copies, the partials stored as __half).
+template <typename T>
+__device__ __forceinline__ void channel_partials4(const T* x, const T* w, T* partial, int N, int C, int H, int W,
+                                                  int M, int R, int S, int U, int P, int E, int F, float4* smem4)
+{
+    const int S4 = (S + 3) & ~3;                // filter row padded to whole float4s
+    const int PH = (blockDim.y - 1) * U + R;
+    const int PW = ((blockDim.x - 1) * U + S4 + 3) & ~3;   // row pitch: whole float4s
+    float* w_s = (float*)smem4;                 // w[m, c], R rows of S4 floats
+    float* in_s = w_s + R * S4;                 // R*S4 is a multiple of 4: still aligned
+    const int m = blockIdx.x;
+    const int n = blockIdx.y;
+    const int c = blockIdx.z;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int threads = blockDim.x * blockDim.y;
+    const T* wc = w + ((size_t)m * C + c) * R * S;
+    fill_weight_rows4(w_s, wc, R, S, S4, tid, threads);   // zero weights beyond S
+    const T* xc = x + ((size_t)n * C + c) * H * W;
+    T* out = partial + (((size_t)n * C + c) * M + m) * E * F;
+    const bool aligned_input = (U % 4) == 0;   // each window starts on a float4 boundary
+    for (int e0 = 0; e0 < E; e0 += blockDim.y) {
+        for (int f0 = 0; f0 < F; f0 += blockDim.x) {
+            __syncthreads();
+            fill_patch(in_s, xc, e0, f0, PH, PW, H, W, U, P, tid, threads);
+            __syncthreads();
+            const int e = e0 + threadIdx.y;
+            const int f = f0 + threadIdx.x;
+            if (e < E && f < F) {
+                const float* patch = in_s + threadIdx.y * U * PW + threadIdx.x * U;
+                float acc = 0.0f;
+                for (int r = 0; r < R; ++r) {
+                    const float4* w4 = (const float4*)(w_s + r * S4);
+                    const float* in_row = patch + r * PW;
+                    for (int q = 0; q < S4 / 4; ++q) {
+                        const float4 wv = w4[q];
+                        float4 iv;
+                        if (aligned_input) {
+                            iv = ((const float4*)in_row)[q];
+                        } else {
+                            iv = make_float4(in_row[4 * q], in_row[4 * q + 1], in_row[4 * q + 2],
+                                             in_row[4 * q + 3]);
+                        }
+                        acc += iv.x * wv.x + iv.y * wv.y + iv.z * wv.z + iv.w * wv.w;
+                    }
+                }
+                if constexpr (sizeof(T) == 2) out[e * F + f] = __float2half(acc);
+                else out[e * F + f] = acc;
+            }
+        }
+    }
+}

@@ -1,5 +1,6 @@
 // Step 18's parts of the tensor-core implicit GEMM that steps 19-22 keep unchanged: the warp's
-// accumulators and the epilogue that stages the block's outputs through shared memory.
+// accumulators, where each thread's pixels start, and the epilogue that stages the block's
+// outputs through shared memory.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -13,6 +14,24 @@ __device__ __forceinline__ void zero_tiles(float (&acc)[MT][NT][4])
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+}
+
+// Where this thread's B chunks start: pixel first + i * (THREADS / CHUNKS) for i < B_ROWS
+// (first = j0 + tid / CHUNKS), its first element in the padded channels-last input
+// (pixel_base) and whether it is real (pixel_ok). The caller adds tid / CHUNKS to j0: computed
+// in here, the sum comes out with its operands swapped in the PTX.
+template <int B_ROWS, int CHUNKS, int THREADS>
+__device__ __forceinline__ void pixel_starts(int (&pixel_base)[B_ROWS], bool (&pixel_ok)[B_ROWS], int first,
+                                             int NEF, int EF, int F, int Hp, int Wp, int U, int Cp)
+{
+#pragma unroll
+    for (int i = 0; i < B_ROWS; ++i) {
+        const int j = first + i * (THREADS / CHUNKS);
+        pixel_ok[i] = j < NEF;
+        const int n = pixel_ok[i] ? j / EF : 0, p = pixel_ok[i] ? j - n * EF : 0;
+        const int e = p / F, f = p - e * F;
+        pixel_base[i] = ((n * Hp + e * U) * Wp + f * U) * Cp;
+    }
 }
 
 // Stage the block's BM x BN outputs in shared memory as Out (row pitch BN + 8: for half the 8

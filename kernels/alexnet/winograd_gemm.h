@@ -13,6 +13,9 @@
 // warp a 64 x 32 sub-tile (one wavefront per shared load), and the next slice's two float4
 // global loads in flight while the current one is multiplied (double-buffered shared memory).
 // Both operands are now plain rows, so a slice of either is one aligned float4 per thread.
+//
+// Below the GEMM, the transforms' loads that steps 23 and 24 share: an input patch
+// (load_input_patch) and a 3 x 3 filter (load_filter_3x3).
 #ifndef ALEXNET_WINOGRAD_GEMM_H
 #define ALEXNET_WINOGRAD_GEMM_H
 
@@ -97,6 +100,47 @@ __device__ __forceinline__ void winograd_gemm_tile(const float* __restrict__ U, 
         *(float4*)dst = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
         *(float4*)(dst + WG_WN / 2) = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
     }
+}
+
+// Step 23: the input transform's A x A patch d of thread p = blockIdx.x * BLOCK + threadIdx.x,
+// channel c = blockIdx.y -- rows STEP th - P .. + A - 1 and columns STEP tw - P .. + A - 1 of
+// image n's plane, with p = (n, th, tw) -- zeros outside the image and for p >= N * TH * TW or
+// c >= C (the GEMM's padding). Step 24 reads 6 x 6 patches 4 apart. p and c are computed here
+// again, not passed: passed, the test on p comes out with its operands swapped in the PTX.
+template <int A, int STEP, int BLOCK>
+__device__ __forceinline__ void load_input_patch(float (&d)[A][A], const float* __restrict__ x, int N, int C, int H,
+                                                 int W, int P, int TH, int TW)
+{
+    const int p = blockIdx.x * BLOCK + threadIdx.x;
+    const int c = blockIdx.y;
+    const int tiles = TH * TW;
+    if (p < N * tiles && c < C) {
+        const int n = p / tiles, t = p - n * tiles, th = t / TW, tw = t - th * TW;
+        const int row0 = STEP * th - P, col0 = STEP * tw - P;
+        const float* plane = x + ((size_t)n * C + c) * H * W;
+#pragma unroll
+        for (int i = 0; i < A; ++i)
+#pragma unroll
+            for (int j = 0; j < A; ++j) {
+                const int r = row0 + i, s = col0 + j;
+                d[i][j] = (r >= 0 && r < H && s >= 0 && s < W) ? plane[r * W + s] : 0.0f;
+            }
+    } else {
+#pragma unroll
+        for (int i = 0; i < A; ++i)
+#pragma unroll
+            for (int j = 0; j < A; ++j) d[i][j] = 0.0f;
+    }
+}
+
+// Step 23: filter m's 3 x 3 weights of channel c, in double (zeros for m >= M or c >= C).
+__device__ __forceinline__ void load_filter_3x3(double (&g)[3][3], const float* __restrict__ w, int m, int c, int M,
+                                                int C)
+{
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int s = 0; s < 3; ++s) g[r][s] = (m < M && c < C) ? (double)w[((size_t)m * C + c) * 9 + 3 * r + s] : 0.0;
 }
 
 #endif

@@ -28,7 +28,9 @@
 // the weight loads before the loop weigh more.
 //
 // This step's fill, hidden layers and output layer over the tile (fill_tile, hidden_layer_tile,
-// output_layer_tile) are in half_tile.cuh: steps 10, 11 and 13 keep them.
+// output_layer_tile, and tile_layers, the three layers with their barriers) and its load of W3
+// (load_w3_pair) are in half_tile.cuh: steps 10, 11 and 13 keep them. The row-major loads of
+// W1 and W2 stay here: step 10 replaces them.
 
 #define IN 72
 #define HID 64
@@ -42,7 +44,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-#include "half_tile.cuh"   // half4 (step 8), fill_tile, hidden_layer_tile, output_layer_tile
+#include "half_tile.cuh"   // half4 (step 8), fill_tile, load_w3_pair, tile_layers
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict__ W1,
@@ -57,7 +59,7 @@ conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict_
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
 
-    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2], w3;
+    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2];
 #pragma unroll
     for (int k = 0; k < IN_HALF / 2; ++k) {
         const __half* row = W1 + j * IN + half * IN_HALF;
@@ -68,8 +70,7 @@ conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict_
         const __half* row = W2 + j * HID + half * HID_HALF;
         w2[k] = __halves2half2(row[2 * k], row[2 * k + 1]);
     }
-    w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
-    float2 w3f = __half22float2(w3);
+    float2 w3f = load_w3_pair(W3, o, lane);
 
     int tiles = (N + TILE - 1) / TILE;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -77,12 +78,6 @@ conflict_free_tile(int N, const float* __restrict__ X, const __half* __restrict_
         fill_tile(xs, X, N, first, tid);
         __syncthreads();
 
-        hidden_layer_tile<IN>(xs, h1s, w1);
-        __syncthreads();
-
-        hidden_layer_tile<HID>(h1s, h2s, w2);
-        __syncthreads();
-
-        output_layer_tile(h2s, w3f, first, N, Y);
+        tile_layers(xs, h1s, h2s, w1, w2, w3f, first, N, Y);
     }
 }

@@ -16,8 +16,9 @@
 // share of each block's life: prediction 10-25% faster (the report: 1.3x on
 // its small case, 1.07x on the large one).
 //
-// Built on half_tile.cuh: step 9's fill_tile, hidden_layer_tile and output_layer_tile, and this
-// step's transposed loads, load_half_row (written there because steps 11 and 13 keep them).
+// Built on half_tile.cuh: step 9's fill_tile, load_w3_pair and tile_layers (its hidden and output
+// layers over the tile), and this step's transposed loads, load_half_row (written there because
+// steps 11 and 13 keep them).
 
 #define IN 72
 #define HID 64
@@ -31,7 +32,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-#include "half_tile.cuh"   // fill_tile, load_half_row, hidden_layer_tile, output_layer_tile
+#include "half_tile.cuh"   // fill_tile, load_half_row, load_w3_pair, tile_layers
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__ W1t,
@@ -46,12 +47,10 @@ coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
 
-    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2], w3;
+    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2];
     load_half_row<IN>(W1t, j, half, w1);
     load_half_row<HID>(W2t, j, half, w2);
-    // W3 stays row-major: lane l reads W3[o][2l], W3[o][2l + 1], already consecutive.
-    w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
-    float2 w3f = __half22float2(w3);
+    float2 w3f = load_w3_pair(W3, o, lane);   // W3 stays row-major: its reads were consecutive already
 
     int tiles = (N + TILE - 1) / TILE;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -59,12 +58,6 @@ coalesced_weights(int N, const float* __restrict__ X, const __half* __restrict__
         fill_tile(xs, X, N, first, tid);
         __syncthreads();
 
-        hidden_layer_tile<IN>(xs, h1s, w1);
-        __syncthreads();
-
-        hidden_layer_tile<HID>(h1s, h2s, w2);
-        __syncthreads();
-
-        output_layer_tile(h2s, w3f, first, N, Y);
+        tile_layers(xs, h1s, h2s, w1, w2, w3f, first, N, Y);
     }
 }

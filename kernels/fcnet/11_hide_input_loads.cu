@@ -17,9 +17,9 @@
 // change on the small case, where each block has only 3-4 tiles (400 tiles,
 // 132 blocks), so little of its load latency has a tile to hide behind.
 //
-// Built on half_tile.cuh: step 10's load_half_row, step 9's hidden_layer_tile and
-// output_layer_tile, and this step's load_tile and store_tile (written there because step 13
-// keeps them).
+// Built on half_tile.cuh: step 10's load_half_row, step 9's load_w3_pair and tile_layers (its
+// hidden and output layers over the tile), and this step's load_tile and store_tile (written
+// there because steps 12 and 13 keep them).
 
 #define IN 72
 #define HID 64
@@ -33,7 +33,7 @@
 #define THREADS 256                          // the launch's block size
 #define FILL_PER_THREAD (TILE * IN / THREADS)   // 9 inputs per thread per tile
 
-#include "half_tile.cuh"   // load_tile, store_tile, load_half_row, hidden_layer_tile, output_layer_tile
+#include "half_tile.cuh"   // load_tile, store_tile, load_half_row, load_w3_pair, tile_layers
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ W1t,
@@ -48,12 +48,10 @@ hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ 
     int j = r / 2, half = r % 2;
     int o = r / 32, lane = r % 32;
 
-    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2], w3;
+    __half2 w1[IN_HALF / 2], w2[HID_HALF / 2];
     load_half_row<IN>(W1t, j, half, w1);
     load_half_row<HID>(W2t, j, half, w2);
-    // W3 stays row-major: lane l reads W3[o][2l], W3[o][2l + 1], already consecutive.
-    w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
-    float2 w3f = __half22float2(w3);
+    float2 w3f = load_w3_pair(W3, o, lane);   // W3 stays row-major: its reads were consecutive already
 
     int tiles = (N + TILE - 1) / TILE;
     float next[FILL_PER_THREAD];        // this thread's inputs of the next tile
@@ -65,12 +63,6 @@ hide_input_loads(int N, const float* __restrict__ X, const __half* __restrict__ 
         __syncthreads();
         load_tile(X, N, (tile + gridDim.x) * TILE, tid, next);   // in flight during layers 1-3
 
-        hidden_layer_tile<IN>(xs, h1s, w1);
-        __syncthreads();
-
-        hidden_layer_tile<HID>(h1s, h2s, w2);
-        __syncthreads();
-
-        output_layer_tile(h2s, w3f, first, N, Y);
+        tile_layers(xs, h1s, h2s, w1, w2, w3f, first, N, Y);
     }
 }

@@ -34,6 +34,9 @@
 // Tried on the H100 and dropped (large case, tools/tune_fast.py): 16 warps of 16-vector tiles,
 // 0.86 ms (each weight fragment serves half the vectors, and the warps' shared memory leaves
 // 2 buffers of 16 vectors); 4 warps of 64-vector tiles, 0.70 ms (255 registers, too few warps).
+//
+// This step's copies of the input tile (point 3, fetch_tile) and its stores of the outputs
+// (store_outputs) are in warp_tiles.cuh: step 18 keeps them unchanged.
 #include <cuda_fp16.h>
 #include <common/ptx.h>
 
@@ -51,26 +54,7 @@
 #define W3S_BYTES (W3_ROWS * W2_PITCH * 2)
 #define WEIGHT_BYTES (W1S_BYTES + W2S_BYTES + W3S_BYTES)
 
-// Issue the copies of the tile starting at vector `first` into buf (IN rows of pitch P floats).
-// 16-byte chunks when N is a multiple of 4 (every row of X 16-byte aligned): cp.async, or 16
-// zero bytes past N; a chunk that straddles N, and every chunk when N is not a multiple of 4,
-// is copied with plain loads.
-template <int TILE>
-__device__ __forceinline__ void fetch_tile(const float* __restrict__ X, int N, int first, float* buf, int lane)
-{
-    constexpr int P = TILE + 4, CPR = TILE / 4;      // chunks per row
-    const bool aligned = N % 4 == 0;
-    for (int i = lane; i < IN * CPR; i += 32) {
-        const int f = i / CPR, v = first + 4 * (i % CPR);
-        float* dst = buf + f * P + 4 * (i % CPR);
-        const float* src = X + (size_t)f * N + v;
-        if (aligned && (v + 3 < N || v >= N)) {
-            cp_async16(dst, v < N ? src : X, v < N ? 16 : 0);
-        } else {
-            for (int e = 0; e < 4; ++e) dst[e] = v + e < N ? src[e] : 0.0f;
-        }
-    }
-}
+#include "warp_tiles.cuh"   // fetch_tile, store_outputs (this step's, kept by step 18)
 
 // One packed pair of halves from the float tile: features f and f + 1 of vector v (zero past IN).
 template <int TILE>
@@ -206,11 +190,7 @@ __device__ __forceinline__ void forward(int N, const float* __restrict__ X, cons
                 relu_as_a(acc[m][2 * kk], acc[m][2 * kk + 1], a);
                 mma_16816(out, a, b3[kk]);
             }
-            if (t < 2) {       // columns 2t, 2t + 1 are outputs; rows g and g + 8 are vectors
-                const int v0 = first + 16 * m + g, v1 = v0 + 8;
-                if (v0 < N) { Y[(size_t)(2 * t) * N + v0] = out[0]; Y[(size_t)(2 * t + 1) * N + v0] = out[1]; }
-                if (v1 < N) { Y[(size_t)(2 * t) * N + v1] = out[2]; Y[(size_t)(2 * t + 1) * N + v1] = out[3]; }
-            }
+            store_outputs(Y, out, first, m, g, t, N);
         }
     }
     cp_async_wait<0>();

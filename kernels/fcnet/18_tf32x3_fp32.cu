@@ -30,6 +30,9 @@
 // tf32 rate through mma.sync, ~1.0-1.2 ms, memory (0.53 ms) hidden under it. (Measured before
 // the choice of tile above: 1.55 ms, 1.37x faster than step 14.) The error against float64 at
 // the level of float32 (~1e-6), far under 1e-5.
+//
+// Built on warp_tiles.cuh: step 17's copies of the input tile by cp.async (fetch_tile) and its
+// stores of layer 3's outputs (store_outputs).
 #include <common/ptx.h>
 
 #define IN 72
@@ -38,23 +41,7 @@
 #define W_PITCH 36          // float4 {hi, hi, lo, lo} per pair of k; 36 = 4 mod 8: quarter-warps
                             // (2 rows x 4 pairs) hit 8 different 16-byte slots
 
-// The input tile of TILE vectors, as step 17 (72 rows of TILE + 4 floats, cp.async chunks).
-template <int TILE>
-__device__ __forceinline__ void fetch_tile(const float* __restrict__ X, int N, int first, float* buf, int lane)
-{
-    constexpr int P = TILE + 4, CPR = TILE / 4;
-    const bool aligned = N % 4 == 0;
-    for (int i = lane; i < IN * CPR; i += 32) {
-        const int f = i / CPR, v = first + 4 * (i % CPR);
-        float* dst = buf + f * P + 4 * (i % CPR);
-        const float* src = X + (size_t)f * N + v;
-        if (aligned && (v + 3 < N || v >= N)) {
-            cp_async16(dst, v < N ? src : X, v < N ? 16 : 0);
-        } else {
-            for (int e = 0; e < 4; ++e) dst[e] = v + e < N ? src[e] : 0.0f;
-        }
-    }
-}
+#include "warp_tiles.cuh"   // fetch_tile (72 rows of TILE + 4 floats, cp.async chunks), store_outputs (step 17)
 
 // hi and lo tf32 parts of x.
 __device__ __forceinline__ void split(float x, unsigned& hi, unsigned& lo)
@@ -200,11 +187,7 @@ __device__ __forceinline__ void forward(int N, const float* __restrict__ X, cons
                 relu_as_a(acc2[m][kk], ahi, alo);
                 mma_3xtf32(out, ahi, alo, b3[kk]);
             }
-            if (t < 2) {
-                const int v0 = first + 16 * m + g, v1 = v0 + 8;
-                if (v0 < N) { Y[(size_t)(2 * t) * N + v0] = out[0]; Y[(size_t)(2 * t + 1) * N + v0] = out[1]; }
-                if (v1 < N) { Y[(size_t)(2 * t) * N + v1] = out[2]; Y[(size_t)(2 * t + 1) * N + v1] = out[3]; }
-            }
+            store_outputs(Y, out, first, m, g, t, N);
         }
     }
     cp_async_wait<0>();

@@ -1,7 +1,9 @@
 // The parts of fcnet's half-precision tile kernels (steps 8-13) that later steps take over
 // unchanged, each under the step that wrote it. A file that includes this defines the sizes
-// first: IN, HID, TILE, GROUP_VECTORS (the vectors of a tile each half of the block takes),
-// THREADS_PER_GROUP (2 * HID), FILL_VECTORS, THREADS and FILL_PER_THREAD, as its own #defines say.
+// first: IN, HID, TILE, FILL_VECTORS, THREADS and FILL_PER_THREAD, as its own #defines say, and
+// for the layers over the tile (steps 9-11's thread roles) GROUP_VECTORS (the vectors of a tile
+// each half of the block takes) and THREADS_PER_GROUP (2 * HID). Step 12, whose threads take
+// quarter rows, leaves those two undefined and gets only the fill.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -60,6 +62,7 @@ __device__ __forceinline__ void load_half_row(const __half* __restrict__ Wt, int
     }
 }
 
+#ifdef THREADS_PER_GROUP
 // Step 9: a hidden layer over the tile: in[c] (K halves) -> out[c] (HID halves) for the
 // GROUP_VECTORS vectors c of this thread's half of the block. Thread (j, half) multiplies half
 // of row j (w, in registers) with half of each input row, four at a time with half2 FMAs;
@@ -106,3 +109,27 @@ __device__ __forceinline__ void output_layer_tile(const __half (*h2s)[HID], floa
         if (lane == 0 && first + c < N) Y[(size_t)o * N + first + c] = acc;
     }
 }
+
+// Step 9: W3's two weights of lane `lane` in output warp o, as floats (lane l reads W3[o][2l]
+// and W3[o][2l + 1], consecutive).
+__device__ __forceinline__ float2 load_w3_pair(const __half* __restrict__ W3, int o, int lane)
+{
+    __half2 w3 = __halves2half2(W3[o * HID + 2 * lane], W3[o * HID + 2 * lane + 1]);
+    return __half22float2(w3);
+}
+
+// Step 9: the three layers over a filled tile (the vectors from `first` on), a barrier between
+// each layer and the next.
+__device__ __forceinline__ void tile_layers(const __half (*xs)[IN], __half (*h1s)[HID], __half (*h2s)[HID],
+                                            const __half2 w1[IN / 4], const __half2 w2[HID / 4], float2 w3f,
+                                            int first, int N, float* __restrict__ Y)
+{
+    hidden_layer_tile<IN>(xs, h1s, w1);
+    __syncthreads();
+
+    hidden_layer_tile<HID>(h1s, h2s, w2);
+    __syncthreads();
+
+    output_layer_tile(h2s, w3f, first, N, Y);
+}
+#endif  // THREADS_PER_GROUP
