@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pandas as pd
 
 from .errors import KernelArgumentError
 
@@ -244,3 +245,89 @@ def run(step: str, A, B, scale_a: float = 1.0, scale_b: float = 1.0, backend=Non
     launch(file, kernel, A, B, C, scale_a, scale_b, be, blocks)()
     be.synchronize()
     return C
+
+
+# ------------------------------------------------------------------ what the hopper chapter shows of steps 9 and 10
+def _fp8_inputs(M: int, N: int, K: int, low: float, seed: int):
+    """A (M x K) and B (N x K) uniform in [low, 1), each as e4m3 codes with its per-tensor scale."""
+    rng = np.random.default_rng(seed)
+    (A, sa), (B, sb) = (quantize(rng.uniform(low, 1.0, shape)) for shape in ((M, K), (N, K)))
+    return A, B, sa, sb
+
+
+def _rel_error(got, ref) -> float:
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def _bf16(x):
+    from .workloads.hopper.problem import from_bf16_bits, to_bf16_bits
+    return from_bf16_bits(to_bf16_bits(np.asarray(x, np.float32)))
+
+
+#: Steps 9 and 10's check: a shape whose tiles are partial in M and N, all-positive inputs (the
+#: case where the tensor cores' accumulation loses most: the sum grows with k).
+FP8_CHECK_SHAPE = (72, 136, 2048)
+
+
+def chapter_checks(backend=None, seed: int = 5) -> pd.DataFrame:
+    """Steps 9 and 10 run once on this backend (a Hopper GPU's tensor cores, or the CPU backend's
+    emulation of their FP8 wgmma) at :data:`FP8_CHECK_SHAPE`, inputs uniform in [0, 1) in e4m3:
+    C's relative error against float64 of the FP8 values the kernel reads, whether any element
+    was left unwritten, and (CPU backend) whether every bit of C is the accumulation model's
+    (:func:`tensor_core_gemm`, rounded to bfloat16 as the epilogue rounds). A GPU that is not a
+    Hopper is one row per step with the reason."""
+    from .kernels import get_backend
+    from .workloads.hopper.launchers import needs_hopper
+    from .workloads.hopper.problem import from_bf16_bits, to_bf16_bits
+    be = get_backend(backend)
+    why = needs_hopper(be)
+    M, N, K = FP8_CHECK_SHAPE
+    rows = []
+    if why:
+        return pd.DataFrame([{"step": s, "shape": f"{M}x{N}x{K}", "status": f"skipped: {why}"} for s in ("09", "10")])
+    A, B, sa, sb = _fp8_inputs(M, N, K, 0.0, seed)
+    ref = reference(A, B) * sa * sb
+    for step, promote in (("09", None), ("10", 4)):
+        C = be.to_host(run(step, be.to_device(A), be.to_device(B), sa, sb, be))
+        got = from_bf16_bits(C).astype(np.float64)
+        row = {"step": step, "shape": f"{M}x{N}x{K}", "unwritten": int((C == 0xFFFF).sum()),
+               "relative error": _rel_error(got, ref), "mean error / |mean|": float(np.mean(got - ref) / np.mean(ref))}
+        if be.name == "cpu":
+            model = to_bf16_bits(tensor_core_gemm(A, B, promote_every=promote) * (np.float32(sa) * np.float32(sb)))
+            row["bits as the model's"] = f"{int((C == model).sum())} of {C.size}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def accuracy_table(n: int = 64, seed: int = 11) -> pd.DataFrame:
+    """The accumulation model's C (:func:`tensor_core_gemm` on n x n outputs, rounded to
+    bfloat16 as the kernels write it) against float64, for inputs in [-1, 1) and in [0, 1) at
+    K = 4096 and 8192: step 9 (the accumulator handed to every wgmma), step 10 (promoted to float
+    every 4 instructions, one 128-deep slice) and bfloat16's rounding of the exact product alone."""
+    rows = []
+    for low, K in ((-1.0, 4096), (0.0, 4096), (0.0, 8192)):
+        A, B, sa, sb = _fp8_inputs(n, n, K, low, seed)
+        ref = reference(A, B)
+        rows.append({"inputs": f"uniform in [{low:g}, 1)", "K": K,
+                     "step 9: FP8 accumulation": _rel_error(_bf16(tensor_core_gemm(A, B)), ref),
+                     "step 10: promoted every 128 k": _rel_error(_bf16(tensor_core_gemm(A, B, promote_every=4)), ref),
+                     "bf16's rounding of C alone": _rel_error(_bf16(ref), ref)})
+    return pd.DataFrame(rows)
+
+
+def chapter_numbers(accuracy: pd.DataFrame, checks: pd.DataFrame) -> dict:
+    """What the prose quotes of :func:`accuracy_table` (percent) and :func:`chapter_checks` (as text)."""
+    by = {(r["inputs"], r["K"]): r for _, r in accuracy.iterrows()}
+    mixed, pos, pos8 = by[("uniform in [-1, 1)", 4096)], by[("uniform in [0, 1)", 4096)], by[("uniform in [0, 1)", 8192)]
+    out = {"fp8_err9_mixed": 100 * mixed["step 9: FP8 accumulation"],
+           "fp8_err9_pos": 100 * pos["step 9: FP8 accumulation"],
+           "fp8_err9_pos_8192": 100 * pos8["step 9: FP8 accumulation"],
+           "fp8_err10_pos": 100 * pos["step 10: promoted every 128 k"],
+           "fp8_err10_pos_8192": 100 * pos8["step 10: promoted every 128 k"],
+           "fp8_err_bf16": 100 * pos["bf16's rounding of C alone"]}
+    for step in ("09", "10"):
+        hit = checks[checks["step"] == step]
+        ran = "relative error" in checks.columns and len(hit) and pd.notna(hit["relative error"].iloc[0])
+        # As text: a GPU that is not a Hopper ran neither step (the prose then says so).
+        out[f"fp8_check_err{step}"] = f"{100 * float(hit['relative error'].iloc[0]):.2g}%" if ran else None
+    return out
