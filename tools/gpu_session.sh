@@ -7,6 +7,7 @@
 #   bash tools/gpu_session.sh "CHAPTERS" "TESTS" "NOTEBOOKS" [NOTEBOOK_TIMEOUT_S]
 #   bash tools/gpu_session.sh check [SECONDS]
 #   bash tools/gpu_session.sh tests [SECONDS]     (the GPU tests alone, no notebooks)
+#   bash tools/gpu_session.sh quick CHAPTER...     (each chapter's record once, --quick: its GPU paths run)
 # "check" is the closing check of every session that touches GPU code, in one call
 # (carry .whl; about 7 minutes): the timing tests alone on the idle GPU, then every
 # other test (4 workers) beside every notebook of the book executed live in parallel (their timings
@@ -34,6 +35,18 @@ if [ "${1:-}" = tests ]; then
   timeout ${2:-400} python3 -m pytest -q -o addopts="-ra" -p no:cacheprovider -n 4 --dist loadfile \
     $(for t in $gpu_tests; do echo tests/test_$t.py; done) >> $OUT/tests.log 2>&1
   echo "tests: rc=$?"; tail -15 $OUT/tests.log
+  exit 0
+fi
+if [ "${1:-}" = quick ]; then
+  # Each named chapter's record run once quickly (--quick: fewer sizes, a smoke test, not for
+  # committing), to see its GPU paths run (a chapter ported on a machine without a GPU, say).
+  shift
+  for chapter in "$@"; do
+    start=$SECONDS
+    python3 -m gpulab record "$chapter" --quick --repeats 5 --out $OUT/quick >> $OUT/quick.log 2>&1
+    echo "$chapter --quick: rc=$? in $((SECONDS - start)) s" | tee -a $OUT/quick.summary
+  done
+  grep -E "Error|Traceback" $OUT/quick.log | head -20
   exit 0
 fi
 if [ "${1:-}" = check ]; then
