@@ -256,7 +256,9 @@ def _fp8_inputs(M: int, N: int, K: int, low: float, seed: int):
 
 
 def _rel_error(got, ref) -> float:
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    """The check's relative error (gpulab.check.compare: the error's norm over the reference's)."""
+    from .check import compare
+    return compare(got, ref, precision="bf16").rel_error
 
 
 def _bf16(x):
@@ -276,6 +278,7 @@ def chapter_checks(backend=None, seed: int = 5) -> pd.DataFrame:
     was left unwritten, and (CPU backend) whether every bit of C is the accumulation model's
     (:func:`tensor_core_gemm`, rounded to bfloat16 as the epilogue rounds). A GPU that is not a
     Hopper is one row per step with the reason."""
+    from .check import compare
     from .kernels import get_backend
     from .workloads.hopper.launchers import needs_hopper
     from .workloads.hopper.problem import from_bf16_bits, to_bf16_bits
@@ -290,8 +293,9 @@ def chapter_checks(backend=None, seed: int = 5) -> pd.DataFrame:
     for step, promote in (("09", None), ("10", 4)):
         C = be.to_host(run(step, be.to_device(A), be.to_device(B), sa, sb, be))
         got = from_bf16_bits(C).astype(np.float64)
-        row = {"step": step, "shape": f"{M}x{N}x{K}", "unwritten": int((C == 0xFFFF).sum()),
-               "relative error": _rel_error(got, ref), "mean error / |mean|": float(np.mean(got - ref) / np.mean(ref))}
+        checked = compare(got, ref, precision="bf16", name=f"step {step}")
+        row = {"step": step, "shape": f"{M}x{N}x{K}", "unwritten": checked.unwritten,
+               "relative error": checked.rel_error, "mean error / |mean|": float(np.mean(got - ref) / np.mean(ref))}
         if be.name == "cpu":
             model = to_bf16_bits(tensor_core_gemm(A, B, promote_every=promote) * (np.float32(sa) * np.float32(sb)))
             row["bits as the model's"] = f"{int((C == model).sum())} of {C.size}"

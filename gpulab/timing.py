@@ -958,6 +958,14 @@ def crosscheck_agrees(median_ms: float, do_bench_ms: float) -> bool:
     return abs(median_ms - do_bench_ms) <= max(CROSSCHECK_TOLERANCE * do_bench_ms, CROSSCHECK_FLOOR_MS)
 
 
+def crosscheck_disagreements(table):
+    """The rows of a run's cross-check table (``median_ms``, ``do_bench_ms``) that do not meet
+    :func:`crosscheck_agrees`: what keeps a run out of labdata/runs (tests/test_runs.py,
+    tools/accept_runs.py)."""
+    agrees = [crosscheck_agrees(m, d) for m, d in zip(table["median_ms"], table["do_bench_ms"])]
+    return table[[not a for a in agrees]]
+
+
 def _profiled_ms(fn, calls: int, repeats: int = 30) -> tuple[float, int]:
     """(median of the summed kernel durations per call, kernels per call) from PyTorch's
     profiler, L2 flushed before each call, the calls queued back to back behind one guard as

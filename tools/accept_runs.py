@@ -38,8 +38,7 @@ def judge(meta_file: Path) -> tuple[bool, str]:
         failed = checked[checked["do_bench_ms"].isna()]
         notes = "; ".join(str(n) for n in failed.get("crosscheck_note", pd.Series(dtype=str)).dropna().unique()[:2])
         return False, f"{len(failed)} of {len(checked)} rows not cross-checked ({notes[:200]})"
-    agrees = [timing.crosscheck_agrees(m, d) for m, d in zip(checked["median_ms"], checked["do_bench_ms"])]
-    off = checked[[not a for a in agrees]]
+    off = timing.crosscheck_disagreements(checked)
     if len(off):
         worst = (off["median_ms"] / off["do_bench_ms"] - 1).abs().max()
         return False, f"{len(off)} of {len(checked)} rows off do_bench (largest {worst:.1%})"

@@ -198,29 +198,14 @@ def _tag(arch: str, extra) -> str:
     return " ".join((arch, *extra))
 
 
-def build_digests(path: Path, tree: Path, repeats: int = 8, wanted: dict | None = None) -> dict[str, list[str]]:
+def build_digests(path: Path, tree: Path, repeats: int = 8) -> dict[str, list[str]]:
     """``{build: sorted sha256 of each PTX version}`` for every build of ``path`` in ``tree``
-    (no line info, whole). With ``wanted`` (a stamp's digests by build), a build stops compiling
-    as soon as it makes one of the wanted versions."""
+    (no line info, whole; the versions :func:`_variants` collects)."""
     source = _with_symbol_sizes(path.read_text())
     include = (f"-I{tree / 'kernels'}", f"-I{path.parent}")
-    out = {}
-    for shown, arch, extra in builds(path, tree):
-        tag = _tag(arch, extra)
-        seen = []
-        for attempt in range(repeats):
-            try:
-                digest = hashlib.sha256(ptx(source, shown, arch, include + extra).encode()).hexdigest()
-            except RuntimeError as exc:
-                digest = "NVRTC ERROR " + hashlib.sha256(str(exc).encode()).hexdigest()[:16]
-            if digest not in seen:
-                seen.append(digest)
-            if wanted is not None and digest in wanted.get(tag, ()):
-                break
-            if wanted is None and attempt >= 1 and len(seen) == 1:
-                break
-        out[tag] = sorted(seen)
-    return out
+    return {_tag(arch, extra): sorted({hashlib.sha256(text.encode()).hexdigest()
+                                       for text in _variants(source, shown, arch, include + extra, repeats)})
+            for shown, arch, extra in builds(path, tree)}
 
 
 def recorded_tree(sources: dict[str, str], dest: Path) -> Path:
@@ -269,7 +254,7 @@ def unchanged_builds(meta: dict, tree: Path = paths.REPO) -> list[str]:
         raise LookupError(f"the run's PTX was stamped with NVRTC {stamped['nvrtc']}, this machine has {here}")
     changed = []
     for name, wanted in stamped["builds"].items():
-        now = build_digests(tree / name, tree, wanted=wanted)
+        now = build_digests(tree / name, tree)
         changed += [f"{name} [{tag}]" for tag in sorted(set(wanted) | set(now))
                     if not set(now.get(tag, ())) & set(wanted.get(tag, ()))]
     return changed

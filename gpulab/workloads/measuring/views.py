@@ -94,7 +94,7 @@ def crosscheck_agreement(run) -> tuple[pd.DataFrame | None, dict]:
     Triton's do_bench and by the profiler: gpulab.timing.crosscheck), in microseconds, with how far
     apart the two event timers are; and the numbers the prose quotes (None where the run has no
     cross-check: it was recorded before the queued loop)."""
-    from ...timing import CROSSCHECK_FLOOR_MS, CROSSCHECK_TOLERANCE, crosscheck_agrees
+    from ...timing import CROSSCHECK_FLOOR_MS, CROSSCHECK_TOLERANCE, crosscheck_disagreements
     table = run.tables.get("crosscheck")
     quoted = {"xc_rows": None, "xc_within": None, "xc_floor": None, "xc_small_gap": None,
               "xc_small_kernel": None, "xc_floor_us": CROSSCHECK_FLOOR_MS * 1e3}
@@ -105,9 +105,9 @@ def crosscheck_agreement(run) -> tuple[pd.DataFrame | None, dict]:
                        "profiler, kernel alone (us)": table["profiler_ms"] * 1e3})
     us["apart (us)"] = (us["lab, cold (us)"] - us["do_bench (us)"]).abs()
     within = (us["apart (us)"] <= CROSSCHECK_TOLERANCE * us["do_bench (us)"])
-    agrees = [crosscheck_agrees(m, d) for m, d in zip(table["median_ms"], table["do_bench_ms"])]
+    agreeing = len(table) - len(crosscheck_disagreements(table))
     small = us[us["do_bench (us)"] < 10]
-    quoted.update(xc_rows=len(us), xc_within=int(within.sum()), xc_floor=int(sum(agrees) - within.sum()),
+    quoted.update(xc_rows=len(us), xc_within=int(within.sum()), xc_floor=int(agreeing - within.sum()),
                   xc_small_gap=f"{small['apart (us)'].max():.2f} µs" if len(small) else None,
                   xc_small_kernel=f"{small['profiler, kernel alone (us)'].median():.1f} µs" if len(small) else None)
     return us, quoted

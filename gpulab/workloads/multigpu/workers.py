@@ -107,7 +107,7 @@ def nccl():
 
 def _work(batch: data.Corpus) -> dict:
     from ..training.record import bytes_per_step, flops_per_step
-    from ..training.steps import Dims
+    from ..training.problem import Dims
     d = Dims(batch.docs, batch.vocab)
     return {"flops": flops_per_step(d, batch.nnz), "bytes": bytes_per_step(d, batch.nnz)}
 
@@ -966,10 +966,12 @@ def _one_gpu_rows(batch, params, repeats, pieces: bool) -> list:
     import cupy
     from ...kernels import get_backend
     from ...timing import benchmark, graph_benchmark
-    from ..training.steps import BoundStep, Config, Dims, buffers, step
+    from ..training import CHAPTER as TRAINING
+    from ..training.launchers import BoundStep, Config, buffers
+    from ..training.problem import Dims
     rows, b, work = [], batch.docs, _work(batch)
     d = Dims(b, batch.vocab)
-    s9 = step(9)
+    s9 = TRAINING.step(9)
     bound = BoundStep(s9, d, buffers(get_backend("gpu"), s9, d, batch, params), Config(), "gpu")
     t = benchmark(bound, repeats=repeats, rel_ci=None)
     rows.append(t.row("step", "1 GPU, step 9", b, phase="step", gpus=1, **work))

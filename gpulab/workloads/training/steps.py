@@ -92,14 +92,3 @@ def _predicted():
 
 #: step number -> the checkable claim of its kernel file's prediction (see gpulab.predictions)
 PREDICTED = _predicted()
-
-
-#: Compatibility shim: the names the multigpu chapter (not yet ported) imports from here (its
-#: workers bind steps 9 and 10 to their own buffers), served by the modules that now own them.
-def __getattr__(name: str):
-    from . import launchers
-    if name == "step":
-        return lambda number: ladder.find(STEPS, number)
-    if name in ("BoundStep", "buffers"):
-        return getattr(launchers, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
