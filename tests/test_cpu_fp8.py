@@ -241,3 +241,19 @@ def test_quantize_fills_the_range_and_scale_for_refuses_unknown_kinds():
     assert fp8.scale_for(np.zeros(3)) == 1.0
     with pytest.raises(Exception, match="kind"):
         fp8.to_fp8(x, "e3m4")
+
+
+def test_the_e4m3_exercise_answer_is_the_conversion_of_gpulab_fp8():
+    # Exercise hopper.4's answer (its solution cell, written from the format's spacing) is graded
+    # against itself; it must be to_fp8's rounding, which CUDA's conversion is tested against.
+    from gpulab import exercises, paths
+    exercise = exercises.get("hopper.4")
+    solve = exercises.define(exercise, exercises.notebook_cell(paths.REPO / exercise.file, exercise.cell))
+    hidden = exercises.hidden_cases(exercise)
+    assert any(case.get("ties") for case in hidden) and any(case.get("zeros") for case in hidden)
+    for case in [*exercise.public, *hidden]:
+        x = exercise.inputs(case)["x"]
+        answer = solve(x)
+        scale = fp8.scale_for(x)
+        assert answer["scale"] == scale
+        np.testing.assert_array_equal(answer["values"], fp8.from_fp8(fp8.to_fp8(x / scale)).astype(np.float64))

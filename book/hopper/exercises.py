@@ -38,6 +38,38 @@ def _inputs_2(case: dict) -> dict:
     return {"count": count, "events": events}
 
 
+def _inputs_4(case: dict) -> dict:
+    """A tensor to put into e4m3: normal values; magnitudes spread over many decades (values
+    below e4m3's smallest normal once scaled); exact ties between two e4m3 values once scaled
+    (the largest magnitude 448 times a power of two, so the scale is exact); or all zeros."""
+    rng = np.random.default_rng(case.get("seed", 0))
+    n = case.get("n", 64)
+    if case.get("zeros"):
+        return {"x": np.zeros(n)}
+    if case.get("ties"):
+        e = rng.integers(-6, 8, n)
+        m = rng.integers(8, 16, n)
+        normal = (m + 0.5) * 2.0 ** (e - 3.0)                 # halfway between two normal values
+        sub = (rng.integers(0, 8, n) + 0.5) * 2.0 ** -9        # halfway between two subnormals
+        values = np.where(rng.random(n) < 0.3, sub, normal) * rng.choice([-1.0, 1.0], n)
+        values[0] = 448.0
+        return {"x": values * 2.0 ** float(case["ties"])}
+    if case.get("wide"):
+        x = 10.0 ** rng.uniform(-7, 2, n) * rng.choice([-1.0, 1.0], n)
+    else:
+        x = rng.normal(0, case.get("sigma", 1.0), n)
+    if case.get("negative_max"):
+        x[np.argmax(np.abs(x))] = -2 * np.max(np.abs(x))      # the largest magnitude is negative
+    return {"x": x}
+
+
+def _describe_4(answer: dict) -> str:
+    values = np.asarray(answer["values"], dtype=np.float64)
+    small = int(np.sum(np.abs(values) < 2.0 ** -6))
+    return (f"scale {answer['scale']:.3g}; {values.size} e4m3 values from {values.min():g} to {values.max():g}, "
+            f"{small} of them subnormal or zero")
+
+
 EXERCISES = [
     Exercise("hopper.1", "hopper", "the swizzle as a function of the address", 2, "function",
              "book/hopper/hopper.ipynb", cell="hop-ex1-sol", function="swizzled_offsets",
@@ -61,3 +93,12 @@ EXERCISES.append(
              hint="Slot t % STAGES; wait for empty's phase of parity ((t / STAGES) % 2) ^ 1 (round 0: parity 1, "
                   "which a fresh barrier counts as done); then one mbar_arrive_expect_tx(&full[slot], SLICE_BYTES) "
                   "before the two tma_load_2d, A's box at (t * BK, m0), B's at (t * BK, n0) BM * BK halves further."))
+
+EXERCISES.append(
+    Exercise("hopper.4", "hopper", "a tensor into e4m3", 2, "function",
+             "book/hopper/hopper.ipynb", cell="hop-ex4-sol", function="quantize_e4m3",
+             signature="quantize_e4m3(x)",
+             public=({"seed": 1, "n": 64}, {"seed": 2, "n": 64, "wide": True}), inputs=_inputs_4, tolerance=0.0, describe=_describe_4,
+             hint="The scale is the largest MAGNITUDE over 448 (1 for an all-zero tensor). Round x / scale to "
+                  "the nearest e4m3 value, ties to the even mantissa (np.round does ties to even): in [2^e, 2^(e+1)) "
+                  "the values are 2^(e-3) apart, and below 2^-6 (the subnormals) they are 2^-9 apart."))

@@ -19,4 +19,12 @@ HIDDEN = {
         {"shapes": [(136, 136, 704)], "seed": 9511, "schedule": "reverse"},
         {"shapes": [(96, 200, 456)], "seed": 9521, "schedule": "shuffle"},
     ),
+    "hopper.4": (
+        {"seed": 9601, "n": 1000, "sigma": 30.0},
+        # exact ties between two e4m3 values (normal and subnormal), at scales 2^-5 and 2^7
+        {"ties": -5, "seed": 9611, "n": 400},
+        {"ties": 7, "seed": 9613, "n": 400},
+        {"seed": 9621, "n": 257, "wide": True, "negative_max": True},
+        {"zeros": True, "n": 17},
+    ),
 }
