@@ -997,18 +997,43 @@ def test_the_ladder_checks_each_kernel_alone(backend, monkeypatch):
     # Every kernel file of the chapter is a step, each checked on one replica's share of a small batch
     # against float64; a reference that is off (the learning rate the update check expects) fails it.
     from gpulab import ladder, paths
-    from gpulab.workloads.multigpu import steps
+    from gpulab.workloads.multigpu import CHAPTER, launchers, problem
     files = sorted(p.relative_to(paths.KERNELS).as_posix() for p in (paths.KERNELS / "multigpu").glob("*.cu"))
-    assert [s.file for s in steps.STEPS] == files
-    table = ladder.assert_ok(steps.check_steps(backend))
-    assert set(table["step"]) == {s.number for s in steps.STEPS} and (table["status"] == ladder.OK).all()
+    assert [s.file for s in CHAPTER.steps] == files
+    table = ladder.assert_ok(CHAPTER.check(backend))
+    assert set(table["step"]) == {s.number for s in CHAPTER.steps} and (table["status"] == ladder.OK).all()
     assert table["unwritten"].sum() == 0
     # 01: one row per W1 bucket; 03 and 04: dW2, db1, db2 and the loss; 04 also its bucket's rows.
-    assert (table["step"] == "01").sum() == steps.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
-    assert list(table.loc[table["step"] == "05", "case"])[0] == "dZ1"
-    monkeypatch.setattr(steps, "LEARNING_RATE", 2 * steps.LEARNING_RATE)
-    off = steps.check_steps(backend, steps=[ladder.find(steps.STEPS, 2)])
+    assert (table["step"] == "01").sum() == problem.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
+    assert list(table.loc[table["step"] == "05", "case"]) == ["dZ1", list(table.loc[table["step"] == "04", "case"])[-1]]
+    assert list(table.loc[table["step"] == "02", "case"]) == ["w over [0, 128772)", "g over [0, 128772)",
+                                                              "w over [3, 1004)", "g over [3, 1004)"]
+    monkeypatch.setattr(launchers, "LEARNING_RATE", 2 * launchers.LEARNING_RATE)
+    off = CHAPTER.check(backend, steps=[CHAPTER.step(2)])
     assert list(off["status"]) == [ladder.FAILED, ladder.OK, ladder.FAILED, ladder.OK]     # w wrong, g still zeroed
+
+
+@pytest.mark.parametrize("number, family", [("03", "SmallGradients"), ("05", "ForwardAndFirstBucket")])
+def test_what_a_kernel_leaves_unwritten_fails_its_check(backend, monkeypatch, number, family):
+    # The loss and dZ1 are poisoned before the launch: a launch that writes nothing leaves NaN there.
+    from gpulab import ladder
+    from gpulab.workloads.multigpu import CHAPTER, launchers
+    monkeypatch.setattr(getattr(launchers, family), "launch", lambda self, replica, case, arrays: lambda: None)
+    table = CHAPTER.check(backend, steps=[CHAPTER.step(number)]).set_index("case")
+    poisoned = "loss" if number == "03" else "dZ1"
+    assert table.loc[poisoned, "status"] == ladder.FAILED and table.loc[poisoned, "unwritten"] > 0
+    # the gradient rows, zeroed and never scattered into, are zero where the reference is not
+    assert (table["status"] == ladder.FAILED).all()
+
+
+def test_a_step_must_name_the_file_its_family_launches():
+    import dataclasses
+
+    from gpulab import ladder
+    from gpulab.workloads.multigpu import CHAPTER
+    wrong = dataclasses.replace(CHAPTER.step(3), file="multigpu/04_first_bucket_and_small.cu")
+    with pytest.raises(ValueError, match="launches the replica's multigpu/03_small_gradients.cu"):
+        ladder.run_all(wrong, CHAPTER.check_cases[0], CHAPTER.check_cases[0].for_step(wrong).inputs(0), "cpu")
 
 
 @pytest.mark.parametrize("world", [2, 3])

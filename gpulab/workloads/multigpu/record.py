@@ -66,10 +66,10 @@ from ...errors import CheckFailed, GpulabError
 from ...recorder import Experiment, Recording
 from ..training import data, reference
 from .ddp import time_ddp
+from .problem import NAME
 from .replicas import Layout
 from .workers import NCCL_SETTINGS, nccl, nccl_env, nccl_label, run_workers
 
-CHAPTER = "multigpu"
 BATCHES = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_BATCHES = (1024, 65536)
 ALLREDUCE_BYTES = tuple(2 ** k for k in range(10, 29, 2))          # 1 KiB .. 256 MiB
@@ -328,7 +328,7 @@ def pytorch_ddp(rec, ctx: Planned) -> None:
 
 #: Every experiment of the chapter on all the machine's GPUs (at least two), in order; PyTorch DDP
 #: is left out (a row of the problems table) once the run's budget is spent.
-benchmark_all = Recording(CHAPTER, [
+benchmark_all = Recording(NAME, [
     Experiment("one process", one_process),
     Experiment("nccl settings", nccl_settings),
     Experiment("two GPUs", two_gpus),
