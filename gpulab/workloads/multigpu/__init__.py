@@ -13,7 +13,10 @@ data-parallel on two GPUs, declared once.
 * :mod:`.record`: the recorded run (:data:`benchmark_all`, a
   :class:`gpulab.recorder.Recording`) that ``python -m gpulab record multigpu``
   makes on a machine with two GPUs or more;
-* :mod:`.workers`: one process per GPU, each driving its GPU's replica and NCCL;
+* :mod:`.configs`: the launch configurations the run sweeps (bucket counts, grids, streams, the
+  plain step's forms, NCCL's settings) and the names its rows carry;
+* :mod:`.gpustep`: one rank's step on its GPU (streams, events, NCCL, the peer link over CUDA IPC);
+* :mod:`.workers`: one process per GPU, each driving its GPU's step, and what each measures;
 * :mod:`.ddp`: PyTorch DistributedDataParallel on the same model, the baseline;
 * :mod:`.scaling`: the chapter's ladder of launch forms, one GPU to the bucketed two-GPU step,
   each step's prediction and its verdict on the recorded run (the kernel files state none:

@@ -3,7 +3,7 @@ binding a step to the check case's arrays (:class:`~.problem.ReplicaShare`) as a
 and comparing what it writes with the float64 reference, one check row per quantity.
 
 The kernels are launched as the data-parallel step launches them, through a :class:`~.replicas.Replica`
-(its bound launches are the ones :mod:`.workers` captures), moved onto the check's arrays
+(its bound launches are the ones :class:`~.gpustep.GpuStep` captures), moved onto the check's arrays
 (:meth:`~.replicas.Replica.use_buffers`): what a kernel must write is poisoned (NaN) before the launch,
 or, where it accumulates (W1's scatter-add into a zeroed gradient) or updates in place (w -= lr g),
 holds known values (zeros, seeded random floats) that a check compares where the kernel must not

@@ -5,7 +5,7 @@ it alone on replica 0's share of a small batch (:mod:`.problem`) against the flo
 The data-parallel step itself (replicas, buckets, the all-reduce, the GPU streams) is declared in
 :mod:`.replicas` and :mod:`.workers`; each of its forms launches these kernels. The variants the run
 compares (plain, bucketed, overlapped) are launch configurations of these kernels,
-:data:`~.workers.OVERLAPS`, each checked again by the record against the plain step. The chapter's
+:data:`~.configs.OVERLAPS`, each checked again by the record against the plain step. The chapter's
 predictions are those of its scaling ladder (:mod:`.scaling`: launch forms, one GPU to the bucketed
 two-GPU step, some claims built from the run), not of these kernel files.
 """
