@@ -423,7 +423,7 @@ def multigpu(fail):
     kept, the side tables and the refusal of a run whose checks failed (``--fail ddp``: DDP's
     processes fail and the run lists why in its problems table instead)."""
     from gpulab.errors import GpulabError
-    from gpulab.workloads.multigpu import ddp, record as r, workers
+    from gpulab.workloads.multigpu import configs, ddp, record as r, workers
     device.gpu_count = r.gpu_count = lambda: 2
     r.DOCS = 2048
     r.data.sample = lambda docs, vocab, stream=0: types.SimpleNamespace(docs=docs, vocab=vocab)
@@ -440,12 +440,12 @@ def multigpu(fail):
 
     def run_workers(corpus, params, batches, sizes, repeats, world, timeline_batches=(), env=None, sweep_only=False,
                     every_batch=None):
-        nccl = workers.nccl_label(env or {})
+        nccl = configs.nccl_label(env or {})
         experiment = "nccl settings" if sweep_only else "overlap"
         rows, checks, choices, timeline = [], [], [], []
         for b in batches:
-            for config in (workers.Overlap(2, None, True), workers.Overlap(2, None, False),
-                           workers.Overlap(2, 8, True, "parameters", overlapped=False)):
+            for config in (configs.Overlap(2, None, True), configs.Overlap(2, None, False),
+                           configs.Overlap(2, 8, True, "parameters", overlapped=False)):
                 rows += fake_rows(experiment, f"{world} GPUs, bucketed: {config.label}; {nccl}", b, phase="step",
                                   gpus=world, rank=0, form=config.form, overlapped=int(config.overlapped))
                 checks.append({"batch": b, "variant": f"bucketed: {config.label}; {nccl}",
@@ -453,17 +453,17 @@ def multigpu(fail):
                                "tolerance": 1e-5, "passed": fail != "checks"})
             for row in rows[-3:]:
                 row["slowest_rank_ms"] = row["median_ms"]
-            best = workers.Overlap(2, None, False)
+            best = configs.Overlap(2, None, False)
             choices.append({"batch": b, "nccl": nccl, "buckets": best.buckets, "blocks_per_sm": best.blocks_per_sm,
                             "priority": best.priority, "form": best.form, "rare_share": best.rare_share,
                             "overlapped": best.overlapped, "label": best.label, "plain": "split gradient"})
             if not sweep_only:
-                rows += [row for mode in workers.MODES
-                         for row in fake_rows("step", workers.variant(mode, world), b, phase="step", gpus=world)]
+                rows += [row for mode in configs.MODES
+                         for row in fake_rows("step", configs.variant(mode, world), b, phase="step", gpus=world)]
                 timeline += [{"batch": b, "mode": "plain", "gpu": g, "lane": "compute", "operation": "forward",
                               "start_us": 0.0, "end_us": 1.0} for g in range(world) if b in timeline_batches]
         if not sweep_only:
-            rows += [row for n in sizes for row in fake_rows("allreduce", workers.variant("plain", world), n)]
+            rows += [row for n in sizes for row in fake_rows("allreduce", configs.variant("plain", world), n)]
         return {"rows": rows, "checks": checks, "choices": choices, "digests": [], "timeline": timeline}
     workers.run_workers = r.run_workers = run_workers
 

@@ -267,7 +267,7 @@ def test_a_chapter_is_one_object_known_by_its_name():
 
 #: The chapters ported to cases and launchers (a CHAPTER object); the others still check through
 #: their own check_steps (gpulab.ladder.check_steps).
-PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet", "training")
+PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet", "training", "multigpu")
 
 
 @pytest.mark.parametrize("name", PORTED)

@@ -458,29 +458,29 @@ def test_one_process_per_gpu_sums_the_gradient_and_stays_identical(world):
     from gpulab import device
     if device.gpu_count() < world:
         pytest.skip(f"needs {world} GPUs, found {device.gpu_count()}")
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, workers
     corpus = data.sample(1024, data.VOCAB, stream=400)
     got = workers.run_workers(corpus, reference.init_params(), (1024,), (4096, 2 ** 20), repeats=3, world=world,
                               timeline_batches=(1024,))
     assert got["checks"] and all(c["passed"] for c in got["checks"]), [c for c in got["checks"] if not c["passed"]]
     assert sum("bit-identical" in c["quantity"] for c in got["checks"]) == 2
     variants = {r["variant"] for r in got["rows"]}
-    assert {workers.variant(m, world) for m in workers.MODES} <= variants
+    assert {configs.variant(m, world) for m in configs.MODES} <= variants
     # Every bucketed configuration was checked against the plain step and timed; the one kept is one of them.
     # (The peer update's forms, which read the other GPU's gradient, on two GPUs only.)
-    configs, forms = workers.overlaps(workers.OVERLAPS, world), workers.plain_forms(world)
-    assert any(c.peer for c in configs) == (world == 2) and any(k[1] in workers.PEER_SPLITS for k in forms) == (world == 2)
+    tried, forms = configs.overlaps(configs.OVERLAPS, world), configs.plain_forms(world)
+    assert any(c.peer for c in tried) == (world == 2) and any(k[1] in configs.PEER_SPLITS for k in forms) == (world == 2)
     swept = [c for c in got["checks"] if c["quantity"] == "summed gradient vs the plain step's"]
-    assert len(swept) == len(configs) + len(forms)
-    assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(configs) + len(forms)
+    assert len(swept) == len(tried) + len(forms)
+    assert sum(r["experiment"] == "overlap" for r in got["rows"]) == len(tried) + len(forms)
     assert [c["batch"] for c in got["choices"]] == [1024]
     # ... and it is an overlapped one (the sweep's not-overlapped configurations are measurements only).
-    assert got["choices"][0]["label"] in {o.label for o in workers.OVERLAPS if o.overlapped}
-    assert got["choices"][0]["plain"] in workers.PLAIN_FORMS.values()
+    assert got["choices"][0]["label"] in {o.label for o in configs.OVERLAPS if o.overlapped}
+    assert got["choices"][0]["plain"] in configs.PLAIN_FORMS.values()
     assert all(r["median_ms"] > 0 for r in got["rows"])
     forms = {r["variant"] for r in got["rows"] if r["experiment"] == "compute forms"}
-    assert forms == {f"{world} GPUs, compute only, {name}" for key, name in workers.PLAIN_FORMS.items()
-                     if key[1] not in workers.PEER_SPLITS}
+    assert forms == {f"{world} GPUs, compute only, {name}" for key, name in configs.PLAIN_FORMS.items()
+                     if key[1] not in configs.PEER_SPLITS}
     # One GPU's share of the batch, bucket by bucket (what the overlap can hide), each piece once.
     pieces = [(r["variant"], r["blocks_per_sm"], r["rare_share"]) for r in got["rows"] if r["experiment"] == "bucket pieces"]
     small = data.sample(2 * world, 101, stream=400)
@@ -623,13 +623,13 @@ def test_the_rare_word_bucket_takes_the_share_of_the_work_it_is_given():
 def test_the_bucket_pieces_add_up_to_the_whole_scatter(backend, corpus):
     # The record times each bucket's scatter alone (workers.bucket_pieces); the rare-word and
     # frequent-word buckets' scatters must write what the whole scatter writes.
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, workers
     batch = corpus.rows(0, B)
     got = list(workers.bucket_pieces(batch, reference.init_params(V), 2, sms=3, backend=backend))
     names = [g[0] for g in got]
     assert names[:2] == ["forward + backward to dZ1", "small gradients, coalesced"]
     assert names.count("W1's scatter, every row") == 2            # once per grid, not per cut
-    assert {(g[3], g[4]) for g in got} == {(0, 0.5), (0, workers.RARE_SHARE), (8, 0.5), (8, workers.RARE_SHARE)}
+    assert {(g[3], g[4]) for g in got} == {(0, 0.5), (0, configs.RARE_SHARE), (8, 0.5), (8, configs.RARE_SHARE)}
     replicas = {id(g[5]): g[5] for g in got}
     assert len(replicas) == 4
     for r in replicas.values():
@@ -679,7 +679,7 @@ def test_overlap_bound_from_synthetic_pieces():
     # SYNTHETIC pieces (made-up numbers): a 20 µs scatter whose rare bucket takes 15 µs alone leaves
     # 5 µs to hide; the second all-reduce costs A(rare) + A(rest) - A(whole) from the graph curve.
     from gpulab.runs import RecordedRun
-    from gpulab.workloads.multigpu import views, workers
+    from gpulab.workloads.multigpu import configs, views, workers
     run, _ = _synthetic_run()
     assert views.overlap_bound(run) is None
     rows = run.timings.to_dict("records")
@@ -690,15 +690,15 @@ def test_overlap_bound_from_synthetic_pieces():
         rows.append({**base, "experiment": "allreduce", "variant": views.LAB_ALLREDUCE + ", CUDA graph", "size": s,
                      "median_ms": (6 + s / 250e3) * 1e-3, "bytes": s})
     for per_sm in (0, 8):
-        for share, rare_us, rare_bytes in ((0.5, 15.0, 16.5e6), (workers.RARE_SHARE, 10.0, 14.8e6)):
+        for share, rare_us, rare_bytes in ((0.5, 15.0, 16.5e6), (configs.RARE_SHARE, 10.0, 14.8e6)):
             for name, us, nbytes in (("W1's scatter, every row", 20.0, 0.0), ("W1's scatter, rare-word bucket", rare_us,
                                                                              rare_bytes),
                                      ("W1's scatter, frequent-word bucket", 12.0, 0.0)):
                 rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + name, "size": 1024,
                              "median_ms": us * 1e-3, "bytes": nbytes, "blocks_per_sm": per_sm, "rare_share": share})
     for label, ms in (("one all-reduce, parameter average, step 9's kernels", 0.100),
-                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters").label, 0.104),
-                      ("bucketed: " + workers.Overlap(2, 8, True, "parameters", overlapped=False).label, 0.109)):
+                      ("bucketed: " + configs.Overlap(2, 8, True, "parameters").label, 0.104),
+                      ("bucketed: " + configs.Overlap(2, 8, True, "parameters", overlapped=False).label, 0.109)):
         rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, {label}; NCCL defaults", "size": 1024,
                      "median_ms": ms, "slowest_rank_ms": ms})
     b = views.overlap_bound(RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta)))
@@ -718,14 +718,14 @@ def test_overlap_bound_from_synthetic_pieces():
     assert quarter["hideable (µs)"] == pytest.approx(10.0) and quarter["ideal saving (µs)"] == pytest.approx(4.0)
     assert quarter["last all-reduce (MB)"] == pytest.approx((grad - 14.8e6) / 1e6)
     # The prose: the kept configuration's row, and per batch whether any configuration could win at all.
-    kept = pd.DataFrame({"label": [workers.Overlap(2, 8, True, "parameters").label]}, index=[1024])
+    kept = pd.DataFrame({"label": [configs.Overlap(2, 8, True, "parameters").label]}, index=[1024])
     text = views.bound_text(b, kept)
     assert "8 blocks per SM" in text and "20.0 µs alone" in text and "would therefore still lose 1.0 µs" in text
     assert "a loss of 4.0 µs" in text and "(ideal saving +4.0 µs)" in text      # the quarter cut on that grid
     verdict = views.bound_verdict(b, kept)
     # ideal -1.0, measured -4.0: the split step costs 9.0 where its pieces add up to 6.0 + (15 + 12 - 20) = 13.0,
     # so -4.0 of excess; the overlap gained 5.0 of the 12.0 µs frequent scatter, 7.0 lost side by side.
-    assert verdict.startswith("At B = 1,024 (" + workers.Overlap(2, 8, True, "parameters").label + ") the bucketed step "
+    assert verdict.startswith("At B = 1,024 (" + configs.Overlap(2, 8, True, "parameters").label + ") the bucketed step "
                               "would lose 1.0 µs even with perfect overlap; measured, it lost 4.0 µs.")
     assert "-4.0 µs is the split step's own cost" in verdict and "add up to 13.0" in verdict
     assert "7.0 µs is what the all-reduce" in verdict and "gained 5.0 µs of the 12.0 µs" in verdict
@@ -734,7 +734,7 @@ def test_overlap_bound_from_synthetic_pieces():
     # hidden, and the lean step not overlapped (one stream) runs them after the scatter.
     rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + "small gradients, coalesced",
                  "size": 1024, "median_ms": 4e-3, "bytes": 0.0, "blocks_per_sm": 0, "rare_share": 0.5})
-    lean = workers.Overlap(2, 8, True, "parameters", lean=True)
+    lean = configs.Overlap(2, 8, True, "parameters", lean=True)
     for config, ms in ((lean, 0.097), (replace(lean, overlapped=False), 0.106), (replace(lean, comm_first=True), 0.095)):
         rows.append({**base, "experiment": "overlap", "variant": f"2 GPUs, bucketed: {config.label}; NCCL defaults",
                      "size": 1024, "median_ms": ms, "slowest_rank_ms": ms})
@@ -756,7 +756,7 @@ def test_overlap_bound_from_synthetic_pieces():
     # the small gradients beside the all-reduce.
     small_bytes = 4.0 * L.small
     for per_sm in (0, 8):
-        for share, nbytes in ((0.5, 16.5e6), (workers.RARE_SHARE, 14.8e6)):
+        for share, nbytes in ((0.5, 16.5e6), (configs.RARE_SHARE, 14.8e6)):
             rows.append({**base, "experiment": "bucket pieces", "variant": views.BUCKET_PIECE + workers.FIRST_PIECE,
                          "size": 1024, "median_ms": 17e-3, "bytes": nbytes + small_bytes, "blocks_per_sm": per_sm,
                          "rare_share": share})
@@ -775,7 +775,7 @@ def test_overlap_bound_from_synthetic_pieces():
 def test_split_verdict_says_where_the_split_forms_time_goes():
     # SYNTHETIC rows: the split form 10% slower with the all-reduce, 1% without it, 2% on one GPU.
     from gpulab.runs import RecordedRun
-    from gpulab.workloads.multigpu import views, workers
+    from gpulab.workloads.multigpu import configs, views
     run, _ = _synthetic_run()
     assert "does not time" in views.split_verdict(run)
     rows = run.timings.to_dict("records")
@@ -783,7 +783,7 @@ def test_split_verdict_says_where_the_split_forms_time_goes():
     for b, one, split in ((32768, 1.0, 1.02), (65536, 2.0, 2.04)):
         rows += [{**base, "experiment": "step", "variant": views.ONE_GPU_REPLICA, "size": b, "median_ms": one},
                  {**base, "experiment": "step", "variant": views.ONE_GPU_SPLIT, "size": b, "median_ms": split}]
-    for (form, split), name in workers.PLAIN_FORMS.items():
+    for (form, split), name in configs.PLAIN_FORMS.items():
         rows.append({**base, "experiment": "compute forms", "variant": f"2 GPUs, compute only, {name}", "size": 65536,
                      "median_ms": 1.01 if split else 1.0})
     for name, ms in (("split gradient", 1.1), ("step 9's gradient kernel", 1.0)):
@@ -857,17 +857,17 @@ def _run_ranks(monkeypatch, world, make):
     step with its snapshot, then two more, its all-reduces and peer updates taken in turn with the
     other ranks'. Returns (the ranks, each rank's step, each rank's snapshot)."""
     import types
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import gpustep
     ranks = _Ranks(world)
-    monkeypatch.setattr(workers, "nccl", lambda: None)
+    monkeypatch.setattr(gpustep, "nccl", lambda: None)
 
-    class Link:                  # workers.PeerLink's stand-in: the launches meet in ranks.peer
+    class Link:                  # gpustep.PeerLink's stand-in: the launches meet in ranks.peer
         def __init__(self, replica, comm, lib):
             self.replica, self.rank = replica, comm.rank
 
         def launch(self, spans, slot, blocks):
             return lambda: ranks.peer(self.rank, self.replica, spans)
-    monkeypatch.setattr(workers, "PeerLink", Link)
+    monkeypatch.setattr(gpustep, "PeerLink", Link)
     steps, snapshots = [None] * world, [None] * world
 
     def run(r):
@@ -935,19 +935,19 @@ def _fake_cupy(monkeypatch):
          "four streams, parameters, not overlapped", "first bucket in the forward kernel",
          "first bucket in the forward kernel, 3 buckets, quarter cut"])
 def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(monkeypatch, world, config):
-    """workers.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
+    """gpustep.GpuStep's bucketed step, its streams and events aside (the CPU backend runs each
     launch as it is made), on ``world`` ranks: every rank sends the same spans in the same order,
     together the whole buffer once; the summed gradient it applied equals one replica's on the
     whole batch, and the copies stay bit-identical over three steps."""
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, gpustep
     _fake_cupy(monkeypatch)
     batch = data.sample(12 * world, V, stream=303)
     params = reference.init_params(V)
-    config = workers.Overlap(**{"buckets": 2, **config})
+    config = configs.Overlap(**{"buckets": 2, **config})
     if config.spare_sms:       # the first bucket on one block per document, the later ones beside the spare SMs
         assert config.blocks(3) == [None] + [config.blocks_per_sm * (3 - config.spare_sms)] * (config.buckets - 1)
     buckets = Layout(V).buckets(config.buckets, multigpu.replicas.row_work(batch), config.rare_share)
-    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: workers.GpuStep(
+    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: gpustep.GpuStep(
         split_batch(batch, world)[r], params, batch.docs, comm, "bucketed", buckets, config=config, world=world))
     assert all(calls == ranks.calls[0] for calls in ranks.calls)
     covered = np.zeros(Layout(V).size, int)
@@ -962,7 +962,7 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
     one.backward_plain()
     want = one.grad.astype(np.float64)
     got = steps[0].effective_gradient(snapshots[0])
-    tolerance = workers.GRADIENT_TOLERANCE if config.form == "gradient" else workers.UPDATE_TOLERANCE
+    tolerance = gpustep.GRADIENT_TOLERANCE if config.form == "gradient" else gpustep.UPDATE_TOLERANCE
     assert np.linalg.norm(got - want) / np.linalg.norm(want) <= tolerance
     assert all(np.array_equal(s.replica.flat.view(np.uint32), steps[0].replica.flat.view(np.uint32)) for s in steps)
 
@@ -970,19 +970,18 @@ def test_the_gpu_step_sums_every_bucket_once_in_the_same_order_on_every_rank(mon
 def test_streams_verdict_compares_the_lean_step_with_the_four_stream_one():
     # SYNTHETIC sweep rows (µs below the plain step's 100): four streams, lean, all-reduce first, spare SMs.
     from gpulab.runs import RecordedRun
-    from gpulab.workloads import multigpu
-    from gpulab.workloads.multigpu import views, workers
+    from gpulab.workloads.multigpu import configs, views
     run, _ = _synthetic_run()
     assert views.streams_verdict(run).startswith("This run does not time the lean step")
     base = {k: v for k, v in run.timings.iloc[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
-    configs = {workers.Overlap(2, 8, True, "parameters"): (0.110, 0.300),
-               workers.Overlap(2, 8, True, "parameters", overlapped=False): (0.120, 0.320),
-               workers.Overlap(2, 8, True, "parameters", lean=True): (0.104, 0.301),
-               workers.Overlap(2, 8, True, "parameters", overlapped=False, lean=True): (0.111, 0.318),
-               workers.Overlap(2, None, True, "parameters", lean=True, comm_first=True): (0.095, 0.305),
-               workers.Overlap(2, 1, True, "parameters", lean=True, spare_sms=multigpu.workers.SPARE_SMS): (0.106, 0.290)}
+    times_of = {configs.Overlap(2, 8, True, "parameters"): (0.110, 0.300),
+               configs.Overlap(2, 8, True, "parameters", overlapped=False): (0.120, 0.320),
+               configs.Overlap(2, 8, True, "parameters", lean=True): (0.104, 0.301),
+               configs.Overlap(2, 8, True, "parameters", overlapped=False, lean=True): (0.111, 0.318),
+               configs.Overlap(2, None, True, "parameters", lean=True, comm_first=True): (0.095, 0.305),
+               configs.Overlap(2, 1, True, "parameters", lean=True, spare_sms=configs.SPARE_SMS): (0.106, 0.290)}
     rows = [{**base, "experiment": "overlap", "variant": f"2 GPUs, bucketed: {c.label}; NCCL defaults", "size": b,
-             "median_ms": ms, "slowest_rank_ms": ms} for c, times in configs.items() for b, ms in zip((1024, 8192), times)]
+             "median_ms": ms, "slowest_rank_ms": ms} for c, times in times_of.items() for b, ms in zip((1024, 8192), times)]
     swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta))
     text = views.streams_verdict(swept)
     # lean overlapped: min(0.104, 0.095, 0.106) vs 0.110 at 1,024 (+15.0); min(.301, .305, .290) vs .300 at 8,192 (+10.0)
@@ -990,50 +989,75 @@ def test_streams_verdict_compares_the_lean_step_with_the_four_stream_one():
     assert "on one stream took +9.0 µs less than on four at B = 1,024, +2.0 µs at 8,192" in text
     # against the others (four streams, the lean one on 8 blocks per SM): 0.104 at 1,024, 0.300 at 8,192
     assert "launching the all-reduce first won at B = 1,024 (+9.0 µs)" in text
-    assert f"leaving NCCL {workers.SPARE_SMS} empty SMs at 8,192 (+10.0 µs)" in text
+    assert f"leaving NCCL {configs.SPARE_SMS} empty SMs at 8,192 (+10.0 µs)" in text
 
 
 def test_the_ladder_checks_each_kernel_alone(backend, monkeypatch):
     # Every kernel file of the chapter is a step, each checked on one replica's share of a small batch
     # against float64; a reference that is off (the learning rate the update check expects) fails it.
     from gpulab import ladder, paths
-    from gpulab.workloads.multigpu import steps
+    from gpulab.workloads.multigpu import CHAPTER, launchers, problem
     files = sorted(p.relative_to(paths.KERNELS).as_posix() for p in (paths.KERNELS / "multigpu").glob("*.cu"))
-    assert [s.file for s in steps.STEPS] == files
-    table = ladder.assert_ok(steps.check_steps(backend))
-    assert set(table["step"]) == {s.number for s in steps.STEPS} and (table["status"] == ladder.OK).all()
+    assert [s.file for s in CHAPTER.steps] == files
+    table = ladder.assert_ok(CHAPTER.check(backend))
+    assert set(table["step"]) == {s.number for s in CHAPTER.steps} and (table["status"] == ladder.OK).all()
     assert table["unwritten"].sum() == 0
     # 01: one row per W1 bucket; 03 and 04: dW2, db1, db2 and the loss; 04 also its bucket's rows.
-    assert (table["step"] == "01").sum() == steps.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
-    assert list(table.loc[table["step"] == "05", "case"])[0] == "dZ1"
-    monkeypatch.setattr(steps, "LEARNING_RATE", 2 * steps.LEARNING_RATE)
-    off = steps.check_steps(backend, steps=[ladder.find(steps.STEPS, 2)])
+    assert (table["step"] == "01").sum() == problem.CHECK_BUCKETS and (table["step"] == "04").sum() == 5
+    assert list(table.loc[table["step"] == "05", "case"]) == ["dZ1", list(table.loc[table["step"] == "04", "case"])[-1]]
+    assert list(table.loc[table["step"] == "02", "case"]) == ["w over [0, 128772)", "g over [0, 128772)",
+                                                              "w over [3, 1004)", "g over [3, 1004)"]
+    monkeypatch.setattr(launchers, "LEARNING_RATE", 2 * launchers.LEARNING_RATE)
+    off = CHAPTER.check(backend, steps=[CHAPTER.step(2)])
     assert list(off["status"]) == [ladder.FAILED, ladder.OK, ladder.FAILED, ladder.OK]     # w wrong, g still zeroed
+
+
+@pytest.mark.parametrize("number, family", [("03", "SmallGradients"), ("05", "ForwardAndFirstBucket")])
+def test_what_a_kernel_leaves_unwritten_fails_its_check(backend, monkeypatch, number, family):
+    # The loss and dZ1 are poisoned before the launch: a launch that writes nothing leaves NaN there.
+    from gpulab import ladder
+    from gpulab.workloads.multigpu import CHAPTER, launchers
+    monkeypatch.setattr(getattr(launchers, family), "launch", lambda self, replica, case, arrays: lambda: None)
+    table = CHAPTER.check(backend, steps=[CHAPTER.step(number)]).set_index("case")
+    poisoned = "loss" if number == "03" else "dZ1"
+    assert table.loc[poisoned, "status"] == ladder.FAILED and table.loc[poisoned, "unwritten"] > 0
+    # the gradient rows, zeroed and never scattered into, are zero where the reference is not
+    assert (table["status"] == ladder.FAILED).all()
+
+
+def test_a_step_must_name_the_file_its_family_launches():
+    import dataclasses
+
+    from gpulab import ladder
+    from gpulab.workloads.multigpu import CHAPTER
+    wrong = dataclasses.replace(CHAPTER.step(3), file="multigpu/04_first_bucket_and_small.cu")
+    with pytest.raises(ValueError, match="launches the replica's multigpu/03_small_gradients.cu"):
+        ladder.run_all(wrong, CHAPTER.check_cases[0], CHAPTER.check_cases[0].for_step(wrong).inputs(0), "cpu")
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_the_plain_step_with_w1s_gradient_in_the_forward_kernel(monkeypatch, world):
     # The plain step's chance at the forward kernel (split="forward"): one all-reduce of the whole buffer a
     # step, the same summed gradient as one replica's, bit-identical copies; refused in the parameter form.
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, gpustep
     _fake_cupy(monkeypatch)
     batch = data.sample(12 * world, V, stream=304)
     params = reference.init_params(V)
     buckets = Layout(V).buckets(2, multigpu.replicas.row_work(batch))
-    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: workers.GpuStep(
+    ranks, steps, snapshots = _run_ranks(monkeypatch, world, lambda r, comm: gpustep.GpuStep(
         split_batch(batch, world)[r], params, batch.docs, comm, "plain", buckets, split="forward", world=world))
     assert ranks.calls[0] == [(0, Layout(V).size)] * 3 and all(c == ranks.calls[0] for c in ranks.calls)
     one = Replica(batch, params, batch.docs, "cpu")
     one.forward_backward()
     one.backward_plain()
     got = steps[0].effective_gradient(snapshots[0])
-    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= workers.GRADIENT_TOLERANCE
+    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= gpustep.GRADIENT_TOLERANCE
     assert all(np.array_equal(s.replica.flat.view(np.uint32), steps[0].replica.flat.view(np.uint32)) for s in steps)
     with pytest.raises(ValueError, match="gradient form only"):
-        workers.GpuStep(split_batch(batch, world)[0], params, batch.docs, object(), "plain", buckets, split="forward",
+        gpustep.GpuStep(split_batch(batch, world)[0], params, batch.docs, object(), "plain", buckets, split="forward",
                         form="parameters", world=world)
     with pytest.raises(ValueError, match="forward kernel needs the lean"):
-        workers.Overlap(2, 8, True, "parameters", lean=True, in_forward=True)
+        configs.Overlap(2, 8, True, "parameters", lean=True, in_forward=True)
 
 
 @pytest.mark.parametrize("plain, config", [("peer", None), ("forward peer", None),
@@ -1044,16 +1068,16 @@ def test_the_peer_update_sums_every_float_once_and_keeps_the_copies_identical(mo
     # The all-reduce fused with the update (06_peer_update.cu), each rank reading the other's gradient: two
     # ranks, every float of the buffers updated once a step, the gradient zeroed after it; the update applied
     # equals one replica's on the whole batch and the float64 reference; the copies stay bit-identical.
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, gpustep
     _fake_cupy(monkeypatch)
     batch = data.sample(26, V, stream=305)
     params = reference.init_params(V)
     if config is not None:
-        config = workers.Overlap(**{"blocks_per_sm": None, **config, "form": "gradient", "lean": True,
+        config = configs.Overlap(**{"blocks_per_sm": None, **config, "form": "gradient", "lean": True,
                                     "in_forward": True})
     cut = Layout(V).buckets(config.buckets if config else 2, multigpu.replicas.row_work(batch),
                             config.rare_share if config else None)
-    ranks, steps, snapshots = _run_ranks(monkeypatch, 2, lambda r, comm: workers.GpuStep(
+    ranks, steps, snapshots = _run_ranks(monkeypatch, 2, lambda r, comm: gpustep.GpuStep(
         split_batch(batch, 2)[r], params, batch.docs, comm, "bucketed" if config else "plain", cut, config=config,
         split=plain or False, world=2))
     assert ranks.calls[0] == ranks.calls[1] and all(kind == "peer" for kind, _ in ranks.calls[0])
@@ -1068,8 +1092,8 @@ def test_the_peer_update_sums_every_float_once_and_keeps_the_copies_identical(mo
     one.forward_backward()
     one.backward_plain()
     got = steps[0].effective_gradient(snapshots[0])
-    assert steps[0].tolerance == workers.UPDATE_TOLERANCE
-    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= workers.UPDATE_TOLERANCE
+    assert steps[0].tolerance == gpustep.UPDATE_TOLERANCE
+    assert np.linalg.norm(got - one.grad) / np.linalg.norm(one.grad) <= gpustep.UPDATE_TOLERANCE
     p64 = {k: v.astype(np.float64) for k, v in params.items()}
     ref = reference.backward(batch, batch.labels, p64, reference.forward(batch, p64))
     views = Layout(V).views(got)
@@ -1079,25 +1103,25 @@ def test_the_peer_update_sums_every_float_once_and_keeps_the_copies_identical(mo
 
 
 def test_the_peer_update_is_refused_where_it_cannot_run(monkeypatch):
-    from gpulab.workloads.multigpu import workers
+    from gpulab.workloads.multigpu import configs, gpustep
     _fake_cupy(monkeypatch)
     batch = data.sample(26, V, stream=305)
     params = reference.init_params(V)
     cut = Layout(V).buckets(2)
     with pytest.raises(ValueError, match="gradient form only"):
-        workers.GpuStep(split_batch(batch, 2)[0], params, batch.docs, object(), "plain", cut, split="peer",
+        gpustep.GpuStep(split_batch(batch, 2)[0], params, batch.docs, object(), "plain", cut, split="peer",
                         form="parameters", world=2)
     with pytest.raises(ValueError, match="peer update"):
-        workers.Overlap(2, 8, True, "gradient", lean=True, peer=32)          # not with the first bucket forward
+        configs.Overlap(2, 8, True, "gradient", lean=True, peer=32)          # not with the first bucket forward
     with pytest.raises(ValueError, match="peer update"):
-        workers.Overlap(8, 8, True, "gradient", lean=True, in_forward=True, peer=32)   # more buckets than slots
+        configs.Overlap(8, 8, True, "gradient", lean=True, in_forward=True, peer=32)   # more buckets than slots
     r = Replica(split_batch(batch, 2)[0], params, batch.docs, "cpu", form="parameters", replicas=2)
     with pytest.raises(ValueError, match="form='gradient'"):
         r.peer_update([r.layout.whole()], r.grad, np.zeros(1, np.uint32), np.zeros(1, np.uint32),
                       np.zeros(1, np.uint32), 0, 4)
-    assert workers.plain_forms(3) == [k for k in workers.PLAIN_FORMS if k[1] not in workers.PEER_SPLITS]
-    assert not any(c.peer for c in workers.overlaps(workers.OVERLAPS, 3))
-    assert any(c.peer for c in workers.overlaps(workers.OVERLAPS, 2))
+    assert configs.plain_forms(3) == [k for k in configs.PLAIN_FORMS if k[1] not in configs.PEER_SPLITS]
+    assert not any(c.peer for c in configs.overlaps(configs.OVERLAPS, 3))
+    assert any(c.peer for c in configs.overlaps(configs.OVERLAPS, 2))
 
 
 def test_views_read_the_nccl_settings_per_batch_and_the_peer_updates_apart():
@@ -1106,11 +1130,11 @@ def test_views_read_the_nccl_settings_per_batch_and_the_peer_updates_apart():
     # step through NCCL under the largest batch's setting, and the peer update named "all-reduce" in the
     # timeline (flagged fused).
     from gpulab.runs import RecordedRun
-    from gpulab.workloads.multigpu import views, workers
+    from gpulab.workloads.multigpu import configs, views
     run, _ = _synthetic_run()
     base = {k: v for k, v in run.timings.iloc[0].items() if k not in ("experiment", "variant", "size", "median_ms")}
     rows = run.timings.to_dict("records")
-    peer = f"one all-reduce, {workers.PLAIN_FORMS[('gradient', 'peer')]}"
+    peer = f"one all-reduce, {configs.PLAIN_FORMS[('gradient', 'peer')]}"
     times = {("NCCL defaults", 1024): 0.10, ("NCCL_MAX_NCHANNELS=8", 1024): 0.15,
              ("NCCL defaults", 65536): 0.80, ("NCCL_MAX_NCHANNELS=8", 65536): 0.70}
     for (nccl, size), ms in times.items():
@@ -1120,7 +1144,7 @@ def test_views_read_the_nccl_settings_per_batch_and_the_peer_updates_apart():
     choices = pd.DataFrame([{"batch": 1024, "label": "A", "plain": "x", "nccl": "NCCL defaults"},
                             {"batch": 65536, "label": "A", "plain": "x", "nccl": "NCCL_MAX_NCHANNELS=8"}])
     timeline = pd.DataFrame([{"batch": 1024, "mode": "plain", "gpu": 0, "lane": "communication",
-                              "operation": f"{workers.PEER_OP}: whole", "start_us": 1.0, "end_us": 5.0}])
+                              "operation": f"{configs.PEER_OP}: whole", "start_us": 1.0, "end_us": 5.0}])
     swept = RecordedRun("multigpu", pd.DataFrame(rows), dict(run.meta), tables={"choices": choices, "timeline": timeline})
     by = views.nccl_by_batch(swept, plain_only=True)
     assert by.loc[1024, "NCCL defaults"] == pytest.approx(0.10) and by.loc[65536, "NCCL_MAX_NCHANNELS=8"] == pytest.approx(0.70)

@@ -212,7 +212,7 @@ def test_the_model_comes_before_the_bus_bandwidth_and_the_exercises_before_the_t
 
 def test_the_host_code_shown_is_the_step_the_workers_run():
     import inspect
-    from gpulab.workloads.multigpu.workers import GpuStep
+    from gpulab.workloads.multigpu.gpustep import GpuStep
     text = views.host_step_source()
     source = inspect.getsource(GpuStep._in_forward).splitlines()
     assert text.startswith("def _in_forward(") and [l.strip() for l in text.splitlines()] == [l.strip() for l in source]

@@ -25,14 +25,14 @@ Experiments (the ``experiment`` column):
   the forward pass, W1's whole scatter and each bucket's scatter (cut at equal
   work, and with the rare-word bucket holding a quarter), each alone: what
   the overlap can hide (:func:`.workers.bucket_pieces`);
-* ``overlap``: at every batch, the plain step in every form (``workers.PLAIN_FORMS``:
+* ``overlap``: at every batch, the plain step in every form (``configs.PLAIN_FORMS``:
   through NCCL, or on two GPUs with the all-reduce fused with the update over
   NVLink) and the bucketed step in every launch configuration of
-  ``workers.OVERLAPS``, each checked and timed (``slowest_rank_ms``: the slower GPU's median); the
+  ``configs.OVERLAPS``, each checked and timed (``slowest_rank_ms``: the slower GPU's median); the
   fastest of each is what the ``step`` rows time again;
-* ``nccl settings``: the fastest kinds of step of the sweep (``workers.NCCL_SWEEP``
+* ``nccl settings``: the fastest kinds of step of the sweep (``configs.NCCL_SWEEP``
   and the plain step's forms) at every batch under each of
-  ``workers.NCCL_SETTINGS``, each setting in fresh processes; at each batch
+  ``configs.NCCL_SETTINGS``, each setting in fresh processes; at each batch
   the run keeps the setting with the fastest two-GPU step through NCCL (the
   peer update, which never calls NCCL, does not choose it), and times that
   batch under it (the batches that share a setting in one pair of processes);
@@ -66,10 +66,12 @@ from ...errors import CheckFailed, GpulabError
 from ...recorder import Experiment, Recording
 from ..training import data, reference
 from .ddp import time_ddp
+from .problem import NAME
 from .replicas import Layout
-from .workers import NCCL_SETTINGS, nccl, nccl_env, nccl_label, run_workers
+from .configs import NCCL_SETTINGS, nccl_label
+from .gpustep import nccl, nccl_env
+from .workers import run_workers
 
-CHAPTER = "multigpu"
 BATCHES = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_BATCHES = (1024, 65536)
 ALLREDUCE_BYTES = tuple(2 ** k for k in range(10, 29, 2))          # 1 KiB .. 256 MiB
@@ -328,7 +330,7 @@ def pytorch_ddp(rec, ctx: Planned) -> None:
 
 #: Every experiment of the chapter on all the machine's GPUs (at least two), in order; PyTorch DDP
 #: is left out (a row of the problems table) once the run's budget is spent.
-benchmark_all = Recording(CHAPTER, [
+benchmark_all = Recording(NAME, [
     Experiment("one process", one_process),
     Experiment("nccl settings", nccl_settings),
     Experiment("two GPUs", two_gpus),

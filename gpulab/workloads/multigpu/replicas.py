@@ -382,10 +382,29 @@ class Replica:
     def use_gradient_buffer(self, grad) -> None:
         """Move the gradient into ``grad`` (a zeroed buffer of the same size, e.g. one the other
         GPU's process maps through CUDA IPC) and bind every launch to it."""
-        if grad.shape != self.grad.shape or grad.dtype != self.grad.dtype:
-            raise ValueError(f"the gradient buffer must be {self.grad.dtype} of shape {self.grad.shape}, "
-                             f"got {grad.dtype} {grad.shape}")
-        self.grad, self.g = grad, self.layout.views(grad)
+        self.use_buffers(grad=grad)
+
+    def use_buffers(self, flat=None, grad=None, **scratch) -> None:
+        """Move the parameters into ``flat``, the gradient into ``grad`` and the intermediates named
+        in ``scratch`` (``dz1=``, ``loss=``) into the given device arrays, each of its buffer's shape
+        and type, and bind every launch to them: a check's arrays, poisoned or of known values where
+        a kernel must not write (:mod:`.launchers`), or a gradient the other GPU's process maps."""
+        def same(name, new, old):
+            if new.shape != old.shape or new.dtype != old.dtype:
+                raise ValueError(f"the {name} buffer must be {old.dtype} of shape {old.shape}, "
+                                 f"got {new.dtype} {new.shape}")
+            return new
+        unknown = sorted(set(scratch) - set(self.scratch))
+        if unknown:
+            raise KeyError(f"a replica's intermediates are {sorted(self.scratch)}; it has no {unknown}")
+        if flat is not None:
+            self.flat = same("parameter", flat, self.flat)
+            self.p = self.layout.views(flat)
+        if grad is not None:
+            self.grad = same("gradient", grad, self.grad)
+            self.g = self.layout.views(grad)
+        for name, array in scratch.items():
+            self.scratch[name] = same(name, array, self.scratch[name])
         self._bind()
 
     def peer_update(self, spans, peer_grad, flags, peer_flags, epochs, slot: int, blocks: int, sync: bool = True):

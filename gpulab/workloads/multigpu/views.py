@@ -20,7 +20,8 @@ from ..training import data as training_data
 from ..training.data import VOCAB
 from . import costmodel
 from .replicas import Layout
-from .workers import FIRST_PIECE, ONE_GPU_FORWARD, PEER_OP, PLAIN_FORMS, SPARE_SMS, Overlap
+from .configs import ONE_GPU_FORWARD, PEER_OP, PLAIN_FORMS, SPARE_SMS, Overlap
+from .workers import FIRST_PIECE
 
 ONE_GPU = "1 GPU, step 9"
 ONE_GPU_GRAPH = "1 GPU, step 10 (CUDA graph)"
@@ -200,7 +201,7 @@ def nccl_table(run: RecordedRun) -> pd.DataFrame | None:
 
 def nccl_by_batch(run: RecordedRun, plain_only: bool = False) -> pd.DataFrame | None:
     """Per batch (rows) and NCCL setting (columns): the fastest two-GPU step through NCCL (the
-    plain step in any form and the bucketed configurations of ``workers.NCCL_SWEEP``; with
+    plain step in any form and the bucketed configurations of ``configs.NCCL_SWEEP``; with
     ``plain_only`` the plain step's forms alone), the slower GPU's median (ms); None for a run
     that tried the settings at its largest batch only."""
     if "nccl settings" not in set(run.timings["experiment"]):
@@ -431,7 +432,7 @@ LEAN_MARKS = (", two streams", ", one stream")
 
 
 def streams_verdict(run: RecordedRun) -> str:
-    """What the lean step (two streams; one, not overlapped; see ``workers.GpuStep.lean_step``) changed
+    """What the lean step (two streams; one, not overlapped; see ``gpustep.GpuStep.lean_step``) changed
     against the four-stream step, from the sweep: per batch, the fastest overlapped configuration of
     each kind, and the split step not overlapped on one stream against four."""
     sweep = overlap_table(run)
@@ -1340,16 +1341,16 @@ def show_ring(run: RecordedRun | None, model: costmodel.RingModel, caption: str)
 
 def host_step_source() -> str:
     """The host code of the bucketed step the recorded runs keep (first bucket in the forward kernel):
-    ``GpuStep._in_forward``, as :mod:`.workers` defines it, its streams, events and launches."""
+    ``GpuStep._in_forward``, as :mod:`.gpustep` defines it, its streams, events and launches."""
     import inspect
     import textwrap
-    from .workers import GpuStep
+    from .gpustep import GpuStep
     return textwrap.dedent(inspect.getsource(GpuStep._in_forward))
 
 
 def show_host_step() -> None:
     """:func:`host_step_source`, rendered as a listing."""
     from IPython.display import Markdown
-    _display(Markdown("`gpulab/workloads/multigpu/workers.py`, `GpuStep._in_forward` (one GPU's process runs it; "
+    _display(Markdown("`gpulab/workloads/multigpu/gpustep.py`, `GpuStep._in_forward` (one GPU's process runs it; "
                       "`main` is the caller's stream, `self.side` the communication stream):\n\n```python\n"
                       + host_step_source() + "```"))
