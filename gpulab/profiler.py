@@ -41,6 +41,33 @@ STANDARD_METRICS = {
     "dram__bytes_read.sum": "dram_bytes_read",
     "sm__inst_executed_pipe_fma.sum": "fma_pipe_instructions",
 }
+#: How busy the SMs, DRAM and the FMA and tensor pipes were, and the work done (L2 bytes,
+#: instructions): the utilisation the conv chapters' profile tables add (alexnet, lenet).
+UTILISATION_METRICS = {
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_busy_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_busy_pct",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "lts__t_bytes.sum": "l2_bytes",
+    "smsp__inst_executed.sum": "warp_instructions",
+}
+#: Why warps wait (cycles stalled per issued instruction, by reason), and how busy the issue
+#: slots were. Not every ncu knows all of them: :func:`profile_launches` retries without them.
+STALL_METRICS = {
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
+    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio": "stall_lg_throttle",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
+}
+#: Every counter a chapter's profile reads, with the short name its tables use: the metric sets
+#: above and the few single counters a chapter adds. One name per counter, wherever it is read.
+SHORT_NAMES = {**STANDARD_METRICS, **UTILISATION_METRICS, **STALL_METRICS,
+               "dram__bytes_write.sum": "dram_bytes_write",
+               "sm__inst_executed.sum": "warp_instructions"}
 
 #: The columns :func:`parse_csv` returns.
 COLUMNS = ["id", "kernel", "block", "grid", "metric", "name", "unit", "value"]
@@ -121,7 +148,7 @@ def parse_csv(text: str) -> pd.DataFrame:
     """Nsight Compute ``--csv`` output (details page: one line per kernel
     launch and metric) as a tidy table with :data:`COLUMNS`: the launch ``id``,
     the kernel's name (without argument list), block and grid shapes, the
-    metric's full name, its short ``name`` from :data:`STANDARD_METRICS`
+    metric's full name, its short ``name`` from :data:`SHORT_NAMES`
     (or the full name), the unit, and the value as a float.
 
     Lines that are not CSV (``==PROF==`` progress, the driver's own prints)
@@ -145,7 +172,7 @@ def parse_csv(text: str) -> pd.DataFrame:
         rows.append({"id": int(_number(record["ID"])),
                      "kernel": record["Kernel Name"].split("(")[0].strip(),
                      "block": record.get("Block Size", ""), "grid": record.get("Grid Size", ""),
-                     "metric": metric, "name": STANDARD_METRICS.get(metric, metric),
+                     "metric": metric, "name": SHORT_NAMES.get(metric, metric),
                      "unit": record.get("Metric Unit", ""), "value": _number(record["Metric Value"])})
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -162,3 +189,23 @@ def per_launch(rows: pd.DataFrame) -> pd.DataFrame:
         requests = table["global_load_requests"].where(table["global_load_requests"] > 0)
         table["sectors_per_request"] = table["global_load_sectors"] / requests
     return table
+
+
+def profile_launches(who: str, driver: Sequence[str], metrics: Sequence[str], *, kernel_regex: str,
+                     timeout: float, stalls: Sequence[str] = ()) -> pd.DataFrame | None:
+    """:func:`per_launch` of ``metrics`` over ``driver``, in launch order (short names,
+    :data:`SHORT_NAMES`): first with the counters ``stalls`` as well, then, where that ncu does
+    not know one of them, without. None where ncu is missing or every try fails, the reason
+    printed under the chapter's name ``who``: a profiler failure must not lose a run's timings."""
+    if ncu_path() is None:
+        print(f"{who}: no ncu here, so the run has no profile table")
+        return None
+    tries = [[*metrics, *stalls], list(metrics)] if stalls else [list(metrics)]
+    for wanted in tries:
+        try:
+            table = per_launch(profile(driver, wanted, kernel_regex=kernel_regex, timeout=timeout))
+        except Exception as exc:     # any failure of ncu or of its output: try the next set
+            print(f"{who}: the profile with {len(wanted)} metrics failed: {str(exc)[-1500:]}")
+            continue
+        return table.sort_values("id").reset_index(drop=True)
+    return None

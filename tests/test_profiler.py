@@ -86,3 +86,40 @@ def test_profile_without_ncu_says_where_it_comes_from(monkeypatch):
     monkeypatch.setattr(profiler, "ncu_path", lambda: None)
     with pytest.raises(profiler.ProfilerError, match="not on PATH"):
         profiler.profile(["python3", "-c", "pass"], ["a.sum"])
+
+
+def test_every_counter_a_chapter_reads_has_one_short_name():
+    # The chapters' metric sets come from one place; a counter never has two names, and no two
+    # counters share one except the instruction count (summed per SM or per SM sub-partition).
+    from gpulab.workloads.convpool import record as convpool_record
+    from gpulab.workloads.fcnet import profile as fcnet_profile
+    from gpulab.workloads.training import record as training_record
+    for metrics in (convpool_record.PROFILE_METRICS, fcnet_profile.PROFILE_METRICS, training_record.PROFILE_METRICS,
+                    profiler.UTILISATION_METRICS, profiler.STALL_METRICS):
+        assert set(metrics) <= set(profiler.SHORT_NAMES), set(metrics) - set(profiler.SHORT_NAMES)
+    names = pd.Series(profiler.SHORT_NAMES)
+    shared = names[names.duplicated(keep=False)]
+    assert set(shared.index) == {"sm__inst_executed.sum", "smsp__inst_executed.sum"}
+    stall = SAMPLE.replace("sm__warps_active.avg.pct_of_peak_sustained_active",
+                           "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio")
+    assert profiler.per_launch(profiler.parse_csv(stall)).loc[0, "stall_barrier"] == pytest.approx(56.86)
+
+
+def test_profile_launches_retries_without_the_stall_counters_and_never_raises(monkeypatch, capsys):
+    asked = []
+
+    def profile(driver, metrics, kernel_regex=None, timeout=600):
+        asked.append(list(metrics))
+        if "stall.ratio" in metrics:
+            raise profiler.ProfilerError("unknown metric stall.ratio")
+        return profiler.parse_csv(SAMPLE)
+    monkeypatch.setattr(profiler, "ncu_path", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(profiler, "profile", profile)
+    table = profiler.profile_launches("x", ["driver"], ["a.sum"], kernel_regex=".", timeout=1, stalls=["stall.ratio"])
+    assert asked == [["a.sum", "stall.ratio"], ["a.sum"]] and table["id"].tolist() == [0, 1]
+    assert "x: the profile with 2 metrics failed: unknown metric stall.ratio" in capsys.readouterr().out
+    monkeypatch.setattr(profiler, "profile", lambda *a, **k: (_ for _ in ()).throw(profiler.ProfilerError("boom")))
+    assert profiler.profile_launches("x", ["driver"], ["a.sum"], kernel_regex=".", timeout=1) is None
+    monkeypatch.setattr(profiler, "ncu_path", lambda: None)
+    assert profiler.profile_launches("x", ["driver"], ["a.sum"], kernel_regex=".", timeout=1) is None
+    assert "x: no ncu here" in capsys.readouterr().out

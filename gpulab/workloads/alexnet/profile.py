@@ -15,28 +15,10 @@ def profile_runs() -> list[tuple[int, str]]:
     return [(layer, number) for layer, number in PROFILE_RUNS if not steps[number].launcher.refusal(steps[number])]
 
 
-#: Nsight Compute counters the chapter reads to explain the big steps: the profiler
-#: module's standard set, plus how busy the FMA and tensor pipes and the memories were.
-PROFILE_EXTRA_METRICS = {
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_busy_pct",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_busy_pct",
-    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
-    "lts__t_bytes.sum": "l2_bytes",
-    "smsp__inst_executed.sum": "warp_instructions",
-}
-#: Why warps wait (cycles stalled per issued instruction, by reason). Collected when this
-#: ncu knows them; the profile is retried without them otherwise.
-PROFILE_STALL_METRICS = {
-    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
-    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
-    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
-    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
-    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
-    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio": "stall_lg_throttle",
-    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
-    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
-}
+#: Nsight Compute counters the chapter reads to explain the big steps: the profiler module's
+#: standard set and its utilisation set (how busy the FMA and tensor pipes and the memories were),
+#: with its stall reasons where this ncu knows them.
+PROFILE_METRICS = [*profiler.STANDARD_METRICS, *profiler.UTILISATION_METRICS]
 #: (layer, step) pairs the profile covers, in launch order: the big steps on layer 2,
 #: layer 1's two thread mappings (steps 2 and 10), steps 20 and 25 on a 13 x 13 layer (3),
 #: where step 25's 128-pixel tiles are fullest of padding rows, and steps 26-27 on layers 2 and 3.
@@ -51,23 +33,10 @@ def profile_table() -> pd.DataFrame | None:
     """The profiler's view of :data:`PROFILE_RUNS` at N = 32: one row per kernel launch,
     from Nsight Compute run over a child process; None where ``ncu`` is missing or fails
     (the reason is printed)."""
-    if profiler.ncu_path() is None:
-        print("alexnet: no ncu here, so the run has no profile table")
-        return None
-    driver = profiler.driver(NAME)
-    base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
-    table = None
-    for metrics in (base + list(PROFILE_STALL_METRICS), base):
-        try:
-            table = profiler.per_launch(profiler.profile(driver, metrics, kernel_regex="^(conv_|reduce_)",
-                                                         timeout=240))
-            break
-        except Exception as exc:    # a profiler failure must not lose the timings
-            print(f"alexnet: the profile with {len(metrics)} metrics failed: {str(exc)[-1500:]}")
+    table = profiler.profile_launches(NAME, profiler.driver(NAME), PROFILE_METRICS, kernel_regex="^(conv_|reduce_)",
+                                      timeout=240, stalls=list(profiler.STALL_METRICS))
     if table is None:
         return None
-    table = table.rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
-    table = table.sort_values("id").reset_index(drop=True)
     return label_profile(table)
 
 

@@ -370,23 +370,24 @@ def resources_table() -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- the profiler's view
-PROFILE_METRICS = {
-    "gpu__time_duration.sum": "duration_ns",
-    "sm__inst_executed.sum": "warp_instructions",
-    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
-    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
-    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
-    "dram__bytes_read.sum": "dram_bytes_read",
-    "dram__bytes_write.sum": "dram_bytes_write",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared_load_bank_conflicts",
-    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
-    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
-    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
-    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
-    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
-    "launch__registers_per_thread": "registers_per_thread",
-}
+#: The counters the chapter's profile table reads (their short names: gpulab.profiler.SHORT_NAMES).
+PROFILE_METRICS = [
+    "gpu__time_duration.sum",
+    "sm__inst_executed.sum",
+    "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "launch__registers_per_thread",
+]
 PROFILE_STEPS = ("03", "04", "05", "06", "07", "08", "09", "10", "11")
 
 
@@ -394,17 +395,10 @@ def profile_table() -> pd.DataFrame | None:
     """Nsight Compute's counters for :data:`PROFILE_STEPS` at batch 1, one row per kernel launch
     (the pool after steps 3-4 labelled "pool"); None (with the reason printed) where ncu is missing
     or fails."""
-    if profiler.ncu_path() is None:
-        print("convpool: no ncu here, so the run has no profile table")
+    table = profiler.profile_launches(NAME, profiler.driver(NAME), PROFILE_METRICS,
+                                      kernel_regex="^(conv_|relu_maxpool)", timeout=80)
+    if table is None:
         return None
-    try:
-        raw = profiler.profile(profiler.driver(NAME), list(PROFILE_METRICS), kernel_regex="^(conv_|relu_maxpool)",
-                               timeout=80)
-    except Exception as exc:      # a profiler failure must not lose the timings
-        print(f"convpool: the profile failed: {str(exc)[-1500:]}")
-        return None
-    table = profiler.per_launch(raw).rename(columns=PROFILE_METRICS)
-    table = table.sort_values("id").reset_index(drop=True)
     labels = []
     for kernel in table["kernel"]:
         match = [s.number for s in STEPS if s.kernel == kernel]

@@ -420,21 +420,12 @@ def profile_table() -> pd.DataFrame | None:
     """Nsight Compute's counters for :data:`PROFILE_STEPS` at N = 1,000 (both layers), or
     None where ncu is missing or fails (the reason is printed)."""
     from ... import profiler
-    from ..alexnet import PROFILE_EXTRA_METRICS, PROFILE_STALL_METRICS
-    if profiler.ncu_path() is None:
-        print("lenet: no ncu here, so the run has no profile table")
+    table = profiler.profile_launches(NAME, profiler.driver(NAME),
+                                      [*profiler.STANDARD_METRICS, *profiler.UTILISATION_METRICS],
+                                      kernel_regex="^(conv|im2col|matmul)", timeout=200,
+                                      stalls=list(profiler.STALL_METRICS))
+    if table is None:
         return None
-    base = list(profiler.STANDARD_METRICS) + list(PROFILE_EXTRA_METRICS)
-    for metrics in (base + list(PROFILE_STALL_METRICS), base):
-        try:
-            raw = profiler.profile(profiler.driver(NAME), metrics, kernel_regex="^(conv|im2col|matmul)", timeout=200)
-            table = profiler.per_launch(raw).rename(columns={**PROFILE_EXTRA_METRICS, **PROFILE_STALL_METRICS})
-            break
-        except Exception as exc:       # a profiler failure must not lose the timings
-            print(f"lenet: the profile with {len(metrics)} metrics failed: {str(exc)[-1500:]}")
-    else:
-        return None
-    table = table.sort_values("id").reset_index(drop=True)
     launches = _profile_launches()
     if len(launches) != len(table):
         print(f"lenet: expected {len(launches)} profiled launches, got {len(table)}; labels left out")

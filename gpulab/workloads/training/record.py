@@ -542,19 +542,8 @@ PROFILE_METRICS = [
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
     "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
 ]
-#: Why warps wait (cycles stalled per issued instruction, by reason), and how busy the
-#: issue slots were. Collected when this ncu knows them; the profile is retried without
-#: them otherwise (the run recorded on 2026-11-23 has none).
-PROFILE_STALL_METRICS = {
-    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_slots_busy_pct",
-    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_global_memory",
-    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_shared_memory",
-    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall_barrier",
-    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
-    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio": "stall_lg_throttle",
-    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall_math_pipe",
-    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "stall_fixed_latency",
-}
+# ... and the profiler module's stall reasons (profiler.STALL_METRICS), where this ncu knows them
+# (the run recorded on 2026-11-23 has none).
 
 
 def profile_driver() -> None:
@@ -571,20 +560,18 @@ def profile_driver() -> None:
         cupy.cuda.Device().synchronize()
 
 
-def profile_steps() -> pd.DataFrame:
-    """The profiler's figures for each kernel launch of PROFILE_STEPS, labelled with step and op."""
+def profile_steps() -> pd.DataFrame | None:
+    """The profiler's figures for each kernel launch of PROFILE_STEPS, labelled with step and op
+    (None where ncu is missing or fails: the reason is printed)."""
     from ... import profiler
     ops = [(n, op) for n in PROFILE_STEPS for op in find(STEPS, n).ops(Dims(MAIN_BATCH, data.VOCAB))]
     names = sorted({op.kernel for _, op in ops})
     driver = profiler.driver(NAME)
     regex = "^(" + "|".join(names) + ")$"
-    try:
-        raw = profiler.profile(driver, PROFILE_METRICS + list(PROFILE_STALL_METRICS), kernel_regex=regex, timeout=90)
-    except Exception as exc:          # an ncu that lacks a stall metric: the counters without them
-        print(f"training: the profile with stall reasons failed ({str(exc)[-300:]}); retrying without them")
-        raw = profiler.profile(driver, PROFILE_METRICS, kernel_regex=regex, timeout=60)
-    table = profiler.per_launch(raw).rename(columns={**PROFILE_STALL_METRICS, "dram__bytes_write.sum": "dram_bytes_write"})
-    table = table.sort_values("id").reset_index(drop=True)
+    table = profiler.profile_launches(NAME, driver, PROFILE_METRICS, kernel_regex=regex, timeout=90,
+                                      stalls=list(profiler.STALL_METRICS))
+    if table is None:
+        return None
     if len(table) == len(ops):
         table.insert(0, "step", [n for n, _ in ops])
         table.insert(1, "op", [op.name for _, op in ops])
@@ -691,7 +678,9 @@ def time_sweep(rec, run: _Run):
 
 
 def profile_counters(rec, run: _Run):
-    rec.table("profile", profile_steps())
+    table = profile_steps()
+    if table is not None:
+        rec.table("profile", table)
 
 
 def side_tables(rec, run: _Run):
