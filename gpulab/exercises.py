@@ -11,13 +11,11 @@ of two kinds:
 ``kernel``
     The student edits a ``.cu`` file (``file``, relative to the repository root).
     Its check runs the chapter's check on the workload's exercise step with the
-    student's file, once per *case*. In a chapter that is one object (its workload's
-    ``CHAPTER``, a :class:`gpulab.ladder.Chapter`), ``step`` is the step's number
-    (``CHAPTER.step``) and a case the keyword arguments ``CHAPTER.check`` takes (sizes,
-    seed); in a chapter not yet ported, ``step`` is the attribute of the workload module
-    holding the step and a case the keyword arguments its ``check_steps`` takes (sizes,
-    layers, N, seed). Either may add ``"step": {...}`` to change the step's launch (e.g. a
-    different fixed grid).
+    student's file, once per *case*. The chapter is one object (its workload's ``CHAPTER``,
+    a :class:`gpulab.ladder.Chapter`; basics': :data:`gpulab.puzzles.CHAPTER`), ``step`` is
+    the step's number (``CHAPTER.step``) and a case the keyword arguments ``CHAPTER.check``
+    takes (sizes or shapes, seed, ``races``, ``schedule``); a case may add ``"step": {...}``
+    to change the step's launch (e.g. a different fixed grid).
 
 ``function``
     The student edits one notebook cell (``file`` and ``cell``, the cell's id),
@@ -116,10 +114,9 @@ class Exercise:
     cell: str = ""           # function exercises: the id of the notebook cell the student edits
     function: str = ""       # function exercises: the function that cell defines
     signature: str = ""      # function exercises: how the book states it, e.g. "ways(vectors, features)"
-    step: str = "EXERCISE"   # kernel exercises: the step's number in the chapter's CHAPTER, or (a chapter
-                             # not yet ported) the workload module's attribute holding the step
-    module: str = ""         # kernel exercises of a chapter with no workload: the module holding step
-                             # and check_steps (basics: "gpulab.puzzles")
+    step: str = ""           # kernel exercises: the step's number in the chapter's CHAPTER ("E1")
+    module: str = ""         # kernel exercises of a chapter with no workload: the module holding its
+                             # CHAPTER (basics: "gpulab.puzzles")
     public: tuple = ()       # the public cases (see the module docstring)
     inputs: Callable[[dict], dict] | None = field(default=None, compare=False, repr=False)
     uses_run: bool = False   # function exercises: inputs come from the chapter's recorded run
@@ -293,25 +290,23 @@ def hidden_checks(chapter: str) -> dict:
 
 # ----------------------------------------------------------------- kernel exercises
 def workload_step(exercise: Exercise, kernel_file: str | Path, case: dict):
-    """The exercise's step with ``kernel_file`` in place of the lab's file, and what checks it:
-    the chapter (a :class:`gpulab.ladder.Chapter`: ``CHAPTER.step(number)``), or the workload
-    module of a chapter on the old path (its attribute ``exercise.step``)."""
+    """The exercise's step with ``kernel_file`` in place of the lab's file, and the chapter that
+    checks it (a :class:`gpulab.ladder.Chapter`: ``CHAPTER.step(number)``)."""
     from .workloads import workload
     module = importlib.import_module(exercise.module) if exercise.module else workload(exercise.chapter)
     chapter = getattr(module, "CHAPTER", None)
-    owner = chapter if isinstance(chapter, Chapter) else module
-    step = chapter.step(exercise.step) if owner is chapter else getattr(module, exercise.step)
+    if not isinstance(chapter, Chapter):
+        raise GpulabError(f"exercise {exercise.id}: {module.__name__} has no CHAPTER (a gpulab.ladder.Chapter) "
+                          "to find its step and check it")
+    step = chapter.step(exercise.step)
     changes = dict(case.get("step", {}))
-    return owner, dataclasses.replace(step, file=str(Path(kernel_file).resolve()), **changes)
+    return chapter, dataclasses.replace(step, file=str(Path(kernel_file).resolve()), **changes)
 
 
 def run_kernel_case(exercise: Exercise, kernel_file: str | Path, case: dict, backend=None) -> pd.DataFrame:
     """One case of a kernel exercise: the chapter's check table (see :mod:`gpulab.ladder`)."""
-    owner, step = workload_step(exercise, kernel_file, case)
-    kwargs = {k: v for k, v in case.items() if k != "step"}
-    if isinstance(owner, Chapter):
-        return owner.check(backend, steps=[step], **kwargs)
-    return owner.check_steps(backend, steps=[step], **kwargs)
+    chapter, step = workload_step(exercise, kernel_file, case)
+    return chapter.check(backend, steps=[step], **{k: v for k, v in case.items() if k != "step"})
 
 
 def is_unsolved(text: str) -> bool:

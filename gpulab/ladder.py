@@ -44,11 +44,12 @@ A new chapter's ladder, in full (its kernels and reference are the chapter's own
                              check_cases=[Vector(1), Vector(255), Vector(1000)], predicted=PREDICTED)
 
 and in the notebook, ``gpulab.assert_ok(mychapter.CHAPTER.check(backend, steps=[mychapter.CHAPTER.step(2)]))``.
-The chapters not yet ported to cases and launchers check through :func:`check_steps`, the loop
-with a chapter's own ``check_one`` callback.
+Every chapter, basics' puzzles (:mod:`gpulab.puzzles`) included, checks through :meth:`Chapter.check`;
+:func:`check_steps` is the loop inside it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import KW_ONLY, dataclass, field
 from types import ModuleType
 from typing import Callable, Iterable, Mapping, Sequence
@@ -301,14 +302,20 @@ class Launcher:
         return (f"needs compute capability {need}" + (f" ({needs.because})" if needs.because else "")
                 + f"; this GPU is {cc[:-1]}.{cc[-1]}")
 
+    def accepts(self, case: Case) -> bool:
+        """Whether a step of this family runs on ``case`` (every case, by default). A chapter whose
+        steps are of different kinds (basics' puzzles: a map, a 2-D broadcast, a histogram) lists
+        every kind's cases once, and each step is checked on its own kind's."""
+        return True
+
     def bind(self, step: Step, case: Case, arrays: dict, backend) -> Callable[[], None]:
         raise NotImplementedError(f"{type(self).__name__} binds a step to a case's arrays")
 
 
 def launcher(step: Step) -> Launcher:
     if step.launcher is None:
-        raise TypeError(f"step {step.number} ({step.file}) has no launcher: its chapter checks it through "
-                        "its own check_steps (see gpulab.ladder.check_steps)")
+        raise TypeError(f"step {step.number} ({step.file}) has no launcher: every step names its launch "
+                        "family (ladder.Launcher), the default of its chapter's Step class")
     return step.launcher
 
 
@@ -372,21 +379,42 @@ def check_case(step: Step, case: Case, seed: int | None = None, backend=None) ->
 CHAPTER_SEED = object()
 
 
+def cpu_checkers(backend, races: bool = False, schedule: str | None = None, seed: int | None = None):
+    """The CPU backend's checkers a check may ask for, in effect inside the ``with`` block:
+    ``races`` (two threads of a block on one word with no barrier between them is an error)
+    and ``schedule`` (the threads of a block run between barriers in that order: "in_order",
+    "reverse" or "shuffle", seeded by ``seed``; a kernel right in one order only fails in
+    another). On a GPU neither exists: the block runs as the GPU runs it."""
+    if get_backend(backend).name != "cpu" or not (races or schedule):
+        return contextlib.nullcontext()
+    from . import cpu
+    options = {"races": True} if races else {}
+    if schedule is not None:
+        options.update(schedule=schedule, seed=seed or 0)
+    return cpu.checking(**options)
+
+
 def check(chapter: "Chapter", steps: Iterable[Step] | None = None, cases: Sequence[Case] | None = None,
-          backend=None, seed=CHAPTER_SEED) -> CheckTable:
+          backend=None, seed=CHAPTER_SEED, races: bool = False, schedule: str | None = None) -> CheckTable:
     """The one check: each step (default: the chapter's ladder) on each case (default: its
-    check cases), fresh inputs from ``seed`` (default: the chapter's; None: new random inputs
-    every call), run on a poisoned output and compared with the float64 reference. A step the
-    backend cannot run is one skipped row with the reason."""
+    check cases) its launcher ``accepts``, fresh inputs from ``seed`` (default: the chapter's;
+    None: new random inputs every call), run on a poisoned output and compared with the float64
+    reference. A step the backend cannot run is one skipped row with the reason. ``races`` and
+    ``schedule`` turn on the CPU backend's checkers (:func:`cpu_checkers`)."""
     be = get_backend(backend)
     seed = chapter.seed if seed is CHAPTER_SEED else seed
     cases = chapter.check_cases if cases is None else cases
 
     def check_one(step, be):
-        for case in cases:
+        mine = [case for case in cases if launcher(step).accepts(case)]
+        if not mine:          # a check of nothing would read as a pass
+            raise ValueError(f"step {step.label}: its launcher ({type(launcher(step)).__name__}) accepts none of "
+                             f"the cases {[case.columns for case in cases]}")
+        for case in mine:
             yield from case_checks(step, case, seed, be)
-    return check_steps(chapter.steps if steps is None else steps, check_one, be,
-                       skip=lambda step: launcher(step).unfit(step, be))
+    with cpu_checkers(be, races, schedule, seed):
+        return check_steps(chapter.steps if steps is None else steps, check_one, be,
+                           skip=lambda step: launcher(step).unfit(step, be))
 
 
 # ------------------------------------------------------------------ the chapter
@@ -435,12 +463,14 @@ class Chapter:
                            f"({', '.join(s.label for s in found)}): CHAPTER.rung({found[0].number!r}) lists them")
         return found[0]
 
-    def check(self, backend=None, steps: Iterable[Step] | None = None, seed=CHAPTER_SEED, **spec) -> CheckTable:
+    def check(self, backend=None, steps: Iterable[Step] | None = None, seed=CHAPTER_SEED,
+              races: bool = False, schedule: str | None = None, **spec) -> CheckTable:
         """:func:`check` of ``steps`` (default: the ladder) on the cases ``spec`` names
-        (``self.cases(**spec)``; none: the check cases)."""
+        (``self.cases(**spec)``; none: the check cases), under the CPU backend's race checker
+        (``races``) or thread ``schedule`` where asked."""
         if spec and self.cases is None:
             raise TypeError(f"chapter {self.name} takes no case keywords, got {sorted(spec)}")
-        return check(self, steps, self.cases(**spec) if spec else None, backend, seed)
+        return check(self, steps, self.cases(**spec) if spec else None, backend, seed, races, schedule)
 
     def __str__(self) -> str:
         return self.name

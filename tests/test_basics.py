@@ -2,6 +2,7 @@
 of the block, outputs poisoned so unwritten elements show; the counts the chapter's
 tables show, from the CPU backend's counters; and the notebook's glued prose."""
 import ast
+import dataclasses
 import json
 import re
 
@@ -226,17 +227,46 @@ def test_the_glossary_names_columns_the_profiles_have():
 
 
 @pytest.mark.solutions
-def test_the_puzzles_are_checked_in_the_ladder_schema():
+def test_the_puzzles_are_a_chapter_checked_in_the_ladder_schema():
     from gpulab import puzzles
-    checks = puzzles.check_steps("cpu", races=True)
+    checks = puzzles.CHAPTER.check("cpu", races=True)
     assert list(checks["step"].unique()) == ["E1", "E2", "E3"] and (checks["status"] == "ok").all()
-    assert len(checks) == sum(len(puzzles.CHECK_SIZES[s.check]) for s in puzzles.STEPS)
-    with pytest.raises(ValueError, match="check must be one of"):
-        puzzles.Step("E9", "basics/exercise_01_relu.cu", "?", kernel="relu", check="scan", block=(256,))
+    # each puzzle on its own kind's cases only: a map's four sizes, the broadcast's three, the histogram's two
+    assert checks.groupby("step").size().to_dict() == {"E1": 4, "E2": 3, "E3": 2}
+    assert (checks[checks.step == "E3"]["tolerance"] == 0).all()        # counts are compared exactly
+    assert puzzles.CHAPTER.step("E2") is puzzles.TWO_D
+
+
+@pytest.mark.solutions
+def test_a_puzzle_that_writes_nothing_or_races_fails_its_check(tmp_path):
+    from gpulab import puzzles
+    source = (paths.KERNELS / puzzles.HISTOGRAM.file).read_text()
+    racy = tmp_path / "racy.cu"          # the histogram without its atomic: lost updates, a race
+    racy.write_text(source.replace("atomicAdd(&counts[values[i]], 1u);", "counts[values[i]] += 1u;"))
+    assert racy.read_text() != source
+    step = dataclasses.replace(puzzles.HISTOGRAM, file=str(racy))
+    with pytest.raises(Exception, match="race"):
+        puzzles.CHAPTER.check("cpu", steps=[step], sizes=[(700, 5)], races=True)
+    lazy = tmp_path / "lazy.cu"          # a map that writes only the first block's elements
+    relu = (paths.KERNELS / puzzles.GUARDED_MAP.file).read_text()
+    lazy.write_text(relu.replace("if (i < n)", "if (i < n && i < 256)"))
+    assert lazy.read_text() != relu
+    checks = puzzles.CHAPTER.check("cpu", steps=[dataclasses.replace(puzzles.GUARDED_MAP, file=str(lazy))],
+                                   sizes=[300])
+    assert checks["status"].tolist() == ["FAILED"] and checks["unwritten"].tolist() == [44]
+
+
+def test_a_puzzle_size_of_no_kind_or_a_step_with_no_case_is_refused():
+    from gpulab import puzzles
+    with pytest.raises(ValueError, match="an int\) or a pair"):
+        puzzles.cases([(1, 2, 3)])
+    with pytest.raises(ValueError, match="accepts none of the cases"):
+        puzzles.CHAPTER.check("cpu", steps=[puzzles.GUARDED_MAP], sizes=[(4, 4)])
 
 
 def test_basics_has_exercises_but_no_workload():
     from gpulab import chapters, exercises
     assert "basics" not in chapters.names(with_workload=True)     # `gpulab record` has nothing to record
-    module, step = exercises.workload_step(exercises.get("basics.2"), paths.REPO / "kernels/basics/x.cu", {})
-    assert module.__name__ == "gpulab.puzzles" and step.kernel == "broadcast_add" and step.file.endswith("x.cu")
+    chapter, step = exercises.workload_step(exercises.get("basics.2"), paths.REPO / "kernels/basics/x.cu", {})
+    from gpulab import puzzles
+    assert chapter is puzzles.CHAPTER and step.kernel == "broadcast_add" and step.file.endswith("x.cu")

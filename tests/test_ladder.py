@@ -265,8 +265,8 @@ def test_a_chapter_is_one_object_known_by_its_name():
         ladder.Chapter("z", "t", [ladder.Step(1, "a.cu", "bare")], [Doubled(1)])
 
 
-#: The chapters ported to cases and launchers (a CHAPTER object); the others still check through
-#: their own check_steps (gpulab.ladder.check_steps).
+#: Every chapter with a workload, each one CHAPTER on cases and launchers (basics' puzzles too:
+#: gpulab.puzzles.CHAPTER, tests/test_basics.py).
 PORTED = ("fcnet", "hopper", "alexnet", "measuring", "convpool", "lenet", "training", "multigpu")
 
 

@@ -88,7 +88,7 @@ EXERCISES = [
 
 EXERCISES.append(
     Exercise("hopper.3", "hopper", "step 3's producer (the kernel)", 4, "kernel",
-             "kernels/hopper/exercise_03_producer.cu", step="EXERCISE", module="gpulab.hopper_exercise",
+             "kernels/hopper/exercise_03_producer.cu", step="E3",
              public=({"shapes": [(200, 136, 712), (72, 264, 200)], "seed": 0},),
              hint="Slot t % STAGES; wait for empty's phase of parity ((t / STAGES) % 2) ^ 1 (round 0: parity 1, "
                   "which a fresh barrier counts as done); then one mbar_arrive_expect_tx(&full[slot], SLICE_BYTES) "

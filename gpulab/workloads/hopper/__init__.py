@@ -11,7 +11,7 @@ from . import launchers, problem, record, steps, views
 from .problem import TITLE
 
 CHAPTER = Chapter(problem.NAME, TITLE, steps.STEPS, problem.cases(), predicted=steps.PREDICTED, views=views,
-                  recording=record.benchmark_all, cases=problem.cases, seed=None,
+                  recording=record.benchmark_all, cases=problem.cases, seed=None, exercises=(steps.EXERCISE,),
                   profile_driver=record.profile_driver)
 benchmark_all, profile_driver = CHAPTER.recording, CHAPTER.profile_driver
 #: Compatibility shim: the names the notebook reads as ``hopper.X`` (``hopper.MAIN_SIZE``), from the module that

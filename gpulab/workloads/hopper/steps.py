@@ -120,6 +120,11 @@ STEPS = [
 ]
 #: The step that also comes in bf16 and tf32 (its own files): the chapter times it in every type.
 TYPED_STEP = next(s for s in STEPS if s.variants)
+#: The chapter's kernel exercise (hopper.3): step 3 with the student's producer
+#: (``kernels/hopper/exercise_03_producer.cu``), the same launch, tile, ring and check.
+EXERCISE = dataclasses.replace(next(s for s in STEPS if s.number == "03"), number="E3",
+                               file="hopper/exercise_03_producer.cu", kernel="gemm_ring_exercise",
+                               title="exercise: step 3's producer")
 
 
 def in_precision(step: Step, precision: str) -> Step:
