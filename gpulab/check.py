@@ -23,6 +23,10 @@ TOLERANCE = {
     "tf32": 2e-3,
     "fp16": 1e-2,
     "bf16": 2e-2,
+    # FP8 inputs, C in bfloat16, against float64 of the FP8 values read: what is left is the
+    # accumulation and C's rounding (about 2e-3 on inputs of both signs; the hopper chapter shows
+    # the all-positive sum step 9's accumulation cuts by a few percent, which this does not pass).
+    "fp8": 1e-2,
 }
 
 

@@ -239,10 +239,11 @@ def test_mbarrier_wait_on_a_phase_nobody_completes_is_reported(arrivals, parity)
 def test_step_matches_float64_reference(backend, number):
     be = _hopper_backend(backend)
     step = hopper.CHAPTER.step(number)
-    for case in hopper.CHAPTER.check_cases:
+    mine = [case for case in hopper.CHAPTER.check_cases if step.launcher.accepts(case)]
+    for case in mine:
         assert case.M % step.bm or case.N % step.bn or case.K % hopper.steps.BK     # edges of the tile are tested
     table = ladder.assert_ok(hopper.CHAPTER.check(be, steps=[step]))
-    assert len(table) == len(hopper.CHAPTER.check_cases)
+    assert len(table) == len(mine) == len(hopper.problem.CHECK_SHAPES)
     assert (table["status"] == ladder.OK).all() and (table["unwritten"] == 0).all()
 
 

@@ -4,42 +4,45 @@ on the CPU backend bit for bit against gpulab.fp8's model of the tensor cores' a
 CPU backend's FP8 wgmma computes it); the promotion's repair of an all-positive sum; every pair
 of FP8 kinds; uint8 tensor maps; and, without a GPU, the steps built for sm_90a by NVRTC (ptxas
 accepts them, no spills, the FP8 tensor-core instruction in their SASS)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
-from gpulab import fp8, tensormap
+import gpulab
+from gpulab import fp8, ladder, tensormap
 from gpulab.check import compare
 from gpulab.errors import KernelArgumentError
 from gpulab.kernels import get_backend
 from gpulab.workloads import hopper
-from gpulab.workloads.hopper.problem import from_bf16_bits, to_bf16_bits
+from gpulab.workloads.hopper import fp8_views
+from gpulab.workloads.hopper.problem import Fp8Gemm, from_bf16_bits, to_bf16_bits
 
 #: (M, N, K): none a multiple of the 128 x 256 tile or of a 128-deep slice; K a multiple of 16 (the
 #: tensor maps' 16-byte rows), so the copies' zero fill at every edge is exercised.
-SHAPES = ((200, 136, 720), (72, 264, 208))
-KINDS = {"09": ("e4m3", "e4m3"), "09 e4m3 x e5m2": ("e4m3", "e5m2"), "10": ("e4m3", "e4m3")}
-PROMOTE = {"09": None, "09 e4m3 x e5m2": None, "10": 4}
+SHAPES = hopper.problem.FP8_CHECK_SHAPES
+STEPS = {f"{s.number} {s.kernel}": s for s in hopper.FP8_STEPS}
 
 
 def _inputs(M, N, K, kinds, seed, low=-1.0):
     rng = np.random.default_rng(seed)
     A, sa = fp8.quantize(rng.uniform(low, 1, (M, K)) * 3, kinds[0])
     B, sb = fp8.quantize(rng.uniform(low, 1, (N, K)) * 0.2, kinds[1])
-    return A, B, sa, sb
+    return {"A": A, "B": B, "scale_a": np.array(sa, np.float32), "scale_b": np.array(sb, np.float32)}
 
 
-def _run(be, file, kernel, A, B, sa, sb):
-    C = be.xp.full((A.shape[0], B.shape[0]), 0xFFFF, dtype=np.uint16)
-    fp8.launch(file, kernel, be.to_device(A), be.to_device(B), C, sa, sb, be)()
-    be.synchronize()
-    return be.to_host(C)
+def _run(be, step, inputs, kind_b="e4m3"):
+    """C (bfloat16 bits, on the host) of ``step`` on ``inputs``, through the chapter's launcher
+    (ladder.run: C poisoned first)."""
+    M, K = inputs["A"].shape
+    return ladder.run(step, Fp8Gemm(M, inputs["B"].shape[0], K, kind_b=kind_b), inputs, be)
 
 
-def _model(A, B, sa, sb, kinds, promote):
+def _model(inputs, kinds, promote):
     """What the kernel writes, by gpulab.fp8's model: the accumulators times the product of the
     two float scales (both float32 multiplies), rounded to bfloat16."""
-    acc = fp8.tensor_core_gemm(A, B, *kinds, promote_every=promote)
-    return to_bf16_bits(acc * (np.float32(sa) * np.float32(sb)))
+    acc = fp8.tensor_core_gemm(inputs["A"], inputs["B"], *kinds, promote_every=promote)
+    return to_bf16_bits(acc * (inputs["scale_a"] * inputs["scale_b"]))
 
 
 def _skip_without_hopper(be):
@@ -48,20 +51,31 @@ def _skip_without_hopper(be):
         pytest.skip(why)
 
 
-@pytest.mark.parametrize("step", list(KINDS))
-def test_fp8_step_against_float64_and_the_tensor_core_model(backend, step):
+def test_the_fp8_steps_pass_the_chapters_check(backend):
+    """The chapter's own check: each FP8 step on its kind's cases (B in e4m3 or e5m2), poisoned C."""
     be = get_backend(backend)
     _skip_without_hopper(be)
-    file, kernel = fp8.KERNELS[step]
+    table = ladder.assert_ok(hopper.CHAPTER.check(be, steps=hopper.FP8_STEPS))
+    assert table.groupby("step").size().to_dict() == {"09": 4, "10": 2}
+    assert set(table["operands"]) == {"e4m3 x e4m3", "e4m3 x e5m2"} and (table["unwritten"] == 0).all()
+    assert (table["rel_error"] < 3e-3).all() and (table["tolerance"] == gpulab.TOLERANCE["fp8"]).all()
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_fp8_step_against_float64_and_the_tensor_core_model(backend, name):
+    be = get_backend(backend)
+    _skip_without_hopper(be)
+    step = STEPS[name]
+    kinds = ("e4m3", step.launcher.kind_b)
     for i, (M, N, K) in enumerate(SHAPES):
-        A, B, sa, sb = _inputs(M, N, K, KINDS[step], seed=3 + i)
-        C = _run(be, file, kernel, A, B, sa, sb)
-        ref = fp8.reference(A, B, *KINDS[step]) * sa * sb
-        result = compare(from_bf16_bits(C), ref, precision="bf16", name=f"step {step} C ({M}x{N}x{K})")
+        inputs = _inputs(M, N, K, kinds, seed=3 + i)
+        C = _run(be, step, inputs, kinds[1])
+        ref = fp8.reference(inputs["A"], inputs["B"], *kinds) * float(inputs["scale_a"]) * float(inputs["scale_b"])
+        result = compare(from_bf16_bits(C), ref, precision="bf16", name=f"step {name} C ({M}x{N}x{K})")
         # bf16's rounding of C is ~1.7e-3; a wrong scale, slice or tile would be near 1
         assert result.passed and result.unwritten == 0 and result.rel_error < 3e-3, str(result)
         if be.name == "cpu":
-            want = _model(A, B, sa, sb, KINDS[step], PROMOTE[step])
+            want = _model(inputs, kinds, step.promote_every)
             assert (C == want).all(), f"{(C != want).sum()} of {C.size} elements differ from the model's bits"
 
 
@@ -71,34 +85,43 @@ def test_other_pairs_of_kinds(backend):
     _skip_without_hopper(be)
     M, N, K = SHAPES[1]
     for kinds in (("e5m2", "e4m3"), ("e5m2", "e5m2")):
-        A, B, sa, sb = _inputs(M, N, K, kinds, seed=9)
-        C = _run(be, "tests/kernels/fp8_gemm_kinds.cu", f"gemm_fp8_{kinds[0]}_{kinds[1]}", A, B, sa, sb)
-        result = compare(from_bf16_bits(C), fp8.reference(A, B, *kinds) * sa * sb, precision="bf16")
+        inputs = _inputs(M, N, K, kinds, seed=9)
+        step = dataclasses.replace(STEPS["09 gemm_fp8"], file="tests/kernels/fp8_gemm_kinds.cu",
+                                   kernel=f"gemm_fp8_{kinds[0]}_{kinds[1]}")
+        C = _run(be, step, inputs)
+        scale = float(inputs["scale_a"]) * float(inputs["scale_b"])
+        result = compare(from_bf16_bits(C), fp8.reference(inputs["A"], inputs["B"], *kinds) * scale, precision="bf16")
         assert result.rel_error < 3e-3, (kinds, str(result))
         if be.name == "cpu":
-            assert (C == _model(A, B, sa, sb, kinds, None)).all(), kinds
+            assert (C == _model(inputs, kinds, None)).all(), kinds
         # read as e4m3 instead, the same codes give another product
-        wrong = fp8.reference(A, B, "e4m3", kinds[1]) * sa * sb
+        wrong = fp8.reference(inputs["A"], inputs["B"], "e4m3", kinds[1]) * scale
         assert not np.allclose(from_bf16_bits(C), wrong, rtol=0.1)
 
 
 def test_promotion_repairs_the_accumulation_of_a_sum_that_grows(backend):
     """All-positive inputs: the sum grows with k, and step 9's accumulator, handed to every
     instruction, cuts each product to the bits left below its exponent (the model: 3.5% short at
-    K = 2048); step 10's per-slice partial sums keep the error at bf16's rounding."""
+    K = 2048); step 10's per-slice partial sums keep the error at bf16's rounding. The chapter's
+    table (hopper fp8_views.chapter_checks) shows the same, and step 9 fails the chapter's check there."""
     be = get_backend(backend)
     _skip_without_hopper(be)
-    M, N, K = 72, 136, 2048
-    A, B, sa, sb = _inputs(M, N, K, ("e4m3", "e4m3"), seed=5, low=0.0)
-    ref = fp8.reference(A, B) * sa * sb
+    case = Fp8Gemm(*hopper.problem.FP8_POSITIVE_SHAPE, low=0.0)
+    inputs = case.inputs(5)
+    ref = case.reference(inputs)
     err = {}
-    for step in ("09", "10"):
-        C = from_bf16_bits(_run(be, *fp8.KERNELS[step], A, B, sa, sb))
-        err[step] = compare(C, ref, precision="bf16").rel_error
-        assert np.mean(C - ref) < 0, step                 # cut toward zero: short, not noisy
+    for name in ("09 gemm_fp8", "10 gemm_fp8_promotion"):
+        C = from_bf16_bits(ladder.run(STEPS[name], case, inputs, be))
+        err[name[:2]] = compare(C, ref, precision="bf16").rel_error
+        assert np.mean(C - ref) < 0, name                 # cut toward zero: short, not noisy
     assert err["10"] < 3e-3 and err["09"] > 5 * err["10"], err
     if be.name == "cpu":
         assert 0.02 < err["09"] < 0.06, err
+    table = fp8_views.chapter_checks(be)
+    assert table.set_index("step")["relative error"].round(12).to_dict() == {k: round(v, 12) for k, v in err.items()}
+    # the chapter's check on this case: step 9 past the FP8 tolerance, step 10 inside it
+    checks = ladder.check(hopper.CHAPTER, [STEPS["09 gemm_fp8"], STEPS["10 gemm_fp8_promotion"]], [case], be, seed=5)
+    assert checks["status"].tolist() == [ladder.FAILED, ladder.OK], checks
 
 
 def test_the_model_by_hand():
@@ -122,15 +145,23 @@ def test_the_model_by_hand():
     assert fp8.tensor_core_gemm(A, A)[0, 0] == 256.0 == fp8.tensor_core_gemm(A, A, promote_every=4)[0, 0]
 
 
-def test_launch_refuses_wrong_types_and_shapes():
+def test_the_fp8_launcher_refuses_wrong_types_and_shapes_and_other_cases():
+    step = STEPS["09 gemm_fp8"]
     A = np.zeros((64, 64), np.uint8)
     C = np.zeros((64, 64), np.uint16)
+    scales = {"scale_a": np.array(1, np.float32), "scale_b": np.array(1, np.float32)}
+    case = Fp8Gemm(64, 64, 64)
     with pytest.raises(KernelArgumentError, match="uint8"):
-        fp8.launch(*fp8.KERNELS["09"], A.astype(np.float16), A, C, backend="cpu")
+        ladder.bind(step, case, {"A": A.astype(np.float16), "B": A, "C": C, **scales}, "cpu")
     with pytest.raises(KernelArgumentError, match="bfloat16 bits"):
-        fp8.launch(*fp8.KERNELS["09"], A, A, C.astype(np.float16), backend="cpu")
+        ladder.bind(step, case, {"A": A, "B": A, "C": C.astype(np.float16), **scales}, "cpu")
     with pytest.raises(KernelArgumentError, match="multiple of 16"):
-        fp8.launch(*fp8.KERNELS["09"], np.zeros((64, 40), np.uint8), np.zeros((64, 40), np.uint8), C, backend="cpu")
+        B = np.zeros((64, 40), np.uint8)
+        ladder.bind(step, Fp8Gemm(64, 64, 40), {"A": B, "B": B, "C": C, **scales}, "cpu")
+    # each family runs on its own kind of case: an FP8 step not on a half GEMM, nor B's other kind
+    assert not step.launcher.accepts(hopper.problem.Gemm(64, 64, 64))
+    assert not step.launcher.accepts(Fp8Gemm(64, 64, 64, kind_b="e5m2"))
+    assert not hopper.CHAPTER.step("07").launcher.accepts(case)
 
 
 def test_tensor_maps_of_fp8_codes_are_bytes():

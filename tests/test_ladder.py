@@ -27,7 +27,7 @@ def test_a_step_normalises_its_number_and_validates_its_precision():
     with pytest.raises(ValueError, match="named rung"):
         ladder.Step("E1", "f.cu", "exercise").ordinal
     with pytest.raises(ValueError, match="precision must be one of"):
-        ladder.Step(1, "f.cu", "t", precision="fp8")
+        ladder.Step(1, "f.cu", "t", precision="fp4")
 
 
 def test_every_chapters_steps_are_ladder_steps_with_unique_labels():

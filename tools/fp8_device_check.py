@@ -32,15 +32,17 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulab import fp8  # noqa: E402
+from gpulab import fp8, ladder  # noqa: E402
 from gpulab.kernels import get_backend, load_module  # noqa: E402
 from gpulab.workloads import hopper  # noqa: E402
+from gpulab.workloads.hopper.problem import FP8_CHECK_SHAPES as CHECK_SHAPES, Fp8Gemm, Gemm  # noqa: E402
 from gpulab.workloads.hopper.problem import from_bf16_bits, to_bf16_bits  # noqa: E402
 
 UNITS = "tests/kernels/fp8_units.cu"
-KINDS = {"09": ("e4m3", "e4m3"), "09 e4m3 x e5m2": ("e4m3", "e5m2"), "10": ("e4m3", "e4m3")}
-PROMOTE = {"09": None, "09 e4m3 x e5m2": None, "10": 4}
-CHECK_SHAPES = ((200, 136, 720), (72, 264, 208))
+#: The chapter's FP8 steps by the names this tool's tables use.
+STEPS = {"09": hopper.FP8_STEPS[0], "09 e4m3 x e5m2": hopper.FP8_STEPS[1], "10": hopper.FP8_STEPS[2]}
+KINDS = {name: ("e4m3", step.launcher.kind_b) for name, step in STEPS.items()}
+PROMOTE = {name: step.promote_every for name, step in STEPS.items()}
 
 
 def log(*what):
@@ -89,8 +91,26 @@ class Session:
         out = xp.asarray(out, dtype=np.float64)
         return float(xp.linalg.norm(out - ref) / xp.linalg.norm(ref))
 
+    def launch(self, step, A, B, sa, sb, C=None):
+        """FP8 ``step`` (a key of :data:`STEPS`) bound to device A, B and C (default: poisoned), the
+        chapter's launcher (ladder.bind): (the launch, C)."""
+        M, K = A.shape
+        N = B.shape[0]
+        C = self.be.poisoned((M, N), np.uint16) if C is None else C
+        arrays = {"A": A, "B": B, "C": C, "scale_a": np.array(sa, np.float32), "scale_b": np.array(sb, np.float32)}
+        return ladder.bind(STEPS[step], Fp8Gemm(M, N, K, kind_b=KINDS[step][1]), arrays, self.be), C
+
     def step(self, step, A, B, sa, sb):
-        return fp8.run(step, A, B, sa, sb, self.be)
+        run, C = self.launch(step, A, B, sa, sb)
+        run()
+        self.be.synchronize()
+        return C
+
+    def bf16_launch(self, Ab, Bb, C):
+        """Step 7 in bfloat16 on device A, B (bit patterns) into C."""
+        bf16 = hopper.in_precision(hopper.steps.TYPED_STEP, "bf16")
+        n_rows, K = Ab.shape
+        return ladder.bind(bf16, Gemm(n_rows, Bb.shape[0], K), {"A": Ab, "B": Bb, "C": C}, self.be)
 
     # -- torch's FP8 GEMM (cuBLASLt) on the same codes
     def scaled_mm(self, A, B, sa, sb, fast: bool):
@@ -164,7 +184,6 @@ def accuracy(s: Session, sizes) -> pd.DataFrame:
             err = s.rel(from_bf16_bits(s.step(step, A, B, sa, sb), s.xp), s.reference(A, B, KINDS[step], sa, sb))
             rows.append({"path": f"step {step}", "inputs": "uniform [-1, 1)", "M": M, "N": N, "K": K, "rel_error": err})
             log(rows[-1])
-    bf16 = hopper.in_precision(hopper.steps.TYPED_STEP, "bf16")
     for n in sizes:
         for low in (-1.0, 0.0):
             start = len(rows)
@@ -182,7 +201,9 @@ def accuracy(s: Session, sizes) -> pd.DataFrame:
             # bf16 beside: the same values (FP8's are exact in bf16) through step 7 in bf16
             Ab = to_bf16_bits(s.decoded(A, "e4m3").astype(np.float32), s.xp)
             Bb = to_bf16_bits(s.decoded(B, "e4m3").astype(np.float32), s.xp)
-            C = hopper.run(bf16, Ab, Bb, s.be)
+            C = s.xp.full((n, n), 0xFFFF, np.uint16)
+            s.bf16_launch(Ab, Bb, C)()
+            s.be.synchronize()
             rows.append({"path": "step 7 bf16", "inputs": inputs, "M": n, "N": n, "K": n,
                          "rel_error": s.rel(from_bf16_bits(C, s.xp), ref / (sa * sb))})
             for r in rows[start:]:
@@ -194,16 +215,15 @@ def timings(s: Session, sizes, quick: bool) -> pd.DataFrame:
     from gpulab import timing
     torch = s.torch
     rows = []
-    bf16 = hopper.in_precision(hopper.steps.TYPED_STEP, "bf16")
     for n in sizes:
         A, B, sa, sb = s.inputs(n, n, n, ("e4m3", "e4m3"), seed=6, low=-1.0)
         C = s.xp.zeros((n, n), np.uint16)
-        paths = {f"step {step}": fp8.launch(*fp8.KERNELS[step], A, B, C, sa, sb, s.be) for step in ("09", "10")}
+        paths = {f"step {step}": s.launch(step, A, B, sa, sb, C)[0] for step in ("09", "10")}
         paths["torch._scaled_mm fast accumulation"] = s.scaled_mm(A, B, sa, sb, True)
         paths["torch._scaled_mm"] = s.scaled_mm(A, B, sa, sb, False)
         Ab = to_bf16_bits(s.decoded(A, "e4m3").astype(np.float32), s.xp)
         Bb = to_bf16_bits(s.decoded(B, "e4m3").astype(np.float32), s.xp)
-        paths["step 7 bf16"] = hopper.make_launch(bf16, Ab, Bb, s.xp.zeros((n, n), np.uint16), s.be)
+        paths["step 7 bf16"] = s.bf16_launch(Ab, Bb, s.xp.zeros((n, n), np.uint16))
         ta = torch.as_tensor(Ab, device="cuda").view(torch.bfloat16)
         tb = torch.as_tensor(Bb, device="cuda").view(torch.bfloat16)
         paths["torch.matmul bf16"] = lambda: torch.matmul(ta, tb.t())

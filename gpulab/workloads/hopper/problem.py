@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import ladder
+from ... import fp8, ladder
 from ...errors import KernelArgumentError
 
 NAME = "hopper"
@@ -19,9 +19,9 @@ TITLE = "What wins on Hopper: a GEMM from mma.sync to TMA, wgmma and warp specia
 CHECK_SHAPES = ((200, 136, 712), (72, 264, 200))
 #: The size the ladder is judged at (n^3: M = N = K = n), as the kernel files' predictions are.
 MAIN_SIZE = 4096
-#: Bytes of an element of A, B and C in each precision. A slice is one 128-byte row whatever the
-#: type: 64 halves or bfloat16s, 32 floats.
-ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4}
+#: Bytes of an element of A and B in each precision (and of C, but FP8's, which is bfloat16). A
+#: slice is one 128-byte row whatever the type: 64 halves or bfloat16s, 32 floats, 128 FP8 codes.
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp8": 1}
 
 
 def to_bf16_bits(x, xp=np):
@@ -117,6 +117,61 @@ class Gemm(ladder.Case):
         return f"step {step.number}{typed} C ({self.M}x{self.N}x{self.K})"
 
 
-def cases(shapes=CHECK_SHAPES) -> list[Gemm]:
-    """The GEMMs of ``shapes``, (M, N, K) each."""
-    return [Gemm(*shape) for shape in shapes]
+@dataclass(frozen=True)
+class Fp8Gemm(ladder.Case):
+    """One FP8 GEMM (steps 9 and 10): A (M x K) in e4m3 and B (N x K) in ``kind_b``, each the codes
+    (uint8) of a tensor uniform in [``low``, 1) divided by its per-tensor scale
+    (:func:`gpulab.fp8.quantize`), and C (M x N) = scale_a scale_b A B^T in bfloat16 (bit
+    patterns). The reference is float64 of the FP8 values the kernel reads, so what the check
+    measures is the accumulation and C's rounding, not the inputs' rounding into FP8. All-positive
+    inputs (``low=0``) are where the tensor cores' FP8 accumulation loses most: the sum grows with k."""
+
+    M: int
+    N: int
+    K: int
+    low: float = -1.0
+    kind_b: str = "e4m3"
+    output_name = "C"
+
+    @property
+    def columns(self) -> dict:
+        return {"M": self.M, "N": self.N, "K": self.K, "operands": f"e4m3 x {self.kind_b}"}
+
+    def inputs(self, seed, precision="fp8") -> dict:
+        rng = np.random.default_rng(seed)
+        A, scale_a = fp8.quantize(rng.uniform(self.low, 1.0, (self.M, self.K)))
+        B, scale_b = fp8.quantize(rng.uniform(self.low, 1.0, (self.N, self.K)), self.kind_b)
+        # The scales as 0-d float32 arrays: what the kernel is given, and what the reference multiplies by.
+        return {"A": A, "B": B, "scale_a": np.array(scale_a, np.float32), "scale_b": np.array(scale_b, np.float32)}
+
+    def reference(self, inputs, precision="fp8") -> np.ndarray:
+        scales = float(inputs["scale_a"]) * float(inputs["scale_b"])
+        return fp8.reference(inputs["A"], inputs["B"], "e4m3", self.kind_b) * scales
+
+    def output(self, precision="fp8"):
+        return (self.M, self.N), np.uint16
+
+    def values(self, out, precision, xp=np):
+        return from_bf16_bits(out, xp)
+
+    def label(self, step) -> str:
+        return f"step {step.number} C ({self.M}x{self.N}x{self.K}, e4m3 x {self.kind_b})"
+
+
+#: Sizes the FP8 steps are checked at: none a multiple of the 128 x 256 tile or of a 128-deep slice,
+#: K a multiple of 16 (the tensor maps' 16-byte rows of one-byte codes), inputs of both signs.
+FP8_CHECK_SHAPES = ((200, 136, 720), (72, 264, 208))
+#: Where the FP8 accumulation shows (the chapter's table): tiles partial in M and N, all-positive
+#: inputs, K = 2048 (see :class:`Fp8Gemm`).
+FP8_POSITIVE_SHAPE = (72, 136, 2048)
+
+
+def fp8_cases(shapes=FP8_CHECK_SHAPES, low: float = -1.0) -> list[Fp8Gemm]:
+    """The FP8 GEMMs of ``shapes``, (M, N, K) each, B in e4m3 and in e5m2."""
+    return [Fp8Gemm(*shape, low=low, kind_b=kind) for shape in shapes for kind in ("e4m3", "e5m2")]
+
+
+def cases(shapes=CHECK_SHAPES, fp8_shapes=FP8_CHECK_SHAPES) -> list:
+    """The GEMMs of ``shapes``, (M, N, K) each, and the FP8 GEMMs of ``fp8_shapes`` (each step is
+    checked on its own kind: ``Launcher.accepts``)."""
+    return [Gemm(*shape) for shape in shapes] + fp8_cases(fp8_shapes)

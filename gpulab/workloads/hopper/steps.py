@@ -13,7 +13,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from ... import ladder
 from ... import predictions as expect
 from ...errors import KernelArgumentError
-from .launchers import POINTERS, STORE_BOX, TENSOR_MAPS
+from .launchers import FP8_E5M2_MAPS, FP8_MAPS, POINTERS, STORE_BOX, TENSOR_MAPS
 from .problem import ELEMENT_BYTES, MAIN_SIZE
 
 #: k per slice: one 128-byte row of halves, the width of the 128-byte swizzle.
@@ -49,6 +49,10 @@ class Step(ladder.Step):
     precision: str = "fp16"
     #: Other element types: precision -> (kernel file, kernel) of the same step in that type.
     variants: tuple = ()
+    #: An FP8 step's partial sums start from zero every this many wgmma and are added into float
+    #: accumulators (step 10: every slice, 4 instructions of k32); None: the accumulator is handed
+    #: to every instruction (step 9). What :func:`gpulab.fp8.tensor_core_gemm` models.
+    promote_every: int | None = None
     launcher: ladder.Launcher = field(default=TENSOR_MAPS, compare=False)
 
     @property
@@ -120,6 +124,21 @@ STEPS = [
 ]
 #: The step that also comes in bf16 and tf32 (its own files): the chapter times it in every type.
 TYPED_STEP = next(s for s in STEPS if s.variants)
+#: The FP8 rung (kernels/hopper/09_fp8.cu, 10_fp8_promotion.cu): step 7's persistent kernel with A
+#: and B in FP8 (e4m3; one kernel of step 9 takes B in e5m2) and per-tensor scales, C in bfloat16;
+#: step 10 promotes the partial sums to float registers every slice. Checked beside the ladder
+#: (``CHAPTER.check(steps=FP8_STEPS)``, on the FP8 cases) until a recorded run times them.
+_FP8_GEOMETRY = dict(bm=128, bn=256, threads=384, stages=4, persistent=True, tma_store=True,
+                     store_stage_bytes=2 * 2 * STORE_BOX * STORE_BOX * 2, precision="fp8")
+FP8_STEPS = [
+    Step("09", "hopper/09_fp8.cu", "FP8 (e4m3) operands with per-tensor scales", kernel="gemm_fp8",
+         launcher=FP8_MAPS, **_FP8_GEOMETRY),
+    Step("09", "hopper/09_fp8.cu", "FP8, B in e5m2", kernel="gemm_fp8_e4m3_e5m2", launcher=FP8_E5M2_MAPS,
+         **_FP8_GEOMETRY),
+    Step("10", "hopper/10_fp8_promotion.cu", "FP8, partial sums promoted to float every slice",
+         kernel="gemm_fp8_promotion", launcher=FP8_MAPS, promote_every=4, **_FP8_GEOMETRY),
+]
+
 #: The chapter's kernel exercise (hopper.3): step 3 with the student's producer
 #: (``kernels/hopper/exercise_03_producer.cu``), the same launch, tile, ring and check.
 EXERCISE = dataclasses.replace(next(s for s in STEPS if s.number == "03"), number="E3",
