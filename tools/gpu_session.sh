@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 # The test files with GPU paths (the others test the CPU backend, the site and grading, which CI runs).
 gpu_tests="alexnet alexnet_winograd basics check convpool datasheet device exercises fcnet kernels lenet
            measuring multigpu prose ptx runs timeline training hopper hopper_dtypes hopper_conv sass convpool_f32 hopper_cluster
-           alexnet_wgmma32 baselines"
+           alexnet_wgmma32 baselines hopper_fp8 cpu_fp8 cpu_backend"
 if [ "${1:-}" = tests ]; then
   # The GPU tests alone (no notebooks): the timing tests on the idle GPU, then the rest, 4 workers.
   python3 -m pytest -q -o addopts="" -p no:cacheprovider tests/test_timing_gpu.py > $OUT/tests.log 2>&1
