@@ -75,46 +75,49 @@ def from_fp8(codes, kind: str = "e4m3", xp=np):
     return table[xp.asarray(codes).astype(xp.uint8)]
 
 
-def to_fp8(x, kind: str = "e4m3", satfinite: bool = True) -> np.ndarray:
+def to_fp8(x, kind: str = "e4m3", satfinite: bool = True, xp=np):
     """Values (float32 or float64) -> FP8 codes (uint8), to nearest, ties to the even code.
 
     Past the largest finite value: with ``satfinite`` that value of the sign; without, e4m3 gives
     NaN (0x7F | sign) and e5m2 infinity, where round-to-nearest would leave the finite range (e5m2's
     tie at 61440 goes to the even infinity, e4m3's at 464 to the even 448). A magnitude of at most
-    half the smallest subnormal is a zero of its sign. NaN -> 0x7F."""
+    half the smallest subnormal is a zero of its sign. NaN -> 0x7F. ``xp``: the array module of
+    ``x`` (CuPy: the codes made on the GPU, by the same rule)."""
     _, _, _, top = _kind(kind)
-    x = np.asarray(x, dtype=np.float64)
+    x = xp.asarray(x, dtype=xp.float64)
     table = decode_table(kind)
     # The finite magnitudes in code order, and past them the next value the format would have
     # (480 for e4m3, whose code 0x7F is NaN; 65536, infinity's code 0x7C, for e5m2).
-    ladder = np.append(table[:top + 1], 2 * table[top] - table[top - 1] if kind == "e4m3" else 65536.0)
-    mag = np.abs(x)
-    hi = np.clip(np.searchsorted(ladder, mag, side="left"), 1, top + 1)
+    ladder = xp.asarray(np.append(table[:top + 1], 2 * table[top] - table[top - 1] if kind == "e4m3" else 65536.0))
+    mag = xp.abs(x)
+    hi = xp.clip(xp.searchsorted(ladder, mag, side="left"), 1, top + 1)
     lo = hi - 1
     down, up = mag - ladder[lo], ladder[hi] - mag
-    code = np.where((up < down) | ((up == down) & (hi % 2 == 0)), hi, lo)
-    code = np.where(mag >= ladder[-1], top + 1, code)          # at or past the next value (inf too)
+    code = xp.where((up < down) | ((up == down) & (hi % 2 == 0)), hi, lo)
+    code = xp.where(mag >= ladder[-1], top + 1, code)          # at or past the next value (inf too)
     beyond = code == top + 1
-    code = np.where(beyond & satfinite, top, code)
+    code = xp.where(beyond & satfinite, top, code)
     if kind == "e4m3":
-        code = np.where(beyond & ~satfinite, 0x7F, code)
-    out = code.astype(np.uint8) | np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
-    return np.where(np.isnan(x), np.uint8(0x7F), out).astype(np.uint8)
+        code = xp.where(beyond & ~satfinite, 0x7F, code)
+    out = code.astype(xp.uint8) | xp.where(xp.signbit(x), 0x80, 0).astype(xp.uint8)
+    return xp.where(xp.isnan(x), xp.uint8(0x7F), out).astype(xp.uint8)
 
 
-def scale_for(x, kind: str = "e4m3") -> float:
+def scale_for(x, kind: str = "e4m3", xp=np) -> float:
     """The per-tensor scale that maps ``x``'s largest magnitude onto the kind's largest finite
     value (what torch's float8 recipes call amax / fp8_max): store to_fp8(x / scale), multiply
     the product by the two scales."""
-    amax = float(np.max(np.abs(x))) if np.size(x) else 0.0
+    x = xp.asarray(x)
+    amax = float(xp.max(xp.abs(x))) if x.size else 0.0
     return amax / MAX[kind] if amax > 0 else 1.0
 
 
-def quantize(x, kind: str = "e4m3"):
+def quantize(x, kind: str = "e4m3", xp=np):
     """(codes, scale): ``x`` / scale in FP8, with the per-tensor scale of :func:`scale_for` (as a
-    float32, the kernels' type)."""
-    scale = np.float32(scale_for(x, kind))
-    return to_fp8(np.asarray(x, np.float64) / np.float64(scale), kind), float(scale)
+    float32, the kernels' type); ``xp`` the array module of ``x``."""
+    x = xp.asarray(x)
+    scale = np.float32(scale_for(x, kind, xp))
+    return to_fp8(x.astype(xp.float64) / np.float64(scale), kind, xp=xp), float(scale)
 
 
 # ------------------------------------------------------------------ the tensor cores' accumulation

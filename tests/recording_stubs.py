@@ -330,6 +330,19 @@ def hopper(fail):
         names = ("cuBLAS (cupy.matmul)" if precision == "fp16" else "cuBLAS (cublasGemmEx)", "cuBLASLt (torch.matmul)")
         return {f"{name} {precision}": launch(poisoned(np, (A.shape[0], B.shape[0]), precision)) for name in names}
     r.vendor_launches = vendor_launches
+    r.FP8_CHECK_SHAPES, r.FP8_QUICK_SIZES = ((72, 264, 208),), (144,)
+
+    def fp8_vendor_launches(inputs):        # cuBLASLt's FP8 GEMM: the float64 product, rounded to bfloat16
+        from gpulab import fp8
+        def launch():
+            held = {}
+            def run():
+                product = fp8.reference(inputs["A"], inputs["B"]) * (float(inputs["scale_a"]) * float(inputs["scale_b"]))
+                held["C"] = to_bf16_bits(product.astype(np.float32))
+                return held["C"]
+            return run, lambda: held["C"]
+        return {f"cuBLASLt (torch._scaled_mm) fp8{what}": launch() for what in (" fast accumulation", "")}
+    r.fp8_vendor_launches = fp8_vendor_launches
     r.kernel_resources = lambda step: {"registers": 168, "local_bytes": 0, "static_shared_bytes": 0}
     r.nvrtc_version = lambda: "0.0"
     r.torch_version = lambda: "stub"

@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 
 from gpulab import paths
+from gpulab.workloads.hopper import steps as hopper_steps
 
 STUBS = Path(__file__).with_name("recording_stubs.py")
 FIXTURES = Path(__file__).parent / "fixtures" / "recording"
@@ -158,13 +159,26 @@ def test_the_hopper_record_writes_what_it_wrote_before_and_the_files_of_the_comm
     expected = json.loads((FIXTURES / "hopper.json").read_text())
     found = run_or_fail("hopper", tmp_path, "--fail", "03", code=1)
     assert sorted(found) == sorted([*expected, "hopper.skipped.csv"])
+    # Added since the fixture: the FP8 rung (its steps' builds and checks, experiment hopper_gemm_fp8
+    # timed beside cuBLASLt's FP8 GEMM, and its row of the cross-check). The rest is as before.
+    fp8_rows = {name: [row for row in found[name]["rows"] if any(str(v).startswith(("fp8", "hopper_gemm_fp8"))
+                                                                  for v in row)]
+                for name in found if "rows" in found[name]}
     for name in set(expected) - {"hopper.csv", "hopper.meta.json"}:
-        assert found[name] == expected[name], name
+        assert found[name]["columns"] == expected[name]["columns"], name
+        assert [row for row in found[name]["rows"] if row not in fp8_rows[name]] == expected[name]["rows"], name
+    assert [row[:2] for row in fp8_rows["hopper.checks.csv"]] == [["09", "fp8 e4m3 x e4m3"], ["09", "fp8 e4m3 x e5m2"],
+                                                                 ["10", "fp8 e4m3 x e4m3"]]
+    assert len(fp8_rows["hopper.resources.csv"]) == 3
     adds_the_skipped_table(found, expected, "hopper")
-    variant = [c for c in expected["hopper.csv"]["columns"] if c in LABELS].index("variant")
+    labels = [c for c in expected["hopper.csv"]["columns"] if c in LABELS]
+    variant = labels.index("variant")
     assert found["hopper.csv"]["columns"] == expected["hopper.csv"]["columns"]
-    assert found["hopper.csv"]["rows"] == [row for row in expected["hopper.csv"]["rows"]
-                                           if not row[variant].startswith("step 03 ")]
+    assert [row for row in found["hopper.csv"]["rows"] if row not in fp8_rows["hopper.csv"]] == \
+        [row for row in expected["hopper.csv"]["rows"] if not row[variant].startswith("step 03 ")]
+    assert [row[variant] for row in fp8_rows["hopper.csv"]] == [
+        "step 09 FP8 (e4m3) operands with per-tensor scales", "step 10 FP8, partial sums promoted to float every slice",
+        "cuBLASLt (torch._scaled_mm) fp8 fast accumulation", "cuBLASLt (torch._scaled_mm) fp8"]
     skipped = found["hopper.skipped.csv"]
     assert skipped["columns"] == ["experiment", "size", "precision", "variant", "reason"]
     assert [row[:3] for row in skipped["rows"]] == [["hopper_gemm", "136", "fp16"]]
@@ -182,7 +196,9 @@ def test_the_hopper_record_writes_what_it_wrote_before_and_the_files_of_the_comm
         assert want["hopper.meta.json"] == {"tables": meta["tables"], "string_columns": meta["string_columns"]}, gpu
         added = {"kernel_sources_sha256", "nvrtc", "torch", "profile_note"}
         assert added <= set(ours) and added <= set(meta), gpu
-        assert ours["kernel_sources_sha256"].keys() == meta["kernel_sources_sha256"].keys(), gpu
+        # a run recorded before the FP8 rung was timed names its files but the FP8 steps'
+        fp8_files = {f"kernels/{step.file}" for step in hopper_steps.FP8_STEPS}
+        assert ours["kernel_sources_sha256"].keys() - fp8_files == meta["kernel_sources_sha256"].keys() - fp8_files, gpu
 
 
 @pytest.mark.slow

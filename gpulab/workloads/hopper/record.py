@@ -14,6 +14,10 @@ cuBLAS through CuPy and through PyTorch timed in the same run on the same inputs
   ``hopper_gemm_bf16``, ``hopper_gemm_tf32``);
 - ``shapes``: step 7 and both cuBLAS paths at the book's GEMM shapes, :data:`SHAPES`, in each type
   (experiment ``hopper_shapes``, with columns shape, M, N, K, precision);
+- ``fp8``: the FP8 steps (9 and 10, A and B in e4m3 with per-tensor scales, C in bfloat16) and
+  cuBLASLt's FP8 GEMM (``torch._scaled_mm``, with and without its fast accumulation) on the same
+  codes and scales at n^3 (experiment ``hopper_gemm_fp8``), checked against float64 of the FP8
+  values times the scales;
 - ``profile``: Nsight Compute's SpeedOfLight and ComputeWorkloadAnalysis of one launch of each
   fp16 kernel (``profile`` table).
 
@@ -28,20 +32,22 @@ import subprocess
 import numpy as np
 import pandas as pd
 
-from ... import datasheet, ladder, paths, profiler, recorder
+from ... import datasheet, fp8, ladder, paths, profiler, recorder
 from ...check import compare
 from ...errors import CheckFailed
 from ...kernels import get_backend, load_module
 from ...recorder import Variant
 from ...runs import code_digest
 from .launchers import GPU_OPTIONS
-from .problem import CHECK_SHAPES, ELEMENT_BYTES, MAIN_SIZE, NAME, Gemm, as_float, poisoned, storage_dtype, \
-    to_bf16_bits
-from .steps import OTHER_PRECISIONS, STEPS, TYPED_STEP, in_precision
+from .problem import CHECK_SHAPES, ELEMENT_BYTES, FP8_CHECK_SHAPES, MAIN_SIZE, NAME, Fp8Gemm, Gemm, as_float, \
+    fp8_cases, from_bf16_bits, poisoned, storage_dtype, to_bf16_bits
+from .steps import FP8_STEPS, OTHER_PRECISIONS, STEPS, TYPED_STEP, in_precision
 
 #: The square sizes n^3 the ladder (and step 7 in bf16 and tf32) is timed at; a quick run's.
 SIZES = (MAIN_SIZE, 8192)
 QUICK_SIZES = (1024,)
+#: The FP8 rung's sizes (K a multiple of 16: its tensor maps' rows of one-byte codes) and a quick run's.
+FP8_SIZES, FP8_QUICK_SIZES = SIZES, QUICK_SIZES
 #: The element types the recorded run times step 7 and cuBLAS in.
 PRECISIONS = ("fp16", *OTHER_PRECISIONS)
 #: Each variant is timed in ``ROUNDS`` rounds (a quick run: one), each of up to the recording's
@@ -194,6 +200,48 @@ def vendor_launches(A, B, precision: str = "fp16"):
     return launches
 
 
+def _checker(name: str, precision: str, ref, rows, values):
+    """A variant's check at the size it is timed at: run it once, then C (``output()``: the array
+    it wrote) read as floats by ``values`` against ``ref`` (of the rows ``rows`` of C, or all),
+    every element of C written."""
+    import cupy
+
+    def check(label, fn, output):
+        fn()
+        cupy.cuda.Device().synchronize()
+        C = output()
+        got = values(C if rows is None else C[rows])
+        result = compare(got, ref, precision=precision, name=label)
+        unwritten = int(cupy.isnan(values(C)).sum()) if rows is not None else result.unwritten
+        if not result.passed or unwritten:
+            raise CheckFailed(f"{name} {precision}: {result}" + (f", {unwritten} elements never written"
+                                                                  if unwritten else ""))
+        return {"rel_error": result.rel_error, "unwritten": unwritten, "passed": True}
+    return check
+
+
+def _row_maker(case: dict, moved_bytes: float):
+    """The timed row of a variant of ``case``: the case, the timing's columns, its rounds' medians, TFLOP/s."""
+    M, N, K = case["M"], case["N"], case["K"]
+
+    def row(label, number):
+        def make(timing, checked, medians):
+            out = {**case, "variant": label, "step": number, **checked}
+            out.update(timing.row(case["experiment"], label, size=case["size"], flops=gemm_flops(M, N, K),
+                                  bytes=moved_bytes, precision=case["precision"]))
+            out["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians)
+            out["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
+            return out
+        return make
+    return row
+
+
+def _as_variants(launches, check, row, where) -> list[Variant]:
+    """(label, launch, C or a function returning C, step number) -> checked, timed variants."""
+    return [Variant(label, fn, check=lambda label=label, fn=fn, C=C: check(label, fn, C if callable(C) else lambda: C),
+                    row=row(label, number), where=where) for label, fn, C, number in launches]
+
+
 def _variants(rec, case: dict, steps, A, B, ref, rows, be) -> list[Variant]:
     """Each step of ``steps`` bound to the GEMM A B^T of ``case`` (a step that cannot be bound is a
     ``FAILED`` row of the ``skipped`` table), then cuBLAS's paths on A and B, each checked against
@@ -202,28 +250,6 @@ def _variants(rec, case: dict, steps, A, B, ref, rows, be) -> list[Variant]:
     M, N, K, precision = case["M"], case["N"], case["K"], case["precision"]
     name = case.get("shape", f"{case['size']}^3")
     where = {k: case[k] for k in ("experiment", "shape", "size", "precision") if k in case}
-
-    def check(label, fn, C):
-        fn()
-        cupy.cuda.Device().synchronize()
-        got = as_float(C if rows is None else C[rows], precision, cupy)
-        result = compare(got, ref, precision=precision, name=label)
-        unwritten = int(cupy.isnan(as_float(C, precision, cupy)).sum()) if rows is not None else result.unwritten
-        if not result.passed or unwritten:
-            raise CheckFailed(f"{name} {precision}: {result}" + (f", {unwritten} elements never written"
-                                                                  if unwritten else ""))
-        return {"rel_error": result.rel_error, "unwritten": unwritten, "passed": True}
-
-    def row(label, number):
-        def make(timing, checked, medians):
-            out = {**case, "variant": label, "step": number, **checked}
-            out.update(timing.row(case["experiment"], label, size=case["size"], flops=gemm_flops(M, N, K),
-                                  bytes=gemm_bytes(M, N, K, ELEMENT_BYTES[precision]), precision=precision))
-            out["round_medians_ms"] = " ".join(f"{m:.4f}" for m in medians)
-            out["tflops"] = gemm_flops(M, N, K) / (timing.median_ms * 1e-3) / 1e12
-            return out
-        return make
-
     launches = []
     for step in steps:
         C = poisoned(cupy, (M, N), precision)
@@ -233,8 +259,8 @@ def _variants(rec, case: dict, steps, A, B, ref, rows, be) -> list[Variant]:
         if bound:
             launches.append((label, bound.value, C, step.number))
     launches += [(label, fn, C, "vendor") for label, (fn, C) in vendor_launches(A, B, precision).items()]
-    return [Variant(label, fn, check=lambda label=label, fn=fn, C=C: check(label, fn, C), row=row(label, number),
-                    where=where) for label, fn, C, number in launches]
+    check = _checker(name, precision, ref, rows, lambda C: as_float(C, precision, cupy))
+    return _as_variants(launches, check, _row_maker(case, gemm_bytes(M, N, K, ELEMENT_BYTES[precision])), where)
 
 
 def _free():
@@ -296,6 +322,88 @@ def time_shapes(rec, ctx) -> None:
                             "precision": p}, [in_precision(TYPED_STEP, p)])
 
 
+# ------------------------------------------------------------------ FP8
+#: The FP8 steps the run times: B in e4m3, as cuBLASLt's FP8 GEMM takes it (step 9's e5m2 kernel is
+#: checked, not timed).
+FP8_TIMED = [step for step in FP8_STEPS if step.launcher.kind_b == "e4m3"]
+
+
+def fp8_inputs(M: int, N: int, K: int, seed: int):
+    """A (M x K) and B (N x K) uniform in [-1, 1), made and put into e4m3 on the GPU (by
+    :func:`gpulab.fp8.quantize`'s rule), with their per-tensor scales (0-d float32 arrays)."""
+    import cupy
+    out = {}
+    for name, rows, part in (("A", M, seed), ("B", N, seed + 1)):
+        x = cupy.random.RandomState(part).uniform(-1, 1, (rows, K))      # float64, as quantize divides in
+        codes, scale = fp8.quantize(x, "e4m3", xp=cupy)
+        out[name], out[f"scale_{name.lower()}"] = codes, np.array(scale, np.float32)
+        x = None
+    return out
+
+
+def fp8_vendor_launches(inputs: dict):
+    """cuBLASLt's FP8 GEMM through PyTorch on the same codes and scales, C in bfloat16:
+    ``torch._scaled_mm`` with its fast accumulation (the tensor cores' own, as step 9's) and
+    without (partial sums promoted, as step 10's). Each launch returns C, which the check reads
+    (as bfloat16 bits)."""
+    import cupy
+    import torch
+    a = torch.from_dlpack(inputs["A"]).view(torch.float8_e4m3fn)
+    b = torch.from_dlpack(inputs["B"]).view(torch.float8_e4m3fn)
+    scales = [torch.tensor(float(inputs[k]), dtype=torch.float32, device=a.device) for k in ("scale_a", "scale_b")]
+    launches = {}
+    for fast, label in ((True, "cuBLASLt (torch._scaled_mm) fp8 fast accumulation"),
+                        (False, "cuBLASLt (torch._scaled_mm) fp8")):
+        held = {}
+
+        def run(fast=fast, held=held):
+            held["C"] = torch._scaled_mm(a, b.t(), scale_a=scales[0], scale_b=scales[1], out_dtype=torch.bfloat16,
+                                         use_fast_accum=fast)
+            return held["C"]
+        launches[label] = (run, lambda held=held: cupy.from_dlpack(held["C"].view(torch.int16)).view(cupy.uint16))
+    return launches
+
+
+def time_fp8_case(rec, case: dict, *, seed: int = 0) -> None:
+    """The FP8 steps and cuBLASLt's FP8 GEMM at one size: codes and scales made on the GPU, the
+    float64 reference of the FP8 values times the scales (sampled rows where C is large), each
+    variant checked (tolerance ``fp8``), then timed in rounds, interleaved."""
+    import cupy
+    M, N, K = case["M"], case["N"], case["K"]
+    where = {k: case[k] for k in ("experiment", "size", "precision")}
+
+    def measure():
+        try:
+            inputs = fp8_inputs(M, N, K, seed)
+            rows = _checked_rows(M, N, seed)
+            table = cupy.asarray(fp8.decode_table("e4m3"))
+            a = table[inputs["A"] if rows is None else inputs["A"][rows]]
+            ref = _reference_gpu(a, table[inputs["B"]]) * (float(inputs["scale_a"]) * float(inputs["scale_b"]))
+            a = None
+            launches = []
+            for step in FP8_TIMED:
+                C = poisoned(cupy, (M, N), "bf16")
+                label = f"step {step.label}"
+                bound = rec.checked(lambda: ladder.bind(step, Fp8Gemm(M, N, K), {**inputs, "C": C}, get_backend("gpu")),
+                                    **where, variant=label)
+                if bound:
+                    launches.append((label, bound.value, C, step.number))
+            launches += [(label, fn, C, "vendor") for label, (fn, C) in fp8_vendor_launches(inputs).items()]
+            check = _checker(f"{case['size']}^3", "fp8", ref, rows, lambda C: from_bf16_bits(C, cupy))
+            moved = float(M * K + N * K + 2 * M * N)             # one-byte A and B, bfloat16 C
+            rec.ladder(_as_variants(launches, check, _row_maker(case, moved), where), rounds=1 if rec.quick else ROUNDS)
+        finally:
+            inputs = ref = launches = None
+            _free()
+    rec.attempt(f"{case['experiment']} {case['size']} fp8", measure)
+
+
+def time_fp8(rec, ctx) -> None:
+    """Steps 9 and 10 and cuBLASLt's FP8 GEMM at each square size (experiment hopper_gemm_fp8)."""
+    for n in FP8_QUICK_SIZES if rec.quick else FP8_SIZES:
+        time_fp8_case(rec, _square("hopper_gemm_fp8", n, "fp8"))
+
+
 def vs_best_cublas(rows) -> pd.DataFrame:
     """The run's rows with each variant's TFLOP/s as a fraction of the fastest cuBLAS path of its
     case (same experiment, shape, size and type) and of the H100's fp16 dense peak."""
@@ -318,10 +426,12 @@ def kernel_resources(step) -> dict:
 
 
 def build_and_check(rec, ctx) -> None:
-    """Every step, and step 7 in each other type, built (``resources`` table) and checked at
-    :data:`CHECK_SHAPES` on the GPU (``checks`` table; a failure is listed there with its error)."""
+    """Every step, step 7 in each other type and the FP8 steps, built (``resources`` table) and
+    checked at :data:`CHECK_SHAPES` (the FP8 steps at ``FP8_CHECK_SHAPES``, B in its kernel's kind)
+    on the GPU (``checks`` table; a failure is listed there with its error)."""
     checks, resources = [], []
-    for step in list(STEPS) + [in_precision(TYPED_STEP, p) for p in PRECISIONS if p != "fp16"]:
+    cases = [Gemm(*shape) for shape in CHECK_SHAPES] + fp8_cases(FP8_CHECK_SHAPES)
+    for step in list(STEPS) + [in_precision(TYPED_STEP, p) for p in PRECISIONS if p != "fp16"] + FP8_STEPS:
         built = rec.checked(lambda: kernel_resources(step), experiment="build", variant=f"step {step.label}",
                             precision=step.precision)
         if not built:
@@ -329,10 +439,13 @@ def build_and_check(rec, ctx) -> None:
         resources.append({"step": step.number, "kernel": step.kernel, **built.value,
                           "dynamic_shared_bytes": step.shared_bytes, "threads": step.threads,
                           "precision": step.precision})
-        for M, N, K in CHECK_SHAPES:
-            where = {"step": step.number, "precision": step.precision, "M": M, "N": N, "K": K}
+        for case in (c for c in cases if step.launcher.accepts(c)):
+            M, N, K = case.M, case.N, case.K
+            # an FP8 row names its operands' kinds (step 9 has a kernel for each kind of B)
+            kind = f"{step.precision} {case.columns['operands']}" if step.precision == "fp8" else step.precision
+            where = {"step": step.number, "precision": kind, "M": M, "N": N, "K": K}
             try:
-                _, result = ladder.check_case(step, Gemm(M, N, K), seed=1, backend="gpu")
+                _, result = ladder.check_case(step, case, seed=1, backend="gpu")
                 checks.append({**where, "rel_error": result.rel_error, "unwritten": result.unwritten,
                                "passed": bool(result.passed)})
             except Exception as exc:       # noqa: BLE001 (listed in the checks table with its error)
@@ -345,10 +458,9 @@ def build_and_check(rec, ctx) -> None:
 
 def _source_files() -> list:
     root = paths.REPO
-    # The ladder's step files and the headers they build on: an exercise's starter
-    # (exercise_*.cu) and a kernel file no step of the run names (09_fp8.cu, not yet on the ladder)
-    # are not what the run timed.
-    timed = [*STEPS, *(in_precision(TYPED_STEP, precision) for precision in OTHER_PRECISIONS)]
+    # The step files of the ladder and of the FP8 rung and the headers they build on: an exercise's
+    # starter (exercise_*.cu) is not what the run timed.
+    timed = [*STEPS, *(in_precision(TYPED_STEP, precision) for precision in OTHER_PRECISIONS), *FP8_STEPS]
     named = {root / "kernels" / step.file for step in timed}
     headers = {p for p in (root / "kernels" / "hopper").glob("*.cuh")}
     return sorted(named | headers) + [root / "kernels" / "common" / "hopper.h"]
@@ -446,6 +558,7 @@ benchmark_all = recorder.Recording(NAME, [
     recorder.Experiment("ladder", time_ladder),
     *(recorder.Experiment(p, time_in(p)) for p in PRECISIONS if p != "fp16"),
     recorder.Experiment("shapes", time_shapes),
+    recorder.Experiment("fp8", time_fp8),
     recorder.Experiment("profile", profile, optional=True),
 ], setup=provenance, keep_going=True, finish=vs_best_cublas, variant_budget_ms=500.0,
     crosscheck=lambda row: row["experiment"].startswith("hopper_gemm"))
