@@ -7,6 +7,7 @@ accepts them, no spills, the FP8 tensor-core instruction in their SASS)."""
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import gpulab
@@ -201,3 +202,20 @@ def test_fp8_steps_compile_for_sm90a_without_spills():
         for op in ("QGMMA.64x256x32" if "10_" not in file else "QGMMA.64x128x32", "UTMALDG", "UTMASTG",
                    "USETMAXREG"):
             assert op in text, f"{file}: no {op} in its SASS"
+
+
+def test_the_rungs_times_are_shown_when_a_run_has_them_and_said_to_be_missing_when_not():
+    from gpulab import runs
+    committed = runs.load_run("hopper", "H100")
+    assert fp8_views.timings(committed) is None                      # recorded before the rung
+    assert "predates these two steps" in fp8_views.timing_status(committed)
+    rows = [("step 09 FP8", "09", 4096, 0.10, 2e-3), ("step 10 FP8", "10", 4096, 0.12, 1.9e-3),
+            ("cuBLASLt fp8 fast", "vendor", 4096, 0.11, 2e-3), ("cuBLASLt fp8", "vendor", 4096, 0.13, 1.8e-3)]
+    timed = pd.DataFrame([{"experiment": fp8_views.EXPERIMENT, "variant": v, "step": s, "size": n, "median_ms": ms,
+                           "flops": 2.0 * n ** 3, "rel_error": e} for v, s, n, ms, e in rows])
+    run = runs.RecordedRun("hopper", pd.concat([committed.timings, timed], ignore_index=True), committed.meta)
+    table = fp8_views.timings(run)
+    assert table["path"].tolist() == [r[0] for r in rows]
+    assert table["time / fastest cuBLASLt"].round(6).tolist() == [round(ms / 0.11, 6) for *_, ms, _ in rows]
+    assert abs(table["TFLOP/s"].iloc[0] - 2 * 4096 ** 3 / 0.1e-3 / 1e12) < 1e-6
+    assert committed.gpu in table.attrs["caption"] and "Their times" in fp8_views.timing_status(run)

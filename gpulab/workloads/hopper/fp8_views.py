@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ... import fp8, ladder
+from ... import fp8, ladder, runs
 from ...check import compare
+from ...errors import RecordedRunError
 from ...kernels import get_backend
 from .launchers import needs_hopper
-from .problem import FP8_POSITIVE_SHAPE, Fp8Gemm, from_bf16_bits, to_bf16_bits
+from .problem import FP8_POSITIVE_SHAPE, NAME as CHAPTER, Fp8Gemm, from_bf16_bits, to_bf16_bits
 from .steps import FP8_STEPS
 
 
@@ -99,3 +100,76 @@ def chapter_numbers(accuracy: pd.DataFrame, checks: pd.DataFrame) -> dict:
         # As text: a GPU that is not a Hopper ran neither step (the prose then says so).
         out[f"fp8_check_err{step}"] = f"{100 * float(hit['relative error'].iloc[0]):.2g}%" if ran else None
     return out
+
+
+# ------------------------------------------------------------------ the recorded run's FP8 rows
+#: The recorded run's experiment of the FP8 rung (gpulab/workloads/hopper/record.py: ``fp8``).
+EXPERIMENT = "hopper_gemm_fp8"
+VENDOR = "vendor"
+
+
+def _has_rung(run) -> bool:
+    return run is not None and EXPERIMENT in set(run.timings["experiment"]) \
+        and run.experiment(EXPERIMENT)["median_ms"].notna().any()
+
+
+def rung_run(run):
+    """The run whose FP8 rows the chapter shows: ``run`` if it timed the rung, else the run
+    recorded on the same GPU, else the H100's (a live run times the fp16 ladder only); None
+    where none has (runs recorded before the rung)."""
+    if _has_rung(run):
+        return run
+    for gpu in (run.gpu, "H100"):
+        try:
+            recorded = runs.load_run(CHAPTER, gpu)
+        except RecordedRunError:
+            continue
+        if _has_rung(recorded):
+            return recorded
+    return None
+
+
+def timings(run) -> pd.DataFrame | None:
+    """The FP8 rung's rows (steps 9 and 10 and cuBLASLt's FP8 GEMM at each n^3, from
+    :func:`rung_run`), each with its TFLOP/s, its error against float64 of the FP8 values and its
+    time over the fastest cuBLASLt path of its size; None where no run has timed the rung."""
+    source = rung_run(run)
+    if source is None:
+        return None
+    t = source.experiment(EXPERIMENT)
+    t = t[t["median_ms"].notna()]
+    out = []
+    for n, here in t.groupby("size", sort=True):
+        vendors = here[here["step"].astype(str) == VENDOR]
+        fastest = float(vendors["median_ms"].min()) if len(vendors) else float("nan")
+        for _, r in here.iterrows():
+            out.append({"size": f"{int(n)}^3", "path": r["variant"], "ms": float(r["median_ms"]),
+                        "TFLOP/s": float(r["flops"]) / (float(r["median_ms"]) * 1e-3) / 1e12,
+                        "error vs float64": float(r["rel_error"]), "time / fastest cuBLASLt": float(r["median_ms"]) / fastest})
+    table = pd.DataFrame(out)
+    table.attrs["caption"] = ("C = scale_a scale_b A B^T, A and B in e4m3 with per-tensor scales, C in bfloat16; "
+                              "error: ||C - C64|| / ||C64|| against float64 of the FP8 values the kernel reads; "
+                              + source.caption)
+    table.attrs["run"] = source
+    return table
+
+
+def timings_styled(run):
+    """:func:`timings` for the notebook (nothing where the run predates the rung)."""
+    table = timings(run)
+    if table is None:
+        return None
+    return (table.style.format({"ms": "{:.4f}", "TFLOP/s": "{:.0f}", "error vs float64": "{:.1e}",
+                                "time / fastest cuBLASLt": "{:.3f}"}).hide(axis="index")
+            .set_caption(table.attrs["caption"]))
+
+
+def timing_status(run) -> str:
+    """What the prose says of the rung's times: measured (the table below, and which run), or not yet."""
+    table = timings(run)
+    if table is None:
+        return (f"The recorded run ({run.gpu}, {run.meta['date']}) predates these two steps, so their times are not "
+                "measured yet (each kernel file states its prediction)")
+    source = table.attrs["run"]
+    return (f"Their times ({source.gpu}, {source.meta['date']}), beside cuBLASLt's FP8 GEMM on the same codes and "
+            "scales, are in the table after the checks")
