@@ -258,7 +258,7 @@ def test_a_puzzle_that_writes_nothing_or_races_fails_its_check(tmp_path):
 
 def test_a_puzzle_size_of_no_kind_or_a_step_with_no_case_is_refused():
     from gpulab import puzzles
-    with pytest.raises(ValueError, match="an int\) or a pair"):
+    with pytest.raises(ValueError, match=r"an int\) or a pair"):
         puzzles.cases([(1, 2, 3)])
     with pytest.raises(ValueError, match="accepts none of the cases"):
         puzzles.CHAPTER.check("cpu", steps=[puzzles.GUARDED_MAP], sizes=[(4, 4)])

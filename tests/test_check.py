@@ -37,7 +37,7 @@ def test_precision_sets_tolerance():
     assert not compare(out, ref, "fp32").passed
     assert compare(out, ref, "fp16").passed
     with pytest.raises(ValueError, match="precision must be one of"):
-        compare(out, ref, "fp8")
+        compare(out, ref, "fp4")
 
 
 def test_shape_mismatch_is_explained():
