@@ -139,3 +139,20 @@ def test_a_cupy_memory_limit_is_the_memory_a_chapter_sizes_itself_by():
     assert share.total_memory == 8_000_000_000 and share.shared_per_block == h100.shared_per_block
     why = share.memory_fits(5e9)
     assert "5.0 GB" in why and "limited to 8.0 GB (CUPY_GPU_MEMORY_LIMIT)" in why and "4.0 GB" in why
+
+
+def test_the_device_sessions_gpu_tests_list_every_test_file_with_a_gpu_path():
+    """tools/gpu_session.sh runs the GPU tests on the device (CI has no GPU): every test file whose
+    tests take the cpu/gpu ``backend`` fixture, or skip where no GPU is usable, is in its list, so
+    that no GPU path goes untested there (test_hopper_fp8 and test_cpu_fp8 once were not)."""
+    from gpulab import paths
+    script = (paths.REPO / "tools" / "gpu_session.sh").read_text()
+    listed = set(re.search(r'gpu_tests="([^"]*)"', script).group(1).split())
+    with_gpu_paths = set()
+    for path in sorted((paths.REPO / "tests").glob("test_*.py")):
+        text = path.read_text()
+        if re.search(r"def test_\w+\([^)]*\bbackend\b", text) or re.search(r"(?<![\w.])gpu_available\(\)", text):
+            with_gpu_paths.add(path.stem.removeprefix("test_"))
+    with_gpu_paths.discard("timing_gpu")                 # run first, alone on the idle GPU
+    assert with_gpu_paths - listed == set(), "add to gpu_tests in tools/gpu_session.sh"
+    assert len(with_gpu_paths) >= 20
