@@ -111,6 +111,10 @@ class Family(ladder.Launcher):
     def accepts(self, case) -> bool:
         return isinstance(case, self.case_type)
 
+    def case(self, size):
+        """The case of ``size``: n, or a pair (H, W) or (n, bins), the case type's fields in order."""
+        return self.case_type(*(int(v) for v in np.atleast_1d(size)))
+
     def cases(self, sizes=None) -> list:
         return [self.case(size) for size in (self.sizes if sizes is None else sizes)]
 
@@ -118,10 +122,6 @@ class Family(ladder.Launcher):
 @dataclass(frozen=True)
 class Map(Family):
     case_type = Vector
-
-    @staticmethod
-    def case(size):
-        return Vector(int(size))
 
     def bind(self, step, case, arrays, backend):
         fn = load_module(step.file, backend).get_function(step.kernel)
@@ -132,10 +132,6 @@ class Map(Family):
 class Broadcast(Family):
     case_type = Grid
 
-    @staticmethod
-    def case(size):
-        return Grid(*(int(v) for v in size))
-
     def bind(self, step, case, arrays, backend):
         fn = load_module(step.file, backend).get_function(step.kernel)
         return fn.bind((_ceil(case.W, step.block[0]), _ceil(case.H, step.block[1])), step.block,
@@ -145,10 +141,6 @@ class Broadcast(Family):
 @dataclass(frozen=True)
 class Histogram(Family):
     case_type = Values
-
-    @staticmethod
-    def case(size):
-        return Values(*(int(v) for v in size))
 
     def bind(self, step, case, arrays, backend):
         fn = load_module(step.file, backend).get_function(step.kernel)
